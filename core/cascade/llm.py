@@ -223,6 +223,11 @@ class SmolLm:
                 )
                 state.tokens.append(token)
             stats.output_tokens = len(generated)
+            log.info(
+                "generated %d tokens (prompt %d, reused %d, prefill %.0f ms) in %.0f ms: %s",
+                stats.output_tokens, stats.prompt_tokens, stats.reused_tokens, stats.prefill_ms,
+                (time.perf_counter() - t0) * 1000, stats.stop_reason,
+            )
             return stats
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks: they print numbers and ratios; tests check correctness."""
