@@ -34,13 +34,13 @@ def test_backend_declares_capabilities(cascade_backend):
             Capability.IMAGE_INPUT, Capability.DUPLEX} <= cascade_backend.capabilities
 
 
-@pytest.mark.parametrize("rate", [16000, 24000])
-async def test_spoken_round_trip(cascade_backend, rate):
+@pytest.mark.parametrize("rate, realtime", [(16000, False), (24000, True)])
+async def test_spoken_round_trip(cascade_backend, rate, realtime):
     conv = cascade_backend.open_conversation(ConversationConfig(input_sample_rate=rate))
     events = Collector(conv)
     speech = speech_pcm(cascade_backend, QUESTION, rate)
     lead = 1.0
-    await stream(conv, silence(lead, rate) + speech + silence(1.5, rate), rate, chunk_ms=20, realtime=False)
+    await stream(conv, silence(lead, rate) + speech + silence(1.5, rate), rate, chunk_ms=20, realtime=realtime)
 
     started = await events.wait_for("speech_started")
     stopped = await events.wait_for("speech_stopped")
@@ -68,6 +68,31 @@ async def test_spoken_round_trip(cascade_backend, rate):
     roles = [(m.role, m.content) for m in conv.history]
     assert roles[-2] == ("user", transcript.transcript)
     assert roles[-1][0] == "assistant"
+    # whether or not the reply was started speculatively, the client sees the turn in order
+    order = [e.type for _, e in events.events if e.type != "text_delta"]
+    assert order.index("speech_stopped") < order.index("input_transcript") < order.index("response_started")
+    assert order.index("response_started") < order.index("audio_chunk") < order.index("response_done")
+    assert order.count("response_started") == 1
+    await conv.close()
+
+
+async def test_pause_inside_an_utterance_is_not_a_turn(cascade_backend):
+    """A 350 ms pause is long enough to start a speculative reply, too short to end the turn:
+    the client must see one turn with the whole question and one reply, nothing from the
+    dropped speculation."""
+    rate = 16000
+    conv = cascade_backend.open_conversation(ConversationConfig(input_sample_rate=rate))
+    events = Collector(conv)
+    audio = (silence(0.5, rate) + speech_pcm(cascade_backend, "Tell me about", rate) + silence(0.35, rate)
+             + speech_pcm(cascade_backend, "the weather in London today.", rate) + silence(1.5, rate))
+    await stream(conv, audio, rate, realtime=True)
+    done = await events.wait_for("response_done", timeout=60)
+    order = [e.type for _, e in events.events if e.type not in ("text_delta", "audio_chunk")]
+    assert order.count("speech_stopped") == 1 and order.count("response_started") == 1, order
+    transcript = events.of("input_transcript")[0].transcript.lower()
+    assert "tell me" in transcript and "london" in transcript
+    assert all(e.response_id == done.response_id for e in events.of("audio_chunk") + events.of("text_delta"))
+    assert conv.stats.speculative_replies_used + conv.stats.speculative_misses >= 0
     await conv.close()
 
 

@@ -35,22 +35,24 @@ def speakable(text: str) -> str:
 
 class PiperTts:
     def __init__(self, voice_path: str | None = None, gain: float = 1.0) -> None:
+        import json
+
+        import onnxruntime
         from piper import PiperVoice
+        from piper.config import PiperConfig
 
         path = Path(voice_path) if voice_path else bundled_voice_path()
-        if not path.exists():
-            raise ModelLoadError(f"Piper voice {path} does not exist")
-        import onnxruntime
-
-        self.voice = PiperVoice.load(str(path))
-        # Piper's default session busy-spins its idle threads, which steals the LLM's core
-        # while both stages overlap; a non-spinning session gives the time back.
+        config_path = Path(f"{path}.json")
+        if not path.exists() or not config_path.exists():
+            raise ModelLoadError(f"Piper voice {path} (and {config_path.name}) must both exist")
+        # Piper's own loader builds a session whose idle threads busy-spin, stealing the LLM's
+        # core while both stages overlap; this one gives the time back.
         opts = onnxruntime.SessionOptions()
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.inter_op_num_threads = 1
-        self.voice.session = onnxruntime.InferenceSession(
-            str(path), sess_options=opts, providers=["CPUExecutionProvider"]
-        )
+        session = onnxruntime.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+        self.voice = PiperVoice(session=session, config=config)
         self.voice_name = path.stem
         self.native_rate = int(self.voice.config.sample_rate)
         self.gain = gain

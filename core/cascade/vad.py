@@ -49,7 +49,8 @@ class StreamingVad:
     """Hysteresis state machine over Silero probabilities.
 
     start: speech has lasted ``min_speech_ms`` (reported at its first voiced window).
-    pause: the first unvoiced window inside speech (a speculation point).
+    pause: ``pause_ms`` of silence inside speech (a speculation point; shorter gaps between
+    words would only churn the CPU).
     resume: speech came back before the hangover ran out.
     end: ``silence_ms`` of silence passed; reported at the end of the last voiced window.
     """
@@ -60,12 +61,14 @@ class StreamingVad:
         threshold: float = 0.5,
         silence_ms: int = 500,
         min_speech_ms: int = 96,
+        pause_ms: int = 96,
     ) -> None:
         self.model = model
         self.threshold = threshold
         self.neg_threshold = max(threshold - 0.15, 0.01)
         self.silence_samples = silence_ms * RATE // 1000
         self.min_speech_samples = min_speech_ms * RATE // 1000
+        self.pause_samples = pause_ms * RATE // 1000
         self._state = np.zeros((2, 1, 128), dtype=np.float32)
         self._context = np.zeros(CONTEXT, dtype=np.float32)
         self._pending = np.zeros(0, dtype=np.float32)
@@ -75,6 +78,7 @@ class StreamingVad:
         self._speech_start = 0
         self._last_voiced_end = 0
         self._paused = False
+        self._silent = False
 
     def configure(self, threshold: float, silence_ms: int) -> None:
         self.threshold = threshold
@@ -118,20 +122,24 @@ class StreamingVad:
             return
         if voiced:
             self._last_voiced_end = end
+            self._silent = False
             if self._paused:
                 self._paused = False
                 events.append(VadEvent("resume", self._ms(start)))
             return
-        if prob >= self.neg_threshold:
-            # Between thresholds: neither clearly speech nor silence; keep waiting.
-            if not self._paused:
-                return
-        if not self._paused:
+        if prob >= self.neg_threshold and not self._silent:
+            # Between the thresholds before any silence: speech is trailing off (as Silero's
+            # own iterator does, this neither ends speech nor starts the silence clock).
+            self._last_voiced_end = end
+            return
+        self._silent = True
+        if not self._paused and end - self._last_voiced_end >= self.pause_samples:
             self._paused = True
             events.append(VadEvent("pause", self._ms(self._last_voiced_end)))
         if end - self._last_voiced_end >= self.silence_samples:
             self.in_speech = False
             self._paused = False
+            self._silent = False
             self._candidate_start = None
             events.append(VadEvent("end", self._ms(self._last_voiced_end)))
 

@@ -76,10 +76,12 @@ class CascadeOptions(BaseModel):
     threads: int = Field(2, ge=1, le=64)
     quantize_lm_head: bool = True
     llm_dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
-    first_chunk_words: int = Field(3, ge=1, le=20)
+    first_chunk_words: int = Field(2, ge=1, le=20)
+    tts_first_priority: bool = True
     audio_chunk_ms: int = Field(100, ge=20, le=1000)
     no_speech_threshold: float = Field(0.6, ge=0.0, le=1.0)
     max_prompt_tokens: int = Field(1536, ge=128, le=8192)
+    speculative_reply: bool = True
     warm_up: bool = True
 
 
@@ -197,6 +199,12 @@ class _Response:
     output_tokens: int = 0
     cancel_at: float | None = None
     task: asyncio.Task | None = None
+    # Speculative replies start during the silence hangover and stay held (events buffered,
+    # nothing sent) until the turn really ends; ``spec`` names the speculation they belong to.
+    held: bool = False
+    spec: int | None = None
+    held_events: list = field(default_factory=list)
+    pending_finish: tuple | None = None
 
     @property
     def audio_ms(self) -> float:
@@ -212,6 +220,8 @@ class ConversationStats:
     last_reused_tokens: int = 0
     speculative_hits: int = 0
     speculative_misses: int = 0
+    speculative_replies_used: int = 0
+    speculative_replies_dropped: int = 0
 
 
 class CascadeConversation(Conversation):
@@ -269,7 +279,7 @@ class CascadeConversation(Conversation):
 
     @property
     def response_active(self) -> bool:
-        return self._response is not None
+        return self._response is not None and not self._response.held
 
     def _emit(self, event: ConversationEvent) -> None:
         if not self._closed:
@@ -281,6 +291,12 @@ class CascadeConversation(Conversation):
             if event is None:
                 return
             yield event
+
+    def _emit_for(self, resp: _Response, event: ConversationEvent) -> None:
+        if resp.held:
+            resp.held_events.append(event)
+        else:
+            self._emit(event)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = self._loop.create_task(coro)
@@ -346,17 +362,21 @@ class CascadeConversation(Conversation):
     async def _on_vad(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
         td = self.config.turn_detection
         if kind == "start":
+            self._drop_held()
             self._speech_item = new_id("item")
             self._emit(SpeechStarted(self._speech_item, ms))
             if self._response is not None and td is not None and td.interrupt_response:
                 await self.cancel_response("turn_detected")
         elif kind == "pause":
             self._spec_generation += 1
+            generation = self._spec_generation
             fut = self._backend.asr_pool.submit(self._backend.asr.transcribe, segment)
-            self._speculation = (self._spec_generation, fut)
+            self._speculation = (generation, fut)
+            fut.add_done_callback(lambda f: self._call_soon(self._speculate_reply, generation, f))
         elif kind == "resume":
             self._spec_generation += 1
             self._speculation = None
+            self._drop_held()
         elif kind == "end":
             item_id = self._speech_item or new_id("item")
             self._speech_item = None
@@ -366,7 +386,51 @@ class CascadeConversation(Conversation):
             self._speculation = None
             self._emit(InputCommitted(item_id, int(segment.size * 1000 / VAD_RATE)))
             create = td is not None and td.create_response
-            self._spawn(self._finish_turn(item_id, segment, spec[1] if valid else None, create))
+            self._spawn(
+                self._finish_turn(item_id, segment, spec[1] if valid else None, create, spec[0] if valid else None)
+            )
+
+    def _call_soon(self, fn, *args) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # loop closed: the session is gone
+            pass
+
+    def _speculate_reply(self, generation: int, fut: concurrent.futures.Future) -> None:
+        """Start the reply to a speculative transcript while the hangover runs; hold its output."""
+        td = self.config.turn_detection
+        if (
+            self._closed
+            or generation != self._spec_generation
+            or td is None
+            or not td.create_response
+            or not self._backend.options.speculative_reply
+            or self._response is not None
+            or fut.exception() is not None
+        ):
+            return
+        text = self._clean_transcript(fut.result())
+        if not text:
+            return
+        resp = _Response(new_id("resp"), new_id("item"), self.config.output_audio, held=True, spec=generation)
+        self._start_response(resp, self._prompt(None, pending_user=text))
+
+    def _drop_held(self) -> None:
+        resp = self._response
+        if resp is not None and resp.held:
+            resp.cancelled = True
+            resp.cancel.set()
+            self._response = None
+            self.stats.speculative_replies_dropped += 1
+
+    def _release_held(self, resp: _Response) -> None:
+        resp.held = False
+        self.stats.speculative_replies_used += 1
+        for event in resp.held_events:
+            self._emit(event)
+        resp.held_events.clear()
+        if resp.pending_finish is not None:
+            self._finish(resp, *resp.pending_finish)
 
     async def _finish_turn(
         self,
@@ -374,6 +438,7 @@ class CascadeConversation(Conversation):
         segment: np.ndarray,
         speculative: concurrent.futures.Future | None,
         create_response: bool,
+        spec: int | None = None,
     ) -> None:
         try:
             if speculative is not None:
@@ -391,10 +456,16 @@ class CascadeConversation(Conversation):
         text = self._clean_transcript(result)
         if self.config.transcribe_input:
             self._emit(InputTranscript(item_id, text))
+        held = self._response if self._response is not None and self._response.held else None
+        if held is not None and (spec is None or held.spec != spec or not text):
+            self._drop_held()
+            held = None
         if not text:
             return
         self._remember(HistoryMessage("user", text, item_id))
-        if create_response and self._response is None and not self._closed:
+        if held is not None:
+            self._release_held(held)
+        elif create_response and self._response is None and not self._closed:
             await self.create_response()
 
     def _clean_transcript(self, result) -> str:
@@ -465,9 +536,11 @@ class CascadeConversation(Conversation):
 
     # ------------------------------------------------------------------ responses
 
-    def _prompt(self, instructions: str | None) -> list[dict[str, str]]:
+    def _prompt(self, instructions: str | None, pending_user: str | None = None) -> list[dict[str, str]]:
         system = instructions or self.config.instructions or self._backend.options.instructions
         messages = [{"role": m.role, "content": m.content} for m in self._history]
+        if pending_user is not None:
+            messages.append({"role": "user", "content": pending_user})
         if self._frame_note and messages and messages[-1]["role"] == "user":
             messages[-1]["content"] = (
                 f"[Camera frame, described by simple image analysis, not real vision: {self._frame_note}]\n"
@@ -480,16 +553,19 @@ class CascadeConversation(Conversation):
         return [{"role": "system", "content": system}, *messages]
 
     async def create_response(self, *, instructions: str | None = None) -> str:
+        self._drop_held()
         if self._response is not None:
             raise ResponseActiveError(
                 f"conversation already has an active response {self._response.response_id}"
             )
         resp = _Response(new_id("resp"), new_id("item"), self.config.output_audio)
-        self._response = resp
-        self._emit(ResponseStarted(resp.response_id, resp.item_id))
-        messages = self._prompt(instructions)
-        resp.task = self._spawn(self._run_response(resp, messages))
+        self._start_response(resp, self._prompt(instructions))
         return resp.response_id
+
+    def _start_response(self, resp: _Response, messages: list[dict[str, str]]) -> None:
+        self._response = resp
+        self._emit_for(resp, ResponseStarted(resp.response_id, resp.item_id))
+        resp.task = self._spawn(self._run_response(resp, messages))
 
     async def _run_response(self, resp: _Response, messages: list[dict[str, str]]) -> None:
         backend = self._backend
@@ -497,18 +573,30 @@ class CascadeConversation(Conversation):
         segments: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         chunker = SpeechChunker(first_words=backend.options.first_chunk_words)
         loop = self._loop
+        # While the first piece is being synthesised the LLM waits: on two cores the two
+        # stages would otherwise halve each other's speed exactly when latency matters most.
+        llm_may_run = threading.Event()
+        llm_may_run.set()
+        first_piece = [backend.options.tts_first_priority and resp.output_audio]
 
         def on_text(delta: str) -> None:  # LLM thread
             loop.call_soon_threadsafe(self._emit_text, resp, delta)
             if resp.output_audio:
                 for piece in chunker.push(delta):
+                    if first_piece[0]:
+                        first_piece[0] = False
+                        llm_may_run.clear()
                     segments.put(piece)
+
+        def before_step() -> None:
+            llm_may_run.wait(timeout=2.0)
 
         def run_llm():
             try:
                 return backend.llm.generate(
                     messages, self._kv, on_text, resp.cancel,
                     max_tokens=cfg.max_output_tokens, temperature=cfg.temperature,
+                    before_step=before_step,
                 )
             finally:
                 if resp.output_audio:
@@ -526,14 +614,17 @@ class CascadeConversation(Conversation):
                 seg = _Segment(text)
                 index = len(resp.segments)
                 resp.segments.append(seg)
-                for pcm in backend.tts.synthesize(text, cfg.speed):
-                    if resp.cancel.is_set():
-                        return
-                    seg.total_samples += len(pcm) // 2
-                    for off in range(0, len(pcm), chunk_samples * 2):
-                        loop.call_soon_threadsafe(
-                            self._emit_audio, resp, index, pcm[off : off + chunk_samples * 2]
-                        )
+                try:
+                    for pcm in backend.tts.synthesize(text, cfg.speed):
+                        if resp.cancel.is_set():
+                            return
+                        seg.total_samples += len(pcm) // 2
+                        for off in range(0, len(pcm), chunk_samples * 2):
+                            loop.call_soon_threadsafe(
+                                self._emit_audio, resp, index, pcm[off : off + chunk_samples * 2]
+                            )
+                finally:
+                    llm_may_run.set()
 
         status, reason = "completed", None
         try:
@@ -551,7 +642,7 @@ class CascadeConversation(Conversation):
             log.exception("response failed")
             resp.cancel.set()
             status, reason = "failed", "server_error"
-            self._emit(ConversationError("response_failed", f"response failed: {exc}"))
+            self._emit_for(resp, ConversationError("response_failed", f"response failed: {exc}"))
         # Let queued call_soon_threadsafe emissions land before the final event.
         await asyncio.sleep(0)
         if resp.cancelled:
@@ -561,6 +652,9 @@ class CascadeConversation(Conversation):
         self._finish(resp, status, reason, resp.text)
 
     def _finish(self, resp: _Response, status: str, reason: str | None, history_text: str) -> None:
+        if resp.held:
+            resp.pending_finish = (status, reason, history_text)
+            return
         if self._response is resp:
             self._response = None
         self._past_segments[resp.item_id] = resp.segments
@@ -568,7 +662,8 @@ class CascadeConversation(Conversation):
             self._past_segments.pop(next(iter(self._past_segments)))
         if history_text.strip():
             self._remember(HistoryMessage("assistant", history_text.strip(), resp.item_id))
-        self._emit(
+        self._emit_for(
+            resp,
             ResponseDone(
                 resp.response_id, resp.item_id, status, reason, resp.text, resp.audio_ms, resp.output_tokens
             )
@@ -578,7 +673,7 @@ class CascadeConversation(Conversation):
         if resp.cancelled:
             return
         resp.text += delta
-        self._emit(TextDelta(resp.response_id, resp.item_id, delta))
+        self._emit_for(resp, TextDelta(resp.response_id, resp.item_id, delta))
 
     def _emit_audio(self, resp: _Response, index: int, pcm: bytes) -> None:
         if resp.cancelled:
@@ -586,11 +681,11 @@ class CascadeConversation(Conversation):
         n = len(pcm) // 2
         resp.audio_samples += n
         resp.segments[index].emitted_samples += n
-        self._emit(AudioChunk(resp.response_id, resp.item_id, pcm, OUTPUT_RATE))
+        self._emit_for(resp, AudioChunk(resp.response_id, resp.item_id, pcm, OUTPUT_RATE))
 
     async def cancel_response(self, reason: str = "client_cancelled") -> CancelResult:
         resp = self._response
-        if resp is None:
+        if resp is None or resp.held:
             raise NoActiveResponseError("there is no active response to cancel")
         resp.cancel_at = time.perf_counter()
         resp.cancelled = True
@@ -627,6 +722,7 @@ class CascadeConversation(Conversation):
     async def close(self) -> None:
         if self._closed:
             return
+        self._drop_held()
         if self._response is not None:
             await self.cancel_response("session_closed")
         self._closed = True
