@@ -216,12 +216,27 @@ class Conversation(abc.ABC):
         """Append a text item to the history; returns its item id."""
 
     @abc.abstractmethod
+    async def add_audio_item(self, pcm: bytes) -> tuple[str, str]:
+        """Add a whole user audio clip as one item; returns (item id, transcript)."""
+
+    @abc.abstractmethod
+    def delete_item(self, item_id: str) -> bool:
+        """Remove an item from the history; False if there is none with that id."""
+
+    @abc.abstractmethod
     async def add_image(self, data: bytes, *, frame: bool = False) -> str:
         """Add an image (JPEG/PNG). ``frame`` marks a camera frame (only the latest is kept)."""
 
     @abc.abstractmethod
-    async def create_response(self, *, instructions: str | None = None) -> str:
-        """Start a reply to the history so far; returns its response id."""
+    async def create_response(
+        self,
+        *,
+        instructions: str | None = None,
+        output_audio: bool | None = None,
+        max_output_tokens: int | None = None,
+    ) -> str:
+        """Start a reply to the history so far (optionally overriding settings for this one
+        reply); returns its response id."""
 
     @abc.abstractmethod
     async def cancel_response(self, reason: str = "client_cancelled") -> CancelResult:

@@ -517,6 +517,27 @@ class CascadeConversation(Conversation):
         self._remember(message)
         return message.item_id
 
+    async def add_audio_item(self, pcm: bytes) -> tuple[str, str]:
+        samples = pcm16_to_float(pcm, self.config.input_sample_rate)
+        from core.audio import resample
+
+        audio = await self._loop.run_in_executor(
+            self._backend.vad_pool, resample, samples, self.config.input_sample_rate, VAD_RATE
+        )
+        result = await self._loop.run_in_executor(self._backend.asr_pool, self._backend.asr.transcribe, audio)
+        text = self._clean_transcript(result)
+        item_id = new_id("item")
+        if text:
+            self._remember(HistoryMessage("user", text, item_id))
+        return item_id, text
+
+    def delete_item(self, item_id: str) -> bool:
+        for message in self._history:
+            if message.item_id == item_id:
+                self._history.remove(message)
+                return True
+        return False
+
     async def add_image(self, data: bytes, *, frame: bool = False) -> str:
         note = await self._loop.run_in_executor(
             self._backend.vad_pool, self._backend.describer.describe, data
@@ -552,24 +573,41 @@ class CascadeConversation(Conversation):
             messages.pop(0)
         return [{"role": "system", "content": system}, *messages]
 
-    async def create_response(self, *, instructions: str | None = None) -> str:
+    async def create_response(
+        self,
+        *,
+        instructions: str | None = None,
+        output_audio: bool | None = None,
+        max_output_tokens: int | None = None,
+    ) -> str:
         self._drop_held()
         if self._response is not None:
             raise ResponseActiveError(
                 f"conversation already has an active response {self._response.response_id}"
             )
-        resp = _Response(new_id("resp"), new_id("item"), self.config.output_audio)
-        self._start_response(resp, self._prompt(instructions))
+        cfg = self.config
+        if output_audio is not None or max_output_tokens is not None:
+            cfg = cfg.model_copy(
+                update={
+                    "output_audio": cfg.output_audio if output_audio is None else output_audio,
+                    "max_output_tokens": max_output_tokens or cfg.max_output_tokens,
+                }
+            )
+        resp = _Response(new_id("resp"), new_id("item"), cfg.output_audio)
+        self._start_response(resp, self._prompt(instructions), cfg)
         return resp.response_id
 
-    def _start_response(self, resp: _Response, messages: list[dict[str, str]]) -> None:
+    def _start_response(
+        self, resp: _Response, messages: list[dict[str, str]], cfg: ConversationConfig | None = None
+    ) -> None:
         self._response = resp
         self._emit_for(resp, ResponseStarted(resp.response_id, resp.item_id))
-        resp.task = self._spawn(self._run_response(resp, messages))
+        resp.task = self._spawn(self._run_response(resp, messages, cfg or self.config))
 
-    async def _run_response(self, resp: _Response, messages: list[dict[str, str]]) -> None:
+    async def _run_response(
+        self, resp: _Response, messages: list[dict[str, str]], cfg: ConversationConfig
+    ) -> None:
         backend = self._backend
-        cfg = self.config
         segments: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         chunker = SpeechChunker(first_words=backend.options.first_chunk_words)
         loop = self._loop

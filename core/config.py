@@ -1,0 +1,136 @@
+"""Configuration: defaults < config.json < command line, validated once at start.
+
+A bad value stops start-up with the field's path and the reason
+(``workers.count: Input should be greater than or equal to 1 (got 0)``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GatewayConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8006, ge=1, le=65535)
+
+
+class WorkersConfig(_Strict):
+    count: int = Field(1, ge=0, le=64)
+    host: str = "127.0.0.1"
+    base_port: int = Field(22400, ge=1, le=65535)
+    slots: int = Field(1, ge=1, le=64, description="sessions per worker; 1 = exclusive")
+    urls: list[str] = Field(default_factory=list, description="extra workers on other hosts")
+
+
+class BackendConfig(_Strict):
+    name: Literal["cascade"] = "cascade"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class QueueConfig(_Strict):
+    capacity: int = Field(100, ge=0, le=100_000)
+    max_wait_s: float = Field(600.0, gt=0)
+    default_session_s: float = Field(120.0, gt=0, description="ETA guess before any session ended")
+
+
+class HealthConfig(_Strict):
+    interval_s: float = Field(2.0, gt=0)
+    timeout_s: float = Field(2.0, gt=0)
+    jitter: float = Field(0.2, ge=0, le=1)
+    healthy_after: int = Field(2, ge=1)
+    unhealthy_after: int = Field(3, ge=1)
+
+
+class LimitsConfig(_Strict):
+    max_session_s: float = Field(1800.0, gt=0)
+    idle_timeout_s: float = Field(300.0, gt=0)
+    pause_timeout_s: float = Field(120.0, gt=0)
+    max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+
+
+class RecordingConfig(_Strict):
+    enabled: bool = True
+    retention_days: float = Field(30.0, gt=0)
+    max_storage_gb: float = Field(10.0, gt=0)
+
+
+class AppConfig(_Strict):
+    data_dir: str = "data"
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)
+    backend: BackendConfig = Field(default_factory=BackendConfig)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    recording: RecordingConfig = Field(default_factory=RecordingConfig)
+
+    @model_validator(mode="after")
+    def _ports_do_not_collide(self) -> AppConfig:
+        worker_ports = range(self.workers.base_port, self.workers.base_port + self.workers.count)
+        if self.gateway.port in worker_ports:
+            raise ValueError(
+                f"gateway.port {self.gateway.port} collides with worker ports "
+                f"{worker_ports.start}-{worker_ports.stop - 1}"
+            )
+        if self.workers.base_port + self.workers.count - 1 > 65535:
+            raise ValueError("workers.base_port + workers.count exceeds 65535")
+        return self
+
+    def worker_urls(self) -> list[str]:
+        local = [
+            f"http://{self.workers.host}:{self.workers.base_port + i}" for i in range(self.workers.count)
+        ]
+        return local + list(self.workers.urls)
+
+    def backend_options(self) -> dict[str, Any]:
+        return {"data_dir": self.data_dir, **self.backend.options}
+
+
+class ConfigError(Exception):
+    """Start-up stops with this; the message names each bad field and why."""
+
+
+def _set_path(tree: dict, dotted: str, value: Any) -> None:
+    node = tree
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{dotted}: {part} is not a section")
+    node[parts[-1]] = value
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> AppConfig:
+    """Read ``path`` (if it exists), apply dotted ``overrides`` (CLI), validate."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if p.exists():
+            try:
+                tree = json.loads(p.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{p}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+            if not isinstance(tree, dict):
+                raise ConfigError(f"{p}: the top level must be a JSON object")
+        elif str(path) != "config.json":
+            raise ConfigError(f"config file {p} does not exist")
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            _set_path(tree, key, value)
+    try:
+        return AppConfig.model_validate(tree)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+            got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+            lines.append(f"{loc}: {err['msg']}{got}")
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None

@@ -1,0 +1,328 @@
+"""Supervisor: one command starts the workers and the gateway, shows model loading, keeps them up.
+
+``python -m core.supervisor [--config F] [--workers N] [--port P]``
+
+Why a supervisor: a worker loads its model for a long time and may crash; the operator wants one
+process to start, one log to read, progress while models load, automatic restarts, and Ctrl-C
+that stops everything without leaving processes behind. Children run in their own process
+groups, so a terminal's Ctrl-C reaches only the supervisor, which then stops them in order
+(gateway first, so it stops taking sessions, then the workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from typing import TextIO
+
+import httpx
+
+from core.config import AppConfig, ConfigError, load_config
+
+GATEWAY = "gateway"
+
+
+def worker_name(index: int) -> str:
+    return f"worker {index}"
+
+
+def child_commands(config: AppConfig, config_path: str, passthrough: list[str]) -> dict[str, list[str]]:
+    """The real children: workers first, gateway last (stop order is the reverse)."""
+    commands = {
+        worker_name(i): [sys.executable, "-m", "worker", "--config", config_path, "--index", str(i), *passthrough]
+        for i in range(config.workers.count)
+    }
+    commands[GATEWAY] = [sys.executable, "-m", "gateway", "--config", config_path, *passthrough]
+    return commands
+
+
+def _connect_url(host: str, port: int, path: str = "") -> str:
+    """A URL to reach a server bound to ``host`` from this machine (0.0.0.0 means any: use loopback)."""
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}{path}"
+
+
+def _killpg(pid: int, sig: int) -> None:
+    """Signal a child's whole process group, so its own children go too; gone already is fine."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Supervisor:
+    """Runs ``commands`` (name -> argv), restarting each with backoff, until :meth:`stop`.
+
+    Children named ``worker <i>`` get their ``/health`` watched on ``workers.base_port + i``;
+    a child named ``gateway`` gets the final "ready" line. Tests pass their own commands and
+    tiny delays.
+    """
+
+    def __init__(
+        self,
+        config: AppConfig,
+        commands: dict[str, list[str]] | None = None,
+        *,
+        config_path: str = "config.json",
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+        stable_after_s: float = 60.0,
+        poll_interval_s: float = 0.5,
+        ready_timeout_s: float = 600.0,
+        stop_timeout_s: float = 10.0,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+    ) -> None:
+        self.config = config
+        self.commands = commands if commands is not None else child_commands(config, config_path, [])
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.stable_after_s = stable_after_s
+        self.poll_interval_s = poll_interval_s
+        self.ready_timeout_s = ready_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self._out, self._err = out, err
+        self._procs: dict[str, asyncio.subprocess.Process] = {}
+        self._watchers: dict[str, asyncio.Task] = {}
+        self._ready: dict[str, asyncio.Event] = {}
+        self._pumps: set[asyncio.Task] = set()
+        self._stop_requested = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._running = False
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def children(self) -> dict[str, int]:
+        """name -> pid of the children started last (for tests and diagnostics)."""
+        return {name: proc.pid for name, proc in self._procs.items()}
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def run(self) -> None:
+        """Start every child and keep them running until :meth:`stop` / :meth:`request_stop`."""
+        self._running = True
+        # trust_env=False: a proxy from the environment must not intercept loopback health checks.
+        self._client = httpx.AsyncClient(timeout=2.0, trust_env=False)
+        self._ready = {name: asyncio.Event() for name in self.commands if self._worker_index(name) is not None}
+        keepers = [asyncio.create_task(self._keep_running(name)) for name in self.commands]
+        announce = asyncio.create_task(self._announce()) if GATEWAY in self.commands else None
+        try:
+            await self._stop_requested.wait()
+        finally:
+            await self._shutdown(keepers, announce)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to stop everything; safe to call from a signal handler, more than once."""
+        if not self._stop_requested.is_set():
+            self._say("[supervisor] stopping")
+            self._stop_requested.set()
+
+    async def stop(self) -> None:
+        """Stop everything and return once every child is gone."""
+        self.request_stop()
+        if self._running:
+            await self._finished.wait()
+
+    async def _shutdown(self, keepers: list[asyncio.Task], announce: asyncio.Task | None) -> None:
+        for task in [*keepers, *self._watchers.values(), *([announce] if announce else [])]:
+            task.cancel()
+        await asyncio.gather(*keepers, *self._watchers.values(), return_exceptions=True)
+        first = [name for name in self._procs if name == GATEWAY]
+        rest = [name for name in self._procs if name != GATEWAY]
+        for group in (first, rest):
+            await asyncio.gather(*(self._terminate(name) for name in group))
+        if self._pumps:  # let the last lines through, then drop readers of pipes still held open
+            await asyncio.wait(self._pumps, timeout=1.0)
+            for task in list(self._pumps):
+                task.cancel()
+        if self._client is not None:
+            await self._client.aclose()
+        self._say("[supervisor] stopped")
+        self._finished.set()
+
+    async def _terminate(self, name: str) -> None:
+        """SIGTERM, wait ``stop_timeout_s``, then SIGKILL the child's process group."""
+        proc = self._procs[name]
+        if proc.returncode is None:
+            _killpg(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), self.stop_timeout_s)
+            except TimeoutError:
+                self._say(f"[supervisor] {name} did not stop in {self.stop_timeout_s:g}s; killing it")
+        _killpg(proc.pid, signal.SIGKILL)  # also anything it left behind in its group
+        await proc.wait()
+
+    # ---------------------------------------------------------------- children
+
+    async def _keep_running(self, name: str) -> None:
+        """Run ``name`` again whenever it exits; delays double up to the cap, reset after a long run."""
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while not self._stop_requested.is_set():
+            started = loop.time()
+            code = await self._run_once(name)
+            if self._stop_requested.is_set():
+                return
+            if loop.time() - started >= self.stable_after_s:
+                failures = 0
+            delay = min(self.backoff_max_s, self.backoff_base_s * 2**failures)
+            failures += 1
+            what = f"exited with code {code}" if code is not None else "could not be started"
+            self._say(f"[supervisor] {name} {what}; restarting in {delay:g}s")
+            try:
+                await asyncio.wait_for(self._stop_requested.wait(), delay)
+            except TimeoutError:
+                pass
+
+    async def _run_once(self, name: str) -> int | None:
+        """Start the child, relay its output, return its exit code (None: it could not start)."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.commands[name],
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},  # lines arrive as they are printed
+                process_group=0,  # Ctrl-C in the terminal reaches only the supervisor
+                limit=1 << 20,
+            )
+        except OSError as exc:
+            self._say(f"[supervisor] cannot start {name}: {exc}", err=True)
+            return None
+        self._procs[name] = proc
+        self._say(f"[supervisor] started {name} (pid {proc.pid})")
+        pumps = [
+            asyncio.create_task(self._pump(name, proc.stdout, err=False)),
+            asyncio.create_task(self._pump(name, proc.stderr, err=True)),
+        ]
+        for task in pumps:
+            self._pumps.add(task)
+            task.add_done_callback(self._pumps.discard)
+        if name in self._ready:
+            self._watch(name)
+        code = await proc.wait()
+        _killpg(proc.pid, signal.SIGKILL)  # leftovers would hold its port and its output pipes
+        await asyncio.wait(pumps, timeout=1.0)
+        return code
+
+    async def _pump(self, name: str, stream: asyncio.StreamReader, *, err: bool) -> None:
+        prefix = f"[{name}] "
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:  # a line over the 1 MiB limit: skip it rather than stop relaying
+                continue
+            if not raw:
+                return
+            self._say(prefix + raw.decode(errors="replace").rstrip("\r\n"), err=err)
+
+    def _say(self, line: str, *, err: bool = False) -> None:
+        stream = (self._err or sys.stderr) if err else (self._out or sys.stdout)
+        print(line, file=stream, flush=True)
+
+    # ---------------------------------------------------------------- readiness
+
+    @staticmethod
+    def _worker_index(name: str) -> int | None:
+        head, _, tail = name.partition(" ")
+        return int(tail) if head == "worker" and tail.isdigit() else None
+
+    def _watch(self, name: str) -> None:
+        """(Re)start following a worker's model loading; a restarted worker loads again."""
+        old = self._watchers.get(name)
+        if old is not None:
+            old.cancel()
+        self._watchers[name] = asyncio.create_task(self._watch_worker(name))
+
+    async def _watch_worker(self, name: str) -> None:
+        port = self.config.workers.base_port + self._worker_index(name)
+        url = _connect_url(self.config.workers.host, port, "/health")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.ready_timeout_s
+        last = None
+        while True:
+            health = await self._get_json(url)
+            if health.get("model_loaded"):
+                self._say(f"[{name}] ready")
+                self._ready[name].set()
+                return
+            progress = health.get("load_progress") or {}
+            if isinstance(progress, dict) and progress:
+                stage, fraction, detail = progress.get("stage"), progress.get("fraction"), progress.get("detail")
+                pct = f"{fraction:.0%}" if isinstance(fraction, (int, float)) else None
+                if (stage, pct) != last:
+                    last = (stage, pct)
+                    text = " ".join(str(p) for p in (stage, pct, detail) if p not in (None, ""))
+                    self._say(f"[{name}] loading: {text}")
+            if deadline is not None and loop.time() >= deadline:
+                deadline = None  # warn once, keep watching: a slow first model conversion still ends
+                self._say(
+                    f"[supervisor] WARNING: {name} is not ready after {self.ready_timeout_s:g}s "
+                    f"({url}); still waiting, see its log above",
+                    err=True,
+                )
+            await asyncio.sleep(self.poll_interval_s)
+
+    async def _get_json(self, url: str) -> dict:
+        """The health JSON, or {} while the server is not up yet or answers something else."""
+        try:
+            response = await self._client.get(url)
+            body = response.json()
+        except (httpx.HTTPError, ValueError):
+            return {}
+        return body if isinstance(body, dict) else {}
+
+    async def _announce(self) -> None:
+        """Once every worker has loaded and the gateway answers, print where to go."""
+        await asyncio.gather(*(event.wait() for event in self._ready.values()))
+        gateway = self.config.gateway
+        while True:
+            try:
+                response = await self._client.get(_connect_url(gateway.host, gateway.port, "/health"))
+                if response.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(self.poll_interval_s)
+        self._say(f"OmniDuplex is ready: {_connect_url(gateway.host, gateway.port, '/')}")
+
+
+def serve(supervisor: Supervisor) -> int:
+    """Run until SIGINT/SIGTERM, then stop the children; 0 = stopped cleanly."""
+
+    async def _main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, supervisor.request_stop)
+        await supervisor.run()
+
+    asyncio.run(_main())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.supervisor", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default="config.json", help="JSON config file (default: config.json)")
+    parser.add_argument("--workers", type=int, help="number of local workers (overrides workers.count)")
+    parser.add_argument("--port", type=int, help="gateway port (overrides gateway.port)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config, {"workers.count": args.workers, "gateway.port": args.port})
+    except ConfigError as exc:
+        print(f"omniduplex: {exc}", file=sys.stderr)
+        return 2
+    passthrough = []
+    if args.workers is not None:
+        passthrough += ["--workers", str(args.workers)]
+    if args.port is not None:
+        passthrough += ["--port", str(args.port)]
+    return serve(Supervisor(config, child_commands(config, args.config, passthrough)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

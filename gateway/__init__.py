@@ -1,0 +1,1 @@
+"""Gateway: queues sessions onto model workers and relays their traffic."""

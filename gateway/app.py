@@ -1,0 +1,208 @@
+"""The gateway: one public port; queues sessions onto workers and relays them.
+
+It never loads a model and never decodes media. Every session's slot is taken by
+``WorkerPool.acquire`` and given back in ``finally``, on every path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import Any
+
+import websockets
+from fastapi import FastAPI, WebSocket
+from starlette.websockets import WebSocketState
+
+from core.config import AppConfig
+from core.processors.base import new_id
+from core.protocol import error_event, server_event
+from gateway.health import HealthChecker
+from gateway.relay import relay
+from gateway.worker_pool import (
+    Lease,
+    NoCapableWorkerError,
+    QueueFullError,
+    QueueStatus,
+    QueueTimeoutError,
+    WorkerPool,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_EARLY_MESSAGES = 256  # client events sent while queued, forwarded once assigned
+CLOSE_TRY_AGAIN = 1013
+
+
+def create_app(config: AppConfig) -> FastAPI:
+    pool = WorkerPool(
+        capacity=config.queue.capacity,
+        max_wait_s=config.queue.max_wait_s,
+        default_session_s=config.queue.default_session_s,
+        healthy_after=config.health.healthy_after,
+        unhealthy_after=config.health.unhealthy_after,
+    )
+    for url in config.worker_urls():
+        pool.add_worker(url, slots=config.workers.slots)
+    checker = HealthChecker(
+        pool, interval_s=config.health.interval_s, timeout_s=config.health.timeout_s, jitter=config.health.jitter
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await checker.start()
+        try:
+            yield
+        finally:
+            await checker.stop()
+
+    app = FastAPI(title="OmniDuplex gateway", lifespan=lifespan)
+    app.state.pool = pool
+    app.state.config = config
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        snap = pool.snapshot()
+        return {
+            "status": "ok",
+            "workers_total": len(snap["workers"]),
+            "workers_healthy": snap["healthy"],
+            "slots_total": snap["slots_total"],
+            "slots_busy": snap["busy"],
+            "queue_length": snap["queue_length"],
+            "workers": [
+                {k: w[k] for k in ("id", "url", "health", "slots", "busy", "capabilities")} for w in snap["workers"]
+            ],
+        }
+
+    @app.websocket("/v1/realtime")
+    async def realtime(ws: WebSocket) -> None:
+        await ws.accept()
+        await RealtimeProxy(ws, pool, config).run()
+
+    return app
+
+
+class RealtimeProxy:
+    """One client connection: queue, assignment, relay, release."""
+
+    def __init__(self, ws: WebSocket, pool: WorkerPool, config: AppConfig) -> None:
+        self.ws = ws
+        self.pool = pool
+        self.config = config
+        self.ticket = new_id("ticket")
+        self.beta = "realtime=v1" in ws.headers.get("openai-beta", "")
+        self.model = ws.query_params.get("model") or "omniduplex-cascade"
+        caps = ws.query_params.get("capabilities") or ""
+        self.requirements = frozenset(c for c in caps.split(",") if c)
+        self._status: asyncio.Queue[QueueStatus] = asyncio.Queue()
+        self.early: list[str] = []
+
+    async def _send(self, event: dict[str, Any]) -> bool:
+        try:
+            await self.ws.send_text(json.dumps(event, separators=(",", ":")))
+            return True
+        except Exception:  # noqa: BLE001 - client already gone
+            return False
+
+    async def _close(self, code: int, reason: str) -> None:
+        if self.ws.client_state == WebSocketState.CONNECTED:
+            with contextlib.suppress(Exception):
+                await self.ws.close(code, reason[:120])
+
+    async def run(self) -> None:
+        lease: Lease | None = None
+        try:
+            lease = await self._wait_for_worker()
+            if lease is None:
+                return
+            await self._serve(lease)
+        finally:
+            if lease is not None:
+                self.pool.release(lease)
+
+    async def _wait_for_worker(self) -> Lease | None:
+        """Queue until a worker is assigned; a client that leaves is dropped at once."""
+        acquire = asyncio.create_task(self.pool.acquire(self.requirements, self.ticket, self._status.put_nowait))
+        receive = asyncio.create_task(self.ws.receive())
+        try:
+            while True:
+                status = asyncio.create_task(self._status.get())
+                done, _ = await asyncio.wait({acquire, receive, status}, return_when=asyncio.FIRST_COMPLETED)
+                if status in done:
+                    s = status.result()
+                    await self._send(server_event(
+                        "queue.position", ticket=s.ticket, position=s.position, queue_length=s.queue_length,
+                        eta_s=round(s.eta_s, 1),
+                    ))
+                else:
+                    status.cancel()
+                if receive in done:
+                    message = receive.result()
+                    if message["type"] == "websocket.disconnect":
+                        acquire.cancel()
+                        with contextlib.suppress(BaseException):
+                            await acquire
+                        return None
+                    if message.get("text") is not None:
+                        if len(self.early) >= MAX_EARLY_MESSAGES:
+                            await self._send(error_event("too many events sent while queued", "queue_overflow"))
+                        else:
+                            self.early.append(message["text"])
+                    receive = asyncio.create_task(self.ws.receive())
+                if acquire in done:
+                    try:
+                        return acquire.result()
+                    except QueueFullError as exc:
+                        await self._send(error_event(str(exc), "queue_full", kind="server_error"))
+                        await self._close(CLOSE_TRY_AGAIN, f"queue full: {exc}")
+                    except QueueTimeoutError as exc:
+                        await self._send(error_event(str(exc), "queue_timeout", kind="server_error"))
+                        await self._close(CLOSE_TRY_AGAIN, "queue wait exceeded")
+                    except NoCapableWorkerError as exc:
+                        await self._send(error_event(str(exc), "no_capable_worker"))
+                        await self._close(1008, str(exc))
+                    return None
+        finally:
+            receive.cancel()
+            if not acquire.done():
+                acquire.cancel()
+
+    async def _serve(self, lease: Lease) -> None:
+        worker = lease.worker
+        await self._send(server_event("queue.assigned", ticket=self.ticket, worker_id=worker.id,
+                                      queued_s=round(lease.queued_s, 3)))
+        url = (
+            worker.url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/")
+            + f"/ws/realtime?dialect={'beta' if self.beta else 'ga'}&session_id={new_id('sess')}"
+            + f"&model={self.model}"
+        )
+        try:
+            conn = await websockets.connect(
+                url, open_timeout=5, max_size=self.config.limits.max_message_bytes, ping_interval=20,
+                ping_timeout=20, compression=None,
+            )
+        except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as exc:
+            self.pool.report_failure(worker.id, f"connect failed: {exc}")
+            await self._send(error_event("the assigned worker could not be reached; please reconnect",
+                                         "worker_unavailable", kind="server_error"))
+            await self._close(1011, "worker unavailable")
+            return
+        started = time.monotonic()
+        try:
+            result = await relay(self.ws, conn, self.early)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 2)
+        log.info("session %s on %s ended by %s (%s) after %.1fs", self.ticket, worker.id, result.ended_by,
+                 result.code, time.monotonic() - started)
+        if result.ended_by == "worker_failed":
+            self.pool.report_failure(worker.id, result.reason)
+            await self._send(error_event("the model worker failed during the session; please reconnect",
+                                         "worker_failed", kind="server_error"))
+            await self._close(1011, "worker failed")
+        elif result.ended_by == "worker":
+            await self._close(result.code if result.code >= 1000 else 1011, result.reason)

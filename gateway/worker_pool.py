@@ -1,0 +1,493 @@
+"""WorkerPool: a FIFO queue of sessions in front of exclusive (or few-slot) model workers.
+
+Design (DESIGN.md "WorkerPool", seeds/004):
+
+- Waiting requests live in an ``OrderedDict[ticket, _Entry]``; each entry holds an
+  ``asyncio.Future`` that the waiting handler awaits.
+- ``_dispatch_next()`` is the only place that hands a queued entry a worker. It runs after
+  every event that can free capacity or change the queue (release, cancel/timeout, a worker
+  turning healthy, add/enable, capability or slot updates). It marks the slot busy *before*
+  resolving the future, so a slot can never be handed out twice. It never awaits.
+- FIFO holds among requests that the same workers can serve: dispatch walks the queue in order
+  and gives each entry the best free capable worker. An entry is only skipped when no free
+  worker can serve it, so whatever a later entry gets could not have served the earlier one.
+- Everything runs on one event loop, so there are no locks.
+
+Health is driven from outside: ``HealthChecker`` (gateway/health.py) calls ``update_health``;
+relay code calls ``report_failure`` when a session sees a worker fail. Operator states
+``DISABLED`` (drain) and ``DEAD`` are never overridden by probes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable, Iterable
+
+log = logging.getLogger(__name__)
+
+EMA_ALPHA = 0.2
+
+
+class Health(str, Enum):
+    UNKNOWN = "unknown"  # not yet probed enough (or loading / just re-enabled)
+    HEALTHY = "healthy"  # assignable
+    UNHEALTHY = "unhealthy"  # failing probes or a session saw it fail
+    DEAD = "dead"  # operator: gone for good, probes ignored
+    DISABLED = "disabled"  # operator: draining, running sessions finish, no new ones
+
+
+class QueueFullError(Exception):
+    """The queue is at capacity; ``str(e)`` is a reason fit to show a user."""
+
+
+class QueueTimeoutError(Exception):
+    """The request waited longer than ``max_wait_s`` and was removed from the queue."""
+
+
+class NoCapableWorkerError(Exception):
+    """No registered (non-dead) worker can ever serve the requested capabilities."""
+
+
+@dataclass(eq=False)
+class Worker:
+    """One model worker process. ``busy``/``sessions`` are owned by the pool; do not mutate."""
+
+    id: str
+    url: str
+    slots: int = 1
+    busy: int = 0
+    capabilities: frozenset[str] = frozenset()
+    health: Health = Health.UNKNOWN
+    ok_streak: int = 0
+    fail_streak: int = 0
+    failures_total: int = 0
+    last_error: str | None = None
+    last_probe: dict | None = None
+    added_at: float = field(default_factory=time.time)  # wall clock, for display
+    sessions: dict[str, float] = field(default_factory=dict)  # ticket -> start (monotonic)
+
+    @property
+    def available(self) -> bool:
+        return self.health == Health.HEALTHY and self.busy < self.slots
+
+    def can_serve(self, requirements: frozenset[str]) -> bool:
+        return self.capabilities >= requirements
+
+
+@dataclass(eq=False)
+class Lease:
+    """A slot on ``worker`` held for ``ticket``; give it back with ``WorkerPool.release``."""
+
+    worker: Worker
+    ticket: str
+    queued_s: float
+
+
+@dataclass
+class QueueStatus:
+    ticket: str
+    position: int  # 1-based, over the whole queue
+    queue_length: int
+    eta_s: float
+
+
+@dataclass(eq=False)
+class _Entry:
+    ticket: str
+    requirements: frozenset[str]
+    future: asyncio.Future
+    on_status: Callable[[QueueStatus], None] | None
+    enqueued_at: float  # monotonic
+    last_sent: tuple[int, int] | None = None  # (position, queue_length) last pushed
+
+
+class WorkerPool:
+    """Assigns sessions to workers, queueing them FIFO when every capable slot is busy.
+
+    ETA: ``eta_s = ceil(position / max(1, capable_slots)) * avg_session_s`` where
+    ``capable_slots`` is the slot count of HEALTHY workers that meet the entry's requirements
+    and ``avg_session_s`` is an exponential moving average (alpha 0.2) of observed session
+    lengths (lease start to release), starting at ``default_session_s``. It ignores how long the
+    running sessions have already run: a rough, stable number is more useful to a waiting user
+    than a precise, jumpy one.
+    """
+
+    def __init__(
+        self,
+        capacity: int = 100,
+        max_wait_s: float = 600.0,
+        default_session_s: float = 120.0,
+        healthy_after: int = 2,
+        unhealthy_after: int = 3,
+    ) -> None:
+        self.capacity = capacity
+        self.max_wait_s = max_wait_s
+        self.healthy_after = healthy_after
+        self.unhealthy_after = unhealthy_after
+        self.avg_session_s = float(default_session_s)
+        self._workers: dict[str, Worker] = {}
+        self._queue: OrderedDict[str, _Entry] = OrderedDict()
+        self._next_id = 0
+        self._order: dict[str, int] = {}  # worker id -> insertion order, for stable tie-breaks
+        self._added = 0
+
+    # ------------------------------------------------------------------ workers
+
+    def add_worker(
+        self,
+        url: str,
+        worker_id: str | None = None,
+        slots: int = 1,
+        capabilities: frozenset[str] | None = None,
+    ) -> Worker:
+        """Register a worker in UNKNOWN state; probes admit it. Duplicate url or id -> ValueError."""
+        url = url.rstrip("/")
+        if any(w.url == url for w in self._workers.values()):
+            raise ValueError(f"worker with url {url} already registered")
+        if slots < 1:
+            raise ValueError("slots must be >= 1")
+        if worker_id is None:
+            while f"w{self._next_id}" in self._workers:
+                self._next_id += 1
+            worker_id = f"w{self._next_id}"
+            self._next_id += 1
+        elif worker_id in self._workers:
+            raise ValueError(f"worker id {worker_id} already registered")
+        worker = Worker(id=worker_id, url=url, slots=slots, capabilities=frozenset(capabilities or ()))
+        self._workers[worker_id] = worker
+        self._order[worker_id] = self._added
+        self._added += 1
+        log.info("worker %s added at %s", worker_id, url)
+        self._dispatch_next()
+        return worker
+
+    def remove_worker(self, worker_id: str) -> None:
+        """Forget a worker. Leases already out stay valid; releasing them frees nothing here."""
+        worker = self._get(worker_id)
+        del self._workers[worker_id]
+        self._order.pop(worker_id, None)
+        log.info("worker %s removed (%d sessions still running)", worker_id, worker.busy)
+        # Queued entries that only this worker could serve must now fail, not wait forever.
+        self._dispatch_next()
+
+    def set_disabled(self, worker_id: str, disabled: bool) -> None:
+        """Drain (disabled=True) or re-enable a worker.
+
+        Enabling (also from DEAD) returns the worker to probe control: it becomes HEALTHY at
+        once if its probe streak already meets ``healthy_after`` (probes keep running while
+        disabled, so a drained-and-re-enabled worker has no gap), UNHEALTHY if its fail streak
+        meets ``unhealthy_after``, otherwise UNKNOWN until probes decide.
+        """
+        worker = self._get(worker_id)
+        if disabled:
+            if worker.health != Health.DISABLED:
+                self._set_health(worker, Health.DISABLED, "disabled by operator")
+        elif worker.health in (Health.DISABLED, Health.DEAD):
+            if worker.ok_streak >= self.healthy_after:
+                new = Health.HEALTHY
+            elif worker.fail_streak >= self.unhealthy_after:
+                new = Health.UNHEALTHY
+            else:
+                new = Health.UNKNOWN
+            self._set_health(worker, new, "enabled by operator")
+        self._dispatch_next()
+
+    def mark_dead(self, worker_id: str) -> None:
+        """Operator state: never assigned again; probes never override (``set_disabled(id, False)`` revives)."""
+        worker = self._get(worker_id)
+        self._set_health(worker, Health.DEAD, "marked dead by operator")
+        self._dispatch_next()
+
+    def get_worker(self, worker_id: str) -> Worker | None:
+        return self._workers.get(worker_id)
+
+    def workers(self) -> list[Worker]:
+        return list(self._workers.values())
+
+    # ------------------------------------------------------------------ health
+
+    def report_failure(self, worker_id: str, reason: str) -> None:
+        """A session saw the worker fail: stop assigning to it now; only probes bring it back."""
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return
+        worker.ok_streak = 0
+        worker.fail_streak += 1
+        worker.failures_total += 1
+        worker.last_error = reason
+        if worker.health not in (Health.DEAD, Health.DISABLED, Health.UNHEALTHY):
+            self._set_health(worker, Health.UNHEALTHY, reason)
+
+    def update_health(
+        self,
+        worker_id: str,
+        ok: bool,
+        info: dict | None = None,
+        error: str | None = None,
+        *,
+        failure: bool = True,
+    ) -> None:
+        """Record one probe result (called by the health checker).
+
+        ``ok`` probes count toward ``healthy_after``; failed probes (``failure=True``) count
+        toward ``unhealthy_after`` and ``failures_total``. ``ok=False, failure=False`` means
+        "reachable but not ready" (model loading, non-retryable 4xx): the worker is not
+        assignable, so HEALTHY/UNHEALTHY drop to UNKNOWN, but nothing counts as a failure.
+        ``info`` (the /health JSON) is kept as ``last_probe``; its ``capabilities`` (list) and
+        ``slots`` (int) replace the registered ones. Unknown worker ids are ignored (a probe can
+        finish after its worker was removed).
+        """
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return
+        if info is not None:
+            worker.last_probe = info
+            caps = info.get("capabilities")
+            if isinstance(caps, list) and all(isinstance(c, str) for c in caps):
+                worker.capabilities = frozenset(caps)
+            slots = info.get("slots")
+            if isinstance(slots, int) and not isinstance(slots, bool) and slots >= 1:
+                worker.slots = slots
+        operator = worker.health in (Health.DEAD, Health.DISABLED)
+        if ok:
+            worker.ok_streak += 1
+            worker.fail_streak = 0
+            worker.last_error = None
+            if not operator and worker.health != Health.HEALTHY and worker.ok_streak >= self.healthy_after:
+                self._set_health(worker, Health.HEALTHY, "probes ok")
+        elif failure:
+            worker.ok_streak = 0
+            worker.fail_streak += 1
+            worker.failures_total += 1
+            worker.last_error = error
+            if (
+                not operator
+                and worker.health != Health.UNHEALTHY
+                and worker.fail_streak >= self.unhealthy_after
+            ):
+                self._set_health(worker, Health.UNHEALTHY, error or "probes failing")
+        else:
+            worker.ok_streak = 0
+            worker.last_error = error
+            if not operator and worker.health != Health.UNKNOWN:
+                self._set_health(worker, Health.UNKNOWN, error or "not ready")
+        # Capabilities/slots may have changed and the worker may have turned healthy.
+        self._dispatch_next()
+
+    # ------------------------------------------------------------------ queue
+
+    @property
+    def queue_length(self) -> int:
+        return len(self._queue)
+
+    async def acquire(
+        self,
+        requirements: frozenset[str] = frozenset(),
+        ticket: str | None = None,
+        on_status: Callable[[QueueStatus], None] | None = None,
+    ) -> Lease:
+        """Get a worker slot, waiting in the FIFO queue if none is free.
+
+        Raises NoCapableWorkerError, QueueFullError or QueueTimeoutError. If the caller is
+        cancelled while queued the entry leaves the queue at once; if a lease was handed out in
+        that same instant it is released here, so a slot never leaks.
+        """
+        requirements = frozenset(requirements)
+        ticket = ticket or uuid.uuid4().hex
+        if ticket in self._queue or any(ticket in w.sessions for w in self._workers.values()):
+            raise ValueError(f"ticket {ticket} already in use")
+        if not self._can_ever_serve(requirements):
+            raise NoCapableWorkerError(
+                f"no worker offers {', '.join(sorted(requirements)) or 'these capabilities'}"
+            )
+
+        # Immediate assignment, unless an earlier waiter could use the same worker.
+        free = [
+            w
+            for w in self._workers.values()
+            if w.available
+            and w.can_serve(requirements)
+            and not any(w.can_serve(e.requirements) for e in self._queue.values())
+        ]
+        if free:
+            return self._assign(self._pick(free, requirements), ticket, 0.0)
+
+        if len(self._queue) >= self.capacity:
+            raise QueueFullError(
+                f"The queue is full ({len(self._queue)} waiting); please try again later."
+            )
+
+        loop = asyncio.get_running_loop()
+        entry = _Entry(ticket, requirements, loop.create_future(), on_status, time.monotonic())
+        self._queue[ticket] = entry
+        self._dispatch_next()  # pushes first status (and other waiters' new queue length)
+
+        try:
+            done, _ = await asyncio.wait({entry.future}, timeout=self.max_wait_s)
+        except asyncio.CancelledError:
+            self._abandon(entry)
+            raise
+        if not done:
+            self._abandon(entry)
+            raise QueueTimeoutError(f"No worker became free within {self.max_wait_s:.0f} s.")
+        return entry.future.result()  # a Lease, or NoCapableWorkerError set by dispatch
+
+    def release(self, lease: Lease) -> None:
+        """Give a slot back. Idempotent; releasing a removed worker's lease frees nothing."""
+        self._release(lease, record=True)
+
+    # ------------------------------------------------------------------ introspection
+
+    def snapshot(self) -> dict:
+        now = time.monotonic()
+        workers = list(self._workers.values())
+        return {
+            "workers": [
+                {
+                    "id": w.id,
+                    "url": w.url,
+                    "health": w.health.value,
+                    "available": w.available,
+                    "slots": w.slots,
+                    "busy": w.busy,
+                    "capabilities": sorted(w.capabilities),
+                    "ok_streak": w.ok_streak,
+                    "fail_streak": w.fail_streak,
+                    "failures_total": w.failures_total,
+                    "last_error": w.last_error,
+                    "last_probe": w.last_probe,
+                    "sessions": list(w.sessions),
+                }
+                for w in workers
+            ],
+            "queue": [
+                {
+                    "ticket": e.ticket,
+                    "position": i,
+                    "requirements": sorted(e.requirements),
+                    "waited_s": round(now - e.enqueued_at, 3),
+                }
+                for i, e in enumerate(self._queue.values(), start=1)
+            ],
+            "queue_length": len(self._queue),
+            "busy": sum(w.busy for w in workers),
+            "slots_total": sum(w.slots for w in workers),
+            "healthy": sum(1 for w in workers if w.health == Health.HEALTHY),
+            "avg_session_s": round(self.avg_session_s, 3),
+        }
+
+    # ------------------------------------------------------------------ internals
+
+    def _get(self, worker_id: str) -> Worker:
+        try:
+            return self._workers[worker_id]
+        except KeyError:
+            raise KeyError(f"unknown worker {worker_id}") from None
+
+    def _set_health(self, worker: Worker, health: Health, why: str) -> None:
+        if worker.health != health:
+            level = logging.INFO if health in (Health.HEALTHY, Health.DISABLED) else logging.WARNING
+            log.log(level, "worker %s: %s -> %s (%s)", worker.id, worker.health.value, health.value, why)
+            worker.health = health
+
+    def _can_ever_serve(self, requirements: frozenset[str]) -> bool:
+        """False only once capabilities are known and no non-dead worker can meet them.
+
+        A worker that has not reported capabilities yet (still loading) might, so it counts as
+        capable; with no reports at all we simply queue.
+        """
+        if not any(w.capabilities for w in self._workers.values()):
+            return True
+        return any(
+            w.health != Health.DEAD and (not w.capabilities or w.can_serve(requirements))
+            for w in self._workers.values()
+        )
+
+    def _pick(self, candidates: Iterable[Worker], requirements: frozenset[str]) -> Worker:
+        """Least loaded first; then the least over-qualified, keeping rarer capabilities free."""
+        return min(
+            candidates,
+            key=lambda w: (w.busy / w.slots, len(w.capabilities - requirements), self._order.get(w.id, 0)),
+        )
+
+    def _assign(self, worker: Worker, ticket: str, queued_s: float) -> Lease:
+        worker.busy += 1
+        worker.sessions[ticket] = time.monotonic()
+        return Lease(worker=worker, ticket=ticket, queued_s=queued_s)
+
+    def _release(self, lease: Lease, record: bool) -> None:
+        worker = lease.worker
+        started = worker.sessions.pop(lease.ticket, None)
+        if started is None:
+            return  # already released
+        if self._workers.get(worker.id) is worker:
+            worker.busy = max(0, worker.busy - 1)
+        if record:
+            duration = time.monotonic() - started
+            self.avg_session_s += EMA_ALPHA * (duration - self.avg_session_s)
+        self._dispatch_next()
+
+    def _abandon(self, entry: _Entry) -> None:
+        """The waiter gave up (cancelled or timed out): leave the queue, return any lease."""
+        fut = entry.future
+        if fut.done():
+            if not fut.cancelled() and fut.exception() is None:
+                # Assigned in the same instant the waiter went away: give the slot back.
+                self._release(fut.result(), record=False)
+            return
+        fut.cancel()
+        if self._queue.pop(entry.ticket, None) is not None:
+            self._dispatch_next()
+
+    def _dispatch_next(self) -> None:
+        """Hand free slots to queued entries in FIFO order, then push status changes.
+
+        The only place queued entries are assigned. Synchronous on purpose: nothing can
+        interleave between choosing a worker and marking it busy.
+        """
+        now = time.monotonic()
+        for entry in list(self._queue.values()):
+            if entry.future.done():  # cancelled waiter not yet cleaned up
+                self._queue.pop(entry.ticket, None)
+                continue
+            if not self._can_ever_serve(entry.requirements):
+                self._queue.pop(entry.ticket)
+                entry.future.set_exception(
+                    NoCapableWorkerError(
+                        f"no worker offers {', '.join(sorted(entry.requirements)) or 'these capabilities'}"
+                    )
+                )
+                continue
+            free = [w for w in self._workers.values() if w.available and w.can_serve(entry.requirements)]
+            if not free:
+                continue
+            self._queue.pop(entry.ticket)
+            lease = self._assign(self._pick(free, entry.requirements), entry.ticket, now - entry.enqueued_at)
+            entry.future.set_result(lease)
+        self._push_status()
+
+    def _push_status(self) -> None:
+        """Tell each waiter its position once per change of (position, queue length)."""
+        length = len(self._queue)
+        for position, entry in enumerate(list(self._queue.values()), start=1):
+            if entry.on_status is None or entry.last_sent == (position, length):
+                continue
+            entry.last_sent = (position, length)
+            status = QueueStatus(entry.ticket, position, length, self._eta(position, entry.requirements))
+            try:
+                entry.on_status(status)
+            except Exception:
+                log.exception("queue status callback for %s failed", entry.ticket)
+
+    def _eta(self, position: int, requirements: frozenset[str]) -> float:
+        slots = sum(
+            w.slots for w in self._workers.values() if w.health == Health.HEALTHY and w.can_serve(requirements)
+        )
+        return math.ceil(position / max(1, slots)) * self.avg_session_s

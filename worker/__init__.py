@@ -1,0 +1,1 @@
+"""A model worker: one FastAPI app owning one loaded backend and its sessions."""

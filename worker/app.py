@@ -1,0 +1,127 @@
+"""The worker's FastAPI app: loads its backend in the lifespan (in a thread), reports health
+and load progress, and runs realtime sessions on its internal WebSocket.
+
+States: LOADING -> IDLE <-> BUSY_HALF_DUPLEX / DUPLEX_ACTIVE <-> DUPLEX_PAUSED; any -> ERROR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from fastapi import FastAPI, WebSocket
+
+from core.config import AppConfig
+from core.processors import create_backend
+from core.processors.base import LoadProgress
+from core.protocol import Dialect
+from worker.session import RealtimeSession
+
+log = logging.getLogger(__name__)
+
+
+class WorkerState:
+    def __init__(self, worker_id: str, slots: int) -> None:
+        self.worker_id = worker_id
+        self.slots = slots
+        self.state = "LOADING"
+        self.error: str | None = None
+        self.progress = LoadProgress("starting", 0.0)
+        self.sessions: dict[str, str] = {}  # session id -> session state
+        self.started = time.time()
+        self.backend = None
+
+    def health(self) -> dict[str, Any]:
+        backend = self.backend
+        return {
+            "worker_id": self.worker_id,
+            "state": self.state,
+            "model_loaded": bool(backend is not None and backend.loaded and self.state != "ERROR"),
+            "load_progress": {"stage": self.progress.stage, "fraction": round(self.progress.fraction, 3),
+                              "detail": self.progress.detail},
+            "error": self.error,
+            "active_sessions": len(self.sessions),
+            "sessions": dict(self.sessions),
+            "slots": self.slots,
+            "capabilities": sorted(c.value for c in backend.capabilities) if backend is not None else [],
+            "backend": backend.name if backend is not None else None,
+            "uptime_s": round(time.time() - self.started, 1),
+        }
+
+    def refresh(self) -> None:
+        if self.state in ("LOADING", "ERROR"):
+            return
+        states = set(self.sessions.values())
+        for s in ("DUPLEX_ACTIVE", "BUSY_HALF_DUPLEX", "DUPLEX_PAUSED"):
+            if s in states:
+                self.state = s
+                return
+        self.state = "IDLE"
+
+
+def create_app(config: AppConfig, index: int = 0) -> FastAPI:
+    ws_state = WorkerState(f"w{index}", config.workers.slots)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        backend = create_backend(config.backend.name, config.backend_options())
+        ws_state.backend = backend
+
+        def progress(p: LoadProgress) -> None:
+            ws_state.progress = p
+
+        async def load() -> None:
+            try:
+                await asyncio.to_thread(backend.load, progress)
+                ws_state.state = "IDLE"
+                log.info("worker %s ready", ws_state.worker_id)
+            except Exception as exc:  # noqa: BLE001 - reported on /health
+                log.exception("model load failed")
+                ws_state.state = "ERROR"
+                ws_state.error = f"model load failed: {exc}"
+
+        loader = asyncio.create_task(load())
+        try:
+            yield
+        finally:
+            loader.cancel()
+            backend.close()
+
+    app = FastAPI(title=f"OmniDuplex worker {index}", lifespan=lifespan)
+    app.state.worker = ws_state
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return ws_state.health()
+
+    @app.websocket("/ws/realtime")
+    async def realtime(ws: WebSocket) -> None:
+        await ws.accept()
+        backend = ws_state.backend
+        if ws_state.state == "ERROR" or backend is None or not backend.loaded:
+            await ws.close(1013, "model is not loaded yet" if ws_state.state != "ERROR" else "worker failed")
+            return
+        if len(ws_state.sessions) >= ws_state.slots:
+            await ws.close(1013, "worker has no free slot")
+            return
+        beta = ws.query_params.get("dialect") == "beta" or "realtime=v1" in ws.headers.get("openai-beta", "")
+        session = RealtimeSession(
+            ws, backend, Dialect(beta), config.limits,
+            model=ws.query_params.get("model") or "omniduplex-cascade",
+            session_id=ws.query_params.get("session_id") or None,
+        )
+
+        def on_state(state: str) -> None:
+            ws_state.sessions[session.session_id] = state
+            ws_state.refresh()
+
+        try:
+            await session.run()
+        finally:
+            ws_state.sessions.pop(session.session_id, None)
+            ws_state.refresh()
+
+    return app
