@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs everything into .venv and starts OmniDuplex with the embedded CPU pipeline.
+# Installs everything into .venv (scripts/install.sh, skipped when up to date) and starts OmniDuplex:
+# the supervisor (core/supervisor.py) runs the model workers and the gateway, shows model loading,
+# restarts crashed processes and stops everything on Ctrl-C.
+#   ./start_all.sh [--config F] [--workers N] [--port P]
+# --config defaults to config.json; paths are relative to this directory.
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/install.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-# Gateway and workers arrive with the realtime server; for now: load the pipeline (converting
-# the model cache on first run) and hold one spoken round trip as a self-check.
-exec .venv/bin/python -m bench.pipeline --runs 1 "$@"
+# A later --config in "$@" wins over this default.
+exec .venv/bin/python -m core.supervisor --config config.json "$@"

@@ -244,13 +244,17 @@ class Supervisor:
         url = _connect_url(self.config.workers.host, port, "/health")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ready_timeout_s
-        last = None
+        last = last_error = None
         while True:
             health = await self._get_json(url)
             if health.get("model_loaded"):
                 self._say(f"[{name}] ready")
                 self._ready[name].set()
                 return
+            error = health.get("error")
+            if error and error != last_error:  # e.g. a failed model load: say so instead of waiting quietly
+                last_error = error
+                self._say(f"[{name}] {health.get('state', 'ERROR')}: {error}", err=True)
             progress = health.get("load_progress") or {}
             if isinstance(progress, dict) and progress:
                 stage, fraction, detail = progress.get("stage"), progress.get("fraction"), progress.get("detail")

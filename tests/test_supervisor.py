@@ -41,6 +41,9 @@ class Health(BaseHTTPRequestHandler):
         status, body = 200, {"state": "IDLE", "model_loaded": True}
         if role == "gateway" and t < 0.5:
             status, body = 503, {"ok": False}
+        elif role == "broken":
+            body = {"state": "ERROR", "model_loaded": False, "error": "model load failed: boom",
+                    "load_progress": {"stage": "llm", "fraction": 0.5, "detail": ""}}
         elif role == "worker":
             for until, stage, fraction, detail in STEPS:
                 if t < until:
@@ -180,6 +183,30 @@ async def test_progress_lines_then_ready_line(tmp_path, gateway_host):
     assert lines.count("[worker 0] loading: llm 35% loading smollm2") == 1  # printed on change only
     assert lines.index("[worker 0] ready") < lines.index(ready_line)
     assert f"[gateway] fake gateway on {gport}" in lines
+
+
+async def test_worker_load_error_is_reported_once(tmp_path):
+    fake = tmp_path / "fake_server.py"
+    fake.write_text(FAKE_SERVER)
+    config = make_config(workers=1)
+    out, err = io.StringIO(), io.StringIO()
+    sup = Supervisor(
+        config,
+        {"worker 0": [PY, str(fake), "broken", "127.0.0.1", str(config.workers.base_port)]},
+        poll_interval_s=0.05,
+        out=out,
+        err=err,
+    )
+    task = await start(sup)
+    try:
+        await wait_until(lambda: "[worker 0] ERROR: model load failed: boom" in err.getvalue(), what="error")
+        await asyncio.sleep(0.3)
+    finally:
+        await sup.stop()
+        await task
+    assert err.getvalue().count("model load failed: boom") == 1
+    assert "[worker 0] loading: llm 50%" in out.getvalue()
+    assert "[worker 0] ready" not in out.getvalue()
 
 
 async def test_worker_not_ready_in_time_warns_and_keeps_running():

@@ -104,7 +104,13 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         if ws_state.state == "ERROR" or backend is None or not backend.loaded:
             await ws.close(1013, "model is not loaded yet" if ws_state.state != "ERROR" else "worker failed")
             return
-        if len(ws_state.sessions) >= ws_state.slots:
+        # The gateway frees a slot as soon as its relay ends; the previous session may still be
+        # tearing down here for a few milliseconds, so wait briefly before refusing.
+        for _ in range(40):
+            if len(ws_state.sessions) < ws_state.slots:
+                break
+            await asyncio.sleep(0.05)
+        else:
             await ws.close(1013, "worker has no free slot")
             return
         beta = ws.query_params.get("dialect") == "beta" or "realtime=v1" in ws.headers.get("openai-beta", "")
@@ -118,6 +124,8 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
             ws_state.sessions[session.session_id] = state
             ws_state.refresh()
 
+        session.on_state = on_state
+        on_state("DUPLEX_ACTIVE")  # a new session starts with server_vad on, as in the API
         try:
             await session.run()
         finally:

@@ -1,0 +1,123 @@
+"""Real processes for end-to-end tests: workers and a gateway started with ``python -m``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port_block(n: int) -> int:
+    """A base port with ``n`` consecutive free ports."""
+    for _ in range(50):
+        base = free_port()
+        if base + n > 65000:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port block")
+
+
+class Stack:
+    """N workers + one gateway on free ports, sharing the repo's model cache."""
+
+    def __init__(self, tmp: Path, workers: int = 1, **overrides) -> None:
+        self.tmp = tmp
+        self.base_port = free_port_block(workers)
+        self.port = free_port()
+        config = {
+            "data_dir": str(ROOT / "data"),
+            "gateway": {"port": self.port},
+            "workers": {"count": workers, "base_port": self.base_port},
+            "health": {"interval_s": 0.2, "timeout_s": 1.0, "jitter": 0.1},
+        }
+        for section, values in overrides.items():
+            config.setdefault(section, {}).update(values)
+        self.config_path = tmp / "config.json"
+        self.config_path.write_text(json.dumps(config))
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.n = workers
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def worker_url(self, i: int = 0) -> str:
+        return f"http://127.0.0.1:{self.base_port + i}"
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+        log = open(self.tmp / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", *args, "--config", str(self.config_path)], cwd=ROOT, env=env,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def start_worker(self, i: int) -> None:
+        self._spawn(f"worker{i}", ["worker", "--index", str(i)])
+
+    def start(self, timeout: float = 180.0) -> Stack:
+        for i in range(self.n):
+            self.start_worker(i)
+        self._spawn("gateway", ["gateway"])
+        self.wait_healthy(self.n, timeout)
+        return self
+
+    def health(self) -> dict:
+        return httpx.get(f"{self.url}/health", timeout=2).json()
+
+    def wait_healthy(self, count: int, timeout: float = 180.0) -> dict:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None and name == "gateway":
+                    raise RuntimeError(f"gateway exited: {(self.tmp / 'gateway.log').read_text()[-2000:]}")
+            try:
+                last = self.health()
+                if last["workers_healthy"] >= count:
+                    return last
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        logs = "\n".join(p.read_text()[-1500:] for p in self.tmp.glob("*.log"))
+        raise RuntimeError(f"stack not healthy in {timeout}s: {last}\n{logs}")
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with_group = os.getpgid(proc.pid)
+                os.killpg(with_group, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
