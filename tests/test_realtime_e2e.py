@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("stack"), workers=1, queue={"capacity": 3}).start()
+    s = Stack(tmp_path_factory.mktemp("stack"), workers=1, queue={"capacity": 3}, limits={"pause_timeout_s": 2}).start()
     yield s
     s.stop()
 
@@ -266,6 +266,47 @@ async def test_pause_resume(stack):
         assert w["state"] == "DUPLEX_PAUSED"
         await ws.send(json.dumps({"type": "session.resume"}))
         await recv_until(ws, "session.resumed")
+        # paused longer than the server's limit (2 s here): ended with a clear error and 4002
+        await ws.send(json.dumps({"type": "session.pause"}))
+        await recv_until(ws, "session.paused")
+        err = await recv_until(ws, "error", timeout=5)
+        assert err["error"]["code"] == "pause_timeout"
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 5)
+        assert closed.value.rcvd.code == 4002
+    await wait_idle(stack)
+
+
+async def test_items_images_truncate_delete_retrieve(stack):
+    import cv2
+
+    image = np.full((120, 160, 3), (30, 160, 40), dtype=np.uint8)  # green
+    jpeg = base64.b64encode(cv2.imencode(".jpg", image)[1].tobytes()).decode()
+    async with websockets.connect(ws_url(stack)) as ws:
+        await recv_until(ws, "session.created")
+        await ws.send(json.dumps({"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}))
+        await recv_until(ws, "session.updated")
+        await ws.send(json.dumps({"type": "input_image_buffer.append", "image": jpeg}))
+        await ws.send(json.dumps({"type": "input_image_buffer.append", "image": base64.b64encode(b"junk").decode()}))
+        assert (await recv_until(ws, "error"))["error"]["code"] == "invalid_image"
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+                      "content": [{"type": "input_image", "image_url": f"data:image/jpeg;base64,{jpeg}"}]}}))
+        added = await recv_until(ws, "conversation.item.added")
+        await ws.send(json.dumps({"type": "conversation.item.retrieve", "item_id": added["item"]["id"]}))
+        retrieved = await recv_until(ws, "conversation.item.retrieved")
+        assert "green" in retrieved["item"]["content"][0]["text"]
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+                      "content": [{"type": "input_text", "text": "Describe Paris in two sentences."}]}}))
+        await ws.send(json.dumps({"type": "response.create"}))
+        done = await recv_until(ws, "response.done", timeout=60)
+        item_id = done["response"]["output"][0]["id"]
+        await ws.send(json.dumps({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
+                                  "audio_end_ms": 300}))
+        assert (await recv_until(ws, "conversation.item.truncated"))["audio_end_ms"] == 300
+        await ws.send(json.dumps({"type": "conversation.item.delete", "item_id": added["item"]["id"]}))
+        await recv_until(ws, "conversation.item.deleted")
+        await ws.send(json.dumps({"type": "conversation.item.delete", "item_id": added["item"]["id"]}))
+        assert (await recv_until(ws, "error"))["error"]["code"] == "item_not_found"
     await wait_idle(stack)
 
 
