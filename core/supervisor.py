@@ -32,7 +32,9 @@ def worker_name(index: int) -> str:
 def child_commands(config: AppConfig, config_path: str, passthrough: list[str]) -> dict[str, list[str]]:
     """The real children: workers first, gateway last (stop order is the reverse)."""
     commands = {
-        worker_name(i): [sys.executable, "-m", "worker", "--config", config_path, "--index", str(i), *passthrough]
+        worker_name(i): [
+            sys.executable, "-m", "worker", "--config", config_path, "--index", str(i), *passthrough
+        ]
         for i in range(config.workers.count)
     }
     commands[GATEWAY] = [sys.executable, "-m", "gateway", "--config", config_path, *passthrough]
@@ -108,7 +110,8 @@ class Supervisor:
         self._running = True
         # trust_env=False: a proxy from the environment must not intercept loopback health checks.
         self._client = httpx.AsyncClient(timeout=2.0, trust_env=False)
-        self._ready = {name: asyncio.Event() for name in self.commands if self._worker_index(name) is not None}
+        workers = [name for name in self.commands if self._worker_index(name) is not None]
+        self._ready = {name: asyncio.Event() for name in workers}
         keepers = [asyncio.create_task(self._keep_running(name)) for name in self.commands]
         announce = asyncio.create_task(self._announce()) if GATEWAY in self.commands else None
         try:
@@ -257,7 +260,7 @@ class Supervisor:
                 self._say(f"[{name}] {health.get('state', 'ERROR')}: {error}", err=True)
             progress = health.get("load_progress") or {}
             if isinstance(progress, dict) and progress:
-                stage, fraction, detail = progress.get("stage"), progress.get("fraction"), progress.get("detail")
+                stage, fraction, detail = (progress.get(k) for k in ("stage", "fraction", "detail"))
                 pct = f"{fraction:.0%}" if isinstance(fraction, (int, float)) else None
                 if (stage, pct) != last:
                     last = (stage, pct)
@@ -310,7 +313,7 @@ def serve(supervisor: Supervisor) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.supervisor", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m core.supervisor", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="config.json", help="JSON config file (default: config.json)")
     parser.add_argument("--workers", type=int, help="number of local workers (overrides workers.count)")
     parser.add_argument("--port", type=int, help="gateway port (overrides gateway.port)")

@@ -199,7 +199,8 @@ async def test_worker_load_error_is_reported_once(tmp_path):
     )
     task = await start(sup)
     try:
-        await wait_until(lambda: "[worker 0] ERROR: model load failed: boom" in err.getvalue(), what="error")
+        reported = "[worker 0] ERROR: model load failed: boom"
+        await wait_until(lambda: reported in err.getvalue(), what="the error line")
         await asyncio.sleep(0.3)
     finally:
         await sup.stop()
@@ -221,7 +222,8 @@ async def test_worker_not_ready_in_time_warns_and_keeps_running():
     )
     task = await start(sup)
     try:
-        await wait_until(lambda: "WARNING: worker 0 is not ready after 0.3s" in err.getvalue(), what="warning")
+        warning = "WARNING: worker 0 is not ready after 0.3s"
+        await wait_until(lambda: warning in err.getvalue(), what="the warning")
         pid = sup.children["worker 0"]
         assert not gone(pid)
     finally:
@@ -329,5 +331,7 @@ def test_child_commands_pass_config_index_and_overrides():
     assert commands["worker 1"] == [
         PY, "-m", "worker", "--config", "my.json", "--index", "1", "--workers", "2", "--port", "9000"
     ]
-    assert commands["gateway"] == [PY, "-m", "gateway", "--config", "my.json", "--workers", "2", "--port", "9000"]
+    assert commands["gateway"] == [
+        PY, "-m", "gateway", "--config", "my.json", "--workers", "2", "--port", "9000"
+    ]
     assert child_commands(config, "config.json", [])["gateway"][3:] == ["--config", "config.json"]
