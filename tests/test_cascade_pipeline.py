@@ -252,3 +252,27 @@ def test_turn_detection_settings_are_validated():
         TurnDetection(threshold=1.5)
     with pytest.raises(ValueError):
         ConversationConfig(bogus=True)
+
+
+async def test_closing_a_session_whose_reply_is_still_queued_does_not_stall_others(cascade_backend):
+    """Regression: a reply whose LLM job was cancelled before it started used to leave the TTS
+    thread waiting forever, so every later reply hung without audio."""
+    busy = cascade_backend.open_conversation(ConversationConfig(turn_detection=None, max_output_tokens=200))
+    busy_events = Collector(busy)
+    await busy.add_text("Tell me a long story about a brave knight.")
+    await busy.create_response()
+    await busy_events.wait_for("text_delta", timeout=30)
+    queued = cascade_backend.open_conversation(ConversationConfig(turn_detection=None))
+    await queued.add_text("Hello!")
+    await queued.create_response()  # its LLM job waits behind the busy one
+    await asyncio.sleep(0.1)  # let the reply's task submit its jobs to the stage threads
+    await queued.close()
+    await busy.cancel_response()
+    await busy.close()
+    fresh = cascade_backend.open_conversation(ConversationConfig(turn_detection=None, max_output_tokens=30))
+    events = Collector(fresh)
+    await fresh.add_text("Say hello.")
+    await fresh.create_response()
+    done = await events.wait_for("response_done", timeout=30)
+    assert done.status in ("completed", "incomplete") and events.of("audio_chunk")
+    await fresh.close()

@@ -646,7 +646,15 @@ class CascadeConversation(Conversation):
 
         def run_tts() -> None:
             while True:
-                text = segments.get()
+                try:
+                    # A timeout, not a plain get(): if the LLM job never ran (its future was
+                    # cancelled while queued) no end marker comes, and this thread must not
+                    # wait forever and block every later reply's synthesis.
+                    text = segments.get(timeout=0.25)
+                except queue.Empty:
+                    if resp.cancel.is_set():
+                        return
+                    continue
                 if text is None or resp.cancel.is_set():
                     return
                 seg = _Segment(text)
@@ -676,6 +684,9 @@ class CascadeConversation(Conversation):
                 await tts_future
             if stats.stop_reason == "length":
                 status, reason = "incomplete", "max_output_tokens"
+        except asyncio.CancelledError:
+            resp.cancel.set()  # session closing: stop the threads even if a job never started
+            raise
         except Exception as exc:  # noqa: BLE001 - one failed reply must not end the session
             log.exception("response failed")
             resp.cancel.set()
