@@ -22,10 +22,10 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
+import numpy as np
+import psutil
 
-from bench.stats import summary  # noqa: E402
+from bench.stats import summary
 
 TEXT_PROMPTS = [
     "What is the capital of France?",

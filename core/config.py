@@ -108,6 +108,24 @@ def _set_path(tree: dict, dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def add_cli_arguments(parser) -> None:
+    """The flags every entry point shares (CLI beats config.json beats defaults)."""
+    parser.add_argument("--config", default="config.json", help="JSON config file (default: config.json)")
+    parser.add_argument("--workers", type=int, help="number of local workers (overrides workers.count)")
+    parser.add_argument("--port", type=int, help="gateway port (overrides gateway.port)")
+
+
+def config_from_cli(args) -> AppConfig:
+    """Load the config named by ``add_cli_arguments`` flags; a bad one exits 2 with the reason."""
+    import sys
+
+    try:
+        return load_config(args.config, {"workers.count": args.workers, "gateway.port": args.port})
+    except ConfigError as exc:
+        print(f"omniduplex: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> AppConfig:
     """Read ``path`` (if it exists), apply dotted ``overrides`` (CLI), validate."""
     tree: dict[str, Any] = {}

@@ -20,7 +20,7 @@ from typing import TextIO
 
 import httpx
 
-from core.config import AppConfig, ConfigError, load_config
+from core.config import AppConfig, add_cli_arguments, config_from_cli
 
 GATEWAY = "gateway"
 
@@ -314,15 +314,12 @@ def serve(supervisor: Supervisor) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m core.supervisor", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="config.json", help="JSON config file (default: config.json)")
-    parser.add_argument("--workers", type=int, help="number of local workers (overrides workers.count)")
-    parser.add_argument("--port", type=int, help="gateway port (overrides gateway.port)")
+    add_cli_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        config = load_config(args.config, {"workers.count": args.workers, "gateway.port": args.port})
-    except ConfigError as exc:
-        print(f"omniduplex: {exc}", file=sys.stderr)
-        return 2
+        config = config_from_cli(args)
+    except SystemExit as exc:
+        return int(exc.code or 2)
     passthrough = []
     if args.workers is not None:
         passthrough += ["--workers", str(args.workers)]

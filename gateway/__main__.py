@@ -4,24 +4,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
 import uvicorn
 
-from core.config import ConfigError, load_config
+from core.config import add_cli_arguments, config_from_cli
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__)
-    parser.add_argument("--config", default="config.json")
-    parser.add_argument("--port", type=int, help="override gateway.port")
-    parser.add_argument("--workers", type=int, help="override workers.count")
+    add_cli_arguments(parser)
     args = parser.parse_args()
-    try:
-        config = load_config(args.config, {"gateway.port": args.port, "workers.count": args.workers})
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        sys.exit(2)
+    config = config_from_cli(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gateway %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     from gateway.app import create_app

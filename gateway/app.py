@@ -185,7 +185,7 @@ class RealtimeProxy:
                 url, open_timeout=5, max_size=self.config.limits.max_message_bytes, ping_interval=20,
                 ping_timeout=20, compression=None,
             )
-        except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError, websockets.WebSocketException) as exc:
             self.pool.report_failure(worker.id, f"connect failed: {exc}")
             await self._send(error_event("the assigned worker could not be reached; please reconnect",
                                          "worker_unavailable", kind="server_error"))

@@ -26,9 +26,9 @@ import math
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Iterable
 
 log = logging.getLogger(__name__)
 

@@ -229,7 +229,7 @@ async def test_barge_in_cancels_and_stops_audio(stack, tts):
         while time.monotonic() < t_end:
             try:
                 after.append(json.loads(await asyncio.wait_for(ws.recv(), t_end - time.monotonic())))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
         assert not [e for e in after if e["type"] == "response.output_audio.delta" and e["response_id"] == rid]
         sender.cancel()

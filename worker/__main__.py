@@ -4,26 +4,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
 import uvicorn
 
-from core.config import ConfigError, load_config
+from core.config import add_cli_arguments, config_from_cli
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__)
-    parser.add_argument("--config", default="config.json")
+    add_cli_arguments(parser)
     parser.add_argument("--index", type=int, default=0, help="worker index; port = workers.base_port + index")
-    parser.add_argument("--workers", type=int, help="override workers.count")
-    parser.add_argument("--port", type=int, help="override gateway.port (checked against worker ports)")
     parser.add_argument("--worker-port", type=int, help="listen on this port instead of base_port + index")
     args = parser.parse_args()
-    try:
-        config = load_config(args.config, {"workers.count": args.workers, "gateway.port": args.port})
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        sys.exit(2)
+    config = config_from_cli(args)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s w{args.index} %(levelname)s %(name)s: %(message)s")
     from worker.app import create_app
 

@@ -78,7 +78,7 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
                 await asyncio.to_thread(backend.load, progress)
                 ws_state.state = "IDLE"
                 log.info("worker %s ready", ws_state.worker_id)
-            except Exception as exc:  # noqa: BLE001 - reported on /health
+            except Exception as exc:
                 log.exception("model load failed")
                 ws_state.state = "ERROR"
                 ws_state.error = f"model load failed: {exc}"

@@ -141,7 +141,7 @@ class RealtimeSession:
             writer = tasks[0]
             try:
                 await asyncio.wait_for(writer, timeout=2.0)
-            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - socket may be gone
+            except (TimeoutError, Exception):  # noqa: BLE001 - socket may be gone
                 writer.cancel()
             try:
                 await self.ws.close(self.close_code, self.close_reason)
@@ -197,7 +197,7 @@ class RealtimeSession:
                 ev_id = data.get("event_id") if isinstance(data, dict) else None
                 self.send_error(exc.message, exc.code, exc.param, ev_id if isinstance(ev_id, str) else None)
 
-    async def _handle(self, ev) -> None:  # noqa: C901 - one branch per event type
+    async def _handle(self, ev) -> None:
         conv = self.conv
         if isinstance(ev, InputAudioBufferAppend):
             if self.paused_at is not None:

@@ -314,9 +314,9 @@ def resolve_dtypes(name: str) -> tuple[torch.dtype, torch.dtype]:
 
 
 def _int8_linear(layer: torch.nn.Linear) -> torch.nn.Module:
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
     import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

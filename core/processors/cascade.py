@@ -449,7 +449,7 @@ class CascadeConversation(Conversation):
                 result = await self._loop.run_in_executor(
                     self._backend.asr_pool, self._backend.asr.transcribe, segment
                 )
-        except Exception as exc:  # noqa: BLE001 - reported to the client, session goes on
+        except Exception as exc:
             log.exception("transcription failed")
             self._emit(ConversationError("transcription_failed", f"transcription failed: {exc}"))
             return
@@ -687,7 +687,7 @@ class CascadeConversation(Conversation):
         except asyncio.CancelledError:
             resp.cancel.set()  # session closing: stop the threads even if a job never started
             raise
-        except Exception as exc:  # noqa: BLE001 - one failed reply must not end the session
+        except Exception as exc:
             log.exception("response failed")
             resp.cancel.set()
             status, reason = "failed", "server_error"
