@@ -38,8 +38,10 @@ def test_backend_llm_answers_greedily_like_transformers(cascade_backend):
 
     pieces: list[str] = []
     stats = cascade_backend.llm.generate(
-        [{"role": "user", "content": "What is the capital of France?"}], KvState(), pieces.append,
+        [{"role": "system", "content": cascade_backend.options.instructions},
+         {"role": "user", "content": "What is the capital of France?"}], KvState(), pieces.append,
         threading.Event(), max_tokens=12, temperature=0.0,
     )
-    assert "Paris" in "".join(pieces)
+    # the exact greedy answer float32 gives: lower-precision paths must not change it
+    assert "".join(pieces).startswith("The capital of France is Paris")
     assert stats.output_tokens > 0
