@@ -12,7 +12,7 @@ Our extensions are namespaced (``queue.*``, ``input_image_buffer.append``, ``ses
 from __future__ import annotations
 
 import secrets
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -115,7 +115,7 @@ _CLIENT_MODELS = (
     SessionPause,
     SessionResume,
 )
-ClientEvent = Annotated[_CLIENT_MODELS, Field(discriminator="type")]  # type: ignore[valid-type]
+ClientEvent = Annotated[Union[_CLIENT_MODELS], Field(discriminator="type")]  # type: ignore[valid-type]  # noqa: UP007
 _CLIENT_EVENT = TypeAdapter(ClientEvent)
 CLIENT_EVENT_TYPES = frozenset(m.model_fields["type"].annotation.__args__[0] for m in _CLIENT_MODELS)
 

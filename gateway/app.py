@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import websockets
@@ -21,6 +22,7 @@ from core.config import AppConfig
 from core.processors.base import new_id
 from core.protocol import error_event, server_event
 from gateway.health import HealthChecker
+from gateway.pages import install_pages
 from gateway.relay import relay
 from gateway.worker_pool import (
     Lease,
@@ -33,6 +35,7 @@ from gateway.worker_pool import (
 
 log = logging.getLogger(__name__)
 
+ROOT = Path(__file__).resolve().parent.parent
 MAX_EARLY_MESSAGES = 256  # client events sent while queued, forwarded once assigned
 CLOSE_TRY_AGAIN = 1013
 
@@ -83,6 +86,7 @@ def create_app(config: AppConfig) -> FastAPI:
         await ws.accept()
         await RealtimeProxy(ws, pool, config).run()
 
+    install_pages(app, ROOT / "static")
     return app
 
 

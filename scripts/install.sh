@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
 # Installs everything OmniDuplex needs into ./.venv (idempotent; skips work when up to date).
 # CPU build of torch pinned for this environment; see docs/operations.md for CUDA hosts.
+#   scripts/install.sh                  Python environment only (what start_all.sh needs)
+#   scripts/install.sh --with-browser   also Debian chromium + chromium-driver (browser tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "--with-browser" ] && { [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; }; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "[install] installing Debian chromium + chromium-driver for the browser tests"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "[install] chromium/chromedriver missing and apt-get unavailable (need root): browser tests will be skipped"
+  fi
+fi
 
 PYTHON=${PYTHON:-python3}
 TORCH_SPEC=${OMNIDUPLEX_TORCH:-torch==2.13.0}

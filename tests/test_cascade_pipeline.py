@@ -77,14 +77,19 @@ async def test_spoken_round_trip(cascade_backend, rate, realtime):
 
 
 async def test_pause_inside_an_utterance_is_not_a_turn(cascade_backend):
-    """A 350 ms pause is long enough to start a speculative reply, too short to end the turn:
+    """A 300 ms pause is long enough to start a speculative reply, too short to end the turn:
     the client must see one turn with the whole question and one reply, nothing from the
     dropped speculation."""
     rate = 16000
     conv = cascade_backend.open_conversation(ConversationConfig(input_sample_rate=rate))
     events = Collector(conv)
-    audio = (silence(0.5, rate) + speech_pcm(cascade_backend, "Tell me about", rate) + silence(0.35, rate)
-             + speech_pcm(cascade_backend, "the weather in London today.", rate) + silence(1.5, rate))
+    def trimmed(text: str) -> bytes:  # Piper pads clips with silence; cut it so the gap is exact
+        pcm = speech_pcm(cascade_backend, text, rate)
+        first, last = voiced_bounds_ms(pcm, rate)
+        return pcm[int(first * rate / 1000) * 2 : int(last * rate / 1000) * 2]
+
+    audio = (silence(0.5, rate) + trimmed("Tell me about") + silence(0.3, rate)
+             + trimmed("the weather in London today.") + silence(1.5, rate))
     await stream(conv, audio, rate, realtime=True)
     done = await events.wait_for("response_done", timeout=60)
     order = [e.type for _, e in events.events if e.type not in ("text_delta", "audio_chunk")]

@@ -1,0 +1,340 @@
+// One audio duplex session: mic -> capture worklet -> WebSocket (OpenAI Realtime GA dialect)
+// -> player worklet. UI-free: it emits events and keeps its state in plain fields so the page
+// (and tests, through window.omni) can read them.
+import { AudioPlayer } from "./audio-player.js";
+
+const RATE = 24000; // the wire rate, both directions
+const FRAME_MS = 40;
+
+// Echo guard (simple ducking gate). Even with the browser's echo cancellation, the assistant's
+// own voice coming out of the speakers can reach the mic loud enough for server VAD to call it
+// a barge-in, and the assistant would interrupt itself. So while the assistant is audibly
+// playing, a mic frame is sent only if it is clearly louder than what we are playing
+// (ECHO_RATIO times the playback level, and at least ECHO_FLOOR); quieter frames are replaced
+// by silence (not dropped, so the server's audio timeline stays continuous). A user who
+// really talks over the assistant is louder at the mic than the echo and still gets through.
+const ECHO_RATIO = 0.6;
+const ECHO_FLOOR = 0.015;
+const ECHO_HANGOVER_MS = 250; // room reverb outlives the last played sample a little
+
+export class MicError extends Error {
+  constructor(kind, message) {
+    super(message);
+    this.kind = kind;
+  }
+}
+
+export class DuplexSession extends EventTarget {
+  constructor({ url, model = "omniduplex-cascade", silenceMs = 500 } = {}) {
+    super();
+    const proto = location.protocol === "https:" ? "wss:" : "ws:";
+    this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}`;
+    this.silenceMs = silenceMs;
+    this.state = "idle";
+    this.queue = null; // {position, queue_length, eta_s}
+    this.transcripts = []; // {role, text, item}
+    this.lastMetrics = null;
+    this.paused = false;
+    this.framesSent = 0;
+    this.framesGated = 0;
+    this.error = null;
+    this._assistant = new Map(); // item id -> transcript entry
+    this._truncated = new Set(); // items we already sent conversation.item.truncate for
+    this._interrupted = new Set(); // items cut off by the user: late deltas are dropped
+    this.truncates = []; // {item_id, audio_end_ms}, for display and tests
+    this._currentItem = null; // assistant item whose audio is playing/streaming
+    this._lastLoudPlayback = 0;
+    this._playLevel = 0;
+    this._userSpeaking = false;
+  }
+
+  _set(state, detail = {}) {
+    this.state = state;
+    this.dispatchEvent(new CustomEvent("state", { detail: { state, ...detail } }));
+  }
+
+  _emit(type, detail) {
+    this.dispatchEvent(new CustomEvent(type, { detail }));
+  }
+
+  get playedMs() {
+    return this.player ? this.player.totalPlayedMs : 0;
+  }
+
+  get bufferedMs() {
+    return this.player ? this.player.bufferedMs : 0;
+  }
+
+  get gaps() {
+    return this.player ? this.player.stats.gaps : 0;
+  }
+
+  /** Mic first (so a refusal is reported before we take a queue slot), then the socket. */
+  async start() {
+    this._set("starting");
+    if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
+      throw new MicError("insecure", "This browser gives no microphone access here. Open the page over HTTPS or from localhost.");
+    }
+    try {
+      this.stream = await navigator.mediaDevices.getUserMedia({
+        audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
+      });
+    } catch (e) {
+      const name = e && e.name;
+      if (name === "NotAllowedError" || name === "SecurityError") {
+        throw new MicError("denied", "Microphone permission was denied. Allow the microphone for this site (the icon in the address bar) and press Start again.");
+      }
+      if (name === "NotFoundError" || name === "OverconstrainedError") {
+        throw new MicError("missing", "No microphone was found. Plug one in (or enable it in system settings) and press Start again.");
+      }
+      if (name === "NotReadableError") {
+        throw new MicError("busy", "The microphone is in use by another application or could not be opened. Close the other app and press Start again.");
+      }
+      throw new MicError("other", `Could not open the microphone: ${e && e.message ? e.message : e}`);
+    }
+    await this._startAudio();
+    this._connect();
+  }
+
+  async _startAudio() {
+    try {
+      this.ctx = new AudioContext({ sampleRate: RATE, latencyHint: "interactive" });
+    } catch {
+      this.ctx = new AudioContext({ latencyHint: "interactive" }); // the worklets resample
+    }
+    if (this.ctx.state === "suspended") await this.ctx.resume().catch(() => {});
+    const base = new URL(".", import.meta.url);
+    await this.ctx.audioWorklet.addModule(new URL("capture-processor.js", base));
+    this.player = new AudioPlayer(this.ctx, { sourceRate: RATE });
+    await this.player.start();
+    this.player.addEventListener("progress", (e) => this._onProgress(e.detail));
+    let source;
+    try {
+      source = this.ctx.createMediaStreamSource(this.stream);
+    } catch {
+      // Some browsers cannot feed a mic into a context at another rate: capture at native rate.
+      this.captureCtx = new AudioContext();
+      await this.captureCtx.audioWorklet.addModule(new URL("capture-processor.js", base));
+      source = this.captureCtx.createMediaStreamSource(this.stream);
+    }
+    const cctx = this.captureCtx || this.ctx;
+    this.capture = new AudioWorkletNode(cctx, "capture-processor", {
+      numberOfInputs: 1, numberOfOutputs: 0, channelCount: 1, channelCountMode: "explicit",
+      processorOptions: { targetRate: RATE, frameMs: FRAME_MS },
+    });
+    this.capture.port.onmessage = (e) => this._onFrame(e.data);
+    source.connect(this.capture);
+  }
+
+  _onProgress(stats) {
+    if (stats.level > 0.002) {
+      this._lastLoudPlayback = performance.now();
+      this._playLevel = stats.level;
+    }
+    const audible = stats.playing || stats.buffered > 0;
+    if (this.state === "speaking" && !audible && !this._streaming) this._set("listening");
+    else if (audible && (this.state === "listening" || this.state === "thinking")) this._set("speaking");
+    this._emit("progress", stats);
+  }
+
+  _echoGate(rms) {
+    const recent = performance.now() - this._lastLoudPlayback < ECHO_HANGOVER_MS;
+    if (!recent) return true;
+    return rms >= Math.max(ECHO_FLOOR, this._playLevel * ECHO_RATIO);
+  }
+
+  _onFrame({ pcm, rms }) {
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN || this.paused) return;
+    let bytes = new Uint8Array(pcm);
+    if (!this._echoGate(rms)) {
+      bytes = new Uint8Array(bytes.length); // silence in place of probable echo
+      this.framesGated++;
+    }
+    this._send({ type: "input_audio_buffer.append", audio: b64(bytes) });
+    this.framesSent++;
+    this.micLevel = rms;
+  }
+
+  _send(event) {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(event));
+  }
+
+  _connect() {
+    this._set("connecting");
+    const ws = (this.ws = new WebSocket(this.url));
+    ws.onmessage = (e) => {
+      let ev;
+      try {
+        ev = JSON.parse(e.data);
+      } catch {
+        return;
+      }
+      this._onEvent(ev);
+    };
+    ws.onclose = (e) => {
+      this._stopAudio();
+      const reason = closeReason(e.code, e.reason);
+      this._set("closed", { code: e.code, reason });
+      this._emit("closed", { code: e.code, reason });
+    };
+    ws.onerror = () => this._emit("log", { level: "error", text: "WebSocket error" });
+  }
+
+  _onEvent(ev) {
+    switch (ev.type) {
+      case "queue.position":
+        this.queue = { position: ev.position, queue_length: ev.queue_length, eta_s: ev.eta_s };
+        this._set("queued", this.queue);
+        break;
+      case "queue.assigned":
+        this.queue = null;
+        this._set("assigned", { worker_id: ev.worker_id, queued_s: ev.queued_s });
+        break;
+      case "session.created":
+        this._send({
+          type: "session.update",
+          session: {
+            type: "realtime",
+            audio: { input: {
+              format: { type: "audio/pcm", rate: RATE },
+              turn_detection: { type: "server_vad", silence_duration_ms: this.silenceMs },
+            } },
+          },
+        });
+        this._set("listening");
+        break;
+      case "input_audio_buffer.speech_started":
+        this._userSpeaking = true;
+        this._bargeIn();
+        this._set("hearing");
+        break;
+      case "input_audio_buffer.speech_stopped":
+        this._userSpeaking = false;
+        this._set("thinking");
+        break;
+      case "conversation.item.input_audio_transcription.completed":
+        this.transcripts.push({ role: "user", text: ev.transcript || "", item: ev.item_id });
+        this._emit("transcript", { role: "user" });
+        break;
+      case "response.created":
+        this._streaming = true;
+        this._currentItem = null; // the previous reply is history now
+        break;
+      case "response.output_item.added":
+        if (ev.item && ev.item.id) this._currentItem = ev.item.id;
+        break;
+      case "response.output_audio.delta":
+        // Deltas already in flight when the user barged in must not start playing again.
+        if (this._truncated.has(ev.item_id) || this._interrupted.has(ev.item_id)) break;
+        this._currentItem = ev.item_id;
+        this.player.push(ev.item_id, ev.delta);
+        if (this.state !== "speaking" && this.state !== "hearing") this._set("speaking");
+        break;
+      case "response.output_audio.done":
+        this.player.end(ev.item_id);
+        break;
+      case "response.output_audio_transcript.delta":
+      case "response.output_text.delta": {
+        let entry = this._assistant.get(ev.item_id);
+        if (!entry) {
+          entry = { role: "assistant", text: "", item: ev.item_id };
+          this._assistant.set(ev.item_id, entry);
+          this.transcripts.push(entry);
+        }
+        entry.text += ev.delta || "";
+        this._emit("transcript", { role: "assistant" });
+        break;
+      }
+      case "response.done": {
+        this._streaming = false;
+        const r = ev.response || {};
+        if (r.status === "cancelled") {
+          this._bargeIn();
+          const entry = (r.output || []).map((o) => this._assistant.get(o.id)).find(Boolean);
+          if (entry) entry.interrupted = true;
+          this._emit("transcript", { role: "assistant" });
+        } else {
+          for (const o of r.output || []) this.player.end(o.id);
+        }
+        if (!this._userSpeaking && this.state === "thinking") this._set("listening");
+        break;
+      }
+      case "session.metrics":
+        this.lastMetrics = ev.metrics || ev;
+        this._emit("metrics", this.lastMetrics);
+        break;
+      case "session.paused":
+        this.paused = true;
+        this._set("paused", { pause_timeout_s: ev.pause_timeout_s });
+        break;
+      case "session.resumed":
+        this.paused = false;
+        this._set("listening");
+        break;
+      case "error":
+        this.error = ev.error || ev;
+        this._emit("log", { level: "error", text: `${this.error.code || "error"}: ${this.error.message || ""}` });
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** Stop playback now and tell the server how much of the reply was heard. */
+  async _bargeIn() {
+    const item = this._currentItem;
+    if (!this.player) return;
+    if (item && this._streaming) this._interrupted.add(item);
+    const res = await this.player.flush();
+    if (!item || this._truncated.has(item)) return;
+    // Nothing dropped and the item was fully played: the history is already right.
+    if (res.dropped === 0 && !this._streaming) return;
+    this._truncated.add(item);
+    const playedMs = Math.floor(((res.played[item] || 0) * 1000) / this.ctx.sampleRate);
+    this._send({ type: "conversation.item.truncate", item_id: item, content_index: 0, audio_end_ms: playedMs });
+    this.truncates.push({ item_id: item, audio_end_ms: playedMs });
+    this._emit("log", { level: "info", text: `interrupted: truncated ${item} at ${playedMs} ms` });
+  }
+
+  pause() {
+    this._send({ type: "session.pause" });
+    this.paused = true; // stop sending at once; the server confirms with session.paused
+  }
+
+  resume() {
+    this._send({ type: "session.resume" });
+  }
+
+  _stopAudio() {
+    if (this.stream) this.stream.getTracks().forEach((t) => t.stop());
+    if (this.capture) this.capture.port.onmessage = null;
+    if (this.player) this.player.stop();
+    for (const c of [this.ctx, this.captureCtx]) if (c && c.state !== "closed") c.close().catch(() => {});
+    this.stream = null;
+  }
+
+  stop() {
+    if (this.ws && this.ws.readyState <= WebSocket.OPEN) this.ws.close(1000, "client stop");
+    else this._stopAudio();
+  }
+}
+
+function b64(bytes) {
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+
+function closeReason(code, reason) {
+  const known = {
+    1000: "Session ended.",
+    1006: "Connection lost.",
+    1008: "The server refused this session (no capable worker, or the client was too slow).",
+    1011: "The model worker failed. Press Start to reconnect.",
+    1013: "The server is busy (queue full or wait exceeded). Try again in a moment.",
+    4001: "Closed after being idle.",
+    4002: "Closed: paused for too long.",
+    4003: "Maximum session length reached.",
+  };
+  return `${known[code] || `Closed (${code}).`}${reason ? ` ${reason}` : ""}`;
+}

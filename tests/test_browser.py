@@ -1,0 +1,246 @@
+"""The audio duplex page in a real browser: headless Chromium with a fake microphone that plays a
+WAV file, against real worker and gateway processes.
+
+It proves the whole browser path works together: getUserMedia -> capture worklet -> PCM16 over
+the WebSocket -> server VAD/ASR/LLM/TTS -> player worklet actually playing the reply, with the
+page's transcripts and the session.metrics latencies visible through ``window.omni``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.stack import Stack
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+WAV_RATE = 48000  # Chrome's fake capture device runs at 48 kHz; no resampling surprises
+LOOP_S = 8.0  # the fake device loops the file; the question repeats every LOOP_S
+BARGE_AFTER_S = 2.2  # gap between the request and the interruption in the barge-in file
+
+missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+if importlib.util.find_spec("selenium") is None:
+    missing.append("python package selenium")
+if missing:
+    pytest.skip(
+        f"browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver; pip install selenium)",
+        allow_module_level=True,
+    )
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = Stack(tmp_path_factory.mktemp("browser_stack"), workers=1).start()
+    yield s
+    s.stop()
+
+
+def speech_48k(tts, text: str) -> np.ndarray:
+    pcm24 = np.frombuffer(b"".join(tts.synthesize(text)), dtype="<i2").astype(np.float32)
+    t_in = np.arange(len(pcm24)) / 24000
+    t_out = np.arange(int(len(pcm24) * WAV_RATE / 24000)) / WAV_RATE
+    return np.interp(t_out, t_in, pcm24)
+
+
+def write_wav(path: Path, audio: np.ndarray) -> Path:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(WAV_RATE)
+        w.writeframes(np.clip(audio, -32768, 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.fixture(scope="module")
+def tts():
+    from core.cascade.tts import PiperTts
+
+    return PiperTts()
+
+
+@pytest.fixture
+def question_wav(tmp_path, tts) -> Path:
+    """1 s silence + the spoken question + >= 3 s silence, padded to LOOP_S, 16-bit mono 48 kHz."""
+    speech = speech_48k(tts, "What is the capital of France?")
+    audio = np.zeros(max(int(LOOP_S * WAV_RATE), WAV_RATE + len(speech) + 3 * WAV_RATE), dtype=np.float32)
+    audio[WAV_RATE:WAV_RATE + len(speech)] = speech
+    return write_wav(tmp_path / "question.wav", audio)
+
+
+@pytest.fixture
+def barge_in_wav(tmp_path, tts) -> Path:
+    """A request for a long answer, then the user talks over the reply ~BARGE_AFTER_S after asking.
+
+    The reply starts playing about 1 s after the question ends (500 ms of silence for the turn,
+    then the voice-to-voice latency and the player's prebuffer), so the second utterance lands
+    while the assistant is speaking. Long trailing silence keeps the file's loop out of the way.
+    """
+    ask = speech_48k(tts, "Please tell me a long story about a brave little dragon.")
+    interrupt = speech_48k(tts, "Wait, stop. What is the capital of Germany?")
+    start_2 = WAV_RATE + len(ask) + int(BARGE_AFTER_S * WAV_RATE)
+    audio = np.zeros(start_2 + len(interrupt) + 30 * WAV_RATE, dtype=np.float32)
+    audio[WAV_RATE:WAV_RATE + len(ask)] = ask
+    audio[start_2:start_2 + len(interrupt)] = interrupt
+    return write_wav(tmp_path / "barge_in.wav", audio)
+
+
+@pytest.fixture
+def launch(tmp_path):
+    """Start Chromium whose fake microphone plays ``wav`` (in a loop)."""
+    drivers = []
+
+    def start(wav: Path, allow_mic: bool = True):
+        driver = _chromium(wav, tmp_path / f"profile{len(drivers)}", allow_mic)
+        drivers.append(driver)
+        return driver
+
+    yield start
+    for driver in drivers:
+        driver.quit()
+
+
+def _chromium(wav: Path, profile: Path, allow_mic: bool = True):
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    # Without the fake permission UI, --deny-permission-prompts answers the mic prompt "no".
+    permission = "--use-fake-ui-for-media-stream" if allow_mic else "--deny-permission-prompts"
+    for flag in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", permission,
+        "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}",
+        "--autoplay-policy=no-user-gesture-required", f"--user-data-dir={profile}",
+        "--window-size=1280,800",
+    ):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+def snapshot(driver) -> dict:
+    return driver.execute_script(
+        "const o = window.omni; return o ? {state: o.state, playedMs: o.playedMs, bufferedMs: o.bufferedMs,"
+        " gaps: o.gaps, transcripts: o.transcripts, lastMetrics: o.lastMetrics, truncates: o.truncates,"
+        " error: o.error} : null;"
+    )
+
+
+def done(snap: dict | None) -> bool:
+    if not snap:
+        return False
+    user = [t["text"].lower() for t in snap["transcripts"] if t["role"] == "user"]
+    assistant = [t["text"].strip() for t in snap["transcripts"] if t["role"] == "assistant"]
+    metrics = snap["lastMetrics"] or {}
+    return (
+        any("capital" in u and "france" in u for u in user)
+        and any(assistant)
+        and snap["playedMs"] > 500
+        and isinstance(metrics.get("v2v_ms"), (int, float))
+    )
+
+
+def test_duplex_page_voice_exchange(stack, launch, question_wav, tmp_path):
+    browser = launch(question_wav)
+    browser.get(f"{stack.url}/audio_duplex.html")
+    browser.find_element(By.ID, "start").click()
+    deadline = time.monotonic() + 90
+    snap = None
+    try:
+        while time.monotonic() < deadline:
+            snap = snapshot(browser)
+            if done(snap):
+                break
+            time.sleep(0.25)
+        # Screenshots for a human look at both layouts (kept in pytest's tmp dir).
+        browser.set_window_size(1280, 800)
+        browser.save_screenshot(str(tmp_path / "duplex_1280x800.png"))
+        browser.set_window_size(390, 844)
+        browser.save_screenshot(str(tmp_path / "duplex_390x844.png"))
+        assert done(snap), f"page never completed a voice exchange: {json.dumps(snap, indent=1)}"
+        assert browser.find_element(By.ID, "status-text").text
+        assert browser.find_element(By.CSS_SELECTOR, '[data-metric="v2v"]').text.isdigit()
+        print(f"screenshots in {tmp_path}; final state {json.dumps(snap)}")
+    except BaseException:
+        dump_console(browser)
+        raise
+    finally:
+        browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
+
+
+def dump_console(driver) -> None:
+    for entry in driver.get_log("browser"):
+        print("browser:", entry.get("level"), entry.get("message"))
+
+
+def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
+    """Talking over the reply flushes the player and truncates the item at the played position."""
+    browser = launch(barge_in_wav)
+    browser.get(f"{stack.url}/audio_duplex.html")
+    browser.find_element(By.ID, "start").click()
+    deadline = time.monotonic() + 90
+    snap = None
+    try:
+        while time.monotonic() < deadline:
+            snap = snapshot(browser)
+            users = [t["text"].lower() for t in snap["transcripts"] if t["role"] == "user"] if snap else []
+            if snap and snap["truncates"] and any("germany" in u for u in users):
+                break
+            time.sleep(0.25)
+        assert snap and snap["truncates"], f"no barge-in happened: {json.dumps(snap, indent=1)}"
+        cut = snap["truncates"][0]
+        assert 0 < cut["audio_end_ms"] < 15000
+        assert any("germany" in t["text"].lower() for t in snap["transcripts"] if t["role"] == "user")
+        # The server accepted the truncate (an error would be e.g. invalid_audio / item_not_found).
+        time.sleep(1.0)
+        err = snapshot(browser)["error"]
+        assert not err or err.get("code") not in ("invalid_audio", "item_not_found"), err
+        print(f"barge-in: {json.dumps(snapshot(browser))}")
+    except BaseException:
+        dump_console(browser)
+        raise
+    finally:
+        browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
+
+
+def test_mic_denied_explains_what_to_do(stack, launch, question_wav):
+    browser = launch(question_wav, allow_mic=False)
+    browser.get(f"{stack.url}/audio_duplex.html")
+    browser.find_element(By.ID, "start").click()
+    alert = browser.find_element(By.ID, "alert")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not alert.is_displayed():
+        time.sleep(0.2)
+    try:
+        assert alert.is_displayed()
+        assert "microphone" in alert.text.lower() and "start again" in alert.text.lower(), alert.text
+        assert browser.find_element(By.ID, "start").is_enabled()  # the user can retry
+        assert stack.health()["slots_busy"] == 0  # no queue slot taken without a mic
+    except BaseException:
+        dump_console(browser)
+        raise
+
+
+def test_pages_and_static_assets_are_served(stack):
+    import httpx
+
+    r = httpx.get(f"{stack.url}/", timeout=5)
+    assert r.status_code == 200 and "audio_duplex.html" in r.text
+    r = httpx.get(f"{stack.url}/static/duplex/lib/duplex-session.js", timeout=5)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/javascript")
+    assert httpx.get(f"{stack.url}/static/../gateway/app.py", timeout=5).status_code == 404
+    assert httpx.get(f"{stack.url}/static/%2e%2e/gateway/app.py", timeout=5).status_code == 404
+    assert httpx.get(f"{stack.url}/nope.html", timeout=5).status_code == 404
