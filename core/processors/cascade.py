@@ -58,6 +58,7 @@ from core.processors.base import (
 log = logging.getLogger(__name__)
 
 VAD_RATE = 16000
+TAIL_SAMPLES = VAD_RATE * 3 // 10  # audio kept after the last voiced sample for ASR
 DEFAULT_INSTRUCTIONS = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 MAX_TEXT_CHARS = 20_000
 MAX_BUFFER_SECONDS = 300
@@ -338,8 +339,13 @@ class CascadeConversation(Conversation):
             segment = None
             if ev.kind in ("pause", "end"):
                 start = self._vad.speech_start_samples - pad
-                end = self._vad.last_voiced_end_samples + VAD_RATE // 5
+                end = self._vad.last_voiced_end_samples + TAIL_SAMPLES
                 segment = self._slice(start, end)
+                # At a pause only ~100 ms after the last word has arrived; Whisper hears the
+                # last word worse without a tail ("France" -> "friends"), so pad with silence.
+                want = end - max(start, self._buffer_start)
+                if segment.size < want:
+                    segment = np.concatenate([segment, np.zeros(want - segment.size, dtype=np.float32)])
             if ev.kind == "end":
                 keep_from = self._vad.last_voiced_end_samples
                 self._trim(keep_from)
