@@ -78,7 +78,7 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
                 await asyncio.to_thread(backend.load, progress)
                 ws_state.state = "IDLE"
                 log.info("worker %s ready", ws_state.worker_id)
-            except Exception as exc:
+            except Exception as exc:  # reported on /health as state ERROR
                 log.exception("model load failed")
                 ws_state.state = "ERROR"
                 ws_state.error = f"model load failed: {exc}"

@@ -455,7 +455,7 @@ class CascadeConversation(Conversation):
                 result = await self._loop.run_in_executor(
                     self._backend.asr_pool, self._backend.asr.transcribe, segment
                 )
-        except Exception as exc:
+        except Exception as exc:  # reported to the client; the session goes on
             log.exception("transcription failed")
             self._emit(ConversationError("transcription_failed", f"transcription failed: {exc}"))
             return
@@ -693,7 +693,7 @@ class CascadeConversation(Conversation):
         except asyncio.CancelledError:
             resp.cancel.set()  # session closing: stop the threads even if a job never started
             raise
-        except Exception as exc:
+        except Exception as exc:  # one failed reply must not end the session
             log.exception("response failed")
             resp.cancel.set()
             status, reason = "failed", "server_error"
