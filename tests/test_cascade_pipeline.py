@@ -118,7 +118,8 @@ async def test_cancel_mid_reply_stops_output(cascade_backend):
     events = Collector(conv)
     await conv.add_text("Tell me a long story about a brave knight and a dragon.")
     await conv.create_response()
-    await events.wait_for("audio_chunk", timeout=30)
+    # ~1.2 s of audio out, so at least the first spoken piece was emitted whole
+    await events.wait_for("audio_chunk", timeout=30, count=12)
     result = await conv.cancel_response()
     done = await events.wait_for("response_done")
     assert done.status == "cancelled" and done.reason == "client_cancelled"
