@@ -244,3 +244,17 @@ def test_pages_and_static_assets_are_served(stack):
     assert httpx.get(f"{stack.url}/static/../gateway/app.py", timeout=5).status_code == 404
     assert httpx.get(f"{stack.url}/static/%2e%2e/gateway/app.py", timeout=5).status_code == 404
     assert httpx.get(f"{stack.url}/nope.html", timeout=5).status_code == 404
+
+
+def test_home_page_shows_live_service_status(stack, launch, question_wav):
+    browser = launch(question_wav)
+    browser.get(f"{stack.url}/")
+    deadline = time.monotonic() + 20
+    text = ""
+    while time.monotonic() < deadline:
+        text = browser.find_element(By.ID, "live-text").text
+        if "ready" in text and "waiting in the queue" in text:
+            break
+        time.sleep(0.2)
+    assert "1 worker ready" in text and "0 waiting in the queue" in text, text
+    assert browser.find_element(By.CSS_SELECTOR, "a.card[href='/audio_duplex.html']")
