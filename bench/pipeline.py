@@ -137,11 +137,10 @@ async def cancel_run(backend) -> dict[str, float]:
             break
     t = time.perf_counter()
     await conv.cancel_response()
-    after = 0
     while conv.stats.last_cancel_stop_ms is None and time.perf_counter() - t < 10:
         await asyncio.sleep(0.005)
     await conv.close()
-    return {"cancel_stop_ms": conv.stats.last_cancel_stop_ms or float("nan"), "events_after": after}
+    return {"cancel_stop_ms": conv.stats.last_cancel_stop_ms or float("nan")}
 
 
 async def main(args: argparse.Namespace) -> dict:

@@ -61,10 +61,3 @@ class StreamResampler:
         if self._stream is None:
             return samples.astype(np.float32, copy=False)
         return self._stream.resample_chunk(samples.astype(np.float32, copy=False), last=last)
-
-
-def rms_dbfs(samples: np.ndarray) -> float:
-    if samples.size == 0:
-        return -120.0
-    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
-    return 20.0 * np.log10(max(rms, 1e-6))

@@ -97,7 +97,6 @@ async def test_pause_inside_an_utterance_is_not_a_turn(cascade_backend):
     transcript = events.of("input_transcript")[0].transcript.lower()
     assert "tell me" in transcript and "london" in transcript
     assert all(e.response_id == done.response_id for e in events.of("audio_chunk") + events.of("text_delta"))
-    assert conv.stats.speculative_replies_used + conv.stats.speculative_misses >= 0
     await conv.close()
 
 
