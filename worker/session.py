@@ -359,10 +359,7 @@ class RealtimeSession:
 
     def _response_started(self, e) -> None:
         d = self.dialect
-        audio = self.conv.config.output_audio
-        active = getattr(self.conv, "_response", None)
-        if active is not None and active.response_id == e.response_id:
-            audio = active.output_audio
+        audio = e.output_audio
         self._responses[e.response_id] = {"start": time.monotonic(), "audio": audio,
                                           "speech_stopped": self._speech_stopped_at}
         self._speech_stopped_at = None

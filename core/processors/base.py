@@ -102,6 +102,7 @@ class InputTranscript:
 class ResponseStarted:
     response_id: str
     item_id: str
+    output_audio: bool  # per response: response.create may turn audio off for one reply
     type: Literal["response_started"] = "response_started"
 
 

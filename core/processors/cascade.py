@@ -607,7 +607,7 @@ class CascadeConversation(Conversation):
         self, resp: _Response, messages: list[dict[str, str]], cfg: ConversationConfig | None = None
     ) -> None:
         self._response = resp
-        self._emit_for(resp, ResponseStarted(resp.response_id, resp.item_id))
+        self._emit_for(resp, ResponseStarted(resp.response_id, resp.item_id, resp.output_audio))
         resp.task = self._spawn(self._run_response(resp, messages, cfg or self.config))
 
     async def _run_response(
