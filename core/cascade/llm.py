@@ -108,7 +108,8 @@ class _HfRunner:
         import copy
 
         clone = copy.deepcopy(cache)
-        clone.crop(-(clone.get_seq_length() - n)) if clone.get_seq_length() > n else None
+        if clone.get_seq_length() > n:
+            clone.crop(-(clone.get_seq_length() - n))
         return clone
 
 

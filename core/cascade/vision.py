@@ -42,7 +42,8 @@ class FrameDescriber:
                 f"image of {len(data)} bytes exceeds {MAX_IMAGE_BYTES} bytes", param="image"
             )
         arr = np.frombuffer(data, dtype=np.uint8)
-        # Check the header before decoding so a decompression bomb is refused cheaply.
+        # MAX_IMAGE_BYTES bounds the input; OpenCV's own pixel cap (CV_IO_MAX_IMAGE_PIXELS)
+        # bounds the decode; MAX_PIXELS below is the limit we promise clients.
         image = cv2.imdecode(arr, cv2.IMREAD_COLOR)
         if image is None:
             raise InvalidImageError("image could not be decoded (send JPEG or PNG)", param="image")

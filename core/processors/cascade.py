@@ -26,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.audio import OUTPUT_RATE, StreamResampler, pcm16_to_float
 from core.cascade.chunker import SpeechChunker
+from core.cascade.llm import KvState
+from core.cascade.vad import StreamingVad
 from core.errors import (
     BackendNotLoadedError,
     InvalidAudioError,
@@ -199,7 +201,6 @@ class _Response:
     segments: list[_Segment] = field(default_factory=list)
     output_tokens: int = 0
     cancel_at: float | None = None
-    task: asyncio.Task | None = None
     # Speculative replies start during the silence hangover and stay held (events buffered,
     # nothing sent) until the turn really ends; ``spec`` names the speculation they belong to.
     held: bool = False
@@ -227,11 +228,7 @@ class ConversationStats:
 
 class CascadeConversation(Conversation):
     def __init__(self, backend: CascadeBackend, config: ConversationConfig) -> None:
-        from core.cascade.llm import KvState
-        from core.cascade.vad import StreamingVad
-
         self._backend = backend
-        self._StreamingVad = StreamingVad
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[ConversationEvent | None] = asyncio.Queue()
         self._history: deque[HistoryMessage] = deque()
@@ -248,13 +245,14 @@ class CascadeConversation(Conversation):
 
     # ------------------------------------------------------------------ config & state
 
-    def _reset_audio_state(self) -> None:
+    def _new_vad(self) -> StreamingVad | None:
         td = self.config.turn_detection
-        self._vad = (
-            self._StreamingVad(self._backend.vad_model, td.threshold, td.silence_duration_ms)
-            if td is not None
-            else None
-        )
+        if td is None:
+            return None
+        return StreamingVad(self._backend.vad_model, td.threshold, td.silence_duration_ms)
+
+    def _reset_audio_state(self) -> None:
+        self._vad = self._new_vad()
         self._resampler = StreamResampler(self.config.input_sample_rate, VAD_RATE)
         self._buffer = np.zeros(0, dtype=np.float32)
         self._buffer_start = 0  # stream offset (16 kHz samples) of _buffer[0]
@@ -484,8 +482,7 @@ class CascadeConversation(Conversation):
 
     async def commit_audio(self) -> str | None:
         async with self._audio_lock:
-            pending = self._resampler.process(np.zeros(0, dtype=np.float32), last=False)
-            segment = np.concatenate([self._buffer, pending]) if pending.size else self._buffer
+            segment = self._buffer
             if segment.size < VAD_RATE // 10:
                 raise InvalidAudioError(
                     f"input audio buffer holds {segment.size * 1000 // VAD_RATE} ms; commit needs at least 100 ms",
@@ -493,12 +490,8 @@ class CascadeConversation(Conversation):
                 )
             self._buffer = np.zeros(0, dtype=np.float32)
             self._buffer_start = self._stream_samples
+            self._vad = self._new_vad()  # the committed audio must not end a turn later
             if self._vad is not None:
-                self._vad = self._StreamingVad(
-                    self._backend.vad_model,
-                    self.config.turn_detection.threshold,
-                    self.config.turn_detection.silence_duration_ms,
-                )
                 self._vad.processed = self._stream_samples
         item_id = self._speech_item or new_id("item")
         self._speech_item = None
@@ -608,7 +601,7 @@ class CascadeConversation(Conversation):
     ) -> None:
         self._response = resp
         self._emit_for(resp, ResponseStarted(resp.response_id, resp.item_id, resp.output_audio))
-        resp.task = self._spawn(self._run_response(resp, messages, cfg or self.config))
+        self._spawn(self._run_response(resp, messages, cfg or self.config))
 
     async def _run_response(
         self, resp: _Response, messages: list[dict[str, str]], cfg: ConversationConfig
