@@ -153,18 +153,29 @@ def done(snap: dict | None) -> bool:
     )
 
 
-def test_duplex_page_voice_exchange(stack, launch, question_wav, tmp_path):
-    browser = launch(question_wav)
+def start_duplex(launch, stack, wav: Path):
+    """Open the duplex page with ``wav`` as the microphone and press Start."""
+    browser = launch(wav)
     browser.get(f"{stack.url}/audio_duplex.html")
     browser.find_element(By.ID, "start").click()
-    deadline = time.monotonic() + 90
+    return browser
+
+
+def wait_for_snapshot(browser, predicate, timeout: float = 90.0) -> dict | None:
+    """Poll ``window.omni`` until ``predicate`` holds or time runs out; returns the last snapshot."""
+    deadline = time.monotonic() + timeout
+    snap = snapshot(browser)
+    while not predicate(snap) and time.monotonic() < deadline:
+        time.sleep(0.25)
+        snap = snapshot(browser)
+    return snap
+
+
+def test_duplex_page_voice_exchange(stack, launch, question_wav, tmp_path):
+    browser = start_duplex(launch, stack, question_wav)
     snap = None
     try:
-        while time.monotonic() < deadline:
-            snap = snapshot(browser)
-            if done(snap):
-                break
-            time.sleep(0.25)
+        snap = wait_for_snapshot(browser, done)
         # Screenshots for a human look at both layouts (kept in pytest's tmp dir).
         browser.set_window_size(1280, 800)
         browser.save_screenshot(str(tmp_path / "duplex_1280x800.png"))
@@ -188,18 +199,11 @@ def dump_console(driver) -> None:
 
 def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
     """Talking over the reply flushes the player and truncates the item at the played position."""
-    browser = launch(barge_in_wav)
-    browser.get(f"{stack.url}/audio_duplex.html")
-    browser.find_element(By.ID, "start").click()
-    deadline = time.monotonic() + 90
+    browser = start_duplex(launch, stack, barge_in_wav)
     snap = None
     try:
-        while time.monotonic() < deadline:
-            snap = snapshot(browser)
-            users = [t["text"].lower() for t in snap["transcripts"] if t["role"] == "user"] if snap else []
-            if snap and snap["truncates"] and any("germany" in u for u in users):
-                break
-            time.sleep(0.25)
+        snap = wait_for_snapshot(browser, lambda s: bool(s and s["truncates"] and any(
+            "germany" in t["text"].lower() for t in s["transcripts"] if t["role"] == "user")))
         assert snap and snap["truncates"], f"no barge-in happened: {json.dumps(snap, indent=1)}"
         cut = snap["truncates"][0]
         assert 0 < cut["audio_end_ms"] < 15000
