@@ -86,7 +86,7 @@ async def spoken_run(backend, prompt: str) -> dict[str, float]:
     from core.processors.base import ConversationConfig
 
     rate = 16000
-    pcm24 = b"".join(backend.tts.synthesize(prompt))
+    pcm24 = b"".join(backend.tts.synthesize(prompt, deterministic=True))
     speech = resample(np.frombuffer(pcm24, dtype="<i2").astype(np.float32) / 32768, 24000, rate)
     voiced = np.nonzero(np.abs(speech) > 0.01)[0]
     lead = int(0.6 * rate)

@@ -12,7 +12,7 @@ from core.audio import float_to_pcm16, resample
 
 def speech_pcm(backend, text: str, rate: int) -> bytes:
     """Speech made by the pipeline's own TTS, at ``rate``."""
-    pcm24 = b"".join(backend.tts.synthesize(text))
+    pcm24 = b"".join(backend.tts.synthesize(text, deterministic=True))
     audio = np.frombuffer(pcm24, dtype="<i2").astype(np.float32) / 32768
     return float_to_pcm16(resample(audio, 24000, rate))
 

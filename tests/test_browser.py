@@ -49,7 +49,7 @@ def stack(tmp_path_factory):
 
 
 def speech_48k(tts, text: str) -> np.ndarray:
-    pcm24 = np.frombuffer(b"".join(tts.synthesize(text)), dtype="<i2").astype(np.float32)
+    pcm24 = np.frombuffer(b"".join(tts.synthesize(text, deterministic=True)), dtype="<i2").astype(np.float32)
     t_in = np.arange(len(pcm24)) / 24000
     t_out = np.arange(int(len(pcm24) * WAV_RATE / 24000)) / WAV_RATE
     return np.interp(t_out, t_in, pcm24)

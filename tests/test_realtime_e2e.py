@@ -101,7 +101,7 @@ async def stream_speech(conn_send, pcm: bytes, rate: int = 24000, chunk_ms: int 
 
 
 def spoken(tts, text: str) -> bytes:
-    return b"\x00\x00" * 12000 + b"".join(tts.synthesize(text)) + b"\x00\x00" * 36000
+    return b"\x00\x00" * 12000 + b"".join(tts.synthesize(text, deterministic=True)) + b"\x00\x00" * 36000
 
 
 async def test_sdk_voice_exchange_with_server_vad(stack, tts):

@@ -58,14 +58,20 @@ class PiperTts:
         self.gain = gain
         self._lock = threading.Lock()
 
-    def synthesize(self, text: str, speed: float = 1.0) -> Iterator[bytes]:
-        """Yield PCM16 24 kHz mono, one piece per sentence Piper finds in ``text``."""
+    def synthesize(self, text: str, speed: float = 1.0, deterministic: bool = False) -> Iterator[bytes]:
+        """Yield PCM16 24 kHz mono, one piece per sentence Piper finds in ``text``.
+
+        ``deterministic`` turns Piper's sampling noise off so the same text gives the same
+        samples (tests and benchmarks need repeatable speech; replies keep the natural noise)."""
         from piper import SynthesisConfig
 
         clean = speakable(text)
         if not any(ch.isalnum() for ch in clean):
             return
         config = SynthesisConfig(length_scale=1.0 / speed, normalize_audio=False, volume=self.gain)
+        if deterministic:
+            config.noise_scale = 0.0
+            config.noise_w_scale = 0.0
         with self._lock:
             chunks = list(self.voice.synthesize(clean, config))
         for chunk in chunks:
