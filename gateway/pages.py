@@ -1,4 +1,4 @@
-"""Browser pages served by the gateway: the landing page and the audio duplex demo.
+"""Browser pages served by the gateway: home, turn-based chat, audio duplex and omni (camera).
 
 Plain static files (ES modules, no build step). ``StaticFiles`` rejects path traversal, so
 only files under ``static_dir`` are ever served.
@@ -19,7 +19,7 @@ mimetypes.add_type("text/javascript", ".js")
 mimetypes.add_type("text/javascript", ".mjs")
 mimetypes.add_type("text/css", ".css")
 
-PAGES = ("index.html", "audio_duplex.html")
+PAGES = ("index.html", "turnbased.html", "audio_duplex.html", "omni.html")
 
 
 def pages_router(static_dir: Path) -> APIRouter:

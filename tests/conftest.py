@@ -9,6 +9,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+pytest_plugins = ("tests.browser",)  # stack / tts / launch fixtures for the browser tests
+
 
 @pytest.fixture(scope="session")
 def cascade_backend():

@@ -8,76 +8,29 @@ page's transcripts and the session.metrics latencies visible through ``window.om
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.stack import Stack
+from tests.browser import WAV_RATE, dump_console, require_browser, speech_48k, spoken_wav, write_wav
+
+require_browser()
+
+from selenium.webdriver.common.by import By  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-WAV_RATE = 48000  # Chrome's fake capture device runs at 48 kHz; no resampling surprises
 LOOP_S = 8.0  # the fake device loops the file; the question repeats every LOOP_S
 BARGE_AFTER_S = 2.2  # gap between the request and the interruption in the barge-in file
-
-missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
-if importlib.util.find_spec("selenium") is None:
-    missing.append("python package selenium")
-if missing:
-    pytest.skip(
-        f"browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver; pip install selenium)",
-        allow_module_level=True,
-    )
-
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.common.by import By
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("browser_stack"), workers=1).start()
-    yield s
-    s.stop()
-
-
-def speech_48k(tts, text: str) -> np.ndarray:
-    pcm24 = np.frombuffer(b"".join(tts.synthesize(text, deterministic=True)), dtype="<i2").astype(np.float32)
-    t_in = np.arange(len(pcm24)) / 24000
-    t_out = np.arange(int(len(pcm24) * WAV_RATE / 24000)) / WAV_RATE
-    return np.interp(t_out, t_in, pcm24)
-
-
-def write_wav(path: Path, audio: np.ndarray) -> Path:
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(WAV_RATE)
-        w.writeframes(np.clip(audio, -32768, 32767).astype("<i2").tobytes())
-    return path
-
-
-@pytest.fixture(scope="module")
-def tts():
-    from core.cascade.tts import PiperTts
-
-    return PiperTts()
 
 
 @pytest.fixture
 def question_wav(tmp_path, tts) -> Path:
     """1 s silence + the spoken question + >= 3 s silence, padded to LOOP_S, 16-bit mono 48 kHz."""
-    speech = speech_48k(tts, "What is the capital of France?")
-    audio = np.zeros(max(int(LOOP_S * WAV_RATE), WAV_RATE + len(speech) + 3 * WAV_RATE), dtype=np.float32)
-    audio[WAV_RATE:WAV_RATE + len(speech)] = speech
-    return write_wav(tmp_path / "question.wav", audio)
+    return spoken_wav(tmp_path / "question.wav", tts, "What is the capital of France?", total_s=LOOP_S)
 
 
 @pytest.fixture
@@ -95,40 +48,6 @@ def barge_in_wav(tmp_path, tts) -> Path:
     audio[WAV_RATE:WAV_RATE + len(ask)] = ask
     audio[start_2:start_2 + len(interrupt)] = interrupt
     return write_wav(tmp_path / "barge_in.wav", audio)
-
-
-@pytest.fixture
-def launch(tmp_path):
-    """Start Chromium whose fake microphone plays ``wav`` (in a loop)."""
-    drivers = []
-
-    def start(wav: Path, allow_mic: bool = True):
-        driver = _chromium(wav, tmp_path / f"profile{len(drivers)}", allow_mic)
-        drivers.append(driver)
-        return driver
-
-    yield start
-    for driver in drivers:
-        driver.quit()
-
-
-def _chromium(wav: Path, profile: Path, allow_mic: bool = True):
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    # Without the fake permission UI, --deny-permission-prompts answers the mic prompt "no".
-    permission = "--use-fake-ui-for-media-stream" if allow_mic else "--deny-permission-prompts"
-    for flag in (
-        "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", permission,
-        "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}",
-        "--autoplay-policy=no-user-gesture-required", f"--user-data-dir={profile}",
-        "--window-size=1280,800",
-    ):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
-    driver.set_page_load_timeout(30)
-    return driver
 
 
 def snapshot(driver) -> dict:
@@ -190,11 +109,6 @@ def test_duplex_page_voice_exchange(stack, launch, question_wav, tmp_path):
         raise
     finally:
         browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
-
-
-def dump_console(driver) -> None:
-    for entry in driver.get_log("browser"):
-        print("browser:", entry.get("level"), entry.get("message"))
 
 
 def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):

@@ -1,7 +1,9 @@
 // Shared top bar, so every page links to the others without copying markup.
 const LINKS = [
   ["/", "Home"],
+  ["/turnbased.html", "Chat"],
   ["/audio_duplex.html", "Audio duplex"],
+  ["/omni.html", "Omni (camera)"],
 ];
 
 export function renderNav(target = document.body) {
