@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything into .venv (scripts/install.sh, skipped when up to date) and starts OmniDuplex:
 # the supervisor (core/supervisor.py) runs the model workers and the gateway, shows model loading,
-# restarts crashed processes and stops everything on Ctrl-C.
-#   ./start_all.sh [--config F] [--workers N] [--port P]
+# restarts crashed processes and stops everything on Ctrl-C. It prints the URL to open when ready
+# (https:// when the gateway serves TLS: see "HTTPS" in docs/operations.md).
+#   ./start_all.sh [--config F] [--workers N] [--port P] [--tls auto|on|off]
 # --config defaults to config.json; paths are relative to this directory.
 set -euo pipefail
 cd "$(dirname "$0")"

@@ -6,20 +6,65 @@ A bad value stops start-up with the field's path and the reason
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: the only hosts where browsers allow the microphone over plain HTTP."""
+    name = host.strip("[]").lower().rstrip(".")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class TlsConfig(_Strict):
+    """HTTPS for the gateway; without certfile/keyfile a self-signed pair is made in data_dir/tls."""
+
+    mode: Literal["auto", "on", "off"] = Field("auto", description="auto: on unless gateway.host is loopback")
+    certfile: str | None = None
+    keyfile: str | None = None
+
+    @field_validator("certfile", "keyfile")
+    @classmethod
+    def _file_exists(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_file():
+            raise PydanticCustomError("file_missing", "no such file")
+        return value
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> TlsConfig:
+        if (self.certfile is None) != (self.keyfile is None):
+            given, missing = ("certfile", "keyfile") if self.keyfile is None else ("keyfile", "certfile")
+            raise PydanticCustomError(
+                "tls_pair", "{given} is set but {missing} is not: give both or neither",
+                {"given": given, "missing": missing},
+            )
+        return self
+
+
 class GatewayConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8006, ge=1, le=65535)
+    tls: TlsConfig = Field(default_factory=TlsConfig)
+
+    def tls_enabled(self) -> bool:
+        """Whether the gateway serves HTTPS (``tls.mode``; auto = on for any non-loopback host)."""
+        if self.tls.mode == "auto":
+            return not is_loopback(self.host)
+        return self.tls.mode == "on"
 
 
 class WorkersConfig(_Strict):
@@ -113,6 +158,9 @@ def add_cli_arguments(parser) -> None:
     parser.add_argument("--config", default="config.json", help="JSON config file (default: config.json)")
     parser.add_argument("--workers", type=int, help="number of local workers (overrides workers.count)")
     parser.add_argument("--port", type=int, help="gateway port (overrides gateway.port)")
+    parser.add_argument(
+        "--tls", choices=("auto", "on", "off"), help="gateway HTTPS (overrides gateway.tls.mode)"
+    )
 
 
 def config_from_cli(args) -> AppConfig:
@@ -120,7 +168,9 @@ def config_from_cli(args) -> AppConfig:
     import sys
 
     try:
-        return load_config(args.config, {"workers.count": args.workers, "gateway.port": args.port})
+        return load_config(args.config, {
+            "workers.count": args.workers, "gateway.port": args.port, "gateway.tls.mode": args.tls,
+        })
     except ConfigError as exc:
         print(f"omniduplex: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

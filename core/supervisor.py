@@ -1,6 +1,6 @@
 """Supervisor: one command starts the workers and the gateway, shows model loading, keeps them up.
 
-``python -m core.supervisor [--config F] [--workers N] [--port P]``
+``python -m core.supervisor [--config F] [--workers N] [--port P] [--tls auto|on|off]``
 
 Why a supervisor: a worker loads its model for a long time and may crash; the operator wants one
 process to start, one log to read, progress while models load, automatic restarts, and Ctrl-C
@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import os
 import signal
+import socket
 import sys
 from typing import TextIO
 
@@ -41,12 +42,15 @@ def child_commands(config: AppConfig, config_path: str, passthrough: list[str]) 
     return commands
 
 
-def _connect_url(host: str, port: int, path: str = "") -> str:
+_ANY_HOST = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
+
+
+def _connect_url(host: str, port: int, path: str = "", scheme: str = "http") -> str:
     """A URL to reach a server bound to ``host`` from this machine (0.0.0.0 means any: use loopback)."""
-    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+    host = _ANY_HOST.get(host, host)
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}{path}"
+    return f"{scheme}://{host}:{port}{path}"
 
 
 def _killpg(pid: int, sig: int) -> None:
@@ -109,7 +113,9 @@ class Supervisor:
         """Start every child and keep them running until :meth:`stop` / :meth:`request_stop`."""
         self._running = True
         # trust_env=False: a proxy from the environment must not intercept loopback health checks.
-        self._client = httpx.AsyncClient(timeout=2.0, trust_env=False)
+        # verify=False: it only asks our own children whether they are up; the gateway's cert may be
+        # self-signed, or name a public host rather than the loopback address probed here.
+        self._client = httpx.AsyncClient(timeout=2.0, trust_env=False, verify=False)
         workers = [name for name in self.commands if self._worker_index(name) is not None]
         self._ready = {name: asyncio.Event() for name in workers}
         keepers = [asyncio.create_task(self._keep_running(name)) for name in self.commands]
@@ -132,9 +138,12 @@ class Supervisor:
             await self._finished.wait()
 
     async def _shutdown(self, keepers: list[asyncio.Task], announce: asyncio.Task | None) -> None:
-        for task in [*keepers, *self._watchers.values(), *([announce] if announce else [])]:
+        tasks = [*keepers, *self._watchers.values(), *([announce] if announce else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*keepers, *self._watchers.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._client is not None:  # an idle keep-alive TLS connection would stall the gateway's exit
+            await self._client.aclose()
         first = [name for name in self._procs if name == GATEWAY]
         rest = [name for name in self._procs if name != GATEWAY]
         for group in (first, rest):
@@ -143,8 +152,6 @@ class Supervisor:
             await asyncio.wait(self._pumps, timeout=1.0)
             for task in list(self._pumps):
                 task.cancel()
-        if self._client is not None:
-            await self._client.aclose()
         self._say("[supervisor] stopped")
         self._finished.set()
 
@@ -288,15 +295,19 @@ class Supervisor:
         """Once every worker has loaded and the gateway answers, print where to go."""
         await asyncio.gather(*(event.wait() for event in self._ready.values()))
         gateway = self.config.gateway
+        scheme = "https" if gateway.tls_enabled() else "http"
         while True:
             try:
-                response = await self._client.get(_connect_url(gateway.host, gateway.port, "/health"))
+                response = await self._client.get(_connect_url(gateway.host, gateway.port, "/health", scheme))
                 if response.status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             await asyncio.sleep(self.poll_interval_s)
-        self._say(f"OmniDuplex is ready: {_connect_url(gateway.host, gateway.port, '/')}")
+        self._say(f"OmniDuplex is ready: {_connect_url(gateway.host, gateway.port, '/', scheme)}")
+        if gateway.host in _ANY_HOST:  # the loopback URL above only works on this machine
+            remote = _connect_url(socket.gethostname(), gateway.port, "/", scheme)
+            self._say(f"OmniDuplex from other machines: {remote}")
 
 
 def serve(supervisor: Supervisor) -> int:
@@ -320,11 +331,20 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_cli(args)
     except SystemExit as exc:
         return int(exc.code or 2)
+    from gateway.tls import TlsError, tls_files
+
+    try:  # a bad cert stops here once, not in a gateway restart loop; a self-signed one is made here
+        tls_files(config, announce=False)
+    except TlsError as exc:
+        print(f"omniduplex: {exc}", file=sys.stderr)
+        return 2
     passthrough = []
     if args.workers is not None:
         passthrough += ["--workers", str(args.workers)]
     if args.port is not None:
         passthrough += ["--port", str(args.port)]
+    if args.tls is not None:
+        passthrough += ["--tls", args.tls]
     return serve(Supervisor(config, child_commands(config, args.config, passthrough)))
 
 

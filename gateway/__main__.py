@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 import uvicorn
 
@@ -18,10 +19,17 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gateway %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     from gateway.app import create_app
+    from gateway.tls import TlsError, tls_files
 
+    try:
+        tls = tls_files(config)
+    except TlsError as exc:
+        print(f"omniduplex: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     uvicorn.run(
         create_app(config), host=config.gateway.host, port=config.gateway.port, log_level="warning",
         ws_max_size=config.limits.max_message_bytes, ws_ping_interval=20, ws_ping_timeout=20,
+        ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None,
     )
 
 
