@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from tests.stack import Stack
+from tests.stack import ROOT, Stack
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -43,6 +43,14 @@ def stack(tmp_path_factory):
     s = Stack(tmp_path_factory.mktemp("browser_stack"), workers=1).start()
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir() -> Path:
+    """Where page screenshots go for a human to look at: ``artifacts/screenshots/`` (git-ignored)."""
+    path = ROOT / "artifacts" / "screenshots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -142,15 +150,30 @@ const problems = [];
 const doc = document.documentElement;
 if (doc.scrollWidth > window.innerWidth + 1) problems.push(`horizontal scroll: ${doc.scrollWidth} > ${window.innerWidth}`);
 const sel = 'h1, h2, p, button, label, select, input, textarea, .metric, .status, .card, .bubble, video, canvas, .meter';
+// The part of an element actually visible: clipped by every scrolling/overflow-hidden ancestor.
+function visibleRect(e) {
+  const r = e.getBoundingClientRect();
+  let box = {left: r.left, top: r.top, right: r.right, bottom: r.bottom};
+  for (let p = e.parentElement; p; p = p.parentElement) {
+    const s = getComputedStyle(p);
+    if (s.overflowX !== 'visible' || s.overflowY !== 'visible') {
+      const c = p.getBoundingClientRect();
+      box = {left: Math.max(box.left, c.left), top: Math.max(box.top, c.top),
+             right: Math.min(box.right, c.right), bottom: Math.min(box.bottom, c.bottom)};
+    }
+  }
+  return box;
+}
 const els = [...document.querySelectorAll(sel)].filter((e) => {
-  const r = e.getBoundingClientRect(), s = getComputedStyle(e);
-  return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none' && !e.closest('[hidden]');
+  const s = getComputedStyle(e), v = visibleRect(e);
+  return v.right - v.left > 0 && v.bottom - v.top > 0 && s.visibility !== 'hidden' && s.display !== 'none'
+    && !e.closest('[hidden]');
 });
 for (let i = 0; i < els.length; i++) {
   for (let j = i + 1; j < els.length; j++) {
     const a = els[i], b = els[j];
     if (a.contains(b) || b.contains(a)) continue;
-    const ra = a.getBoundingClientRect(), rb = b.getBoundingClientRect();
+    const ra = visibleRect(a), rb = visibleRect(b);
     const w = Math.min(ra.right, rb.right) - Math.max(ra.left, rb.left);
     const h = Math.min(ra.bottom, rb.bottom) - Math.max(ra.top, rb.top);
     if (w > 2 && h > 2 && getComputedStyle(a).position !== 'sticky' && getComputedStyle(b).position !== 'sticky'

@@ -15,7 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.browser import WAV_RATE, dump_console, require_browser, speech_48k, spoken_wav, write_wav
+from tests.browser import (
+    WAV_RATE, dump_console, layout_problems, require_browser, screenshot_both, silence_wav, speech_48k, spoken_wav,
+    wait_until, write_wav,
+)
 
 require_browser()
 
@@ -54,7 +57,8 @@ def snapshot(driver) -> dict:
     return driver.execute_script(
         "const o = window.omni; return o ? {state: o.state, playedMs: o.playedMs, bufferedMs: o.bufferedMs,"
         " gaps: o.gaps, transcripts: o.transcripts, lastMetrics: o.lastMetrics, truncates: o.truncates,"
-        " error: o.error} : null;"
+        " bargeIns: o.bargeIns, queue: o.queue, chimes: o.chimes, framesSent: o.framesSent,"
+        " framesAcked: o.framesAcked, levels: o.levels, error: o.error} : null;"
     )
 
 
@@ -90,20 +94,19 @@ def wait_for_snapshot(browser, predicate, timeout: float = 90.0) -> dict | None:
     return snap
 
 
-def test_duplex_page_voice_exchange(stack, launch, question_wav, tmp_path):
+def test_duplex_page_voice_exchange(stack, launch, question_wav, screenshot_dir):
     browser = start_duplex(launch, stack, question_wav)
     snap = None
     try:
+        heard = wait_until(lambda: (snapshot(browser) or {}).get("levels", {}).get("mic", -999) > -50, timeout=30)
         snap = wait_for_snapshot(browser, done)
-        # Screenshots for a human look at both layouts (kept in pytest's tmp dir).
-        browser.set_window_size(1280, 800)
-        browser.save_screenshot(str(tmp_path / "duplex_1280x800.png"))
-        browser.set_window_size(390, 844)
-        browser.save_screenshot(str(tmp_path / "duplex_390x844.png"))
         assert done(snap), f"page never completed a voice exchange: {json.dumps(snap, indent=1)}"
+        assert heard, "the mic's LUFS meter never moved while the question was spoken"
         assert browser.find_element(By.ID, "status-text").text
         assert browser.find_element(By.CSS_SELECTOR, '[data-metric="v2v"]').text.isdigit()
-        print(f"screenshots in {tmp_path}; final state {json.dumps(snap)}")
+        problems = screenshot_both(browser, screenshot_dir, "audio_duplex_in_call")
+        assert not problems, problems
+        print(f"screenshots in {screenshot_dir}; final state {json.dumps(snap)}")
     except BaseException:
         dump_console(browser)
         raise
@@ -121,6 +124,11 @@ def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
         assert snap and snap["truncates"], f"no barge-in happened: {json.dumps(snap, indent=1)}"
         cut = snap["truncates"][0]
         assert 0 < cut["audio_end_ms"] < 15000
+        # The page's player measured how long the reply kept sounding after the user began.
+        assert snap["bargeIns"], f"truncated but no stop measured: {json.dumps(snap, indent=1)}"
+        stop_ms = snap["bargeIns"][0]["stopMs"]
+        print(f"barge-in stop: {stop_ms} ms via {snap['bargeIns'][0]['via']}")
+        assert 0 < stop_ms <= 300, snap["bargeIns"]
         assert any("germany" in t["text"].lower() for t in snap["transcripts"] if t["role"] == "user")
         # The server accepted the truncate (an error would be e.g. invalid_audio / item_not_found).
         time.sleep(1.0)
@@ -176,3 +184,79 @@ def test_home_page_shows_live_service_status(stack, launch, question_wav):
         time.sleep(0.2)
     assert "1 worker ready" in text and "0 waiting in the queue" in text, text
     assert browser.find_element(By.CSS_SELECTOR, "a.card[href='/audio_duplex.html']")
+
+
+def test_omni_page_sends_camera_frames_the_worker_receives(stack, launch, question_wav, screenshot_dir):
+    browser = launch(question_wav)
+    browser.get(f"{stack.url}/omni.html")
+    browser.find_element(By.ID, "start").click()
+    try:
+        snap = wait_for_snapshot(browser, lambda s: bool(s and s["framesAcked"] >= 3 and any(
+            t["role"] == "user" and "capital" in t["text"].lower() for t in s["transcripts"])), timeout=60)
+        assert snap["framesAcked"] >= 3, f"worker confirmed too few frames: {json.dumps(snap, indent=1)}"
+        assert snap["framesSent"] >= snap["framesAcked"]
+        video = browser.execute_script(
+            "const v = document.getElementById('camera');"
+            " return {w: v.videoWidth, h: v.videoHeight, t: getComputedStyle(v).transform};")
+        assert video["w"] > 0 and video["h"] > 0, video  # the fake camera's picture is on screen
+        assert video["t"] != "none", video  # mirrored preview by default
+        browser.find_element(By.ID, "mirror").click()
+        assert browser.execute_script("return getComputedStyle(document.getElementById('camera')).transform") == "none"
+        assert "frames seen" in browser.find_element(By.ID, "frames").text
+        subtitle = browser.find_element(By.ID, "subtitle")
+        assert subtitle.is_displayed() and subtitle.text.strip(), "no subtitle over the camera preview"
+        # At most one frame a second: after ~N seconds live, no more than N + 1 frames.
+        sent_before = snap["framesSent"]
+        time.sleep(3.0)
+        assert snapshot(browser)["framesSent"] - sent_before <= 4
+        problems = screenshot_both(browser, screenshot_dir, "omni_in_call")
+        assert not problems, problems
+    except BaseException:
+        dump_console(browser)
+        raise
+    finally:
+        browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
+
+
+def test_second_page_waits_in_queue_and_is_served_when_first_leaves(stack, launch, tmp_path):
+    quiet = silence_wav(tmp_path / "quiet.wav")
+    first = start_duplex(launch, stack, quiet)
+    second = None
+    try:
+        assert wait_for_snapshot(first, lambda s: bool(s and s["state"] == "listening"), timeout=30)["state"] == "listening"
+        second = start_duplex(launch, stack, quiet)
+        snap = wait_for_snapshot(second, lambda s: bool(s and s["queue"]), timeout=30)
+        assert snap["state"] == "queued" and snap["queue"]["position"] == 1, snap
+        assert "Queued: position 1 of 1" in second.find_element(By.ID, "status-text").text
+        assert second.find_element(By.CSS_SELECTOR, '[data-metric="queue"]').text == "1 / 1"
+        assert "waiting" in snap["chimes"]
+        problems = layout_problems(second)
+        assert not problems, problems
+
+        first.find_element(By.ID, "stop").click()
+        snap = wait_for_snapshot(second, lambda s: bool(s and s["state"] == "listening"), timeout=30)
+        assert snap["state"] == "listening", snap
+        assert snap["chimes"][-2:] == ["assigned", "ready"], snap["chimes"]
+        assert not second.find_element(By.CSS_SELECTOR, '[data-metric="queue"]').is_displayed()
+
+        # The finished session is listed on the home page of the browser that held it.
+        first.get(f"{stack.url}/")
+        item = wait_until(lambda: first.find_elements(By.CSS_SELECTOR, "#recent li"), timeout=10)
+        assert item and "Audio duplex" in item[0].text, first.find_element(By.ID, "recent").text
+    except BaseException:
+        for b in (first, second):
+            if b:
+                dump_console(b)
+        raise
+    finally:
+        if second:
+            second.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
+
+
+@pytest.mark.parametrize("page", ["index.html", "audio_duplex.html", "omni.html"])
+def test_pages_look_finished_at_desktop_and_phone_widths(stack, launch, tmp_path, screenshot_dir, page):
+    browser = launch(silence_wav(tmp_path / "quiet.wav"))
+    browser.get(f"{stack.url}/{page}")
+    time.sleep(1.0)  # live status / meters settle
+    problems = screenshot_both(browser, screenshot_dir, page.removesuffix(".html"))
+    assert not problems, problems

@@ -287,6 +287,7 @@ async def test_items_images_truncate_delete_retrieve(stack):
         await ws.send(json.dumps({"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}))
         await recv_until(ws, "session.updated")
         await ws.send(json.dumps({"type": "input_image_buffer.append", "image": jpeg}))
+        assert (await recv_until(ws, "input_image_buffer.appended"))["frames_received"] == 1
         await ws.send(json.dumps({"type": "input_image_buffer.append", "image": base64.b64encode(b"junk").decode()}))
         assert (await recv_until(ws, "error"))["error"]["code"] == "invalid_image"
         await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",

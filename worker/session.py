@@ -85,6 +85,7 @@ class RealtimeSession:
         self._last_item_id: str | None = None
         self._responses: dict[str, dict[str, Any]] = {}
         self._speech_stopped_at: float | None = None
+        self.frames_received = 0
         self.close_code = 1000
         self.close_reason = ""
 
@@ -254,6 +255,9 @@ class RealtimeSession:
             self.send(server_event("output_audio_buffer.cleared"))
         elif isinstance(ev, InputImageBufferAppend):
             await conv.add_image(_b64(ev.image, "image"), frame=True)
+            self.frames_received += 1
+            # Acknowledged so a camera client knows its frames arrive (and are decodable).
+            self.send(server_event("input_image_buffer.appended", frames_received=self.frames_received))
         elif isinstance(ev, SessionPause):
             if self.paused_at is None:
                 self.paused_at = time.monotonic()

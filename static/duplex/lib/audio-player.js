@@ -20,6 +20,7 @@ if (typeof AudioWorkletProcessor !== "undefined") {
       this.buffered = 0;
       this.playing = false;
       this.ended = new Set(); // items whose last chunk has arrived: play out without prebuffer
+      this.held = false; // paused on a probable barge-in; the audio stays queued
       this.played = {}; // item -> samples played
       this.totalPlayed = 0;
       this.gaps = 0;
@@ -42,8 +43,16 @@ if (typeof AudioWorkletProcessor !== "undefined") {
         this.queue = [];
         this.buffered = 0;
         this.playing = false;
+        this.held = false;
         this.port.postMessage({ type: "flushed", id: m.id, dropped, played: { ...this.played } });
         this.report(true);
+      } else if (m.type === "hold") {
+        // Probable barge-in heard locally: silence from the next render quantum, keep the queue
+        // in case the server says it was not speech after all.
+        this.held = true;
+        this.port.postMessage({ type: "held", id: m.id, played: { ...this.played } });
+      } else if (m.type === "release") {
+        this.held = false;
       }
     }
 
@@ -55,7 +64,7 @@ if (typeof AudioWorkletProcessor !== "undefined") {
       this.levelN = 0;
       this.port.postMessage({
         type: "progress", played: { ...this.played }, totalPlayed: this.totalPlayed,
-        buffered: this.buffered, gaps: this.gaps, level, playing: this.playing,
+        buffered: this.buffered, gaps: this.gaps, level, playing: this.playing && !this.held, held: this.held,
       });
     }
 
@@ -67,7 +76,7 @@ if (typeof AudioWorkletProcessor !== "undefined") {
         if (this.buffered >= this.prebuffer || this.ended.has(tail)) this.playing = true;
       }
       let n = 0;
-      if (this.playing) {
+      if (this.playing && !this.held) {
         while (n < out.length && this.queue.length) {
           const c = this.queue[0];
           const take = Math.min(out.length - n, c.data.length - c.off);
@@ -98,9 +107,10 @@ if (typeof AudioWorkletProcessor !== "undefined") {
 
 /** Main-thread side: feed base64 PCM16 24 kHz, read played ms per item, flush on barge-in. */
 export class AudioPlayer extends EventTarget {
-  constructor(ctx, { sourceRate = 24000, prebufferMs = 120 } = {}) {
+  constructor(ctx, { sourceRate = 24000, prebufferMs = 120, output = null } = {}) {
     super();
     this.ctx = ctx;
+    this.output = output || ctx.destination; // e.g. the mixer's volume node
     this.sourceRate = sourceRate;
     this.prebufferMs = prebufferMs;
     this.node = null;
@@ -116,14 +126,14 @@ export class AudioPlayer extends EventTarget {
       processorOptions: { prebufferMs: this.prebufferMs },
     });
     this.node.port.onmessage = (e) => this._onMessage(e.data);
-    this.node.connect(this.ctx.destination);
+    this.node.connect(this.output);
   }
 
   _onMessage(m) {
     if (m.type === "progress") {
       Object.assign(this.stats, m);
       this.dispatchEvent(new CustomEvent("progress", { detail: this.stats }));
-    } else if (m.type === "flushed") {
+    } else if (m.type === "flushed" || m.type === "held") {
       Object.assign(this.stats.played, m.played);
       const resolve = this._flushes.get(m.id);
       this._flushes.delete(m.id);
@@ -153,12 +163,31 @@ export class AudioPlayer extends EventTarget {
 
   /** Drop all queued audio; resolves with {dropped, played} (samples, context rate). */
   flush() {
+    return this._ask("flush");
+  }
+
+  /** Go silent but keep the queue (a barge-in not yet confirmed); resolves when silent. */
+  hold() {
+    return this._ask("hold");
+  }
+
+  /** Carry on after a hold that turned out to be no barge-in. */
+  release() {
+    if (this.node) this.node.port.postMessage({ type: "release" });
+  }
+
+  _ask(type) {
     if (!this.node) return Promise.resolve({ dropped: 0, played: {} });
     const id = ++this._flushId;
     return new Promise((resolve) => {
       this._flushes.set(id, resolve);
-      this.node.port.postMessage({ type: "flush", id });
+      this.node.port.postMessage({ type, id });
     });
+  }
+
+  /** Seconds between the worklet's output and the speaker (what a stop still lets through). */
+  get outputLatencyS() {
+    return (this.ctx.baseLatency || 0) + (this.ctx.outputLatency || 0);
   }
 
   playedMs(item) {

@@ -2,6 +2,9 @@
 // -> player worklet. UI-free: it emits events and keeps its state in plain fields so the page
 // (and tests, through window.omni) can read them.
 import { AudioPlayer } from "./audio-player.js";
+import { LufsMeter } from "./lufs.js";
+import { Mixer } from "./mixer-controller.js";
+import { QueueChimes } from "./queue-chimes.js";
 
 const RATE = 24000; // the wire rate, both directions
 const FRAME_MS = 40;
@@ -17,6 +20,15 @@ const ECHO_RATIO = 0.6;
 const ECHO_FLOOR = 0.015;
 const ECHO_HANGOVER_MS = 250; // room reverb outlives the last played sample a little
 
+// Local barge-in: the server's VAD needs ~100 ms of speech plus a round trip before it says
+// speech_started, so the page does not wait for it. When mic frames that passed the echo guard
+// stay loud for ONSET_FRAMES while the assistant is audible, playback is *held* (silenced, audio
+// kept); the server's speech_started then flushes it, or after HOLD_MAX_MS without one the hold
+// is released and the reply carries on (a cough, a door).
+const ONSET_RMS = 0.03;
+const ONSET_FRAMES = 2;
+const HOLD_MAX_MS = 700;
+
 export class MicError extends Error {
   constructor(kind, message) {
     super(message);
@@ -25,8 +37,9 @@ export class MicError extends Error {
 }
 
 export class DuplexSession extends EventTarget {
-  constructor({ url, model = "omniduplex-cascade", silenceMs = 500 } = {}) {
+  constructor({ url, model = "omniduplex-cascade", silenceMs = 500, chimes = true } = {}) {
     super();
+    this.chimesEnabled = chimes;
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}`;
     this.silenceMs = silenceMs;
@@ -46,6 +59,15 @@ export class DuplexSession extends EventTarget {
     this._lastLoudPlayback = 0;
     this._playLevel = 0;
     this._userSpeaking = false;
+    this.live = false; // session.created seen: audio goes to a worker, not into the queue
+    this.framesAcked = 0; // camera frames the worker confirmed
+    this.bargeIns = []; // {stopMs, via}: user speech over the reply -> playback silent, measured here
+    this._loudRun = 0;
+    this._onsetAt = null; // capture time of the current loud run's first sample
+    this._inaudibleAt = 0; // last frame at which nothing was playing
+    this._hold = null; // {at, timer} while playback is held on a local onset
+    this._frameLog = []; // [inputAudioEndMs, capturedAt] of recent frames, to place server onsets
+    this._sentMs = 0;
   }
 
   _set(state, detail = {}) {
@@ -67,6 +89,20 @@ export class DuplexSession extends EventTarget {
 
   get gaps() {
     return this.player ? this.player.stats.gaps : 0;
+  }
+
+  /** Audio clock minus wall clock since start (ms): a drifting sound card shows here. */
+  get driftMs() {
+    if (!this.ctx || this._clock0 == null || this.ctx.state !== "running") return 0;
+    return (this.ctx.currentTime - this._clock0) * 1000 - (performance.now() - this._perf0);
+  }
+
+  /** Momentary loudness (LUFS) of the mic as sent and of the assistant as played. */
+  get levels() {
+    return {
+      mic: this.micMeter ? this.micMeter.read() : -Infinity,
+      output: this.outMeter ? this.outMeter.read() : -Infinity,
+    };
   }
 
   /** Mic first (so a refusal is reported before we take a queue slot), then the socket. */
@@ -103,9 +139,13 @@ export class DuplexSession extends EventTarget {
       this.ctx = new AudioContext({ latencyHint: "interactive" }); // the worklets resample
     }
     if (this.ctx.state === "suspended") await this.ctx.resume().catch(() => {});
+    this._clock0 = this.ctx.currentTime;
+    this._perf0 = performance.now();
+    this.chimes = new QueueChimes(this.ctx, { enabled: this.chimesEnabled });
     const base = new URL(".", import.meta.url);
     await this.ctx.audioWorklet.addModule(new URL("capture-processor.js", base));
-    this.player = new AudioPlayer(this.ctx, { sourceRate: RATE });
+    this.mixer = new Mixer(this.ctx);
+    this.player = new AudioPlayer(this.ctx, { sourceRate: RATE, output: this.mixer.output });
     await this.player.start();
     this.player.addEventListener("progress", (e) => this._onProgress(e.detail));
     let source;
@@ -123,7 +163,18 @@ export class DuplexSession extends EventTarget {
       processorOptions: { targetRate: RATE, frameMs: FRAME_MS },
     });
     this.capture.port.onmessage = (e) => this._onFrame(e.data);
-    source.connect(this.capture);
+    // mic -> gain (the mixer's mic level) -> capture; the meters read after the gains.
+    const micGain = cctx === this.ctx ? this.mixer.mic : cctx.createGain();
+    if (micGain !== this.mixer.mic) micGain.gain.value = this.mixer.mic.gain.value;
+    source.connect(micGain);
+    micGain.connect(this.capture);
+    this.micMeter = new LufsMeter(cctx, micGain);
+    this.outMeter = new LufsMeter(this.ctx, this.mixer.output);
+  }
+
+  /** Mixer setting: "mic" 0..2 or "output" 0..1. */
+  setLevel(channel, value) {
+    if (this.mixer) this.mixer.set(channel, value);
   }
 
   _onProgress(stats) {
@@ -144,19 +195,89 @@ export class DuplexSession extends EventTarget {
   }
 
   _onFrame({ pcm, rms }) {
-    if (!this.ws || this.ws.readyState !== WebSocket.OPEN || this.paused) return;
+    // Nothing is sent while queued: nobody listens yet, and the gateway keeps only a few events.
+    if (!this.live || !this.ws || this.ws.readyState !== WebSocket.OPEN || this.paused) return;
+    const now = performance.now();
     let bytes = new Uint8Array(pcm);
-    if (!this._echoGate(rms)) {
+    const passed = this._echoGate(rms);
+    if (!passed) {
       bytes = new Uint8Array(bytes.length); // silence in place of probable echo
       this.framesGated++;
     }
     this._send({ type: "input_audio_buffer.append", audio: b64(bytes) });
     this.framesSent++;
+    this._sentMs += (bytes.length / 2 / RATE) * 1000;
+    this._frameLog.push([this._sentMs, now]);
+    if (this._frameLog.length > 150) this._frameLog.shift();
     this.micLevel = rms;
+    this._localOnset(passed && rms >= ONSET_RMS, now);
+  }
+
+  _audible() {
+    const st = this.player && this.player.stats;
+    return !!st && !st.held && (st.playing || st.buffered > 0);
+  }
+
+  _localOnset(loud, now) {
+    const audible = this._audible();
+    if (!audible) this._inaudibleAt = now;
+    if (!loud) {
+      this._loudRun = 0;
+      if (!this._userSpeaking) this._onsetAt = null;
+      return;
+    }
+    // The frame arrived at `now`; its first sample was captured one frame earlier.
+    if (this._loudRun++ === 0) this._onsetAt = now - FRAME_MS;
+    // Speech that began in a pause of the reply overlaps it only from when the reply resumed.
+    if (this._loudRun >= ONSET_FRAMES && audible && !this._hold) this._holdPlayback(this._overlapStart());
+  }
+
+  /** When the user's current speech and the assistant's audio started to overlap. */
+  _overlapStart(onset = this._onsetAt) {
+    return onset == null ? null : Math.max(onset, this._inaudibleAt);
+  }
+
+  async _holdPlayback(overlapAt) {
+    this._hold = { at: performance.now(), timer: setTimeout(() => this._releaseHold(), HOLD_MAX_MS) };
+    await this.player.hold();
+    this._recordStop(overlapAt, "local");
+  }
+
+  _releaseHold() {
+    if (!this._hold) return;
+    clearTimeout(this._hold.timer);
+    this._hold = null;
+    if (this.player) this.player.release();
+    this._emit("log", { level: "info", text: "no speech after all: reply resumed" });
+  }
+
+  /** One barge-in's stop latency: start of the overlap -> worklet silent, plus output latency. */
+  _recordStop(onsetAt, via) {
+    if (onsetAt == null) return;
+    const stopMs = performance.now() - onsetAt + this.player.outputLatencyS * 1000;
+    this.bargeIns.push({ stopMs: Math.round(stopMs), via });
+    this._emit("bargein", { stopMs, via });
+  }
+
+  /** When the mic captured input-audio time `ms` (the server's audio_start_ms), if we know. */
+  _capturedAt(ms) {
+    for (const [endMs, at] of this._frameLog) {
+      if (endMs >= ms) return at - (endMs - ms);
+    }
+    return null;
   }
 
   _send(event) {
-    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(event));
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) {
+      this.ws.send(JSON.stringify(event));
+      return true;
+    }
+    return false;
+  }
+
+  /** Send a client event (e.g. a camera frame) once the session is live; false if not sent. */
+  send(event) {
+    return this.live && !this.paused ? this._send(event) : false;
   }
 
   _connect() {
@@ -182,11 +303,15 @@ export class DuplexSession extends EventTarget {
 
   _onEvent(ev) {
     switch (ev.type) {
-      case "queue.position":
-        this.queue = { position: ev.position, queue_length: ev.queue_length, eta_s: ev.eta_s };
+      case "queue.position": {
+        const before = this.queue && this.queue.position;
+        this.queue = { position: ev.position, queue_length: ev.queue_length, eta_s: ev.eta_s, at: performance.now() };
+        if (ev.position === 1 && before !== 1) this.chimes.waiting();
         this._set("queued", this.queue);
         break;
+      }
       case "queue.assigned":
+        if (this.queue) this.chimes.assigned(); // only worth a sound after a wait
         this.queue = null;
         this._set("assigned", { worker_id: ev.worker_id, queued_s: ev.queued_s });
         break;
@@ -201,12 +326,31 @@ export class DuplexSession extends EventTarget {
             } },
           },
         });
+        this.live = true;
+        this.chimes.ready();
         this._set("listening");
+        this._emit("live", {});
         break;
-      case "input_audio_buffer.speech_started":
+      case "input_audio_buffer.speech_started": {
         this._userSpeaking = true;
-        this._bargeIn();
+        const wasAudible = this._audible();
+        const held = this._hold;
+        if (held) {
+          clearTimeout(held.timer);
+          this._hold = null;
+        }
+        const onsets = [this._onsetAt, this._capturedAt(ev.audio_start_ms)].filter((t) => t != null);
+        const overlapAt = onsets.length ? this._overlapStart(Math.min(...onsets)) : null;
+        this._bargeIn().then(() => {
+          // Already measured when held locally; otherwise the server's VAD stopped it.
+          if (wasAudible && !held) this._recordStop(overlapAt, "server");
+        });
         this._set("hearing");
+        break;
+      }
+      case "input_image_buffer.appended":
+        this.framesAcked = ev.frames_received;
+        this._emit("frames", { acked: this.framesAcked });
         break;
       case "input_audio_buffer.speech_stopped":
         this._userSpeaking = false;
@@ -249,6 +393,10 @@ export class DuplexSession extends EventTarget {
         this._streaming = false;
         const r = ev.response || {};
         if (r.status === "cancelled") {
+          if (this._hold) {
+            clearTimeout(this._hold.timer);
+            this._hold = null;
+          }
           this._bargeIn();
           const entry = (r.output || []).map((o) => this._assistant.get(o.id)).find(Boolean);
           if (entry) entry.interrupted = true;
@@ -306,6 +454,9 @@ export class DuplexSession extends EventTarget {
   }
 
   _stopAudio() {
+    this.live = false;
+    if (this._hold) clearTimeout(this._hold.timer);
+    this._hold = null;
     if (this.stream) this.stream.getTracks().forEach((t) => t.stop());
     if (this.capture) this.capture.port.onmessage = null;
     if (this.player) this.player.stop();

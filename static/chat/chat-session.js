@@ -1,0 +1,482 @@
+// One turn-based chat over the OpenAI Realtime GA protocol (manual turns: turn_detection null).
+// UI-free: it keeps the conversation in `messages`, emits "state", "message" and "error"
+// events, and plays spoken replies through the AudioWorklet player. The socket opens lazily on
+// the first message (a worker slot is exclusive, so an idle page must not hold one) and events
+// are sent at once: the gateway keeps what arrives while we are queued and delivers it in order.
+import { AudioPlayer } from "../duplex/lib/audio-player.js";
+
+export const RATE = 24000; // PCM16 mono, both directions
+const CLIP_CHUNK_BYTES = RATE * 2; // one second per input_audio_buffer.append
+const REPLAY_MAX = 16; // the worker keeps 16 history messages by default
+
+// Friendly text for the server's error codes; anything else shows the server's own message.
+const ERROR_TEXT = {
+  queue_full: "The service is busy: the waiting queue is full. Please try again in a minute.",
+  queue_timeout: "Waited too long in the queue. Please try again in a moment.",
+  no_capable_worker: "No model worker can serve this chat right now.",
+  worker_failed: "The model worker stopped during the answer. Send your message again to start a new session.",
+  worker_unavailable: "The model worker could not be reached. Send your message again to retry.",
+  session_expired: "The session reached its maximum length. Your next message starts a new one.",
+  input_audio_buffer_commit_empty: "The voice clip was too short. Hold Record while you speak.",
+  conversation_already_has_active_response: "Wait for the current answer to finish, or press Stop.",
+  transcription_failed: "The voice clip could not be transcribed. Please try again.",
+  queue_overflow: "Too much was sent while waiting in the queue; please wait for a worker.",
+};
+
+const CLOSE_TEXT = {
+  1006: "The connection to the server was lost.",
+  1008: "The server refused this session (no capable worker, or the page was too slow to read).",
+  1011: "The model worker failed.",
+  1013: "The service is busy (queue full or waited too long). Please try again in a moment.",
+  4002: "The session was paused for too long.",
+  4003: "The session reached its maximum length.",
+};
+
+export function friendlyError(err) {
+  if (!err) return "";
+  const code = err.code || "";
+  if (ERROR_TEXT[code]) return ERROR_TEXT[code];
+  if (code === "invalid_image") return `That image could not be used: ${err.message || "unsupported image"}.`;
+  const msg = String(err.message || "something went wrong").replace(/\s+/g, " ").trim();
+  return `The server said: ${msg.charAt(0).toUpperCase()}${msg.slice(1)}`;
+}
+
+let nextLocalId = 1;
+
+export class ChatSession extends EventTarget {
+  constructor({ model = "omniduplex-cascade", url } = {}) {
+    super();
+    const proto = location.protocol === "https:" ? "wss:" : "ws:";
+    this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}`;
+    this.settings = { instructions: "", temperature: 0.3, maxOutputTokens: 160, outputAudio: true, voice: "joe" };
+    this.messages = []; // {id, role: user|assistant, text, at, kind, image, status, note, itemId}
+    this.state = "idle";
+    this.queue = null; // {position, queue_length, eta_s} while queued
+    this.error = null; // last error {code, message} (raw, for tests and logs)
+    this.lastMetrics = null;
+    this.sessions = 0; // sessions opened so far (a reconnect re-sends the history)
+    this.deltaCount = 0; // text deltas of the current/last reply: >1 proves it streamed
+    this.ws = null;
+    this._conn = "none"; // none | connecting | queued | assigned | open
+    this._outbox = [];
+    this._acks = []; // pending conversation.item.create: {eventId, resolve, reject}
+    this._turn = null; // the user message being answered: {entry, kind}
+    this._response = null; // {id, entry}
+    this._muted = new Set(); // assistant items whose audio the user stopped
+    this._audible = false;
+    this._byItem = new Map(); // server item id -> message entry
+  }
+
+  // ------------------------------------------------------------------ public
+
+  get playedMs() { return this.player ? this.player.totalPlayedMs : 0; }
+  get busy() { return Boolean(this._turn || this._response); }
+  get responding() { return Boolean(this._response); }
+  get speaking() { return this._audible; }
+
+  /** Create the AudioContext and player. Call from a click/keypress so autoplay is allowed. */
+  async ensureAudio() {
+    if (!this._audioReady) {
+      this._audioReady = (async () => {
+        try {
+          this.ctx = new AudioContext({ sampleRate: RATE, latencyHint: "interactive" });
+        } catch {
+          this.ctx = new AudioContext({ latencyHint: "interactive" }); // the player resamples
+        }
+        this.player = new AudioPlayer(this.ctx, { sourceRate: RATE });
+        await this.player.start();
+        this.player.addEventListener("progress", (e) => this._onProgress(e.detail));
+        return this.ctx;
+      })();
+    }
+    const ctx = await this._audioReady;
+    if (ctx.state === "suspended") await ctx.resume().catch(() => {});
+    return ctx;
+  }
+
+  /** Settings apply to the open session at once and to every later reply. */
+  applySettings(s) {
+    const voiceWasOn = this.settings.outputAudio;
+    Object.assign(this.settings, s);
+    if (voiceWasOn && !this.settings.outputAudio) this._silence();
+    if (this.ws) this._send(this._sessionUpdate());
+  }
+
+  /** Send a typed message, optionally with an image ({dataUrl, thumb}). */
+  async sendMessage(text, image = null) {
+    text = (text || "").trim();
+    if (!text && !image) return;
+    const entry = this._add({ role: "user", text, kind: image ? "image" : "text", image: image ? image.thumb : null });
+    const content = [];
+    if (image) content.push({ type: "input_image", image_url: image.dataUrl });
+    if (text) content.push({ type: "input_text", text });
+    await this._beginTurn(entry, "text");
+    try {
+      await this._createItem("user", content);
+    } catch (err) {
+      return this._failTurn(err);
+    }
+    this._update(entry, { status: "sent" });
+    this._createResponse();
+  }
+
+  /** Send a recorded clip (PCM16 24 kHz bytes): append chunks, commit, then answer its transcript. */
+  async sendClip(pcm, ms) {
+    const entry = this._add({ role: "user", text: "", kind: "voice", status: "transcribing",
+      note: `Voice clip, ${(ms / 1000).toFixed(1)} s` });
+    await this._beginTurn(entry, "voice");
+    for (let i = 0; i < pcm.length; i += CLIP_CHUNK_BYTES) {
+      this._send({ type: "input_audio_buffer.append", audio: b64(pcm.subarray(i, i + CLIP_CHUNK_BYTES)) });
+    }
+    this._send({ type: "input_audio_buffer.commit", event_id: this._turn.eventId });
+    this._emitState();
+    // The reply is requested when the transcript arrives (see _onTranscript): an empty one
+    // means no speech was heard, and answering the old context instead would be confusing.
+  }
+
+  /** Stop the running reply (and any audio still playing). */
+  async stop() {
+    if (this._response) {
+      this._send({ type: "response.cancel" });
+      this._muted.add(this._response.entry.itemId);
+    }
+    await this._silence();
+  }
+
+  /** Forget everything and close the session; the next message starts a new one. */
+  newChat() {
+    this._closeSocket("new chat");
+    this._silence();
+    this.messages = [];
+    this._byItem.clear();
+    this.error = null;
+    this._emit("message", { reset: true });
+    this._emitState();
+  }
+
+  close() {
+    this._closeSocket("page closed");
+    if (this.player) this.player.stop();
+    if (this.ctx && this.ctx.state !== "closed") this.ctx.close().catch(() => {});
+  }
+
+  /** The conversation as shown: what Save & share posts. */
+  transcript() {
+    return this.messages
+      .filter((m) => (m.text && m.text.trim()) || m.image)
+      .map((m) => ({ role: m.role, text: m.text || "", at: m.at, ...(m.image ? { image: m.image } : {}) }));
+  }
+
+  // ------------------------------------------------------------------ turns
+
+  async _beginTurn(entry, kind) {
+    if (this.player && this._audible) await this._silence(); // the user moved on
+    this.deltaCount = 0;
+    this.error = null;
+    this._turn = { entry, kind, eventId: `evt_${Date.now().toString(36)}_${nextLocalId++}` };
+    this._ensureConnected();
+    this._emitState();
+  }
+
+  _failTurn(err) {
+    if (this._turn) this._update(this._turn.entry, { status: "failed", note: friendlyError(err) });
+    this._turn = null;
+    this._emitState();
+  }
+
+  _createItem(role, content) {
+    const eventId = `evt_${Date.now().toString(36)}_${nextLocalId++}`;
+    return new Promise((resolve, reject) => {
+      this._acks.push({ eventId, resolve, reject });
+      this._send({ type: "conversation.item.create", event_id: eventId, item: { type: "message", role, content } });
+    });
+  }
+
+  _createResponse() {
+    const s = this.settings;
+    this._send({
+      type: "response.create",
+      response: { output_modalities: [s.outputAudio ? "audio" : "text"], max_output_tokens: s.maxOutputTokens },
+    });
+  }
+
+  _onTranscript(ev) {
+    const turn = this._turn;
+    const entry = this._byItem.get(ev.item_id) || (turn && turn.kind === "voice" ? turn.entry : null);
+    if (!entry) return;
+    const text = (ev.transcript || "").trim();
+    if (!text) {
+      this._update(entry, { status: "failed", note: "No speech was heard in that clip. Hold Record while you speak, close to the microphone." });
+      if (turn && turn.entry === entry) this._turn = null;
+      this._emitState();
+      return;
+    }
+    this._update(entry, { text, status: "sent" });
+    if (turn && turn.entry === entry) this._createResponse();
+  }
+
+  // ------------------------------------------------------------------ socket
+
+  _ensureConnected() {
+    if (this.ws) return;
+    const replay = this.messages
+      .filter((m) => m.text && m.status !== "failed" && m !== (this._turn && this._turn.entry))
+      .slice(-REPLAY_MAX);
+    this.sessions++;
+    this._conn = "connecting";
+    this._outbox = [];
+    const ws = (this.ws = new WebSocket(this.url));
+    this._send(this._sessionUpdate());
+    // A new session after a reconnect: give the model the conversation so far, as text.
+    for (const m of replay) {
+      this._createItem(m.role, [{ type: m.role === "user" ? "input_text" : "output_text", text: m.text }]).catch(() => {});
+    }
+    ws.onopen = () => {
+      for (const data of this._outbox.splice(0)) ws.send(data);
+    };
+    ws.onmessage = (e) => {
+      let ev;
+      try {
+        ev = JSON.parse(e.data);
+      } catch {
+        return;
+      }
+      this._onEvent(ev);
+    };
+    ws.onclose = (e) => this._onClose(ws, e);
+  }
+
+  _send(event) {
+    if (!this.ws) return;
+    const data = JSON.stringify(event);
+    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(data);
+    else if (this.ws.readyState === WebSocket.CONNECTING) this._outbox.push(data);
+  }
+
+  _sessionUpdate() {
+    const s = this.settings;
+    return {
+      type: "session.update",
+      session: {
+        type: "realtime",
+        instructions: s.instructions || "",
+        temperature: s.temperature,
+        max_output_tokens: s.maxOutputTokens,
+        output_modalities: [s.outputAudio ? "audio" : "text"],
+        audio: {
+          input: { format: { type: "audio/pcm", rate: RATE }, turn_detection: null },
+          output: { voice: s.voice || "joe" },
+        },
+      },
+    };
+  }
+
+  _closeSocket(reason) {
+    const ws = this.ws;
+    if (!ws) return;
+    this.ws = null; // detach first: this close is ours, not an error to report
+    this._reset();
+    if (ws.readyState <= WebSocket.OPEN) ws.close(1000, reason);
+  }
+
+  _reset() {
+    this._conn = "none";
+    this.queue = null;
+    this._outbox = [];
+    for (const a of this._acks.splice(0)) a.reject({ code: "closed", message: "the session closed" });
+    if (this._response) this._update(this._response.entry, { status: "stopped" });
+    this._response = null;
+    this._turn = null;
+  }
+
+  _onClose(ws, e) {
+    if (ws !== this.ws) return; // an old socket we closed on purpose
+    const pending = this._turn || this._response;
+    const entry = this._turn ? this._turn.entry : null;
+    const lastError = this.error;
+    this.ws = null;
+    this._reset();
+    if (e.code === 1000 || e.code === 4001) {
+      // Normal end or idle timeout: nothing broke; the next message opens a new session.
+      this._emit("notice", { text: "Session ended. Your next message starts a new one (the chat so far is sent along)." });
+    } else {
+      const text = lastError && lastError.code && ERROR_TEXT[lastError.code]
+        ? ERROR_TEXT[lastError.code]
+        : `${CLOSE_TEXT[e.code] || `The connection closed (code ${e.code}).`} Send your message again to retry.`;
+      if (!lastError) this.error = { code: `close_${e.code}`, message: text };
+      if (entry) this._update(entry, { status: "failed", note: text });
+      this._emit("error", { text, code: e.code, during: Boolean(pending) });
+    }
+    this._emitState();
+  }
+
+  // ------------------------------------------------------------------ events
+
+  _onEvent(ev) {
+    switch (ev.type) {
+      case "queue.position":
+        this._conn = "queued";
+        this.queue = { position: ev.position, queue_length: ev.queue_length, eta_s: ev.eta_s };
+        break;
+      case "queue.assigned":
+        this._conn = "assigned";
+        this.queue = null;
+        break;
+      case "session.created":
+        this._conn = "open";
+        this.queue = null;
+        break;
+      case "conversation.item.added":
+        // Items are created one at a time, in order: the next "added" (outside a reply)
+        // acknowledges the oldest pending conversation.item.create.
+        if (!this._response && this._acks.length && ev.item && ev.item.status !== "in_progress") {
+          this._acks.shift().resolve(ev.item);
+        }
+        break;
+      case "input_audio_buffer.committed":
+        if (this._turn && this._turn.kind === "voice") {
+          this._turn.entry.itemId = ev.item_id;
+          this._byItem.set(ev.item_id, this._turn.entry);
+        }
+        break;
+      case "conversation.item.input_audio_transcription.completed":
+        this._onTranscript(ev);
+        break;
+      case "response.created": {
+        const entry = this._add({ role: "assistant", text: "", kind: "text", status: "streaming" });
+        this._response = { id: ev.response && ev.response.id, entry };
+        if (this._turn) this._update(this._turn.entry, { status: "sent" });
+        this._turn = null;
+        break;
+      }
+      case "response.output_item.added":
+        if (this._response && ev.item && ev.item.id) {
+          this._response.entry.itemId = ev.item.id;
+          this._byItem.set(ev.item.id, this._response.entry);
+        }
+        break;
+      case "response.output_audio_transcript.delta":
+      case "response.output_text.delta": {
+        const entry = this._byItem.get(ev.item_id) || (this._response && this._response.entry);
+        if (!entry) break;
+        this.deltaCount++;
+        this._update(entry, { text: entry.text + (ev.delta || "") });
+        break;
+      }
+      case "response.output_audio.delta":
+        if (this.player && this.settings.outputAudio && !this._muted.has(ev.item_id)) {
+          this.player.push(ev.item_id, ev.delta);
+        }
+        break;
+      case "response.output_audio.done":
+        if (this.player) this.player.end(ev.item_id);
+        break;
+      case "response.done":
+        this._onResponseDone(ev.response || {});
+        break;
+      case "session.metrics":
+        this.lastMetrics = ev.metrics || null;
+        break;
+      case "error":
+        this._onError(ev.error || {});
+        break;
+      default:
+        return;
+    }
+    this._emitState();
+  }
+
+  _onResponseDone(r) {
+    const entry = this._response ? this._response.entry : null;
+    this._response = null;
+    if (!entry) return;
+    const part = ((r.output || [])[0] || {}).content || [];
+    const final = part.length ? (part[0].transcript ?? part[0].text) : null;
+    const reason = r.status_details && r.status_details.reason;
+    const patch = { status: r.status === "completed" ? "done" : r.status || "done" };
+    if (typeof final === "string" && final.length >= entry.text.length) patch.text = final;
+    if (r.status === "cancelled") patch.note = "Stopped";
+    else if (r.status === "incomplete" && reason === "max_output_tokens") patch.note = "Cut off at the max tokens setting";
+    else if (r.status === "failed") patch.note = "The answer failed";
+    this._update(entry, patch);
+    if (this.player && entry.itemId) this.player.end(entry.itemId);
+  }
+
+  _onError(err) {
+    this.error = { code: err.code || "error", message: err.message || "" };
+    if (err.code === "response_cancel_not_active") return; // Stop raced the end of the reply
+    const head = this._acks[0];
+    if (head && (err.event_id === head.eventId || (!err.event_id && err.type === "invalid_request_error"))) {
+      this._acks.shift().reject(err);
+      return; // the turn's own failure: shown on its message
+    }
+    if (this._turn && err.event_id && err.event_id === this._turn.eventId) {
+      return this._failTurn(err); // the clip's commit was refused
+    }
+    if (err.code === "transcription_failed" && this._turn && this._turn.kind === "voice") this._failTurn(err);
+    if (err.code === "idle_timeout") return; // the close that follows says it calmly
+    this._emit("error", { text: friendlyError(err), code: err.code });
+  }
+
+  // ------------------------------------------------------------------ audio
+
+  _onProgress(stats) {
+    const audible = Boolean(stats.playing || stats.buffered > 0);
+    if (audible !== this._audible) {
+      this._audible = audible;
+      this._emitState();
+    }
+    this._emit("progress", stats);
+  }
+
+  async _silence() {
+    if (!this.player) return;
+    for (const m of this.messages) if (m.role === "assistant" && m.itemId) this._muted.add(m.itemId);
+    await this.player.flush();
+    this._audible = false;
+    this._emitState();
+  }
+
+  // ------------------------------------------------------------------ model of the page
+
+  _add(fields) {
+    const entry = { id: nextLocalId++, at: new Date().toISOString(), image: null, status: "done", note: "", ...fields };
+    this.messages.push(entry);
+    this._emit("message", { entry, added: true });
+    return entry;
+  }
+
+  _update(entry, patch) {
+    Object.assign(entry, patch);
+    this._emit("message", { entry });
+  }
+
+  _computeState() {
+    if (this._conn === "connecting") return "connecting";
+    if (this._conn === "queued") return "queued";
+    if (this._conn === "assigned") return "assigned";
+    if (this._response) return "responding";
+    if (this._turn) return this._turn.kind === "voice" && this._turn.entry.status === "transcribing" ? "transcribing" : "thinking";
+    if (this._audible) return "speaking";
+    return this._conn === "open" ? "ready" : "idle";
+  }
+
+  _emitState() {
+    const state = this._computeState();
+    const key = `${state}:${this.queue ? `${this.queue.position}/${this.queue.queue_length}` : ""}`;
+    this.state = state;
+    if (key === this._lastStateKey) return;
+    this._lastStateKey = key;
+    this._emit("state", { state, queue: this.queue });
+  }
+
+  _emit(type, detail) {
+    this.dispatchEvent(new CustomEvent(type, { detail }));
+  }
+}
+
+export function b64(bytes) {
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  return btoa(s);
+}

@@ -1,0 +1,197 @@
+// The controller behind audio_duplex.html and omni.html: wires the buttons, status line,
+// transcript, metrics, levels and (on the omni page) the camera to one DuplexSession.
+// `window.omni` exposes read-only views of the live session for the browser tests.
+import { renderNav } from "../../shared/app-nav.js";
+import { Camera, CameraError, FrameSender } from "../lib/camera.js";
+import { DuplexSession, MicError } from "../lib/duplex-session.js";
+import { rememberSession } from "../lib/recent-sessions.js";
+import { LevelMeters } from "./level-meters.js";
+import { MetricsPanel } from "./metrics-panel.js";
+
+const LABELS = {
+  idle: () => "Idle",
+  starting: () => "Opening the microphone…",
+  connecting: () => "Connecting…",
+  queued: (d) => `Queued: position ${d.position} of ${d.queue_length}` + (d.eta_s != null ? `, about ${Math.ceil(d.eta_s)} s` : ""),
+  assigned: () => "Assigned to a worker, starting…",
+  listening: () => "Listening",
+  hearing: () => "Hearing you…",
+  thinking: () => "Thinking…",
+  speaking: () => "Speaking",
+  paused: () => "Paused",
+  closed: (d) => d.reason || "Closed",
+  error: (d) => d.reason || "Error",
+};
+
+export function mountDuplexPage({ app, withCamera = false }) {
+  renderNav();
+  const $ = (id) => document.getElementById(id);
+  const metrics = new MetricsPanel($("metrics"));
+  metrics.setTurn(null);
+  metrics.setPlayback({ bufferedMs: 0, playedMs: 0, gaps: 0 });
+  let session = null;
+  const levels = new LevelMeters($("levels"), () => session);
+  const camera = withCamera ? new Camera($("camera")) : null;
+  let frames = null;
+  let startedAt = 0;
+
+  const omni = (window.omni = {
+    get session() { return session; },
+    get state() { return session ? session.state : "idle"; },
+    get playedMs() { return session ? session.playedMs : 0; },
+    get bufferedMs() { return session ? session.bufferedMs : 0; },
+    get gaps() { return session ? session.gaps : 0; },
+    get transcripts() { return session ? session.transcripts.map(({ role, text }) => ({ role, text })) : []; },
+    get lastMetrics() { return session ? session.lastMetrics : null; },
+    get truncates() { return session ? session.truncates : []; },
+    get bargeIns() { return session ? session.bargeIns : []; },
+    get queue() { return session ? session.queue : null; },
+    get chimes() { return session && session.chimes ? session.chimes.played : []; },
+    get framesSent() { return frames ? frames.sent : 0; },
+    get framesAcked() { return session ? session.framesAcked : 0; },
+    get levels() { return levels.values; },
+    get error() { return session ? session.error : null; },
+  });
+
+  function setStatus(state, detail = {}) {
+    $("status").dataset.state = state;
+    $("status-text").textContent = (LABELS[state] || (() => state))(detail);
+  }
+
+  function showAlert(text, kind = "error") {
+    $("alert").textContent = text;
+    $("alert").dataset.kind = kind;
+    $("alert").hidden = !text;
+  }
+
+  function log(text) {
+    const line = document.createElement("div");
+    line.textContent = `${new Date().toLocaleTimeString()} ${text}`;
+    $("log").prepend(line);
+    while ($("log").childElementCount > 50) $("log").lastChild.remove();
+    console.log("[omni]", text);
+  }
+
+  function renderTranscript(s) {
+    const box = $("transcript");
+    const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+    box.replaceChildren(...s.transcripts.map((t) => {
+      const b = document.createElement("div");
+      b.className = `bubble ${t.role}` + (t.interrupted ? " interrupted" : "");
+      b.textContent = t.text || "…";
+      return b;
+    }));
+    if (atBottom) box.scrollTop = box.scrollHeight;
+    renderSubtitle(s);
+  }
+
+  // Subtitles over the camera preview: the latest line from either side.
+  function renderSubtitle(s) {
+    const sub = $("subtitle");
+    if (!sub) return;
+    const last = s.transcripts[s.transcripts.length - 1];
+    sub.textContent = last ? last.text.slice(-160) : "";
+    sub.dataset.role = last ? last.role : "";
+    sub.hidden = !last || !last.text;
+  }
+
+  function setRunning(running) {
+    $("start").disabled = running;
+    $("pause").disabled = !running;
+    $("stop").disabled = !running;
+    $("pause").textContent = "Pause";
+  }
+
+  function remember(s) {
+    const turns = s.transcripts.filter((t) => t.role === "user").length;
+    if (!startedAt) return; // never got past the queue: nothing to list
+    const firstUser = s.transcripts.find((t) => t.role === "user");
+    rememberSession({
+      app, href: location.pathname, startedAt, durationS: Math.round((Date.now() - startedAt) / 1000), turns,
+      preview: firstUser ? firstUser.text.slice(0, 120) : "",
+    });
+  }
+
+  async function startCamera() {
+    try {
+      await camera.start();
+      $("camera-off").hidden = true;
+      return true;
+    } catch (e) {
+      showAlert(e instanceof CameraError ? e.message : `Camera: ${e.message || e}`, "warn");
+      $("camera-off").hidden = false;
+      log(`camera failed: ${e.message || e}`);
+      return false;
+    }
+  }
+
+  $("start").addEventListener("click", async () => {
+    showAlert("");
+    setRunning(true);
+    startedAt = 0;
+    const s = (session = new DuplexSession({ chimes: !$("chimes") || $("chimes").checked }));
+    s.addEventListener("state", (e) => {
+      setStatus(e.detail.state, e.detail);
+      metrics.setQueue(e.detail.state === "queued" ? s.queue : null);
+      if (e.detail.state === "paused") $("pause").textContent = "Resume";
+      if (e.detail.state === "listening") $("pause").textContent = "Pause";
+    });
+    s.addEventListener("live", () => {
+      startedAt = Date.now();
+      if (frames) {
+        frames.tick(); // the first frame at once, then one a second
+        frames.start();
+      }
+    });
+    s.addEventListener("transcript", () => renderTranscript(s));
+    s.addEventListener("metrics", (e) => metrics.setTurn(e.detail));
+    s.addEventListener("bargein", (e) => metrics.setBargeIn(e.detail));
+    s.addEventListener("progress", () => metrics.setPlayback(s));
+    s.addEventListener("frames", (e) => { if ($("frames")) $("frames").textContent = `${e.detail.acked} frames seen`; });
+    s.addEventListener("log", (e) => log(e.detail.text));
+    s.addEventListener("closed", (e) => {
+      if (frames) frames.stop();
+      if (camera) camera.stop();
+      setRunning(false);
+      remember(s);
+      if (e.detail.code !== 1000) showAlert(e.detail.reason);
+    });
+    try {
+      if (camera && (await startCamera())) {
+        frames = new FrameSender(camera, (ev) => s.send(ev), { intervalMs: 1000 });
+      }
+      await s.start();
+    } catch (e) {
+      if (frames) frames.stop();
+      if (camera) camera.stop();
+      setRunning(false);
+      setStatus("error", { reason: e instanceof MicError ? "Microphone unavailable" : "Could not start" });
+      showAlert(e.message || String(e));
+      log(`start failed: ${e.message || e}`);
+    }
+  });
+
+  $("pause").addEventListener("click", () => {
+    if (!session) return;
+    if (session.paused) session.resume(); else session.pause();
+  });
+
+  $("stop").addEventListener("click", () => {
+    if (session) session.stop();
+  });
+
+  if (camera) {
+    $("mirror").addEventListener("change", (e) => camera.setMirrored(e.target.checked));
+    $("flip").addEventListener("click", async () => {
+      if (!camera.stream) return;
+      try {
+        await camera.flip();
+      } catch (e) {
+        showAlert(e.message || String(e), "warn");
+      }
+    });
+  }
+
+  window.addEventListener("pagehide", () => { if (session) remember(session); });
+  return omni;
+}
