@@ -23,7 +23,9 @@ from core.processors.base import new_id
 from core.protocol import error_event, server_event
 from gateway.health import HealthChecker
 from gateway.pages import install_pages
+from gateway.presets import presets_router
 from gateway.relay import relay
+from gateway.shares import shares_router
 from gateway.worker_pool import (
     Lease,
     NoCapableWorkerError,
@@ -86,6 +88,8 @@ def create_app(config: AppConfig) -> FastAPI:
         await ws.accept()
         await RealtimeProxy(ws, pool, config).run()
 
+    app.include_router(presets_router(Path(config.data_dir)))
+    app.include_router(shares_router(Path(config.data_dir)))
     install_pages(app, ROOT / "static")
     return app
 

@@ -114,7 +114,7 @@ function renderEntry(entry) {
   text.hidden = !shown;
   const time = entry.at ? new Date(entry.at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) : "";
   const parts = [time];
-  if (entry.kind === "voice") parts.push("voice clip");
+  if (entry.kind === "voice") parts.push(`voice clip, ${((entry.clipMs || 0) / 1000).toFixed(1)} s`);
   if (entry.note) parts.push(entry.note);
   el.querySelector(".meta").textContent = parts.filter(Boolean).join(" · ");
   return el;
@@ -122,7 +122,7 @@ function renderEntry(entry) {
 
 function renderAll(entries) {
   bubbles.clear();
-  $("messages").querySelectorAll(".bubble").forEach((b) => b.remove());
+  $("messages").querySelectorAll(".bubble, .chat-notice").forEach((b) => b.remove());
   entries.forEach((e) => renderEntry(e));
   $("empty").hidden = entries.length > 0;
 }
@@ -140,7 +140,14 @@ chat.addEventListener("error", (e) => {
   pageError = null;
   showAlert(e.detail.text);
 });
-chat.addEventListener("notice", () => refreshControls());
+chat.addEventListener("notice", (e) => {
+  // Not a message: never shared or re-sent, just tells the reader what happened.
+  const note = document.createElement("div");
+  note.className = "chat-notice";
+  note.textContent = e.detail.text;
+  $("messages").appendChild(note);
+  refreshControls();
+});
 // Keep the latest message in view across resizes (rotation, keyboard, window size) if the user
 // was reading the end. Scroll events caused by the resize itself must not change that.
 let pinned = true;
@@ -189,10 +196,12 @@ for (const id of ["instructions", "max-tokens", "temperature", "voice"]) {
 $("max-tokens").addEventListener("blur", () => {
   $("max-tokens").value = settingsFromFields().maxOutputTokens; // show the clamped value
 });
-// Open on wide screens, folded on phones (where it sits above the chat).
-const wide = window.matchMedia("(min-width: 900px)");
-$("settings").open = wide.matches;
-wide.addEventListener("change", () => { $("settings").open = wide.matches; });
+// Always shown on wide screens; folded on phones, where the panel sits above the chat (CSS).
+$("settings-toggle").addEventListener("click", () => {
+  const open = $("settings").classList.toggle("open");
+  $("settings-toggle").setAttribute("aria-expanded", String(open));
+  $("settings-toggle").textContent = open ? "Hide" : "Show";
+});
 
 // ------------------------------------------------------------------ sending
 

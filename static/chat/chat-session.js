@@ -49,7 +49,7 @@ export class ChatSession extends EventTarget {
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}`;
     this.settings = { instructions: "", temperature: 0.3, maxOutputTokens: 160, outputAudio: true, voice: "joe" };
-    this.messages = []; // {id, role: user|assistant, text, at, kind, image, status, note, itemId}
+    this.messages = []; // {id, role: user|assistant, text, at, kind, image, status, note, itemId, clipMs}
     this.state = "idle";
     this.queue = null; // {position, queue_length, eta_s} while queued
     this.error = null; // last error {code, message} (raw, for tests and logs)
@@ -122,8 +122,7 @@ export class ChatSession extends EventTarget {
 
   /** Send a recorded clip (PCM16 24 kHz bytes): append chunks, commit, then answer its transcript. */
   async sendClip(pcm, ms) {
-    const entry = this._add({ role: "user", text: "", kind: "voice", status: "transcribing",
-      note: `Voice clip, ${(ms / 1000).toFixed(1)} s` });
+    const entry = this._add({ role: "user", text: "", kind: "voice", status: "transcribing", clipMs: ms });
     await this._beginTurn(entry, "voice");
     for (let i = 0; i < pcm.length; i += CLIP_CHUNK_BYTES) {
       this._send({ type: "input_audio_buffer.append", audio: b64(pcm.subarray(i, i + CLIP_CHUNK_BYTES)) });
@@ -160,10 +159,10 @@ export class ChatSession extends EventTarget {
     if (this.ctx && this.ctx.state !== "closed") this.ctx.close().catch(() => {});
   }
 
-  /** The conversation as shown: what Save & share posts. */
+  /** The conversation as shown, minus turns that never reached the model: what Save & share posts. */
   transcript() {
     return this.messages
-      .filter((m) => (m.text && m.text.trim()) || m.image)
+      .filter((m) => m.status !== "failed" && ((m.text && m.text.trim()) || m.image))
       .map((m) => ({ role: m.role, text: m.text || "", at: m.at, ...(m.image ? { image: m.image } : {}) }));
   }
 
