@@ -22,6 +22,7 @@ from core.config import AppConfig
 from core.processors.base import new_id
 from core.protocol import error_event, server_event
 from gateway.health import HealthChecker
+from gateway.openai_rest import openai_router
 from gateway.pages import install_pages
 from gateway.presets import presets_router
 from gateway.relay import relay
@@ -90,6 +91,7 @@ def create_app(config: AppConfig) -> FastAPI:
 
     app.include_router(presets_router(Path(config.data_dir)))
     app.include_router(shares_router(Path(config.data_dir)))
+    app.include_router(openai_router(pool))
     install_pages(app, ROOT / "static")
     return app
 

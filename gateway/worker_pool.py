@@ -339,9 +339,12 @@ class WorkerPool:
             raise QueueTimeoutError(f"No worker became free within {self.max_wait_s:.0f} s.")
         return entry.future.result()  # a Lease, or NoCapableWorkerError set by dispatch
 
-    def release(self, lease: Lease) -> None:
-        """Give a slot back. Idempotent; releasing a removed worker's lease frees nothing."""
-        self._release(lease, record=True)
+    def release(self, lease: Lease, *, record: bool = True) -> None:
+        """Give a slot back. Idempotent; releasing a removed worker's lease frees nothing.
+
+        ``record=False`` keeps the lease out of the session-length average behind the ETA
+        (one-shot REST requests last a second and would make realtime ETAs far too short)."""
+        self._release(lease, record=record)
 
     # ------------------------------------------------------------------ introspection
 

@@ -18,6 +18,7 @@ from core.config import AppConfig
 from core.processors import create_backend
 from core.processors.base import LoadProgress
 from core.protocol import Dialect
+from worker.rest import rest_router
 from worker.session import RealtimeSession
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return ws_state.health()
+
+    app.include_router(rest_router(ws_state))  # internal REST jobs for the gateway's OpenAI API
 
     @app.websocket("/ws/realtime")
     async def realtime(ws: WebSocket) -> None:

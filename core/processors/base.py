@@ -11,10 +11,11 @@ from __future__ import annotations
 import abc
 import enum
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -140,6 +141,7 @@ class ResponseDone:
     text: str
     audio_ms: float
     output_tokens: int = 0
+    prompt_tokens: int = 0
     type: Literal["response_done"] = "response_done"
 
 
@@ -183,6 +185,29 @@ class LoadProgress:
 
 
 ProgressCallback = Callable[[LoadProgress], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptSegment:
+    """One stretch of a transcription with its times (seconds), as Whisper reports it."""
+
+    id: int
+    start: float
+    end: float
+    text: str
+    tokens: tuple[int, ...] = ()
+    avg_logprob: float = 0.0
+    compression_ratio: float = 0.0
+    no_speech_prob: float = 0.0
+    temperature: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Transcription:
+    text: str
+    language: str
+    duration: float  # seconds of input audio
+    segments: tuple[TranscriptSegment, ...] = ()
 
 
 @dataclass(slots=True)
@@ -287,3 +312,17 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # pragma: no cover - default no-op
         """Release threads and memory."""
+
+    # One-shot requests (the REST API). Optional: a backend without them answers "unsupported".
+    # Blocking: call them from a thread.
+
+    def transcribe(
+        self, samples: np.ndarray, *, language: str | None = None, prompt: str | None = None,
+        temperature: float = 0.0,
+    ) -> Transcription:
+        """Transcribe 16 kHz float32 mono audio into text with timed segments."""
+        raise NotImplementedError(f"backend {self.name} cannot transcribe")
+
+    def synthesize(self, text: str, *, speed: float = 1.0, voice: str | None = None) -> Iterator[bytes]:
+        """Speak ``text``: PCM16 mono 24 kHz chunks, the first one as early as possible."""
+        raise NotImplementedError(f"backend {self.name} cannot synthesize speech")

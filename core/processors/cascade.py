@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -31,6 +31,7 @@ from core.cascade.vad import StreamingVad
 from core.errors import (
     BackendNotLoadedError,
     InvalidAudioError,
+    InvalidInputError,
     InvalidTextError,
     NoActiveResponseError,
     ResponseActiveError,
@@ -54,6 +55,8 @@ from core.processors.base import (
     SpeechStarted,
     SpeechStopped,
     TextDelta,
+    Transcription,
+    TranscriptSegment,
     new_id,
 )
 
@@ -179,6 +182,49 @@ class CascadeBackend(Backend):
         for pool in (self.vad_pool, self.asr_pool, self.llm_pool, self.tts_pool):
             pool.shutdown(wait=False, cancel_futures=True)
 
+    # ------------------------------------------------------------------ one-shot (REST)
+
+    def transcribe(
+        self, samples: np.ndarray, *, language: str | None = None, prompt: str | None = None,
+        temperature: float = 0.0,
+    ) -> Transcription:
+        if not self._loaded:
+            raise BackendNotLoadedError("backend is not loaded yet")
+        code = (language or "en").strip().lower()
+        if code in ("english", "en"):
+            code = "en"
+        elif not self.asr.has_language(code):
+            raise InvalidInputError(
+                f"language {language!r} is not supported by this speech model"
+                + ("" if self.asr.multilingual else " (English only: use 'en')"),
+                param="language",
+            )
+        timed = self.asr.transcribe_timed(samples, code, prompt, temperature)
+        threshold = self.options.no_speech_threshold
+        segments = tuple(
+            TranscriptSegment(
+                i, s.start, s.end, s.text, s.tokens, s.avg_logprob,
+                _compression_ratio(s.text), s.no_speech_prob, temperature,
+            )
+            for i, s in enumerate(
+                s for s in timed
+                if any(ch.isalnum() for ch in s.text) and not (s.no_speech_prob > threshold and s.avg_logprob < -0.7)
+            )
+        )
+        text = "".join(s.text for s in segments).strip()
+        return Transcription(text, "english" if code == "en" else code, samples.size / VAD_RATE, segments)
+
+    def synthesize(self, text: str, *, speed: float = 1.0, voice: str | None = None) -> Iterator[bytes]:
+        """A small first piece (as replies do) so the first audio leaves early; sentences after."""
+        if not self._loaded:
+            raise BackendNotLoadedError("backend is not loaded yet")
+        chunker = SpeechChunker(first_words=self.options.first_chunk_words)
+        pieces = chunker.push(text.strip() + " ") + chunker.flush()
+        if not any(any(ch.isalnum() for ch in piece) for piece in pieces):
+            raise InvalidTextError("the input has nothing speakable (no letters or digits)", param="input")
+        for piece in pieces:
+            yield from self.tts.synthesize(piece, speed)
+
 
 @dataclass(slots=True)
 class _Segment:
@@ -200,6 +246,7 @@ class _Response:
     audio_samples: int = 0
     segments: list[_Segment] = field(default_factory=list)
     output_tokens: int = 0
+    prompt_tokens: int = 0
     cancel_at: float | None = None
     # Speculative replies start during the silence hangover and stay held (events buffered,
     # nothing sent) until the turn really ends; ``spec`` names the speculation they belong to.
@@ -677,6 +724,7 @@ class CascadeConversation(Conversation):
             tts_future = loop.run_in_executor(backend.tts_pool, run_tts) if resp.output_audio else None
             stats = await llm_future
             resp.output_tokens = stats.output_tokens
+            resp.prompt_tokens = stats.prompt_tokens
             self.stats.last_prefill_ms = stats.prefill_ms
             self.stats.last_reused_tokens = stats.reused_tokens
             if tts_future is not None:
@@ -713,7 +761,8 @@ class CascadeConversation(Conversation):
         self._emit_for(
             resp,
             ResponseDone(
-                resp.response_id, resp.item_id, status, reason, resp.text, resp.audio_ms, resp.output_tokens
+                resp.response_id, resp.item_id, status, reason, resp.text, resp.audio_ms, resp.output_tokens,
+                resp.prompt_tokens,
             )
         )
 
@@ -777,6 +826,14 @@ class CascadeConversation(Conversation):
         for task in list(self._tasks):
             task.cancel()
         self._queue.put_nowait(None)
+
+
+def _compression_ratio(text: str) -> float:
+    """gzip ratio of the text, as Whisper reports it (high = repetitive, likely hallucinated)."""
+    import zlib
+
+    raw = text.encode("utf-8")
+    return round(len(raw) / max(1, len(zlib.compress(raw))), 3)
 
 
 def _spoken_text(segments: list[_Segment], samples: int) -> str:

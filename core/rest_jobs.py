@@ -1,0 +1,62 @@
+"""The internal REST contract between gateway and worker (not public; see docs/protocol.md).
+
+The gateway turns OpenAI-shaped requests into these backend-neutral jobs, so the worker needs
+no knowledge of the public API and the gateway none of the models or media. Media stays base64
+text on the way through: only the worker decodes it, in a thread.
+
+Chat replies come back as NDJSON lines (``ChatEvent`` dicts):
+``{"type": "text", "delta"}``, ``{"type": "audio", "data"}`` (base64 PCM16 24 kHz, streamed
+jobs), ``{"type": "audio_file", "data", "format"}`` (whole encoded reply, non-streamed jobs),
+``{"type": "error", "code", "message"}``, then always one final ``{"type": "done", ...}``.
+Errors found before the reply starts are an HTTP 4xx with ``{"error": {...}}`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.media import SpeechFormat
+
+ChatAudioFormat = Literal["wav", "mp3", "flac", "opus", "aac", "pcm16"]
+CHAT_PATH = "/internal/v1/chat"
+SPEECH_PATH = "/internal/v1/speech"
+TRANSCRIPTION_PATH = "/internal/v1/transcriptions"
+REQUEST_ID_HEADER = "x-request-id"
+
+
+class _Job(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChatPart(_Job):
+    """One piece of a message. ``param`` names it in the public request, for error messages."""
+
+    type: Literal["text", "image", "audio"]
+    text: str | None = None
+    data: str | None = None  # base64 (image: JPEG/PNG/...; audio: a whole file)
+    param: str = "messages"
+
+
+class ChatMessage(_Job):
+    role: Literal["system", "user", "assistant"]
+    parts: list[ChatPart]
+
+
+class ChatJob(_Job):
+    messages: list[ChatMessage] = Field(min_length=1)
+    instructions: str | None = None
+    output_audio: bool = False
+    audio_format: ChatAudioFormat = "wav"
+    voice: str | None = None
+    stream: bool = False
+    max_output_tokens: int = Field(160, ge=1, le=4096)
+    temperature: float = Field(0.3, ge=0.0, le=2.0)
+
+
+class SpeechJob(_Job):
+    input: str = Field(min_length=1, max_length=4096)
+    voice: str | None = None
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+    response_format: SpeechFormat = "wav"

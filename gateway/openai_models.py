@@ -1,0 +1,274 @@
+"""Pydantic models of the OpenAI REST requests the gateway accepts, and their translation into
+the internal worker jobs (``core/rest_jobs.py``).
+
+Fields OpenAI defines but this server cannot honour in a way that changes the answer (tools,
+stop sequences, logprobs, n > 1, JSON response formats) are refused with a 400 naming the
+field; fields that only tune sampling or bookkeeping (``top_p``, ``seed``, ``user``,
+``metadata``, ``store``, penalties) are accepted and ignored, as are unknown fields.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.media import SpeechFormat
+from core.rest_jobs import ChatAudioFormat, ChatJob, ChatMessage, ChatPart
+
+MAX_TOKENS = 4096  # ConversationConfig.max_output_tokens' ceiling
+DEFAULT_CHAT_TOKENS = 512  # when the request names no limit; replies end earlier on their own
+
+
+class ApiError(Exception):
+    """A 4xx/5xx in OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
+                 kind: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+        self.kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# --------------------------------------------------------------------------- chat
+
+
+class TextPart(_Model):
+    type: Literal["text"]
+    text: str
+
+
+class ImageUrl(_Model):
+    url: str = Field(description="a data URL (data:image/png;base64,...); remote URLs are not fetched")
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(_Model):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class InputAudio(_Model):
+    data: str = Field(description="base64 of a whole audio file")
+    format: Literal["wav", "mp3", "ogg", "webm", "flac", "m4a", "mp4", "aac"]
+
+
+class AudioPart(_Model):
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+ContentPart = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]
+
+
+class SystemMessage(_Model):
+    role: Literal["system", "developer"]
+    content: str | list[TextPart]
+
+
+class UserMessage(_Model):
+    role: Literal["user"]
+    content: str | list[ContentPart]
+
+
+class AssistantMessage(_Model):
+    role: Literal["assistant"]
+    content: str | list[TextPart] | None = None
+
+
+Message = Annotated[SystemMessage | UserMessage | AssistantMessage, Field(discriminator="role")]
+
+
+class VoiceId(_Model):
+    id: str = Field(min_length=1, max_length=128)
+
+
+class AudioOutput(_Model):
+    voice: Annotated[str, Field(min_length=1, max_length=128)] | VoiceId
+    format: ChatAudioFormat
+
+
+class StreamOptions(_Model):
+    include_usage: bool = False
+
+
+class ResponseFormat(_Model):
+    type: Literal["text", "json_object", "json_schema"]
+
+
+class ChatCompletionRequest(_Model):
+    model: str = Field(min_length=1, max_length=256)
+    messages: list[Message] = Field(min_length=1, max_length=1024)
+    modalities: list[Literal["text", "audio"]] | None = None
+    audio: AudioOutput | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    n: int | None = Field(None, ge=1, le=1, description="only 1")
+    stop: str | list[str] | None = Field(None, description="not supported: must be empty")
+    tools: list[dict[str, Any]] | None = Field(None, description="not supported: must be empty")
+    logprobs: bool | None = Field(None, description="not supported: must be false")
+    response_format: ResponseFormat | None = Field(None, description="only {\"type\": \"text\"}")
+
+    @property
+    def wants_audio(self) -> bool:
+        return bool(self.modalities and "audio" in self.modalities)
+
+    def check(self) -> None:
+        """Rules that span fields, or refuse what this server cannot do."""
+        if self.stop:
+            raise ApiError(400, "stop sequences are not supported", "unsupported_parameter", "stop")
+        if self.tools:
+            raise ApiError(400, "tools are not supported by this model", "unsupported_parameter", "tools")
+        if self.logprobs:
+            raise ApiError(400, "logprobs are not supported", "unsupported_parameter", "logprobs")
+        if self.response_format is not None and self.response_format.type != "text":
+            raise ApiError(400, "only response_format {\"type\": \"text\"} is supported", "unsupported_parameter",
+                           "response_format")
+        if self.wants_audio and self.audio is None:
+            raise ApiError(400, "modalities includes 'audio', so the 'audio' parameter (voice, format) is "
+                           "required", "missing_required_parameter", "audio")
+        if self.wants_audio and self.stream and self.audio.format != "pcm16":
+            raise ApiError(400, "streamed audio output is pcm16 only (24 kHz mono); set audio.format to 'pcm16'",
+                           "unsupported_value", "audio.format")
+        for i, message in enumerate(self.messages):
+            parts = [] if message.content is None or isinstance(message.content, str) else message.content
+            for j, part in enumerate(parts):
+                if isinstance(part, ImagePart) and not part.image_url.url.startswith("data:"):
+                    raise ApiError(400, "image_url must be a data URL (data:image/...;base64,...); this server "
+                                   "does not fetch remote images", "invalid_image_url",
+                                   f"messages[{i}].content[{j}].image_url.url")
+
+    def requirements(self) -> frozenset[str]:
+        caps = {"text_output"}
+        if self.wants_audio:
+            caps.add("audio_output")
+        for message in self.messages:
+            for part in [] if isinstance(message.content, str | None) else message.content:
+                if isinstance(part, ImagePart):
+                    caps.add("image_input")
+                elif isinstance(part, AudioPart):
+                    caps.add("audio_input")
+        return frozenset(caps)
+
+    def to_job(self) -> ChatJob:
+        instructions: list[str] = []
+        messages: list[ChatMessage] = []
+        for i, message in enumerate(self.messages):
+            if isinstance(message, SystemMessage):
+                texts = [message.content] if isinstance(message.content, str) else [p.text for p in message.content]
+                instructions += [t.strip() for t in texts if t.strip()]
+                continue
+            parts = [ChatPart(type="text", text=message.content, param=f"messages[{i}].content")] \
+                if isinstance(message.content, str) else []
+            for j, part in enumerate([] if isinstance(message.content, str | None) else message.content):
+                param = f"messages[{i}].content[{j}]"
+                if isinstance(part, TextPart):
+                    parts.append(ChatPart(type="text", text=part.text, param=param))
+                elif isinstance(part, ImagePart):
+                    parts.append(ChatPart(type="image", data=_data_url_payload(part.image_url.url, param),
+                                          param=param + ".image_url.url"))
+                else:
+                    parts.append(ChatPart(type="audio", data=part.input_audio.data, param=param + ".input_audio"))
+            messages.append(ChatMessage(role=message.role, parts=parts))
+        if not messages:
+            raise ApiError(400, "messages must include at least one user or assistant message",
+                           "invalid_value", "messages")
+        voice = None
+        if self.audio is not None:
+            voice = self.audio.voice if isinstance(self.audio.voice, str) else self.audio.voice.id
+        return ChatJob(
+            messages=messages,
+            instructions="\n\n".join(instructions) or None,
+            output_audio=self.wants_audio,
+            audio_format=self.audio.format if self.audio is not None else "wav",
+            voice=voice,
+            stream=bool(self.stream),
+            max_output_tokens=self.max_completion_tokens or self.max_tokens or DEFAULT_CHAT_TOKENS,
+            temperature=0.3 if self.temperature is None else self.temperature,
+        )
+
+
+def _data_url_payload(url: str, param: str) -> str:
+    """The base64 payload of ``data:<mime>;base64,<payload>`` (decoded later, on the worker)."""
+    head, sep, payload = url.partition(",")
+    if not sep or not head.startswith("data:") or not head.endswith(";base64"):
+        raise ApiError(400, "image_url must be a base64 data URL (data:image/png;base64,...)", "invalid_image_url",
+                       param + ".image_url.url")
+    mime = head[5:-7].lower()
+    if mime and not mime.startswith("image/"):
+        raise ApiError(400, f"image_url holds {mime!r}, not an image", "invalid_image_url", param + ".image_url.url")
+    return payload
+
+
+# --------------------------------------------------------------------------- audio
+
+
+class SpeechRequest(_Model):
+    model: str = Field(min_length=1, max_length=256)
+    input: str = Field(min_length=1, max_length=4096)
+    voice: Annotated[str, Field(min_length=1, max_length=128)] | VoiceId
+    instructions: str | None = Field(None, max_length=4096, description="accepted; the embedded voice ignores it")
+    response_format: SpeechFormat = "mp3"
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+    stream_format: Literal["audio"] | None = Field(None, description="only 'audio' (raw bytes, chunked)")
+
+
+TranscriptionFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
+
+
+class TranscriptionForm(_Model):
+    """The multipart form of ``POST /v1/audio/transcriptions`` (``file`` is checked apart)."""
+
+    model: str = Field(min_length=1, max_length=256)
+    language: str | None = Field(None, max_length=16)
+    prompt: str | None = Field(None, max_length=2000)
+    response_format: TranscriptionFormat = "json"
+    temperature: float = Field(0.0, ge=0.0, le=1.0)
+    timestamp_granularities: list[Literal["segment", "word"]] = Field(default_factory=list, alias="timestamp_granularities[]")
+    stream: bool = False
+
+    def check(self) -> None:
+        if "word" in self.timestamp_granularities:
+            raise ApiError(400, "word timestamps are not supported; use timestamp_granularities[]=segment",
+                           "unsupported_value", "timestamp_granularities[]")
+        if self.stream:
+            raise ApiError(400, "streamed transcription is not supported", "unsupported_parameter", "stream")
+
+
+# --------------------------------------------------------------------------- OpenAPI
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema with every ``$ref`` inlined, for ``openapi_extra`` request bodies.
+
+    The routes read their bodies themselves (size limits, threads for big ones) so FastAPI does
+    not see the models; an inlined schema still documents them and lets schemathesis fuzz them.
+    """
+    schema = model.model_json_schema(by_alias=True)
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                target = copy.deepcopy(defs[ref.removeprefix("#/$defs/")])
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return resolve({**target, **rest})
+            return {k: resolve(v) for k, v in node.items() if k != "discriminator"}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(schema)

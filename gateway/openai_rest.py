@@ -1,0 +1,390 @@
+"""OpenAI-compatible REST API on the gateway: models, chat completions (text and audio, streamed
+or not), speech and transcriptions.
+
+Every model request takes a short lease from the same ``WorkerPool`` as realtime sessions
+(FIFO among both; while queued the HTTP client simply waits) and calls the leased worker's
+internal REST endpoint (``worker/rest.py``). Bodies are checked before queueing, so bad input
+never holds a slot. The gateway only parses JSON and relays: media is decoded and encoded on
+the worker. The lease is released on every path: errors, the end of a stream, and a client
+that disconnects while queued, while waiting for a non-streamed answer, or mid-stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import ValidationError
+
+from core.processors.base import new_id
+from core.rest_jobs import CHAT_PATH, REQUEST_ID_HEADER, SPEECH_PATH, TRANSCRIPTION_PATH, SpeechJob
+from core.streaming import ClosingStreamingResponse
+from gateway.openai_format import ChatContext, sse, transcription_body
+from gateway.openai_io import THREAD_PARSE_BYTES, parse_json, parse_multipart, read_body, validation_error
+from gateway.openai_models import (
+    ApiError,
+    ChatCompletionRequest,
+    SpeechRequest,
+    TranscriptionForm,
+    inline_schema,
+)
+from gateway.worker_pool import Lease, NoCapableWorkerError, QueueFullError, QueueTimeoutError, WorkerPool
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Payload limits (hard-coded defaults; OpenAI's own upload limit is 25 MB).
+CHAT_MAX_BYTES = 20 * 2**20  # base64 images and audio inside JSON
+SPEECH_MAX_BYTES = 64 * 2**10  # 4096 characters, even fully \u-escaped
+TRANSCRIPTION_MAX_FILE = 25 * 2**20
+TRANSCRIPTION_MAX_BYTES = TRANSCRIPTION_MAX_FILE + 2**20  # plus the form around the file
+DEFAULT_MODEL = "omniduplex-cascade"
+WORKER_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=60.0, pool=10.0)
+
+_ERRORS = {status: {"description": text, "content": {"application/json": {"schema": {"type": "object", "properties": {
+    "error": {"type": "object", "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                                               "param": {"type": ["string", "null"]},
+                                               "code": {"type": ["string", "null"]}}}}}}}}
+    for status, text in ((400, "invalid request"), (404, "unknown model"), (413, "body too large"),
+                         (429, "queue full"), (503, "no worker in time / worker unavailable"))}
+
+
+class ClientGone(Exception):
+    """The HTTP client disconnected; nobody is left to answer."""
+
+
+class WorkerCall:
+    """One request's lease and its call to the leased worker. ``close`` frees both (idempotent)."""
+
+    def __init__(self, request: Request, pool: WorkerPool, http: httpx.AsyncClient) -> None:
+        self.request, self.pool, self.http = request, pool, http
+        self.ticket = new_id("req")
+        self.lease: Lease | None = None
+        self.upstream: httpx.Response | None = None
+        self._watcher: asyncio.Task | None = None
+        self._closed = False
+
+    def headers(self) -> dict[str, str]:
+        out = {"x-request-id": self.ticket}
+        if self.lease is not None:
+            out["x-omniduplex-worker-id"] = self.lease.worker.id
+            out["x-omniduplex-queued-ms"] = str(round(self.lease.queued_s * 1000))
+        return out
+
+    async def _disconnected(self) -> None:
+        while (await self.request.receive())["type"] != "http.disconnect":
+            pass
+
+    async def race(self, aw: Awaitable[T]) -> T:
+        """Await ``aw`` unless the client leaves first (then it is cancelled: ClientGone)."""
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._disconnected())
+        task = asyncio.ensure_future(aw)
+        done, _ = await asyncio.wait({task, self._watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise ClientGone
+
+    def stop_watching(self) -> None:
+        """Before streaming: Starlette's own disconnect listener reads the client from here on."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+
+    async def acquire(self, requirements: frozenset[str]) -> None:
+        acquire = asyncio.ensure_future(self.pool.acquire(requirements, self.ticket))
+        try:
+            self.lease = await self.race(acquire)
+        except QueueFullError as exc:
+            raise ApiError(429, str(exc), "queue_full", kind="rate_limit_error") from None
+        except QueueTimeoutError as exc:
+            raise ApiError(503, str(exc), "queue_timeout") from None
+        except NoCapableWorkerError as exc:
+            raise ApiError(400, f"{exc}; this request needs {', '.join(sorted(requirements))}",
+                           "unsupported_capability") from None
+
+    def worker_failed(self, reason: str) -> None:
+        if self.lease is not None:
+            self.pool.report_failure(self.lease.worker.id, reason)
+
+    async def open(self, path: str, *, content: bytes, params: dict[str, str] | None = None) -> httpx.Response:
+        """POST to the leased worker and return its streaming response once it answered 200."""
+        assert self.lease is not None
+        request = self.http.build_request(
+            "POST", self.lease.worker.url + path, content=content, params=params,
+            headers={REQUEST_ID_HEADER: self.ticket},
+        )
+        try:
+            self.upstream = await self.race(self.http.send(request, stream=True))
+            if self.upstream.status_code == 200:
+                return self.upstream
+            body = await self.race(self.upstream.aread())
+        except httpx.HTTPError as exc:
+            self.worker_failed(f"REST call failed: {exc!r}")
+            raise ApiError(503, "the assigned worker could not be reached; please retry",
+                           "worker_unavailable") from None
+        status = self.upstream.status_code
+        try:
+            error = json.loads(body)["error"]
+            message, code, param = str(error["message"]), error.get("code"), error.get("param")
+        except (ValueError, KeyError, TypeError):
+            message, code, param = body.decode("utf-8", "replace")[:300] or f"worker answered {status}", None, None
+        if 400 <= status < 500:
+            raise ApiError(status, message, code, param)
+        if status == 503:  # loading or busy: not a failure, probes will tell
+            raise ApiError(503, message, code or "worker_unavailable")
+        self.worker_failed(f"REST call answered {status}: {message}")
+        raise ApiError(502, "the model worker failed on this request; please retry", "worker_failed")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.stop_watching()
+        try:
+            if self.upstream is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.upstream.aclose()
+        finally:
+            if self.lease is not None:
+                self.pool.release(self.lease, record=False)
+
+
+def known_models(pool: WorkerPool) -> dict[str, set[str]]:
+    """Model id -> capabilities, from the backends the workers report (``omniduplex-<backend>``)."""
+    models: dict[str, set[str]] = {}
+    for worker in pool.workers():
+        backend = (worker.last_probe or {}).get("backend")
+        if isinstance(backend, str) and worker.health.value != "dead":
+            models.setdefault(f"omniduplex-{backend}", set()).update(worker.capabilities)
+    return models or {DEFAULT_MODEL: set()}
+
+
+def _check_model(pool: WorkerPool, model: str) -> None:
+    if model not in known_models(pool):
+        raise ApiError(404, f"The model '{model}' does not exist; available: {', '.join(sorted(known_models(pool)))}",
+                       "model_not_found", "model")
+
+
+def _body(model: type, content_type: str = "application/json") -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {content_type: {"schema": inline_schema(model)}}}}
+
+
+def _transcription_schema() -> dict[str, Any]:
+    schema = inline_schema(TranscriptionForm)
+    schema["properties"] = {"file": {"type": "string", "format": "binary",
+                                     "description": "wav, mp3, ogg, webm, flac, m4a/mp4 or aac; at most 25 MiB"},
+                            **schema["properties"]}
+    schema["required"] = ["file", *schema.get("required", [])]
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
+
+
+def openai_router(pool: WorkerPool) -> APIRouter:
+    """The public ``/v1`` REST routes; one ``httpx`` client for worker calls (not the probes')."""
+    state: dict[str, httpx.AsyncClient] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        state["http"] = httpx.AsyncClient(timeout=WORKER_TIMEOUT)
+        try:
+            yield
+        finally:
+            await state.pop("http").aclose()
+
+    router = APIRouter(lifespan=lifespan, tags=["OpenAI-compatible REST"])
+
+    async def serve(request: Request, handler: Callable[[WorkerCall], Awaitable[Response]]) -> Response:
+        """Run ``handler``; errors become OpenAI-shaped answers, and the lease is never leaked."""
+        call = WorkerCall(request, pool, state["http"])
+        try:
+            response = await handler(call)
+        except ApiError as exc:
+            await call.close()
+            return JSONResponse(exc.body(), status_code=exc.status, headers=call.headers())
+        except ClientGone:
+            await call.close()
+            return Response(status_code=499)  # nobody reads it; uvicorn drops it
+        except Exception:
+            await call.close()
+            log.exception("REST request %s failed", call.ticket)
+            error = ApiError(500, "internal error while serving the request", "server_error")
+            return JSONResponse(error.body(), status_code=500, headers=call.headers())
+        except BaseException:
+            await call.close()
+            raise
+        if not isinstance(response, ClosingStreamingResponse):
+            await call.close()
+        response.headers.update(call.headers())
+        return response
+
+    @router.get("/v1/models", summary="List models")
+    async def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": [_model_card(m, caps) for m, caps in sorted(known_models(pool).items())]}
+
+    @router.get("/v1/models/{model_id}", summary="Retrieve a model", responses={404: _ERRORS[404]})
+    async def get_model(model_id: str) -> Response:
+        models = known_models(pool)
+        if model_id not in models:
+            error = ApiError(404, f"The model '{model_id}' does not exist", "model_not_found", "model")
+            return JSONResponse(error.body(), status_code=404)
+        return JSONResponse(_model_card(model_id, models[model_id]))
+
+    @router.post("/v1/chat/completions", summary="Chat completion (text, image, audio in; text, audio out)",
+                 openapi_extra=_body(ChatCompletionRequest), responses={k: _ERRORS[k] for k in (400, 404, 413, 429, 503)})
+    async def chat_completions(request: Request) -> Response:
+        async def handle(call: WorkerCall) -> Response:
+            body = await read_body(request, CHAT_MAX_BYTES)
+            req = await parse_json(ChatCompletionRequest, body)
+            req.check()
+            _check_model(pool, req.model)
+            job = req.to_job()
+            dump = job.model_dump_json
+            content = (await asyncio.to_thread(dump) if len(body) > THREAD_PARSE_BYTES else dump()).encode()
+            await call.acquire(req.requirements())
+            upstream = await call.open(CHAT_PATH, content=content)
+            ctx = ChatContext(id=f"chatcmpl-{secrets.token_hex(12)}", model=req.model, audio=job.output_audio,
+                              audio_id=new_id("audio"))
+            if job.stream:
+                include_usage = bool(req.stream_options and req.stream_options.include_usage)
+                call.stop_watching()
+                return ClosingStreamingResponse(_chat_sse(call, upstream, ctx, include_usage), on_close=call.close,
+                                                media_type="text/event-stream", headers={"cache-control": "no-cache"})
+            text, audio, done = await call.race(_collect_chat(call, upstream))
+            return JSONResponse(ctx.completion(text, done, audio))
+
+        return await serve(request, handle)
+
+    @router.post("/v1/audio/speech", summary="Text to speech (mp3, opus, aac, flac, wav, pcm; chunked)",
+                 openapi_extra=_body(SpeechRequest), response_class=Response,
+                 responses={200: {"content": {"audio/mpeg": {}, "audio/wav": {}}, "description": "audio bytes"},
+                            **{k: _ERRORS[k] for k in (400, 404, 413, 429, 503)}})
+    async def speech(request: Request) -> Response:
+        async def handle(call: WorkerCall) -> Response:
+            req = await parse_json(SpeechRequest, await read_body(request, SPEECH_MAX_BYTES))
+            _check_model(pool, req.model)
+            voice = req.voice if isinstance(req.voice, str) else req.voice.id
+            job = SpeechJob(input=req.input, voice=voice, speed=req.speed, response_format=req.response_format)
+            await call.acquire(frozenset({"audio_output"}))
+            upstream = await call.open(SPEECH_PATH, content=job.model_dump_json().encode())
+            call.stop_watching()
+            return ClosingStreamingResponse(_relay_bytes(call, upstream), on_close=call.close,
+                                            media_type=upstream.headers.get("content-type", "application/octet-stream"))
+
+        return await serve(request, handle)
+
+    @router.post("/v1/audio/transcriptions", summary="Speech to text (multipart upload)",
+                 openapi_extra=_transcription_schema(), response_class=Response,
+                 responses={k: _ERRORS[k] for k in (400, 404, 413, 429, 503)})
+    async def transcriptions(request: Request) -> Response:
+        async def handle(call: WorkerCall) -> Response:
+            body = await read_body(request, TRANSCRIPTION_MAX_BYTES)
+            fields, files = await parse_multipart(request, body, TRANSCRIPTION_MAX_FILE)
+            try:
+                form = TranscriptionForm.model_validate(fields)
+            except ValidationError as exc:
+                raise validation_error(exc) from None
+            form.check()
+            data = files.get("file")
+            if not data:
+                raise ApiError(400, "Missing required parameter: 'file' (the audio file to transcribe).",
+                               "missing_required_parameter", "file")
+            _check_model(pool, form.model)
+            params = {k: str(v) for k, v in (("language", form.language), ("prompt", form.prompt),
+                                              ("temperature", form.temperature)) if v not in (None, "")}
+            await call.acquire(frozenset({"audio_input"}))
+            upstream = await call.open(TRANSCRIPTION_PATH, content=data, params=params)
+            try:
+                result = json.loads(await call.race(upstream.aread()))
+            except (httpx.HTTPError, ValueError) as exc:
+                call.worker_failed(f"transcription answer broken: {exc!r}")
+                raise ApiError(502, "the model worker failed on this request; please retry", "worker_failed") from None
+            out, media_type = transcription_body(result, form.response_format)
+            if isinstance(out, dict):
+                return JSONResponse(out)
+            return PlainTextResponse(out, media_type=media_type)
+
+        return await serve(request, handle)
+
+    return router
+
+
+def _model_card(model_id: str, caps: set[str]) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "omniduplex", "capabilities": sorted(caps)}
+
+
+async def _events(call: WorkerCall, upstream: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The worker's NDJSON events; a broken stream reports the worker and ends with ``failed``."""
+    try:
+        async for line in upstream.aiter_lines():
+            if line.strip():
+                event = json.loads(line)
+                yield event
+                if event.get("type") == "done":
+                    return
+    except (httpx.HTTPError, ValueError) as exc:
+        call.worker_failed(f"chat stream broken: {exc!r}")
+    yield {"type": "done", "status": "failed", "reason": "worker_failed", "text": ""}
+
+
+async def _collect_chat(call: WorkerCall, upstream: httpx.Response) -> tuple[str, str | None, dict[str, Any]]:
+    text: list[str] = []
+    audio: str | None = None
+    async for event in _events(call, upstream):
+        kind = event.get("type")
+        if kind == "text":
+            text.append(event["delta"])
+        elif kind == "audio_file":
+            audio = event["data"]
+        elif kind == "error":
+            log.warning("chat %s: worker reported %s: %s", call.ticket, event.get("code"), event.get("message"))
+        elif kind == "done":
+            if event.get("status") == "failed":
+                raise ApiError(502, "the model failed while answering; please retry", "worker_failed")
+            return "".join(text), audio, event
+    raise ApiError(502, "the model failed while answering; please retry", "worker_failed")
+
+
+async def _chat_sse(call: WorkerCall, upstream: httpx.Response, ctx: ChatContext, include_usage: bool
+                    ) -> AsyncIterator[bytes]:
+    yield sse(ctx.role_chunk())
+    async for event in _events(call, upstream):
+        kind = event.get("type")
+        if kind == "text":
+            yield sse(ctx.text_chunk(event["delta"]))
+        elif kind == "audio":
+            yield sse(ctx.audio_chunk(event["data"]))
+        elif kind == "error":
+            log.warning("chat %s: worker reported %s: %s", call.ticket, event.get("code"), event.get("message"))
+        elif kind == "done":
+            if event.get("status") == "failed":
+                error = ApiError(502, "the model failed while answering; please retry", "worker_failed")
+                yield sse(error.body())
+                return
+            yield sse(ctx.final_chunk(event))
+            if include_usage:
+                yield sse(ctx.usage_chunk(event))
+            yield sse("[DONE]")
+            return
+
+
+async def _relay_bytes(call: WorkerCall, upstream: httpx.Response) -> AsyncIterator[bytes]:
+    """Audio bytes as the worker sends them; a broken worker stream aborts the client's too, so
+    a cut-off file is never mistaken for a complete one."""
+    try:
+        async for chunk in upstream.aiter_raw():
+            yield chunk
+    except httpx.HTTPError as exc:
+        call.worker_failed(f"speech stream broken: {exc!r}")
+        raise

@@ -1,0 +1,278 @@
+"""Internal REST endpoints the gateway calls with a leased slot (contract: ``core/rest_jobs.py``).
+
+Each request holds one of this worker's slots for its whole life, like a realtime session,
+so ``/health`` shows it and a realtime session cannot take the same slot. All media and model
+work (base64, PyAV, Whisper, Piper, the LLM) runs in threads; the loop only routes bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+
+from core.audio import float_to_pcm16
+from core.errors import OmniDuplexError
+from core.media import CONTENT_TYPES, decode_audio, encode_audio, encode_stream
+from core.processors.base import ConversationConfig, new_id
+from core.rest_jobs import CHAT_PATH, REQUEST_ID_HEADER, SPEECH_PATH, TRANSCRIPTION_PATH, ChatJob, ChatPart, SpeechJob
+from core.streaming import ClosingStreamingResponse, iterate_in_thread
+
+if TYPE_CHECKING:
+    from worker.app import WorkerState
+
+log = logging.getLogger(__name__)
+
+REST_STATE = "BUSY_HALF_DUPLEX"  # one request, one reply: half duplex in /health terms
+SLOT_WAIT_S = 2.0  # the gateway frees a slot a moment before the last request here ends
+
+
+class RestError(Exception):
+    """An answer other than 200, in the OpenAI error shape."""
+
+    def __init__(self, status: int, message: str, code: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+    def response(self) -> JSONResponse:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return JSONResponse(
+            {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}},
+            status_code=self.status,
+        )
+
+
+def _input_error(exc: OmniDuplexError, param: str | None = None) -> RestError:
+    return RestError(400, exc.message, exc.code, param or exc.param)
+
+
+class _Slot:
+    """This request's place in ``WorkerState.sessions``; ``release`` is idempotent."""
+
+    def __init__(self, state: WorkerState, request_id: str) -> None:
+        self.state, self.request_id, self.held = state, request_id, False
+
+    async def take(self) -> None:
+        state = self.state
+        backend = state.backend
+        if state.state == "ERROR" or backend is None or not backend.loaded:
+            raise RestError(503, "the model is not loaded yet" if state.state != "ERROR" else "worker failed",
+                            "model_not_loaded")
+        for _ in range(int(SLOT_WAIT_S / 0.05)):
+            if len(state.sessions) < state.slots:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise RestError(503, "worker has no free slot", "worker_busy")
+        state.sessions[self.request_id] = REST_STATE
+        state.refresh()
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.state.sessions.pop(self.request_id, None)
+            self.state.refresh()
+
+
+async def _job(request: Request, model: type):
+    body = await request.body()
+    try:
+        if len(body) > 256 * 1024:
+            return await asyncio.to_thread(model.model_validate_json, body)
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise RestError(400, f"bad job: {first['msg']} at {'.'.join(map(str, first['loc']))}",
+                        "invalid_request_error") from None
+
+
+def _b64(part: ChatPart) -> bytes:
+    try:
+        return base64.b64decode(part.data or "", validate=True)
+    except (binascii.Error, ValueError):
+        raise RestError(400, "the data is not valid base64", "invalid_base64", part.param) from None
+
+
+def _pcm16k(part: ChatPart) -> bytes:
+    """A whole audio file (base64) -> PCM16 mono 16 kHz: thread work."""
+    return float_to_pcm16(decode_audio(_b64(part), 16000))
+
+
+def rest_router(state: WorkerState) -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+
+    @router.post(CHAT_PATH)
+    async def chat(request: Request) -> Response:
+        slot = _Slot(state, request.headers.get(REQUEST_ID_HEADER) or new_id("req"))
+        conv = None
+        try:
+            job: ChatJob = await _job(request, ChatJob)
+            await slot.take()
+            conv = state.backend.open_conversation(ConversationConfig(
+                turn_detection=None, input_sample_rate=16000, output_audio=job.output_audio, voice=job.voice,
+                temperature=job.temperature, max_output_tokens=job.max_output_tokens, max_history_messages=256,
+            ))
+            await _load_messages(conv, job)
+            await conv.create_response(output_audio=job.output_audio, instructions=job.instructions)
+        except RestError as exc:
+            await _close(conv, slot)
+            return exc.response()
+        except OmniDuplexError as exc:
+            await _close(conv, slot)
+            return _input_error(exc).response()
+        except BaseException:
+            await _close(conv, slot)
+            raise
+        return ClosingStreamingResponse(
+            _chat_events(conv, job), on_close=lambda: _close(conv, slot), media_type="application/x-ndjson",
+        )
+
+    @router.post(SPEECH_PATH)
+    async def speech(request: Request) -> Response:
+        slot = _Slot(state, request.headers.get(REQUEST_ID_HEADER) or new_id("req"))
+        stream = None
+        try:
+            job: SpeechJob = await _job(request, SpeechJob)
+            await slot.take()
+            backend = state.backend
+            stream = iterate_in_thread(lambda: encode_stream(
+                backend.synthesize(job.input, speed=job.speed, voice=job.voice), job.response_format))
+            first = await stream.__anext__()  # input errors surface here, before any byte is sent
+        except StopAsyncIteration:
+            first = b""
+        except RestError as exc:
+            await _close_stream(stream, slot)
+            return exc.response()
+        except OmniDuplexError as exc:
+            await _close_stream(stream, slot)
+            return _input_error(exc).response()
+        except NotImplementedError as exc:
+            await _close_stream(stream, slot)
+            return RestError(400, str(exc), "unsupported").response()
+        except BaseException:
+            await _close_stream(stream, slot)
+            raise
+
+        async def body() -> AsyncIterator[bytes]:
+            if first:
+                yield first
+            async for chunk in stream:
+                yield chunk
+
+        return ClosingStreamingResponse(
+            body(), on_close=lambda: _close_stream(stream, slot), media_type=CONTENT_TYPES[job.response_format],
+        )
+
+    @router.post(TRANSCRIPTION_PATH)
+    async def transcription(request: Request) -> Response:
+        slot = _Slot(state, request.headers.get(REQUEST_ID_HEADER) or new_id("req"))
+        q = request.query_params
+        try:
+            try:
+                temperature = float(q.get("temperature") or 0.0)
+            except ValueError:
+                raise RestError(400, "temperature must be a number", "invalid_value", "temperature") from None
+            data = await request.body()
+            await slot.take()
+            backend = state.backend
+            samples = await asyncio.to_thread(decode_audio, data, 16000)
+            result = await asyncio.to_thread(
+                backend.transcribe, samples, language=q.get("language") or None, prompt=q.get("prompt") or None,
+                temperature=temperature,
+            )
+        except RestError as exc:
+            return exc.response()
+        except OmniDuplexError as exc:
+            return _input_error(exc, "file" if exc.code == "invalid_audio" else None).response()
+        except NotImplementedError as exc:
+            return RestError(400, str(exc), "unsupported").response()
+        finally:
+            slot.release()
+        return JSONResponse({
+            "text": result.text, "language": result.language, "duration": round(result.duration, 3),
+            "segments": [
+                {"id": s.id, "start": s.start, "end": s.end, "text": s.text, "tokens": list(s.tokens),
+                 "avg_logprob": s.avg_logprob, "compression_ratio": s.compression_ratio,
+                 "no_speech_prob": s.no_speech_prob, "temperature": s.temperature}
+                for s in result.segments
+            ],
+        })
+
+    return router
+
+
+async def _load_messages(conv, job: ChatJob) -> None:
+    """Feed the request's history into the conversation, in order; media is decoded in threads."""
+    for message in job.messages:
+        for part in message.parts:
+            if part.type == "text":
+                if part.text and part.text.strip():
+                    await conv.add_text(part.text, role=message.role)
+            elif part.type == "image":
+                try:
+                    await conv.add_image(await asyncio.to_thread(_b64, part))
+                except OmniDuplexError as exc:
+                    raise _input_error(exc, part.param) from None
+            else:
+                try:
+                    await conv.add_audio_item(await asyncio.to_thread(_pcm16k, part))
+                except OmniDuplexError as exc:
+                    raise _input_error(exc, part.param) from None
+    if not any(m.role != "system" for m in conv.history):
+        raise RestError(400, "the messages hold no text, image or recognisable speech to answer",
+                        "invalid_value", "messages")
+
+
+async def _chat_events(conv, job: ChatJob) -> AsyncIterator[bytes]:
+    """Conversation events -> NDJSON lines; a non-streamed job gets its audio as one encoded file."""
+    pcm: list[bytes] = []
+    async for event in conv.events():
+        if event.type == "text_delta":
+            yield _line({"type": "text", "delta": event.delta})
+        elif event.type == "audio_chunk":
+            if job.stream:
+                yield _line({"type": "audio", "data": base64.b64encode(event.pcm).decode()})
+            else:
+                pcm.append(event.pcm)
+        elif event.type == "error":
+            yield _line({"type": "error", "code": event.code, "message": event.message})
+        elif event.type == "response_done":
+            if job.output_audio and not job.stream:
+                fmt = "pcm" if job.audio_format == "pcm16" else job.audio_format
+                data = await asyncio.to_thread(lambda: base64.b64encode(encode_audio(b"".join(pcm), fmt)).decode())
+                yield _line({"type": "audio_file", "data": data, "format": job.audio_format})
+            yield _line({
+                "type": "done", "status": event.status, "reason": event.reason, "text": event.text,
+                "audio_ms": round(event.audio_ms, 1), "output_tokens": event.output_tokens,
+                "prompt_tokens": event.prompt_tokens,
+            })
+            return
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+
+async def _close(conv, slot: _Slot) -> None:
+    try:
+        if conv is not None:
+            await conv.close()
+    finally:
+        slot.release()
+
+
+async def _close_stream(stream, slot: _Slot) -> None:
+    try:
+        if stream is not None:
+            await stream.aclose()
+    finally:
+        slot.release()
