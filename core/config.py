@@ -102,13 +102,24 @@ class LimitsConfig(_Strict):
 
 
 class RecordingConfig(_Strict):
+    """Session recordings under ``<data_dir>/sessions`` (a shared path when workers run elsewhere)."""
+
     enabled: bool = True
     retention_days: float = Field(30.0, gt=0)
     max_storage_gb: float = Field(10.0, gt=0)
+    cleanup_interval_s: float = Field(3600.0, ge=10, description="how often the gateway runs cleanup")
+    temp_max_age_s: float = Field(3600.0, gt=0, description="stale *.tmp files and diagnostics older than this go")
+
+
+class AdminConfig(_Strict):
+    """The operator's token for /admin, /api/admin/* and any recording; generated if not given."""
+
+    token: str | None = Field(None, min_length=16)
 
 
 class AppConfig(_Strict):
     data_dir: str = "data"
+    admin: AdminConfig = Field(default_factory=AdminConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     backend: BackendConfig = Field(default_factory=BackendConfig)

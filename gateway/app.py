@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 from typing import Any
 
 import websockets
@@ -20,11 +21,15 @@ from starlette.websockets import WebSocketState
 
 from core.config import AppConfig
 from core.processors.base import new_id
+from core.session_store import new_session_id, new_share_token, token_hash
 from core.protocol import error_event, server_event
+from gateway.auth import load_admin_token
+from gateway.cleanup import cleanup_loop
 from gateway.health import HealthChecker
 from gateway.openai_rest import openai_router
 from gateway.pages import install_pages
 from gateway.presets import presets_router
+from gateway.recordings import recordings_router
 from gateway.relay import relay
 from gateway.shares import shares_router
 from gateway.worker_pool import (
@@ -57,12 +62,16 @@ def create_app(config: AppConfig) -> FastAPI:
         pool, interval_s=config.health.interval_s, timeout_s=config.health.timeout_s, jitter=config.health.jitter
     )
 
+    admin_token = load_admin_token(config)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await checker.start()
+        cleaner = asyncio.create_task(cleanup_loop(config))
         try:
             yield
         finally:
+            cleaner.cancel()
             await checker.stop()
 
     app = FastAPI(title="OmniDuplex gateway", lifespan=lifespan)
@@ -91,6 +100,7 @@ def create_app(config: AppConfig) -> FastAPI:
 
     app.include_router(presets_router(Path(config.data_dir)))
     app.include_router(shares_router(Path(config.data_dir)))
+    app.include_router(recordings_router(config, admin_token, ROOT / "static"))
     app.include_router(openai_router(pool))
     install_pages(app, ROOT / "static")
     return app
@@ -106,6 +116,10 @@ class RealtimeProxy:
         self.ticket = new_id("ticket")
         self.beta = "realtime=v1" in ws.headers.get("openai-beta", "")
         self.model = ws.query_params.get("model") or "omniduplex-cascade"
+        self.app_name = (ws.query_params.get("app") or "api")[:40]
+        # Recording: on when the service records, unless this client said record=false.
+        self.record = config.recording.enabled and ws.query_params.get("record", "true").lower() not in (
+            "false", "0", "off")
         caps = ws.query_params.get("capabilities") or ""
         self.requirements = frozenset(c for c in caps.split(",") if c)
         self._status: asyncio.Queue[QueueStatus] = asyncio.Queue()
@@ -185,10 +199,18 @@ class RealtimeProxy:
         worker = lease.worker
         await self._send(server_event("queue.assigned", ticket=self.ticket, worker_id=worker.id,
                                       queued_s=round(lease.queued_s, 3)))
+        session_id = new_session_id()
+        params = {"dialect": "beta" if self.beta else "ga", "session_id": session_id, "model": self.model,
+                  "app": self.app_name, "record": "true" if self.record else "false"}
+        if self.record:
+            # Only the hash reaches the worker and the disk; the link goes to this client alone.
+            token = new_share_token()
+            params["share_hash"] = token_hash(token)
+            await self._send(server_event("session.recording", session_id=session_id,
+                                          share_url=f"/s/{session_id}?token={token}"))
         url = (
             worker.url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/")
-            + f"/ws/realtime?dialect={'beta' if self.beta else 'ga'}&session_id={new_id('sess')}"
-            + f"&model={self.model}"
+            + "/ws/realtime?" + urlencode(params)
         )
         try:
             conn = await websockets.connect(

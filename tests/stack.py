@@ -48,8 +48,14 @@ class Stack:
         self.tmp = tmp
         self.base_port = free_port_block(workers)
         self.port = free_port()
+        # Own data dir (recordings, tokens) per stack; the converted model cache is shared.
+        self.data_dir = tmp / "data"
+        self.data_dir.mkdir(exist_ok=True)
+        (ROOT / "data" / "models").mkdir(parents=True, exist_ok=True)
+        if not (self.data_dir / "models").exists():
+            (self.data_dir / "models").symlink_to(ROOT / "data" / "models")
         config = {
-            "data_dir": str(ROOT / "data"),
+            "data_dir": str(self.data_dir),
             "gateway": {"port": self.port},
             "workers": {"count": workers, "base_port": self.base_port},
             "health": {"interval_s": 0.2, "timeout_s": 1.0, "jitter": 0.1},
@@ -85,6 +91,14 @@ class Stack:
         self._spawn("gateway", ["gateway"])
         self.wait_healthy(self.n, timeout)
         return self
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.data_dir / "sessions"
+
+    @property
+    def admin_token(self) -> str:
+        return (self.data_dir / "admin_token").read_text().strip()
 
     def health(self) -> dict:
         return httpx.get(f"{self.url}/health", timeout=2).json()

@@ -18,6 +18,8 @@ from core.config import AppConfig
 from core.processors import create_backend
 from core.processors.base import LoadProgress
 from core.protocol import Dialect
+from core.session_store import SESSION_ID, new_session_id
+from worker.recorder import RecorderPool
 from worker.rest import rest_router
 from worker.session import RealtimeSession
 
@@ -85,10 +87,15 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
                 ws_state.error = f"model load failed: {exc}"
 
         loader = asyncio.create_task(load())
+        ws_state.recorders = RecorderPool(config.data_dir) if config.recording.enabled else None
         try:
             yield
         finally:
             loader.cancel()
+            if ws_state.recorders is not None:
+                # Sessions still open are finished as "worker_shutdown", and their files land.
+                ws_state.recorders.finish_all()
+                await asyncio.to_thread(ws_state.recorders.shutdown)
             backend.close()
 
     app = FastAPI(title=f"OmniDuplex worker {index}", lifespan=lifespan)
@@ -116,12 +123,20 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         else:
             await ws.close(1013, "worker has no free slot")
             return
-        beta = ws.query_params.get("dialect") == "beta" or "realtime=v1" in ws.headers.get("openai-beta", "")
-        session = RealtimeSession(
-            ws, backend, Dialect(beta), config.limits,
-            model=ws.query_params.get("model") or "omniduplex-cascade",
-            session_id=ws.query_params.get("session_id") or None,
-        )
+        q = ws.query_params
+        beta = q.get("dialect") == "beta" or "realtime=v1" in ws.headers.get("openai-beta", "")
+        session_id = q.get("session_id") or ""
+        if not SESSION_ID.match(session_id):
+            session_id = new_session_id()
+        model = q.get("model") or "omniduplex-cascade"
+        recorder = None
+        if ws_state.recorders is not None and q.get("record", "true").lower() not in ("false", "0", "off"):
+            recorder = ws_state.recorders.open(session_id, {
+                "app": (q.get("app") or "api")[:40], "model": model, "dialect": "beta" if beta else "ga",
+                "worker_id": ws_state.worker_id, "share_token_sha256": q.get("share_hash") or None,
+            })
+        session = RealtimeSession(ws, backend, Dialect(beta), config.limits, model=model, session_id=session_id,
+                                  recorder=recorder)
 
         def on_state(state: str) -> None:
             ws_state.sessions[session.session_id] = state

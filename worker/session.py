@@ -43,6 +43,7 @@ from core.protocol import (
     parse_client_event,
     server_event,
 )
+from worker.recorder import SessionRecorder
 from worker.session_config import _max_tokens, _modalities, apply_session_update, session_object
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class RealtimeSession:
         model: str = "omniduplex-cascade",
         session_id: str | None = None,
         on_state: Callable[[str], None] | None = None,
+        recorder: SessionRecorder | None = None,
     ) -> None:
         self.ws = ws
         self.backend = backend
@@ -78,6 +80,7 @@ class RealtimeSession:
         self.model = model
         self.session_id = session_id or new_id("sess")
         self.on_state = on_state or (lambda _s: None)
+        self.recorder = recorder
         self._out: asyncio.Queue[dict | None] = asyncio.Queue()
         self.paused_at: float | None = None
         self.started = time.monotonic()
@@ -88,6 +91,7 @@ class RealtimeSession:
         self.frames_received = 0
         self.close_code = 1000
         self.close_reason = ""
+        self.end_reason = "worker_shutdown"  # unless a task says otherwise (cancelled = shutdown)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -106,6 +110,8 @@ class RealtimeSession:
             if event is None:
                 return
             await self.ws.send_text(json.dumps(event, separators=(",", ":")))
+            if self.recorder is not None:
+                self.recorder.server_event(event)
 
     def _state(self) -> str:
         if self.paused_at is not None:
@@ -128,9 +134,13 @@ class RealtimeSession:
                 exc = task.exception()
                 if isinstance(exc, _Close):
                     self.close_code, self.close_reason = exc.code, exc.reason
-                elif exc is not None and not isinstance(exc, (WebSocketDisconnect, asyncio.CancelledError)):
+                    self.end_reason = exc.reason
+                elif isinstance(exc, WebSocketDisconnect):
+                    self.end_reason = "client_closed"
+                elif exc is not None and not isinstance(exc, asyncio.CancelledError):
                     log.error("session %s failed", self.session_id, exc_info=exc)
                     self.close_code, self.close_reason = 1011, "internal error"
+                    self.end_reason = "worker_error"
                     self._out.put_nowait(error_event(f"internal error: {exc}", "server_error", kind="server_error"))
         finally:
             for task in tasks:
@@ -148,6 +158,8 @@ class RealtimeSession:
                 await self.ws.close(self.close_code, self.close_reason)
             except Exception:  # noqa: BLE001 - already closed by the peer
                 pass
+            if self.recorder is not None:
+                self.recorder.finish(self.end_reason, self.close_code)
 
     def _session(self) -> dict[str, Any]:
         return session_object(self.conv.config, self.dialect, self.session_id, self.model)
@@ -190,6 +202,8 @@ class RealtimeSession:
                 data = json.loads(text)
                 event = parse_client_event(data)
                 await self._handle(event)
+                if self.recorder is not None:
+                    self.recorder.client_event(data, self.conv.config.input_sample_rate)
             except json.JSONDecodeError as exc:
                 self.send_error(f"message is not valid JSON: {exc.msg}", param="message")
             except ProtocolError as exc:

@@ -1,0 +1,148 @@
+"""Storage cleanup for recordings: age first, then a size cap, oldest first; never a live session.
+
+Runs inside the gateway every ``recording.cleanup_interval_s`` (in a thread) and from the command
+line: ``python -m gateway.cleanup --config config.json [--dry-run]`` prints what it would delete.
+Also removes stale temp files (``*.tmp`` left by a crash mid-write) and old diagnostics
+(``<data_dir>/diagnostics``). Live sessions (see ``StoredSession.is_live``) are never touched,
+not even to meet the size cap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.config import AppConfig, add_cli_arguments, config_from_cli
+from core.session_store import StoredSession, list_sessions, sessions_root
+
+log = logging.getLogger(__name__)
+GB = 1024**3
+
+
+@dataclass
+class CleanupPlan:
+    expired: list[StoredSession] = field(default_factory=list)
+    over_cap: list[StoredSession] = field(default_factory=list)
+    temp_files: list[Path] = field(default_factory=list)
+    kept_live: list[str] = field(default_factory=list)
+    total_bytes: int = 0
+    bytes_after: int = 0
+
+    @property
+    def sessions(self) -> list[StoredSession]:
+        return self.expired + self.over_cap
+
+
+def plan_cleanup(config: AppConfig, now: float | None = None) -> CleanupPlan:
+    """What to delete, without deleting anything (blocking: call in a thread)."""
+    now = time.time() if now is None else now
+    rec = config.recording
+    plan = CleanupPlan()
+    sessions = list_sessions(config.data_dir)
+    plan.total_bytes = sum(s.size_bytes for s in sessions)
+    keep: list[StoredSession] = []
+    live_bytes = 0
+    for s in sessions:
+        if s.is_live(config.limits.max_session_s, now):
+            plan.kept_live.append(s.id)
+            live_bytes += s.size_bytes
+        elif now - s.last_write > rec.retention_days * 86400:
+            plan.expired.append(s)
+        else:
+            keep.append(s)
+    # Live sessions count towards the cap but only finished ones can make room.
+    size = live_bytes + sum(s.size_bytes for s in keep)
+    cap = rec.max_storage_gb * GB
+    for s in sorted(keep, key=lambda s: s.started_at):  # oldest first
+        if size <= cap:
+            break
+        plan.over_cap.append(s)
+        size -= s.size_bytes
+    plan.bytes_after = size
+    plan.temp_files = _stale_temp_files(config, now)
+    return plan
+
+
+def _stale_temp_files(config: AppConfig, now: float) -> list[Path]:
+    out = []
+    max_age = config.recording.temp_max_age_s
+    root = sessions_root(config.data_dir)
+    candidates = list(root.rglob("*.tmp")) if root.is_dir() else []
+    diag = Path(config.data_dir) / "diagnostics"
+    if diag.is_dir():
+        candidates += [p for p in diag.rglob("*") if p.is_file()]
+    for p in candidates:
+        with contextlib.suppress(FileNotFoundError):
+            if now - p.stat().st_mtime > max_age:
+                out.append(p)
+    return out
+
+
+def apply_cleanup(plan: CleanupPlan) -> int:
+    """Delete what the plan lists; returns bytes freed."""
+    freed = 0
+    for s in plan.sessions:
+        shutil.rmtree(s.path, ignore_errors=True)
+        freed += s.size_bytes
+        log.info("cleanup: deleted session %s (%d bytes, %s)", s.id, s.size_bytes,
+                 "expired" if s in plan.expired else "over storage cap")
+    for p in plan.temp_files:
+        with contextlib.suppress(FileNotFoundError):
+            freed += p.stat().st_size
+            p.unlink()
+    return freed
+
+
+def run_cleanup(config: AppConfig) -> CleanupPlan:
+    plan = plan_cleanup(config)
+    apply_cleanup(plan)
+    return plan
+
+
+async def cleanup_loop(config: AppConfig) -> None:
+    """The gateway's periodic cleanup: a first pass a minute after start, then every interval."""
+    delay = min(60.0, config.recording.cleanup_interval_s)
+    while True:
+        await asyncio.sleep(delay)
+        delay = config.recording.cleanup_interval_s
+        try:
+            await asyncio.to_thread(run_cleanup, config)
+        except Exception:  # noqa: BLE001 - try again next interval
+            log.exception("cleanup failed")
+
+
+def describe(plan: CleanupPlan, dry_run: bool) -> str:
+    verb = "would delete" if dry_run else "deleted"
+    lines = [f"sessions: {len(plan.sessions) + len(plan.kept_live)} checked, {plan.total_bytes / 1e6:.1f} MB in total"]
+    for s in plan.expired:
+        lines.append(f"  {verb} {s.id}: older than the retention ({s.size_bytes / 1e6:.1f} MB)")
+    for s in plan.over_cap:
+        lines.append(f"  {verb} {s.id}: over the storage cap, oldest first ({s.size_bytes / 1e6:.1f} MB)")
+    for sid in plan.kept_live:
+        lines.append(f"  kept {sid}: live")
+    for p in plan.temp_files:
+        lines.append(f"  {verb} stale temp file {p}")
+    lines.append(f"after cleanup: {plan.bytes_after / 1e6:.1f} MB of sessions")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m gateway.cleanup", description=__doc__.splitlines()[0])
+    add_cli_arguments(parser)
+    parser.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    args = parser.parse_args(argv)
+    config = config_from_cli(args)
+    plan = plan_cleanup(config)
+    if not args.dry_run:
+        apply_cleanup(plan)
+    print(describe(plan, args.dry_run))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+// Multitrack timeline: lanes of frames, waveforms and labels on one time axis, barge-in markers
+// across all lanes, a playhead, and click-to-seek. Plain DOM + canvas; long sessions scroll.
+const MIN_PX_PER_S = 24;
+
+export class Timeline {
+  constructor(root, { durationS, onSeek }) {
+    this.root = root;
+    this.durationS = Math.max(0.1, durationS);
+    this.onSeek = onSeek;
+    this.laneNames = [];
+    const fit = root.clientWidth || 800;
+    this.width = Math.max(fit, Math.ceil(this.durationS * MIN_PX_PER_S));
+    this.inner = document.createElement("div");
+    this.inner.className = "timeline-inner";
+    this.inner.style.width = `${this.width}px`;
+    this.axis();
+    this.playhead = document.createElement("div");
+    this.playhead.className = "playhead";
+    root.replaceChildren(this.inner);
+    this.inner.append(this.playhead);
+    this.inner.addEventListener("click", (e) => {
+      const x = e.clientX - this.inner.getBoundingClientRect().left;
+      this.onSeek(Math.max(0, Math.min(this.durationS, (x / this.width) * this.durationS)));
+    });
+  }
+
+  x(t) {
+    return (t / this.durationS) * this.width;
+  }
+
+  lane(name, cls) {
+    const lane = document.createElement("div");
+    lane.className = `lane ${cls}`;
+    lane.dataset.lane = name;
+    const label = document.createElement("span");
+    label.className = "lane-label";
+    label.textContent = name;
+    lane.append(label);
+    this.inner.insertBefore(lane, this.playhead);
+    this.laneNames.push(name);
+    return lane;
+  }
+
+  axis() {
+    const lane = document.createElement("div");
+    lane.className = "lane axis";
+    const step = this.durationS > 300 ? 60 : this.durationS > 60 ? 10 : this.durationS > 15 ? 5 : 1;
+    for (let t = 0; t <= this.durationS; t += step) {
+      const tick = document.createElement("span");
+      tick.className = "tick";
+      tick.style.left = `${this.x(t)}px`;
+      tick.textContent = `${Math.floor(t / 60)}:${String(Math.floor(t % 60)).padStart(2, "0")}`;
+      lane.append(tick);
+    }
+    this.inner.append(lane);
+  }
+
+  frames(list) {
+    if (!list.length) return;
+    const lane = this.lane("Camera", "frames");
+    for (const f of list) {
+      const img = document.createElement("img");
+      img.loading = "lazy";
+      img.src = f.src;
+      img.alt = `frame at ${f.t.toFixed(1)} s`;
+      img.style.left = `${this.x(f.t)}px`;
+      lane.append(img);
+    }
+  }
+
+  waveform(name, samples, rate, cls) {
+    const lane = this.lane(name, `wave ${cls}`);
+    const canvas = document.createElement("canvas");
+    const h = 48;
+    canvas.width = this.width;
+    canvas.height = h;
+    canvas.style.width = `${this.width}px`;
+    const g = canvas.getContext("2d");
+    g.fillStyle = getComputedStyle(document.documentElement).getPropertyValue(cls === "user" ? "--accent" : "--accent-2") || "#4f8cff";
+    const per = Math.max(1, Math.floor(samples.length / this.width));
+    for (let x = 0; x < this.width; x++) {
+      let peak = 0;
+      const end = Math.min(samples.length, (x + 1) * per);
+      for (let i = x * per; i < end; i++) {
+        const v = Math.abs(samples[i]);
+        if (v > peak) peak = v;
+      }
+      const bar = Math.max(1, Math.min(1, peak * 2.5) * (h - 4));
+      if (peak > 0.002) g.fillRect(x, (h - bar) / 2, 1, bar);
+    }
+    lane.append(canvas);
+  }
+
+  labels(name, list) {
+    const lane = this.lane(name, "labels");
+    for (const l of list) {
+      const chip = document.createElement("button");
+      chip.type = "button";
+      chip.className = `chip ${l.kind}`;
+      chip.style.left = `${this.x(l.t)}px`;
+      chip.textContent = l.text.length > 40 ? `${l.text.slice(0, 40)}…` : l.text;
+      chip.title = l.text;
+      chip.addEventListener("click", (e) => {
+        e.stopPropagation();
+        this.onSeek(l.t);
+      });
+      lane.append(chip);
+    }
+  }
+
+  markers(times) {
+    for (const t of times) {
+      const m = document.createElement("div");
+      m.className = "barge-marker";
+      m.style.left = `${this.x(t)}px`;
+      m.title = `barge-in at ${t.toFixed(1)} s`;
+      this.inner.append(m);
+    }
+  }
+
+  setPlayhead(t) {
+    this.playhead.style.left = `${this.x(t || 0)}px`;
+  }
+}

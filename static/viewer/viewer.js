@@ -1,0 +1,175 @@
+// Session viewer: meta card, replay player, multitrack timeline, transcript and per-turn metrics.
+// Everything is fetched with the token from this page's URL (share or admin); the server answers
+// 404 to anything else. `window.viewer` exposes what the page rendered, for the browser tests.
+import { Timeline } from "./timeline.js";
+
+const $ = (id) => document.getElementById(id);
+
+export async function mountViewer() {
+  const id = location.pathname.split("/").pop();
+  const token = new URLSearchParams(location.search).get("token") || "";
+  const q = `token=${encodeURIComponent(token)}`;
+  const api = `/api/sessions/${encodeURIComponent(id)}`;
+  const state = (window.viewer = { ready: false, error: null, events: 0, durationS: 0, lanes: [] });
+  let data;
+  try {
+    const r = await fetch(`${api}?${q}`, { cache: "no-store" });
+    if (!r.ok) throw new Error(r.status === 404 ? "This session does not exist or the link is not valid." : `HTTP ${r.status}`);
+    data = await r.json();
+  } catch (e) {
+    return fail(state, e.message || String(e));
+  }
+  const events = (data.recording.events || []).slice().sort((a, b) => a.t - b.t);
+  state.events = events.length;
+  renderMeta(data.meta, data.recording);
+  $("download").href = `${api}/download.zip?${q}`;
+
+  const video = !!(data.files["merged_replay.mp4"] || (data.meta.replays && data.meta.replays.mp4));
+  const media = document.createElement(video ? "video" : "audio");
+  media.controls = true;
+  media.preload = "auto";
+  media.src = `${api}/replay.${video ? "mp4" : "wav"}?${q}`;
+  media.className = video ? "replay-video" : "replay-audio";
+  $("player").append(media);
+
+  let tracks = null;
+  try {
+    // The wav carries both tracks (left user, right assistant): decode once for the waveforms.
+    const buf = await (await fetch(`${api}/replay.wav?${q}`, { cache: "no-store" })).arrayBuffer();
+    const ctx = new OfflineAudioContext(2, 1, 24000);
+    const audio = await ctx.decodeAudioData(buf);
+    tracks = { user: audio.getChannelData(0), ai: audio.numberOfChannels > 1 ? audio.getChannelData(1) : null,
+               rate: audio.sampleRate, durationS: audio.duration };
+  } catch (e) {
+    showAlert(`The replay audio could not be loaded (${e.message || e}); the timeline shows events only.`);
+  }
+  const end = events.find((e) => e.type === "session_end");
+  const durationS = tracks ? tracks.durationS : (end ? end.t : events.length ? events[events.length - 1].t : 0) / 1000;
+  state.durationS = durationS;
+
+  const timeline = new Timeline($("timeline"), { durationS, onSeek: (t) => { media.currentTime = t; } });
+  timeline.frames(events.filter((e) => e.type === "user_frame")
+    .map((e) => ({ t: e.t / 1000, src: `${api}/files/${e.file}?${q}` })));
+  if (tracks) {
+    timeline.waveform("You", tracks.user, tracks.rate, "user");
+    if (tracks.ai) timeline.waveform("Assistant", tracks.ai, tracks.rate, "ai");
+  }
+  const lines = transcriptLines(events);
+  timeline.labels("Said", lines.map((l) => ({ t: l.t / 1000, text: l.text, kind: l.role })));
+  timeline.markers(events.filter((e) => e.type === "barge_in").map((e) => e.t / 1000));
+  state.lanes = timeline.laneNames;
+  const tick = () => {
+    timeline.setPlayhead(media.currentTime);
+    requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+
+  renderTranscript(lines, (t) => { media.currentTime = t; media.play().catch(() => {}); });
+  renderTurns(events.filter((e) => e.type === "turn_metrics"));
+  state.ready = true;
+}
+
+function fail(state, message) {
+  state.error = message;
+  showAlert(message);
+  $("meta").innerHTML = "";
+  return state;
+}
+
+function showAlert(text) {
+  $("alert").textContent = text;
+  $("alert").hidden = !text;
+}
+
+function transcriptLines(events) {
+  const out = [];
+  for (const e of events) {
+    if (e.type === "user_transcript" || e.type === "user_text") out.push({ t: e.t, role: "user", text: e.text || "" });
+    else if (e.type === "user_image") out.push({ t: e.t, role: "user", text: "(image)" });
+    else if (e.type === "response_done" && e.text) {
+      out.push({ t: startOf(events, e.response_id, e.t), role: "assistant", text: e.text + (e.status === "cancelled" ? " …(interrupted)" : "") });
+    }
+  }
+  return out.sort((a, b) => a.t - b.t);
+}
+
+function startOf(events, responseId, fallback) {
+  const first = events.find((e) => (e.type === "reply_audio" || e.type === "reply_text") && e.response_id === responseId);
+  return first ? first.t : fallback;
+}
+
+function renderMeta(meta, recording) {
+  const counts = meta.counts || {};
+  const rows = [
+    ["App", meta.app || "api"],
+    ["Started", meta.started_at ? new Date(meta.started_at).toLocaleString() : "–"],
+    ["Length", meta.duration_s != null ? `${meta.duration_s.toFixed(1)} s` : "–"],
+    ["Status", meta.status === "finished" ? `finished (${(meta.end_reason || "").replaceAll("_", " ")})`
+      : recording.complete === false ? "cut off (recording up to the last moment saved)" : meta.status],
+    ["Worker", meta.worker_id || "–"],
+    ["Model", meta.model || "–"],
+    ["Recorded", `${counts.user_audio ?? "–"} mic segments · ${counts.ai_audio ?? "–"} reply segments · ${counts.user_frames ?? 0} frames · ${counts.user_images ?? 0} images`],
+  ];
+  const dl = document.createElement("dl");
+  for (const [k, v] of rows) {
+    const dt = document.createElement("dt");
+    dt.textContent = k;
+    const dd = document.createElement("dd");
+    dd.textContent = v;
+    dl.append(dt, dd);
+  }
+  $("meta").replaceChildren(dl);
+}
+
+function renderTranscript(lines, jump) {
+  const box = $("transcript");
+  if (!lines.length) {
+    box.innerHTML = '<p class="empty">Nothing was said in this session.</p>';
+    return;
+  }
+  box.replaceChildren(...lines.map((l) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = `bubble ${l.role} jump`;
+    b.textContent = l.text || "…";
+    const at = document.createElement("span");
+    at.className = "at";
+    at.textContent = clock(l.t / 1000);
+    b.prepend(at);
+    b.addEventListener("click", () => jump(l.t / 1000));
+    return b;
+  }));
+}
+
+function renderTurns(turns) {
+  const box = $("turns");
+  if (!turns.length) {
+    box.innerHTML = '<p class="muted">No completed turns.</p>';
+    return;
+  }
+  const fmt = (v) => (typeof v === "number" ? Math.round(v) : "–");
+  const table = document.createElement("table");
+  table.className = "turns";
+  table.innerHTML = "<thead><tr><th>#</th><th>at</th><th>V2V</th><th>TTFP</th><th>TTFT</th><th>status</th></tr></thead>";
+  const body = document.createElement("tbody");
+  turns.forEach((e, i) => {
+    const m = e.metrics || {};
+    const tr = document.createElement("tr");
+    for (const v of [i + 1, clock(e.t / 1000), fmt(m.v2v_ms), fmt(m.ttfp_ms), fmt(m.ttft_ms), m.status || "–"]) {
+      const td = document.createElement("td");
+      td.textContent = v;
+      tr.append(td);
+    }
+    body.append(tr);
+  });
+  table.append(body);
+  const note = document.createElement("p");
+  note.className = "muted";
+  note.textContent = "Milliseconds. V2V: end of your speech to the first reply audio.";
+  box.replaceChildren(table, note);
+}
+
+export function clock(s) {
+  const m = Math.floor(s / 60);
+  return `${m}:${(s - m * 60).toFixed(1).padStart(4, "0")}`;
+}

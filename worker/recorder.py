@@ -1,0 +1,362 @@
+"""Session recorder: a wall-clock timeline of everything said, shown and heard in one session.
+
+The conversation must never wait for the disk, so every call from the event loop is an append
+to a list plus, now and then, a job for a 4-thread pool (base64 decoding, WAV/JPEG writes,
+``recording.json`` snapshots). Audio is grouped into segments of about a second so a session
+is a few hundred files, not tens of thousands. ``recording.json`` is rewritten atomically at
+least every second while anything happens, so a worker killed mid-reply leaves a readable
+recording up to that moment. ``finish`` runs on a separate finaliser thread (it waits for the
+session's pending writes, which a pool thread must never do) and builds the merged replay.
+
+Times (``t``) are milliseconds since the session started, measured on the worker when the
+event was received from, or handed to, the client's socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import concurrent.futures as cf
+import io
+import logging
+import threading
+import time
+import wave
+from pathlib import Path
+from typing import Any
+
+from core.files import atomic_write_bytes, atomic_write_json, read_json
+from core.replay import build_replays
+from core.session_store import META, RECORDING
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+OUTPUT_RATE = 24000
+SEGMENT_S = 1.0  # audio grouped per ~second
+USER_GAP_MS = 300  # a pause in arrivals this long starts a new user segment (keeps placement true)
+SNAPSHOT_EVERY_S = 1.0
+
+AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
+TEXT_DELTAS = (
+    "response.output_audio_transcript.delta", "response.audio_transcript.delta", "response.output_text.delta",
+    "response.text.delta",
+)
+
+
+class RecorderPool:
+    """One per worker process: the writer pool and the finaliser, shared by its sessions."""
+
+    def __init__(self, data_dir: str | Path, threads: int = 4) -> None:
+        self.root = Path(data_dir) / "sessions"
+        self.writers = cf.ThreadPoolExecutor(threads, thread_name_prefix="recorder")
+        self.finisher = cf.ThreadPoolExecutor(1, thread_name_prefix="recorder-finish")
+        self.active: set[SessionRecorder] = set()
+
+    def open(self, session_id: str, meta: dict[str, Any]) -> SessionRecorder:
+        rec = SessionRecorder(self, self.root / session_id, session_id, meta)
+        self.active.add(rec)
+        return rec
+
+    def finish_all(self, reason: str = "worker_shutdown") -> None:
+        """Worker shutdown is an end path too (call on the event loop)."""
+        for rec in list(self.active):
+            rec.finish(reason, 1001)
+
+    def shutdown(self) -> None:
+        """Wait for every pending write and replay (blocking: call in a thread)."""
+        self.finisher.shutdown(wait=True)
+        self.writers.shutdown(wait=True)
+
+
+class _Segment:
+    __slots__ = ("t", "chunks", "nbytes", "rate", "last", "item_id", "response_id")
+
+    def __init__(self, t: float, rate: int, item_id: str | None = None, response_id: str | None = None) -> None:
+        self.t = t
+        self.chunks: list[str] = []  # base64, decoded in the pool
+        self.nbytes = 0
+        self.rate = rate
+        self.last = t
+        self.item_id = item_id
+        self.response_id = response_id
+
+
+class SessionRecorder:
+    def __init__(self, pool: RecorderPool, path: Path, session_id: str, meta: dict[str, Any]) -> None:
+        self.pool = pool
+        self.path = path
+        self.session_id = session_id
+        self.t0 = time.monotonic()
+        self.started_epoch = time.time()
+        self.events: list[dict[str, Any]] = []
+        self.meta = {
+            "id": session_id, "status": "live", "started_at_epoch": round(self.started_epoch, 3),
+            "started_at": _iso(self.started_epoch), **meta,
+        }
+        self.counts = {"user_audio": 0, "user_frames": 0, "user_images": 0, "ai_audio": 0}
+        self._user: _Segment | None = None
+        self._ai: _Segment | None = None
+        self._pending: list[cf.Future] = []
+        self._snapshot_lock = threading.Lock()
+        self._snapshot_version = 0
+        self._written_version = 0
+        self._last_snapshot = 0.0
+        self._finished = False
+        self._dirty = False
+        self._submit(self._write_meta, dict(self.meta))
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # used from plain code (tests): snapshots only on events
+            self._loop = None
+        self._tick_handle = self._loop.call_later(SNAPSHOT_EVERY_S, self._tick) if self._loop else None
+
+    # ------------------------------------------------------------------ helpers
+
+    def _now(self) -> float:
+        return round((time.monotonic() - self.t0) * 1000, 1)
+
+    def _submit(self, fn, *args) -> None:
+        fut = self.pool.writers.submit(fn, *args)
+        self._pending = [f for f in self._pending if not f.done()]
+        self._pending.append(fut)
+
+    def _add(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        self._dirty = True
+        if time.monotonic() - self._last_snapshot >= SNAPSHOT_EVERY_S:
+            self._snapshot()
+
+    def _tick(self) -> None:
+        """Every second: open audio segments and the timeline reach the disk even when quiet."""
+        if self._finished:
+            return
+        self._flush_user()
+        self._flush_ai()
+        if self._dirty:
+            self._snapshot()
+        self._tick_handle = self._loop.call_later(SNAPSHOT_EVERY_S, self._tick)
+
+    def _snapshot(self, final: bool = False) -> None:
+        self._last_snapshot = time.monotonic()
+        self._dirty = False
+        self._snapshot_version += 1
+        doc = {
+            "version": SCHEMA_VERSION, "session_id": self.session_id, "started_at": self.meta["started_at"],
+            "sample_rate": OUTPUT_RATE, "complete": final, "events": list(self.events),
+        }
+        self._submit(self._write_snapshot, self._snapshot_version, doc)
+
+    def _write_snapshot(self, version: int, doc: dict[str, Any]) -> None:
+        with self._snapshot_lock:  # an older snapshot must never overwrite a newer one
+            if version <= self._written_version:
+                return
+            atomic_write_json(self.path / RECORDING, doc)
+            self._written_version = version
+
+    def _write_meta(self, meta: dict[str, Any]) -> None:
+        atomic_write_json(self.path / META, meta)
+
+    # ------------------------------------------------------------------ client -> worker
+
+    def user_audio(self, b64: str, rate: int) -> None:
+        if self._finished:
+            return
+        t = self._now()
+        seg = self._user
+        if seg is not None and (t - seg.last > USER_GAP_MS or seg.rate != rate):
+            self._flush_user()
+            seg = None
+        if seg is None:
+            seg = self._user = _Segment(t, rate)
+        seg.chunks.append(b64)
+        seg.nbytes += len(b64) * 3 // 4
+        seg.last = t
+        if seg.nbytes >= seg.rate * 2 * SEGMENT_S:
+            self._flush_user()
+
+    def _flush_user(self) -> None:
+        seg, self._user = self._user, None
+        if seg is None or not seg.chunks:
+            return
+        self.counts["user_audio"] += 1
+        name = f"user_audio/{self.counts['user_audio']:06d}.wav"
+        duration = round(seg.nbytes / 2 / seg.rate * 1000, 1)
+        self._add({"t": seg.t, "type": "user_audio", "file": name, "rate": seg.rate, "duration_ms": duration})
+        self._submit(self._write_wav, name, seg.chunks, seg.rate)
+
+    def frame(self, b64: str) -> None:
+        if self._finished:
+            return
+        self.counts["user_frames"] += 1
+        name = f"user_frames/{self.counts['user_frames']:06d}.jpg"
+        self._add({"t": self._now(), "type": "user_frame", "file": name})
+        self._submit(self._write_image, name, b64)
+
+    def image(self, b64: str) -> None:
+        if self._finished:
+            return
+        self.counts["user_images"] += 1
+        ext = "png" if b64.startswith("iVBOR") else "jpg"  # base64 of the PNG / JPEG magic bytes
+        name = f"user_images/{self.counts['user_images']:06d}.{ext}"
+        self._add({"t": self._now(), "type": "user_image", "file": name})
+        self._submit(self._write_image, name, b64)
+
+    def user_text(self, text: str) -> None:
+        if not self._finished:
+            self._add({"t": self._now(), "type": "user_text", "text": text})
+
+    def client_event(self, ev: dict[str, Any], input_rate: int) -> None:
+        """A client event the session accepted (called after it was handled without error)."""
+        kind = ev.get("type")
+        if kind == "input_audio_buffer.append":
+            self.user_audio(ev.get("audio") or "", input_rate)
+        elif kind == "input_image_buffer.append":
+            self.frame(ev.get("image") or "")
+        elif kind == "conversation.item.create":
+            item = ev.get("item") or {}
+            if item.get("role", "user") != "user":
+                return
+            for part in item.get("content") or []:
+                if not isinstance(part, dict):
+                    continue
+                if part.get("type") in ("input_text", "text") and isinstance(part.get("text"), str):
+                    self.user_text(part["text"])
+                elif part.get("type") == "input_image" and isinstance(part.get("image_url"), str):
+                    self.image(part["image_url"].split(",", 1)[-1])
+                elif part.get("type") == "input_audio" and isinstance(part.get("audio"), str):
+                    self._flush_user()
+                    self.user_audio(part["audio"], 24000)
+                    self._flush_user()
+        elif kind in ("input_audio_buffer.commit", "input_audio_buffer.clear"):
+            self._flush_user()
+
+    # ------------------------------------------------------------------ worker -> client
+
+    def server_event(self, ev: dict[str, Any]) -> None:
+        """Every event as it is written to the client's socket."""
+        if self._finished:
+            return
+        kind = ev.get("type")
+        if kind in AUDIO_DELTAS:
+            self._ai_audio(ev)
+            return
+        t = self._now()
+        if kind in TEXT_DELTAS:
+            self._add({"t": t, "type": "reply_text", "response_id": ev.get("response_id"),
+                       "item_id": ev.get("item_id"), "delta": ev.get("delta", "")})
+        elif kind == "conversation.item.input_audio_transcription.completed":
+            self._add({"t": t, "type": "user_transcript", "item_id": ev.get("item_id"),
+                       "text": ev.get("transcript") or ""})
+        elif kind == "input_audio_buffer.speech_started":
+            self._flush_user()
+            self._add({"t": t, "type": "speech_started", "item_id": ev.get("item_id")})
+        elif kind == "input_audio_buffer.speech_stopped":
+            self._add({"t": t, "type": "speech_stopped", "item_id": ev.get("item_id")})
+        elif kind == "response.created":
+            self._add({"t": t, "type": "response_started", "response_id": (ev.get("response") or {}).get("id")})
+        elif kind == "response.done":
+            self._flush_ai()
+            r = ev.get("response") or {}
+            output = r.get("output") or [{}]
+            content = (output[0].get("content") or [{}]) if output else [{}]
+            text = content[0].get("transcript") or content[0].get("text") or "" if content else ""
+            self._add({"t": t, "type": "response_done", "response_id": r.get("id"), "status": r.get("status"),
+                       "item_id": output[0].get("id") if output else None, "text": text})
+            if r.get("status") == "cancelled":
+                reason = (r.get("status_details") or {}).get("reason")
+                if reason == "turn_detected":
+                    self._add({"t": t, "type": "barge_in", "item_id": output[0].get("id") if output else None,
+                               "source": "server"})
+        elif kind == "conversation.item.truncated":
+            self._add({"t": t, "type": "barge_in", "item_id": ev.get("item_id"), "source": "client",
+                       "audio_end_ms": ev.get("audio_end_ms")})
+        elif kind == "session.metrics":
+            self._add({"t": t, "type": "turn_metrics", "metrics": ev.get("metrics") or {}})
+        elif kind == "error":
+            err = ev.get("error") or {}
+            self._add({"t": t, "type": "error", "code": err.get("code"), "message": err.get("message")})
+
+    def _ai_audio(self, ev: dict[str, Any]) -> None:
+        t = self._now()
+        seg = self._ai
+        item = ev.get("item_id")
+        if seg is not None and seg.item_id != item:
+            self._flush_ai()
+            seg = None
+        if seg is None:
+            seg = self._ai = _Segment(t, OUTPUT_RATE, item, ev.get("response_id"))
+        delta = ev.get("delta") or ""
+        seg.chunks.append(delta)
+        seg.nbytes += len(delta) * 3 // 4
+        if seg.nbytes >= OUTPUT_RATE * 2 * SEGMENT_S:
+            self._flush_ai()
+
+    def _flush_ai(self) -> None:
+        seg, self._ai = self._ai, None
+        if seg is None or not seg.chunks:
+            return
+        self.counts["ai_audio"] += 1
+        name = f"ai_audio/{self.counts['ai_audio']:06d}.wav"
+        self._add({"t": seg.t, "type": "reply_audio", "file": name, "item_id": seg.item_id,
+                   "response_id": seg.response_id, "duration_ms": round(seg.nbytes / 2 / OUTPUT_RATE * 1000, 1)})
+        self._submit(self._write_wav, name, seg.chunks, OUTPUT_RATE)
+
+    # ------------------------------------------------------------------ pool jobs
+
+    def _write_wav(self, name: str, chunks: list[str], rate: int) -> None:
+        pcm = b"".join(_b64(c) for c in chunks)
+        buf = io.BytesIO()
+        with wave.open(buf, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(rate)
+            w.writeframes(pcm[: len(pcm) // 2 * 2])
+        atomic_write_bytes(self.path / name, buf.getvalue())
+
+    def _write_image(self, name: str, b64: str) -> None:
+        data = _b64(b64)
+        if data:
+            atomic_write_bytes(self.path / name, data)
+
+    # ------------------------------------------------------------------ end
+
+    def finish(self, reason: str, code: int | None = None) -> cf.Future | None:
+        """Idempotent; every end path calls it. Returns the finaliser's future."""
+        if self._finished:
+            return None
+        self._flush_user()
+        self._flush_ai()
+        self.events.append({"t": self._now(), "type": "session_end", "reason": reason, "code": code})
+        self._snapshot(final=True)
+        self._finished = True
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        self.pool.active.discard(self)
+        ended = time.time()
+        meta = {**self.meta, "status": "finished", "ended_at_epoch": round(ended, 3), "ended_at": _iso(ended),
+                "duration_s": round(ended - self.started_epoch, 3), "end_reason": reason, "close_code": code,
+                "counts": dict(self.counts)}
+        pending = list(self._pending)
+        return self.pool.finisher.submit(self._finalise, pending, meta)
+
+    def _finalise(self, pending: list[cf.Future], meta: dict[str, Any]) -> None:
+        cf.wait(pending)
+        try:
+            meta["replays"] = build_replays(self.path, read_json(self.path / RECORDING))
+        except Exception as exc:  # noqa: BLE001 - a replay failure must not lose the recording
+            log.exception("session %s: replay not built", self.session_id)
+            meta["replay_error"] = str(exc)
+        self._write_meta(meta)
+
+
+def _b64(data: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return b""  # the session already told the client; nothing to record
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch % 1 * 1000):03d}Z"
