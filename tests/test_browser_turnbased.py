@@ -259,6 +259,29 @@ def test_mic_denied_explains_what_to_do(stack, launch, silence):
         raise
 
 
+def test_stop_cancels_the_reply_and_silences_it(stack, launch, silence):
+    browser = open_chat(launch, stack, silence)
+    try:
+        send_text(browser, "Please tell me a long story about a brave little dragon.")
+        assert wait_until(lambda: snapshot(browser)["playedMs"] > 300, 60), snapshot(browser)
+        assert snapshot(browser)["state"] == "responding"  # still generating: Stop must cancel it
+        browser.find_element(By.ID, "stop").click()
+        stopped = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, ".bubble.assistant.status-cancelled"), 15)
+        assert stopped and "Stopped" in stopped[0].text, snapshot(browser)
+        assert wait_until(lambda: snapshot(browser)["state"] == "ready", 10), snapshot(browser)
+        played = snapshot(browser)["playedMs"]
+        time.sleep(1.0)
+        assert snapshot(browser)["playedMs"] - played < 100  # the player was flushed
+        assert not browser.find_element(By.ID, "stop").is_displayed()
+        assert not snapshot(browser)["alert"]  # a Stop racing the end is not an error
+        # The conversation goes on after a stop.
+        send_text(browser, QUESTION)
+        wait_for_answer(browser, count=2)
+    except BaseException:
+        dump_console(browser)
+        raise
+
+
 def test_worker_failure_is_readable_and_next_message_starts_a_new_session(stack, launch, silence):
     """Last in the module: it kills the worker (and starts it again for the follow-up)."""
     browser = open_chat(launch, stack, silence, voice=False)
