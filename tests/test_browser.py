@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import time
+
+import httpx
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +60,7 @@ def snapshot(driver) -> dict:
         "const o = window.omni; return o ? {state: o.state, playedMs: o.playedMs, bufferedMs: o.bufferedMs,"
         " gaps: o.gaps, transcripts: o.transcripts, lastMetrics: o.lastMetrics, truncates: o.truncates,"
         " bargeIns: o.bargeIns, queue: o.queue, chimes: o.chimes, framesSent: o.framesSent,"
-        " framesAcked: o.framesAcked, levels: o.levels, error: o.error} : null;"
+        " framesAcked: o.framesAcked, levels: o.levels, recording: o.recording, error: o.error} : null;"
     )
 
 
@@ -161,7 +163,7 @@ def test_mic_denied_explains_what_to_do(stack, launch, question_wav):
 
 
 def test_pages_and_static_assets_are_served(stack):
-    import httpx
+
 
     r = httpx.get(f"{stack.url}/", timeout=5)
     assert r.status_code == 200 and "audio_duplex.html" in r.text
@@ -211,6 +213,24 @@ def test_omni_page_sends_camera_frames_the_worker_receives(stack, launch, questi
         assert snapshot(browser)["framesSent"] - sent_before <= 4
         problems = screenshot_both(browser, screenshot_dir, "omni_in_call")
         assert not problems, problems
+
+        # The recording: its viewer shows the replay video and the multitrack timeline.
+        share_url = snapshot(browser)["recording"]["share_url"]
+        browser.execute_script("window.omni.session.stop()")
+        sid = share_url.split("/s/", 1)[1].split("?", 1)[0]
+        finished = wait_until(lambda: httpx.get(f"{stack.url}/api/sessions/{sid}?{share_url.split('?', 1)[1]}",
+                                                timeout=5).json()["meta"].get("status") == "finished", timeout=30)
+        assert finished, "the recording was never finished"
+        browser.get(f"{stack.url}{share_url}")
+        viewer = wait_until(lambda: browser.execute_script("return window.viewer && window.viewer.ready && window.viewer"),
+                            timeout=30)
+        assert viewer and not viewer["error"], viewer
+        assert {"Camera", "You", "Assistant", "You said", "Assistant said"} <= set(viewer["lanes"]), viewer
+        assert browser.find_elements(By.CSS_SELECTOR, "video.replay-video")
+        assert browser.find_elements(By.CSS_SELECTOR, ".lane.frames img")
+        problems = screenshot_both(browser, screenshot_dir, "viewer_omni")
+        assert not problems, problems
+        assert httpx.get(f"{stack.url}/s/{sid}?token=wrong", timeout=5).status_code == 404
     except BaseException:
         dump_console(browser)
         raise

@@ -91,21 +91,26 @@ export class Timeline {
     lane.append(canvas);
   }
 
-  labels(name, list) {
-    const lane = this.lane(name, "labels");
-    for (const l of list) {
+  labels(name, list, cls = "") {
+    const lane = this.lane(name, `labels ${cls}`);
+    const sorted = list.slice().sort((a, b) => a.t - b.t);
+    sorted.forEach((l, i) => {
       const chip = document.createElement("button");
       chip.type = "button";
       chip.className = `chip ${l.kind}`;
-      chip.style.left = `${this.x(l.t)}px`;
-      chip.textContent = l.text.length > 40 ? `${l.text.slice(0, 40)}…` : l.text;
+      const left = this.x(l.t);
+      chip.style.left = `${left}px`;
+      // A chip never runs into the next one: it is cut (ellipsis) where the next begins.
+      const next = i + 1 < sorted.length ? this.x(sorted[i + 1].t) : this.width;
+      chip.style.maxWidth = `${Math.max(14, Math.min(220, next - left - 4))}px`;
+      chip.textContent = l.text;
       chip.title = l.text;
       chip.addEventListener("click", (e) => {
         e.stopPropagation();
         this.onSeek(l.t);
       });
       lane.append(chip);
-    }
+    });
   }
 
   markers(times) {

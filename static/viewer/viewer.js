@@ -55,7 +55,9 @@ export async function mountViewer() {
     if (tracks.ai) timeline.waveform("Assistant", tracks.ai, tracks.rate, "ai");
   }
   const lines = transcriptLines(events);
-  timeline.labels("Said", lines.map((l) => ({ t: l.t / 1000, text: l.text, kind: l.role })));
+  const chips = (role) => lines.filter((l) => l.role === role).map((l) => ({ t: l.t / 1000, text: l.text, kind: role }));
+  timeline.labels("You said", chips("user"));
+  timeline.labels("Assistant said", chips("assistant"));
   timeline.markers(events.filter((e) => e.type === "barge_in").map((e) => e.t / 1000));
   state.lanes = timeline.laneNames;
   const tick = () => {

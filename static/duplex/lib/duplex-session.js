@@ -37,11 +37,14 @@ export class MicError extends Error {
 }
 
 export class DuplexSession extends EventTarget {
-  constructor({ url, model = "omniduplex-cascade", silenceMs = 500, chimes = true } = {}) {
+  constructor({ url, model = "omniduplex-cascade", silenceMs = 500, chimes = true, app = "audio_duplex",
+                record = true } = {}) {
     super();
     this.chimesEnabled = chimes;
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
-    this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}`;
+    const query = new URLSearchParams({ model, app, record: record ? "true" : "false" });
+    this.url = url || `${proto}//${location.host}/v1/realtime?${query}`;
+    this.recording = null; // {session_id, share_url} when the server records this session
     this.silenceMs = silenceMs;
     this.state = "idle";
     this.queue = null; // {position, queue_length, eta_s}
@@ -310,6 +313,10 @@ export class DuplexSession extends EventTarget {
         this._set("queued", this.queue);
         break;
       }
+      case "session.recording":
+        this.recording = { session_id: ev.session_id, share_url: ev.share_url };
+        this._emit("recording", this.recording);
+        break;
       case "queue.assigned":
         if (this.queue) this.chimes.assigned(); // only worth a sound after a wait
         this.queue = null;

@@ -23,7 +23,7 @@ const LABELS = {
   error: (d) => d.reason || "Error",
 };
 
-export function mountDuplexPage({ app, withCamera = false }) {
+export function mountDuplexPage({ app, appId, withCamera = false }) {
   renderNav();
   const $ = (id) => document.getElementById(id);
   const metrics = new MetricsPanel($("metrics"));
@@ -50,6 +50,7 @@ export function mountDuplexPage({ app, withCamera = false }) {
     get framesSent() { return frames ? frames.sent : 0; },
     get framesAcked() { return session ? session.framesAcked : 0; },
     get levels() { return levels.values; },
+    get recording() { return session ? session.recording : null; },
     get error() { return session ? session.error : null; },
   });
 
@@ -108,7 +109,7 @@ export function mountDuplexPage({ app, withCamera = false }) {
     const firstUser = s.transcripts.find((t) => t.role === "user");
     rememberSession({
       app, href: location.pathname, startedAt, durationS: Math.round((Date.now() - startedAt) / 1000), turns,
-      preview: firstUser ? firstUser.text.slice(0, 120) : "",
+      preview: firstUser ? firstUser.text.slice(0, 120) : "", link: s.recording ? s.recording.share_url : null,
     });
   }
 
@@ -129,7 +130,15 @@ export function mountDuplexPage({ app, withCamera = false }) {
     showAlert("");
     setRunning(true);
     startedAt = 0;
-    const s = (session = new DuplexSession({ chimes: !$("chimes") || $("chimes").checked }));
+    const s = (session = new DuplexSession({
+      chimes: !$("chimes") || $("chimes").checked, app: appId, record: !$("record") || $("record").checked,
+    }));
+    $("replay").hidden = true;
+    s.addEventListener("recording", (e) => {
+      const a = $("replay-link");
+      a.href = e.detail.share_url;
+      $("replay").hidden = false;
+    });
     s.addEventListener("state", (e) => {
       setStatus(e.detail.state, e.detail);
       metrics.setQueue(e.detail.state === "queued" ? s.queue : null);
