@@ -245,3 +245,32 @@ async def test_worker_killed_mid_reply_leaves_a_recording_up_to_that_moment(tmp_
         assert np.abs(ai).max() > VOICED
     finally:
         s.stop()
+
+
+async def test_limit_and_worker_shutdown_both_finish_the_recording(tmp_path):
+    s = Stack(tmp_path, workers=1, limits={"pause_timeout_s": 1}).start()
+    try:
+        log: list = []
+        async with websockets.connect(ws_url(s)) as ws:
+            rec = await recv(ws, "session.recording", log)
+            await recv(ws, "session.created", log)
+            await ws.send(json.dumps({"type": "session.pause"}))
+            await recv(ws, "session.paused", log)
+            with pytest.raises(websockets.ConnectionClosed):
+                while True:
+                    await asyncio.wait_for(ws.recv(), 10)
+        meta = await wait_finished(s, rec["session_id"])
+        assert meta["end_reason"] == "pause timeout" and meta["close_code"] == 4002
+
+        async with websockets.connect(ws_url(s)) as ws:
+            rec = await recv(ws, "session.recording", log)
+            await recv(ws, "session.created", log)
+            await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+                          "content": [{"type": "input_text", "text": "Hello."}]}}))
+            await recv(ws, "conversation.item.done", log)
+            s.procs["worker0"].terminate()  # SIGTERM: a graceful worker shutdown
+            meta = await wait_finished(s, rec["session_id"])
+        assert meta["end_reason"] == "worker_shutdown", meta
+        assert s.procs["worker0"].wait(20) is not None
+    finally:
+        s.stop()

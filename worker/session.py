@@ -136,7 +136,8 @@ class RealtimeSession:
                     self.close_code, self.close_reason = exc.code, exc.reason
                     self.end_reason = exc.reason
                 elif isinstance(exc, WebSocketDisconnect):
-                    self.end_reason = "client_closed"
+                    # 1012/1001 come from our own server going down, not from the client.
+                    self.end_reason = "worker_shutdown" if exc.code in (1001, 1012) else "client_closed"
                 elif exc is not None and not isinstance(exc, asyncio.CancelledError):
                     log.error("session %s failed", self.session_id, exc_info=exc)
                     self.close_code, self.close_reason = 1011, "internal error"

@@ -1,0 +1,163 @@
+"""Cost of recording: voice-to-voice with the session recorder on versus off, same worker.
+
+    python -m bench.recording --runs 10        # table
+    python -m bench.recording --runs 10 --json
+
+Starts one real worker process (temporary data dir, the shared model cache) and holds spoken
+sessions straight on its WebSocket, alternating ``record=true`` and ``record=false`` so drift in
+machine load hits both alike. Each session streams a question at real time with server VAD and
+waits for the reply. V2V is the worker's own figure (``session.metrics.v2v_ms``: speech stopped
+-> first reply audio); ``v2v_client_ms`` is the client's (last voiced sample sent -> first audio
+delta received, including the 500 ms silence hangover).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import httpx
+import numpy as np
+import websockets
+
+from bench.stats import summary
+
+ROOT = Path(__file__).resolve().parent.parent
+RATE = 24000
+CHUNK_MS = 40
+PROMPTS = ["What is the capital of France?", "What colour is the sky?", "Which animal says meow?",
+           "What do bees make?", "How many days are in a week?"]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_worker(tmp: Path) -> tuple[subprocess.Popen, str]:
+    data = tmp / "data"
+    data.mkdir()
+    (ROOT / "data" / "models").mkdir(parents=True, exist_ok=True)
+    (data / "models").symlink_to(ROOT / "data" / "models")
+    port = free_port()
+    cfg = tmp / "config.json"
+    cfg.write_text(json.dumps({"data_dir": str(data), "workers": {"count": 1, "base_port": port}}))
+    proc = subprocess.Popen([sys.executable, "-m", "worker", "--config", str(cfg), "--index", "0"], cwd=ROOT,
+                            stdout=open(tmp / "worker.log", "wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).json().get("state") == "IDLE":
+                return proc, url
+        except (httpx.HTTPError, ValueError):
+            pass
+        if proc.poll() is not None:
+            raise SystemExit(f"worker exited: {(tmp / 'worker.log').read_text()[-2000:]}")
+        time.sleep(0.3)
+    raise SystemExit("worker did not become ready")
+
+
+async def spoken_session(url: str, pcm: np.ndarray, record: bool) -> dict[str, float]:
+    ws_url = url.replace("http://", "ws://") + f"/ws/realtime?record={'true' if record else 'false'}&app=bench"
+    audio = np.concatenate([np.zeros(RATE // 2, dtype="<i2"), pcm, np.zeros(RATE * 3 // 2, dtype="<i2")])
+    last_voiced = RATE // 2 + int(np.flatnonzero(np.abs(pcm) > 0.02 * 32768)[-1])
+    step = RATE * CHUNK_MS // 1000
+    result: dict[str, float] = {}
+    async with websockets.connect(ws_url, max_size=None) as ws:
+        while json.loads(await ws.recv())["type"] != "session.created":
+            pass
+        voiced_sent_at: list[float] = []
+
+        async def send() -> None:
+            t0 = time.monotonic()
+            for n, i in enumerate(range(0, len(audio), step)):
+                await asyncio.sleep(max(0.0, t0 + n * CHUNK_MS / 1000 - time.monotonic()))
+                chunk = audio[i:i + step]
+                if i <= last_voiced < i + step:
+                    voiced_sent_at.append(time.monotonic() + (last_voiced - i) / RATE)
+                await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                          "audio": base64.b64encode(chunk.tobytes()).decode()}))
+
+        sender = asyncio.create_task(send())
+        first_audio = None
+        try:
+            while True:
+                ev = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                if ev["type"] == "response.output_audio.delta" and first_audio is None:
+                    first_audio = time.monotonic()
+                elif ev["type"] == "session.metrics":
+                    result["v2v_ms"] = ev["metrics"]["v2v_ms"]
+                    break
+        finally:
+            sender.cancel()
+        if first_audio is not None and voiced_sent_at:
+            result["v2v_client_ms"] = (first_audio - voiced_sent_at[0]) * 1000
+    return result
+
+
+async def run(url: str, runs: int) -> dict[str, list[float]]:
+    from core.cascade.tts import PiperTts
+
+    tts = PiperTts()
+    speech = [np.frombuffer(b"".join(tts.synthesize(p, deterministic=True)), dtype="<i2") for p in PROMPTS]
+    out: dict[str, list[float]] = {"on_v2v": [], "off_v2v": [], "on_client": [], "off_client": []}
+    await spoken_session(url, speech[0], False)  # warm-up, not counted
+    for i in range(runs):
+        for record in ((True, False) if i % 2 == 0 else (False, True)):
+            r = await spoken_session(url, speech[i % len(speech)], record)
+            key = "on" if record else "off"
+            if "v2v_ms" in r:
+                out[f"{key}_v2v"].append(r["v2v_ms"])
+            if "v2v_client_ms" in r:
+                out[f"{key}_client"].append(r["v2v_client_ms"])
+            log(f"run {i + 1}/{runs} record={'on ' if record else 'off'} {r}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.recording", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10, help="sessions per setting (default 10)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
+        proc, url = start_worker(Path(tmp))
+        try:
+            samples = asyncio.run(run(url, args.runs))
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    stats = {k: summary(v) for k, v in samples.items()}
+    ratio = stats["on_v2v"]["p50"] / stats["off_v2v"]["p50"] if stats["off_v2v"]["p50"] else None
+    ratio_client = (stats["on_client"]["p50"] / stats["off_client"]["p50"]
+                    if stats["off_client"]["p50"] else None)
+    if args.json:
+        print(json.dumps({"stats": stats, "v2v_ratio_on_off": ratio, "v2v_client_ratio_on_off": ratio_client}))
+        return
+    print(f"{'metric':<28}{'p50':>10}{'p90':>10}{'n':>5}")
+    for key, label in (("off_v2v", "V2V, recording off (ms)"), ("on_v2v", "V2V, recording on (ms)"),
+                       ("off_client", "client V2V, off (ms)"), ("on_client", "client V2V, on (ms)")):
+        s = stats[key]
+        print(f"{label:<28}{s['p50']:>10.1f}{s['p90']:>10.1f}{s['n']:>5}")
+    print(f"ratio on/off (median V2V): {ratio:.3f}; client V2V: {ratio_client:.3f}")
+
+
+if __name__ == "__main__":
+    main()
