@@ -12,17 +12,17 @@ import json
 import logging
 import time
 from pathlib import Path
-from urllib.parse import urlencode
 from typing import Any
+from urllib.parse import urlencode
 
 import websockets
 from fastapi import FastAPI, WebSocket
 from starlette.websockets import WebSocketState
 
 from core.config import AppConfig
-from core.processors.base import new_id
-from core.session_store import new_session_id, new_share_token, token_hash
+from core.ids import new_id
 from core.protocol import error_event, server_event
+from core.session_store import new_session_id, new_share_token, token_hash
 from gateway.auth import load_admin_token
 from gateway.cleanup import cleanup_loop
 from gateway.health import HealthChecker

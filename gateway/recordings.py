@@ -23,7 +23,6 @@ from starlette.background import BackgroundTask
 
 from core.config import AppConfig
 from core.files import read_json
-from core.replay import build_replays
 from core.session_store import (
     MEDIA_DIRS,
     META,
@@ -88,6 +87,8 @@ def recordings_router(config: AppConfig, admin_token: str, static_dir: Path) -> 
             async with lock:
                 if not target.is_file():
                     # A session cut off (worker killed) has no replay yet: build it now.
+                    from core.replay import build_replays  # numpy & co. only when needed
+
                     try:
                         recording = await asyncio.to_thread(read_json, path / RECORDING)
                         await asyncio.to_thread(build_replays, path, recording)

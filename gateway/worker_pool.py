@@ -90,6 +90,9 @@ class Lease:
     queued_s: float
 
 
+LENGTH_UPDATE_S = 1.0  # how often waiters hear that the queue behind them grew
+
+
 @dataclass
 class QueueStatus:
     ticket: str
@@ -137,6 +140,8 @@ class WorkerPool:
         self._next_id = 0
         self._order: dict[str, int] = {}  # worker id -> insertion order, for stable tie-breaks
         self._added = 0
+        self.length_update_s = LENGTH_UPDATE_S
+        self._length_flush: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ workers
 
@@ -456,7 +461,10 @@ class WorkerPool:
         interleave between choosing a worker and marking it busy.
         """
         now = time.monotonic()
-        for entry in list(self._queue.values()):
+        # Fast path: with every slot busy (the usual state while people queue) there is
+        # nothing to assign, and scanning a thousand waiters on every join would cost O(n^2).
+        free_slots = sum(w.slots - w.busy for w in self._workers.values() if w.available)
+        for entry in list(self._queue.values()) if free_slots > 0 else ():
             if entry.future.done():  # cancelled waiter not yet cleaned up
                 self._queue.pop(entry.ticket, None)
                 continue
@@ -476,11 +484,18 @@ class WorkerPool:
             entry.future.set_result(lease)
         self._push_status()
 
-    def _push_status(self) -> None:
-        """Tell each waiter its position once per change of (position, queue length)."""
+    def _push_status(self, lengths_too: bool = False) -> None:
+        """Tell each waiter its new position at once; a queue length that merely grew behind it
+        is coalesced into one update per ``length_update_s`` (else 1,000 people joining one by
+        one would cost half a million messages)."""
         length = len(self._queue)
+        stale_lengths = False
         for position, entry in enumerate(list(self._queue.values()), start=1):
-            if entry.on_status is None or entry.last_sent == (position, length):
+            last = entry.last_sent
+            if entry.on_status is None or last == (position, length):
+                continue
+            if last is not None and last[0] == position and not lengths_too:
+                stale_lengths = True
                 continue
             entry.last_sent = (position, length)
             status = QueueStatus(entry.ticket, position, length, self._eta(position, entry.requirements))
@@ -488,6 +503,16 @@ class WorkerPool:
                 entry.on_status(status)
             except Exception:
                 log.exception("queue status callback for %s failed", entry.ticket)
+        if stale_lengths and self._length_flush is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._length_flush = loop.call_later(self.length_update_s, self._flush_lengths)
+
+    def _flush_lengths(self) -> None:
+        self._length_flush = None
+        self._push_status(lengths_too=True)
 
     def _eta(self, position: int, requirements: frozenset[str]) -> float:
         slots = sum(

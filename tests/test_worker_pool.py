@@ -86,6 +86,7 @@ async def test_fifo_order_three_waiters_one_slot():
 
 async def test_positions_pushed_and_move_up_after_cancel():
     pool = WorkerPool(default_session_s=10.0)
+    pool.length_update_s = 0.05
     healthy(pool, "http://a")
     held = await pool.acquire()
     a_log, b_log, c_log = [], [], []
@@ -95,14 +96,16 @@ async def test_positions_pushed_and_move_up_after_cancel():
     await settle()
     c = waiter(pool, ticket="c", log=c_log)
     await settle()
-    assert a_log == [(1, 1), (1, 2), (1, 3)]
+    assert a_log == [(1, 1)] and b_log == [(2, 2)] and c_log == [(3, 3)]  # growth behind: not yet
+    await asyncio.sleep(0.1)
+    assert a_log == [(1, 1), (1, 3)]  # one coalesced update for two joins
     assert b_log == [(2, 2), (2, 3)]
     assert c_log == [(3, 3)]
     a.cancel()
     await settle()
     assert a.cancelled()
-    assert a_log == [(1, 1), (1, 2), (1, 3)]  # never told anything after leaving
-    assert b_log[-1] == (1, 2) and c_log[-1] == (2, 2)
+    assert a_log == [(1, 1), (1, 3)]  # never told anything after leaving
+    assert b_log[-1] == (1, 2) and c_log[-1] == (2, 2)  # moving up is told at once
     assert len(b_log) == 3 and len(c_log) == 2  # one push per change
     pool.release(held)
     await settle()
@@ -110,6 +113,26 @@ async def test_positions_pushed_and_move_up_after_cancel():
     pool.release(b.result())
     await settle()
     pool.release(c.result())
+
+
+async def test_a_thousand_joins_cost_linear_messages_and_moves_reach_everyone():
+    pool = WorkerPool(capacity=2000)
+    pool.length_update_s = 0.5
+    healthy(pool, "http://a")
+    held = await pool.acquire()
+    logs = [[] for _ in range(1000)]
+    tasks = [waiter(pool, ticket=f"t{i}", log=logs[i]) for i in range(1000)]
+    await settle()
+    assert sum(len(x) for x in logs) == 1000  # each hears its own position once
+    await asyncio.sleep(0.6)
+    assert sum(len(x) for x in logs) <= 2000 and all(x[-1][1] == 1000 for x in logs)
+    pool.release(held)
+    await settle()
+    assert tasks[0].done()
+    assert all(logs[i][-1][0] == i for i in range(1, 1000))  # everyone moved up at once
+    for t in tasks:
+        t.cancel()
+    await settle()
 
 
 async def test_eta_uses_capable_slots_and_session_average():

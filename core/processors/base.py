@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import abc
 import enum
-import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+from core.ids import new_id  # noqa: F401 - re-exported for the backends
 
 
 class Capability(str, enum.Enum):
@@ -28,9 +29,6 @@ class Capability(str, enum.Enum):
     DUPLEX = "duplex"
 
 
-def new_id(prefix: str) -> str:
-    """Ids in the OpenAI style (``item_...``), 96 random bits."""
-    return f"{prefix}_{secrets.token_hex(12)}"
 
 
 # --------------------------------------------------------------------------- configuration
