@@ -95,10 +95,46 @@ class HealthConfig(_Strict):
 
 
 class LimitsConfig(_Strict):
+    """Enforced by the server; clients cannot choose them (docs/protocol.md, "Errors and close codes")."""
+
     max_session_s: float = Field(1800.0, gt=0)
     idle_timeout_s: float = Field(300.0, gt=0)
     pause_timeout_s: float = Field(120.0, gt=0)
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    max_image_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="one image or camera frame, decoded")
+    max_image_pixels: int = Field(4096 * 4096, ge=64, description="width x height of one image")
+    max_frame_rate: float = Field(2.0, gt=0, description="camera frames per second (burst of 2 allowed)")
+
+    @property
+    def transport_max_bytes(self) -> int:
+        """WebSocket frame cap: above max_message_bytes so the session can answer a clear error first."""
+        return 2 * self.max_message_bytes + 65536
+
+
+class RateLimit(_Strict):
+    """0 = no limit."""
+
+    sessions_per_minute: int = Field(0, ge=0)
+    concurrent: int = Field(0, ge=0, description="open sessions, queued ones included")
+
+
+class AuthConfig(_Strict):
+    """Who may use ``/v1/*``: API keys (empty = open) and the Origins allowed on WebSockets."""
+
+    api_keys: list[str] = Field(default_factory=list, description="accepted keys; empty = no key needed")
+    allowed_origins: list[str] = Field(
+        default_factory=list, description="extra browser Origins for WebSockets ('*' = any); own origin always ok")
+    per_ip: RateLimit = Field(default_factory=lambda: RateLimit(sessions_per_minute=600, concurrent=32))
+    per_key: RateLimit = Field(default_factory=RateLimit)
+    trust_forwarded_for: bool = Field(False, description="take the client IP from X-Forwarded-For (behind a proxy)")
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys_long_enough(cls, keys: list[str]) -> list[str]:
+        for key in keys:
+            if len(key) < 8 or not key.isprintable() or " " in key:
+                raise PydanticCustomError("api_key", "API keys need at least 8 printable characters, no spaces")
+        return keys
 
 
 class RecordingConfig(_Strict):
@@ -120,6 +156,7 @@ class AdminConfig(_Strict):
 class AppConfig(_Strict):
     data_dir: str = "data"
     admin: AdminConfig = Field(default_factory=AdminConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     backend: BackendConfig = Field(default_factory=BackendConfig)

@@ -16,7 +16,9 @@ def main() -> None:
     add_cli_arguments(parser)
     args = parser.parse_args()
     config = config_from_cli(args)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s gateway %(levelname)s %(name)s: %(message)s")
+    from core.logctx import setup_logging
+
+    setup_logging("gateway")  # session=<id> worker=<id> on session-scoped lines
     logging.getLogger("httpx").setLevel(logging.WARNING)
     from gateway.app import create_app
     from gateway.tls import TlsError, tls_files
@@ -28,7 +30,7 @@ def main() -> None:
         raise SystemExit(2) from None
     uvicorn.run(
         create_app(config), host=config.gateway.host, port=config.gateway.port, log_level="warning",
-        ws_max_size=config.limits.max_message_bytes, ws_ping_interval=20, ws_ping_timeout=20,
+        ws_max_size=config.limits.transport_max_bytes, ws_ping_interval=20, ws_ping_timeout=20,
         ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None,
     )
 

@@ -16,25 +16,32 @@ from typing import Any
 from urllib.parse import urlencode
 
 import websockets
-from fastapi import FastAPI, WebSocket
+from fastapi import FastAPI, Response, WebSocket
 from starlette.websockets import WebSocketState
 
+from core import logctx
 from core.config import AppConfig
 from core.ids import new_id
 from core.protocol import error_event, server_event
 from core.session_store import new_session_id, new_share_token, token_hash
+from gateway.access import Access, chosen_subprotocol
+from gateway.admin import admin_router, api_access_middleware, public_router
+from gateway.apps import SettingsStore, app_of
 from gateway.auth import load_admin_token
 from gateway.cleanup import cleanup_loop
 from gateway.health import HealthChecker
+from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.openai_rest import openai_router
 from gateway.pages import install_pages
 from gateway.presets import presets_router
+from gateway.ratelimit import RateLimited, SessionLimiter, Slot
 from gateway.recordings import recordings_router
-from gateway.relay import relay
+from gateway.relay import RelayResult, relay
 from gateway.shares import shares_router
 from gateway.worker_pool import (
     Lease,
     NoCapableWorkerError,
+    QueueCancelledError,
     QueueFullError,
     QueueStatus,
     QueueTimeoutError,
@@ -46,6 +53,9 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parent.parent
 MAX_EARLY_MESSAGES = 256  # client events sent while queued, forwarded once assigned
 CLOSE_TRY_AGAIN = 1013
+CLOSE_POLICY = 1008  # auth, origin, disabled app: do not retry
+CLOSE_OPERATOR = 4004  # ended or removed from the queue by the operator
+CLOSE_RATE_LIMITED = 4029  # per-IP / per-key limits; retry after the time in the message
 
 
 def create_app(config: AppConfig) -> FastAPI:
@@ -63,20 +73,35 @@ def create_app(config: AppConfig) -> FastAPI:
     )
 
     admin_token = load_admin_token(config)
+    settings = SettingsStore(Path(config.data_dir))
+    pool.set_eta_session_s(settings.settings.eta_session_s)
+    access = Access(config, admin_token)
+    limiter = SessionLimiter(config.auth.per_ip, config.auth.per_key)
+    metrics = GatewayMetrics(pool)
+    live: dict[str, RealtimeProxy] = {}  # ticket -> open realtime session (queued or relaying)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await checker.start()
+        await metrics.start()
         cleaner = asyncio.create_task(cleanup_loop(config))
         try:
             yield
         finally:
             cleaner.cancel()
+            await metrics.stop()
             await checker.stop()
 
     app = FastAPI(title="OmniDuplex gateway", lifespan=lifespan)
     app.state.pool = pool
     app.state.config = config
+    app.state.live = live
+    app.state.metrics = metrics
+    app.state.settings = settings
+    app.state.access = access
+    app.state.limiter = limiter
+    app.state.checker = checker
+    app.add_middleware(api_access_middleware(access, settings))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -93,14 +118,59 @@ def create_app(config: AppConfig) -> FastAPI:
             ],
         }
 
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
     @app.websocket("/v1/realtime")
     async def realtime(ws: WebSocket) -> None:
-        await ws.accept()
-        await RealtimeProxy(ws, pool, config).run()
+        await ws.accept(subprotocol=chosen_subprotocol(ws))
+        slot = await admit(ws)
+        if slot is None:
+            return
+        proxy = RealtimeProxy(ws, pool, config)
+        proxy.metrics = metrics
+        proxy.client_ip = access.client_ip(ws)
+        live[proxy.ticket] = proxy
+        try:
+            await proxy.run()
+        finally:
+            live.pop(proxy.ticket, None)
+            slot.close()
+
+    async def admit(ws: WebSocket) -> Slot | None:
+        """Origin, API key, app toggle and rate limits, before the queue; refusals get an error event."""
+        async def refuse(code: str, message: str, close: int) -> None:
+            metrics.rejected.labels(code).inc()
+            log.info("refused realtime session from %s: %s", access.client_ip(ws), code)
+            with contextlib.suppress(Exception):
+                await ws.send_text(json.dumps(error_event(message, code), separators=(",", ":")))
+                await ws.close(close, message[:120])
+
+        if not access.origin_allowed(ws):
+            await refuse("origin_not_allowed", f"origin {ws.headers.get('origin')} may not open sessions here",
+                         CLOSE_POLICY)
+            return None
+        ok, key = access.check_key(ws)
+        if not ok:
+            await refuse("invalid_api_key", "a valid API key is required (Authorization: Bearer <key> or the "
+                         "subprotocol openai-insecure-api-key.<key>)", CLOSE_POLICY)
+            return None
+        app_id = app_of(ws.query_params.get("app"))
+        if not settings.enabled(app_id):
+            await refuse("app_disabled", f"the {app_id} app is disabled by the operator", CLOSE_POLICY)
+            return None
+        try:
+            return limiter.try_open(access.client_ip(ws), key)
+        except RateLimited as exc:
+            await refuse(exc.code, exc.message, CLOSE_RATE_LIMITED)
+            return None
 
     app.include_router(presets_router(Path(config.data_dir)))
     app.include_router(shares_router(Path(config.data_dir)))
     app.include_router(recordings_router(config, admin_token, ROOT / "static"))
+    app.include_router(public_router(settings, access))
+    app.include_router(admin_router(app, admin_token, ROOT / "static"))
     app.include_router(openai_router(pool))
     install_pages(app, ROOT / "static")
     return app
@@ -124,6 +194,28 @@ class RealtimeProxy:
         self.requirements = frozenset(c for c in caps.split(",") if c)
         self._status: asyncio.Queue[QueueStatus] = asyncio.Queue()
         self.early: list[str] = []
+        # What the admin page shows; set as the session moves on.
+        self.metrics: GatewayMetrics | None = None
+        self.client_ip = ws.client.host if ws.client else "unknown"
+        self.created_at = time.time()
+        self.state = "queued"
+        self.session_id: str | None = None
+        self.worker_id: str | None = None
+        self.assigned_at: float | None = None
+        self._stop = asyncio.Event()
+        self._stop_reason = ""
+
+    def end_by_operator(self, reason: str = "ended by the operator") -> None:
+        """Admin: end this session now (it gets ``session_ended_by_operator`` and close 4004)."""
+        self._stop_reason = reason
+        if self.state == "queued" and self.pool.cancel(self.ticket, reason):
+            return
+        self._stop.set()
+
+    def info(self) -> dict[str, Any]:
+        return {"ticket": self.ticket, "session_id": self.session_id, "state": self.state, "app": self.app_name,
+                "worker_id": self.worker_id, "client": self.client_ip, "created_at": self.created_at,
+                "assigned_at": self.assigned_at, "record": self.record}
 
     async def _send(self, event: dict[str, Any]) -> bool:
         try:
@@ -139,12 +231,16 @@ class RealtimeProxy:
 
     async def run(self) -> None:
         lease: Lease | None = None
+        logctx.bind(session=self.ticket)
         try:
             lease = await self._wait_for_worker()
             if lease is None:
                 return
+            if self.metrics is not None:
+                self.metrics.queue_wait.observe(lease.queued_s)
             await self._serve(lease)
         finally:
+            self.state = "ended"
             if lease is not None:
                 self.pool.release(lease)
 
@@ -180,6 +276,9 @@ class RealtimeProxy:
                 if acquire in done:
                     try:
                         return acquire.result()
+                    except QueueCancelledError as exc:
+                        await self._send(error_event(str(exc), "queue_cancelled"))
+                        await self._close(CLOSE_OPERATOR, "removed from the queue by the operator")
                     except QueueFullError as exc:
                         await self._send(error_event(str(exc), "queue_full", kind="server_error"))
                         await self._close(CLOSE_TRY_AGAIN, f"queue full: {exc}")
@@ -200,6 +299,9 @@ class RealtimeProxy:
         await self._send(server_event("queue.assigned", ticket=self.ticket, worker_id=worker.id,
                                       queued_s=round(lease.queued_s, 3)))
         session_id = new_session_id()
+        self.session_id, self.worker_id, self.assigned_at = session_id, worker.id, time.time()
+        self.state = "connecting"
+        logctx.bind(session=session_id, worker=worker.id)
         params = {"dialect": "beta" if self.beta else "ga", "session_id": session_id, "model": self.model,
                   "app": self.app_name, "record": "true" if self.record else "false"}
         if self.record:
@@ -224,17 +326,40 @@ class RealtimeProxy:
             await self._close(1011, "worker unavailable")
             return
         started = time.monotonic()
+        self.state = "active"
         try:
-            result = await relay(self.ws, conn, self.early)
+            result = await self._relay_until_stopped(conn)
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 2)
         log.info("session %s on %s ended by %s (%s) after %.1fs", self.ticket, worker.id, result.ended_by,
                  result.code, time.monotonic() - started)
-        if result.ended_by == "worker_failed":
+        if self.metrics is not None:
+            self.metrics.sessions_ended.labels(result.ended_by).inc()
+        if result.ended_by == "operator":
+            await self._send(error_event(f"the session was {result.reason}", "session_ended_by_operator",
+                                         kind="server_error"))
+            await self._close(CLOSE_OPERATOR, result.reason)
+        elif result.ended_by == "worker_failed":
             self.pool.report_failure(worker.id, result.reason)
             await self._send(error_event("the model worker failed during the session; please reconnect",
                                          "worker_failed", kind="server_error"))
             await self._close(1011, "worker failed")
         elif result.ended_by == "worker":
             await self._close(result.code if result.code >= 1000 else 1011, result.reason)
+
+    async def _relay_until_stopped(self, conn) -> RelayResult:
+        """The relay, unless the operator ends the session first."""
+        observe = self.metrics.observe_worker_text if self.metrics is not None else None
+        relaying = asyncio.create_task(relay(self.ws, conn, self.early, on_worker_text=observe))
+        stopping = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({relaying, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if relaying.done():
+            return relaying.result()
+        relaying.cancel()
+        with contextlib.suppress(BaseException):
+            await relaying
+        return RelayResult("operator", CLOSE_OPERATOR, self._stop_reason or "ended by the operator")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -26,7 +27,9 @@ class RelayResult:
     reason: str
 
 
-async def relay(client: WebSocket, worker: ClientConnection, first_messages: list[str] | None = None) -> RelayResult:
+async def relay(client: WebSocket, worker: ClientConnection, first_messages: list[str] | None = None,
+                on_worker_text: Callable[[str], None] | None = None) -> RelayResult:
+    """``on_worker_text`` sees each worker->client text frame (cheaply; it must not block or raise)."""
     for message in first_messages or []:
         await worker.send(message)
 
@@ -45,6 +48,8 @@ async def relay(client: WebSocket, worker: ClientConnection, first_messages: lis
         try:
             async for message in worker:
                 if isinstance(message, str):
+                    if on_worker_text is not None:
+                        on_worker_text(message)
                     await client.send_text(message)
                 else:
                     await client.send_bytes(message)

@@ -51,6 +51,10 @@ class QueueTimeoutError(Exception):
     """The request waited longer than ``max_wait_s`` and was removed from the queue."""
 
 
+class QueueCancelledError(QueueTimeoutError):
+    """The operator removed the request from the queue (a kind of "no worker in time")."""
+
+
 class NoCapableWorkerError(Exception):
     """No registered (non-dead) worker can ever serve the requested capabilities."""
 
@@ -135,6 +139,7 @@ class WorkerPool:
         self.healthy_after = healthy_after
         self.unhealthy_after = unhealthy_after
         self.avg_session_s = float(default_session_s)
+        self.eta_session_s: float | None = None  # operator's fixed session length for ETAs (admin)
         self._workers: dict[str, Worker] = {}
         self._queue: OrderedDict[str, _Entry] = OrderedDict()
         self._next_id = 0
@@ -344,6 +349,24 @@ class WorkerPool:
             raise QueueTimeoutError(f"No worker became free within {self.max_wait_s:.0f} s.")
         return entry.future.result()  # a Lease, or NoCapableWorkerError set by dispatch
 
+    def cancel(self, ticket: str, reason: str = "removed from the queue by the operator") -> bool:
+        """Take a waiting request out of the queue; its ``acquire`` raises QueueCancelledError."""
+        entry = self._queue.pop(ticket, None)
+        if entry is None:
+            return False
+        if not entry.future.done():
+            entry.future.set_exception(QueueCancelledError(reason))
+        log.info("queue entry %s cancelled: %s", ticket, reason)
+        self._dispatch_next()
+        return True
+
+    def set_eta_session_s(self, seconds: float | None) -> None:
+        """Fix the session length behind ETAs (None = the learned average); waiters hear it now."""
+        self.eta_session_s = seconds
+        for entry in self._queue.values():
+            entry.last_sent = None
+        self._push_status()
+
     def release(self, lease: Lease, *, record: bool = True) -> None:
         """Give a slot back. Idempotent; releasing a removed worker's lease frees nothing.
 
@@ -518,4 +541,4 @@ class WorkerPool:
         slots = sum(
             w.slots for w in self._workers.values() if w.health == Health.HEALTHY and w.can_serve(requirements)
         )
-        return math.ceil(position / max(1, slots)) * self.avg_session_s
+        return math.ceil(position / max(1, slots)) * (self.eta_session_s or self.avg_session_s)

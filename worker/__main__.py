@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 import uvicorn
 
@@ -17,13 +16,15 @@ def main() -> None:
     parser.add_argument("--worker-port", type=int, help="listen on this port instead of base_port + index")
     args = parser.parse_args()
     config = config_from_cli(args)
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s w{args.index} %(levelname)s %(name)s: %(message)s")
+    from core.logctx import setup_logging
+
+    setup_logging(f"w{args.index}")  # session=<id> worker=<id> on session-scoped lines
     from worker.app import create_app
 
     port = args.worker_port or config.workers.base_port + args.index
     uvicorn.run(
         create_app(config, args.index), host=config.workers.host, port=port, log_level="warning",
-        ws_max_size=config.limits.max_message_bytes, ws_ping_interval=20, ws_ping_timeout=20,
+        ws_max_size=config.limits.transport_max_bytes, ws_ping_interval=20, ws_ping_timeout=20,
     )
 
 

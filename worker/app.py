@@ -12,13 +12,16 @@ import logging
 import time
 from typing import Any
 
-from fastapi import FastAPI, WebSocket
+from fastapi import FastAPI, Response, WebSocket
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from core import logctx
 from core.config import AppConfig
 from core.processors import create_backend
 from core.processors.base import LoadProgress
 from core.protocol import Dialect
 from core.session_store import SESSION_ID, new_session_id
+from worker.metrics import WorkerMetrics
 from worker.recorder import RecorderPool
 from worker.rest import rest_router
 from worker.session import RealtimeSession
@@ -67,6 +70,7 @@ class WorkerState:
 
 def create_app(config: AppConfig, index: int = 0) -> FastAPI:
     ws_state = WorkerState(f"w{index}", config.workers.slots)
+    metrics = WorkerMetrics(ws_state)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -100,6 +104,11 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
 
     app = FastAPI(title=f"OmniDuplex worker {index}", lifespan=lifespan)
     app.state.worker = ws_state
+    app.state.metrics = metrics
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -143,10 +152,15 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
             ws_state.refresh()
 
         session.on_state = on_state
+        session.on_turn_metrics = metrics.turn
+        session.on_limit = lambda code: metrics.limits.labels(code).inc()
+        logctx.bind(session=session.session_id, worker=ws_state.worker_id)
         on_state("DUPLEX_ACTIVE")  # a new session starts with server_vad on, as in the API
         try:
             await session.run()
         finally:
+            metrics.sessions.labels(session.end_reason).inc()
+            log.info("session ended: %s (close %s)", session.end_reason, session.close_code)
             ws_state.sessions.pop(session.session_id, None)
             ws_state.refresh()
 

@@ -43,6 +43,7 @@ from core.protocol import (
     parse_client_event,
     server_event,
 )
+from worker.limits import FrameRate, check_image, check_image_b64, message_too_large
 from worker.recorder import SessionRecorder
 from worker.session_config import _max_tokens, _modalities, apply_session_update, session_object
 
@@ -53,6 +54,7 @@ CLOSE_PAUSE_TIMEOUT = 4002
 CLOSE_MAX_LENGTH = 4003
 CLOSE_SLOW_CLIENT = 1008
 SEND_QUEUE_LIMIT = 4000
+LIMIT_CODES = ("message_too_large", "image_too_large", "frame_rate_exceeded")
 
 
 class _Close(Exception):
@@ -92,6 +94,10 @@ class RealtimeSession:
         self.close_code = 1000
         self.close_reason = ""
         self.end_reason = "worker_shutdown"  # unless a task says otherwise (cancelled = shutdown)
+        self.frame_rate = FrameRate(limits.max_frame_rate)
+        # Hooks for the worker's metrics (set by worker/app.py); called on the event loop.
+        self.on_turn_metrics: Callable[[dict[str, Any]], None] | None = None
+        self.on_limit: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -184,7 +190,12 @@ class RealtimeSession:
                 raise _Close(CLOSE_IDLE, "idle timeout")
 
     def _limit_error(self, code: str, message: str) -> None:
+        self._count_limit(code)
         self._out.put_nowait(error_event(message, code, kind="invalid_request_error"))
+
+    def _count_limit(self, code: str) -> None:
+        if self.on_limit is not None:
+            self.on_limit(code)
 
     # ------------------------------------------------------------------ client -> model
 
@@ -198,6 +209,12 @@ class RealtimeSession:
                 self.send_error("binary frames are not supported; send JSON text", param="frame")
                 continue
             self.last_client_event = time.monotonic()
+            if message_too_large(text, self.limits.max_message_bytes):
+                # Dropped unread; the session goes on (docs/protocol.md "Errors and close codes").
+                self._count_limit("message_too_large")
+                self.send_error(f"message larger than {self.limits.max_message_bytes} bytes was dropped",
+                                "message_too_large", param="message")
+                continue
             data: Any = None
             try:
                 data = json.loads(text)
@@ -208,6 +225,8 @@ class RealtimeSession:
             except json.JSONDecodeError as exc:
                 self.send_error(f"message is not valid JSON: {exc.msg}", param="message")
             except ProtocolError as exc:
+                if exc.code in LIMIT_CODES:
+                    self._count_limit(exc.code)
                 self.send_error(exc.message, exc.code, exc.param, exc.event_id)
             except OmniDuplexError as exc:
                 ev_id = data.get("event_id") if isinstance(data, dict) else None
@@ -269,7 +288,18 @@ class RealtimeSession:
                 await conv.cancel_response("client_cancelled")
             self.send(server_event("output_audio_buffer.cleared"))
         elif isinstance(ev, InputImageBufferAppend):
-            await conv.add_image(_b64(ev.image, "image"), frame=True)
+            if not self.frame_rate.allow():
+                if self.frame_rate.should_report():
+                    raise ProtocolError(
+                        f"camera frames above {self.limits.max_frame_rate:g} per second are dropped "
+                        f"({self.frame_rate.dropped} so far)", code="frame_rate_exceeded", param="image",
+                        event_id=ev.event_id)
+                self._count_limit("frame_rate_exceeded")
+                return
+            check_image_b64(ev.image, self.limits, "image", ev.event_id)
+            frame = _b64(ev.image, "image")
+            check_image(frame, self.limits, "image", ev.event_id)
+            await conv.add_image(frame, frame=True)
             self.frames_received += 1
             # Acknowledged so a camera client knows its frames arrive (and are decodable).
             self.send(server_event("input_image_buffer.appended", frames_received=self.frames_received))
@@ -316,7 +346,11 @@ class RealtimeSession:
                 if not isinstance(url, str) or not url.startswith("data:") or "," not in url:
                     raise ProtocolError("input_image.image_url must be a data: URL (base64 JPEG or PNG)",
                                         param=f"item.content.{i}.image_url", event_id=ev.event_id)
-                item_id = await self.conv.add_image(_b64(url.split(",", 1)[1], f"item.content.{i}.image_url"))
+                param = f"item.content.{i}.image_url"
+                check_image_b64(url.split(",", 1)[1], self.limits, param, ev.event_id)
+                image = _b64(url.split(",", 1)[1], param)
+                check_image(image, self.limits, param, ev.event_id)
+                item_id = await self.conv.add_image(image)
                 out_content.append({"type": "input_image"})
             else:
                 raise ProtocolError(f"content type {kind!r} is not supported for role {role}",
@@ -433,6 +467,8 @@ class RealtimeSession:
             "status": e.status,
         }
         self.send(server_event("session.metrics", metrics=metrics))
+        if self.on_turn_metrics is not None:
+            self.on_turn_metrics(metrics)
 
 
 def _ms(t: float | None, t0: float | None) -> float | None:

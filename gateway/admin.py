@@ -1,0 +1,490 @@
+"""The operator's API and page: workers, queue, live sessions, apps, presets, ETA, voices, charts.
+
+Every ``/admin`` and ``/api/admin/*`` route answers 401 without the admin token, shown as
+``Authorization: Bearer <token>``, ``?token=`` or the ``omni_admin`` cookie that the page's
+login sets (HttpOnly, SameSite=Strict). A state-changing request that authenticates with the
+cookie must also come from our own origin, so another site cannot drive the admin by a form.
+
+The pool does the work (drain, enable, mark dead, add/remove, cancel); this module only checks,
+translates and reports. Errors are 4xx with a reason; nothing here can leak a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import re
+import time
+import wave
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.access import Access
+from gateway.apps import APP_IDS, SettingsStore
+from gateway.presets import BUILTIN_PRESETS, PRESETS_FILE, PresetFile, PresetStore
+from gateway.worker_pool import WorkerPool
+
+COOKIE = "omni_admin"
+VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
+VOICE_MAX_BYTES = 10 * 2**20
+VOICE_MAX_SECONDS = 60.0
+VOICES_CAPABILITY = "voices"
+WORKER_ACTIONS = ("disable", "enable", "dead")
+
+
+# --------------------------------------------------------------------------- request models
+
+
+class AddWorker(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(min_length=8, max_length=300)
+    id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    slots: int = Field(1, ge=1, le=64)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        parts = urlsplit(v.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("url must be http(s)://host:port")
+        if parts.query or parts.fragment or parts.username or parts.password:
+            raise ValueError("url must be a plain base URL (no query, fragment or credentials)")
+        try:
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            raise ValueError("url has an invalid port") from None
+        return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+class AppToggle(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool
+
+
+class EtaSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    session_s: float | None = Field(None, ge=1, le=86400, description="null = learned average")
+
+
+class EndSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field("ended by the operator", max_length=120)
+
+
+# --------------------------------------------------------------------------- auth
+
+
+def admin_token_of(request: Request) -> tuple[str | None, bool]:
+    """(token, from_cookie)."""
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip() or None, False
+    if request.query_params.get("token"):
+        return request.query_params["token"], False
+    cookie = request.cookies.get(COOKIE)
+    return (cookie, True) if cookie else (None, False)
+
+
+def _same_origin(request: Request) -> bool:
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True  # same-origin GET-less fetches may omit it; SameSite=Strict already applies
+    return urlsplit(origin).netloc.lower() == (request.headers.get("host") or "").lower()
+
+
+def make_require_admin(admin_token: str):
+    expected = admin_token.encode()
+
+    def require_admin(request: Request) -> None:
+        token, from_cookie = admin_token_of(request)
+        if not token or not hmac.compare_digest(token.encode(), expected):
+            raise HTTPException(401, "admin token required (Authorization: Bearer <token>)",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if from_cookie and request.method not in ("GET", "HEAD") and not _same_origin(request):
+            raise HTTPException(403, "cross-site admin request refused")
+
+    return require_admin
+
+
+# --------------------------------------------------------------------------- /v1 HTTP gate
+
+
+def api_access_middleware(access: Access, settings: SettingsStore):
+    """ASGI middleware for ``/v1/*`` HTTP: the API key and the ``api`` app toggle (OpenAI-shaped errors)."""
+
+    class ApiAccess:
+        def __init__(self, app: ASGIApp) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+                request = Request(scope)
+                ok, _ = access.check_key(request)
+                if not ok:
+                    await _openai_error(401, "invalid_api_key", "a valid API key is required "
+                                        "(Authorization: Bearer <key>)")(scope, receive, send)
+                    return
+                if not settings.enabled("api"):
+                    await _openai_error(403, "app_disabled", "the API is disabled by the operator")(
+                        scope, receive, send)
+                    return
+            await self.app(scope, receive, send)
+
+    return ApiAccess
+
+
+def _openai_error(status: int, code: str, message: str) -> JSONResponse:
+    kind = "invalid_request_error" if status != 403 else "permission_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": code}},
+                        status_code=status)
+
+
+# --------------------------------------------------------------------------- public
+
+
+def public_router(settings: SettingsStore, access: Access) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/api/apps")
+    async def apps() -> dict[str, Any]:
+        """For the pages: which apps are on, and whether sessions need an API key."""
+        return {"apps": [a.model_dump() for a in settings.apps()], "api_key_required": access.keys_required}
+
+    return router
+
+
+# --------------------------------------------------------------------------- admin
+
+
+def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
+    st = app.state
+    pool: WorkerPool = st.pool
+    settings: SettingsStore = st.settings
+    data_dir = Path(st.config.data_dir)
+    presets = PresetStore(data_dir)
+    require_admin = make_require_admin(admin_token)
+    guarded = APIRouter(dependencies=[Depends(require_admin)])
+    router = APIRouter()
+    started = time.time()
+
+    # ---------------------------------------------------------------- the page
+
+    def admin_page() -> FileResponse:
+        return FileResponse(static_dir / "admin.html", media_type="text/html",
+                            headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+
+    @router.get("/admin", include_in_schema=False)
+    async def page(request: Request) -> Response:
+        token, from_cookie = admin_token_of(request)
+        if not token or not hmac.compare_digest(token.encode(), admin_token.encode()):
+            return HTMLResponse(LOGIN_PAGE.replace("{error}", "Wrong token." if token else ""), status_code=401,
+                                headers={"Cache-Control": "no-store"})
+        if not from_cookie:
+            # ?token= or Bearer: keep it in a cookie and drop it from the address bar.
+            response = RedirectResponse("/admin", status_code=303)
+            _set_cookie(response, request, token)
+            return response
+        return admin_page()
+
+    @router.post("/admin/login", include_in_schema=False)
+    async def login(request: Request, token: str = Form(..., max_length=200)) -> Response:
+        if not hmac.compare_digest(token.encode(), admin_token.encode()):
+            return HTMLResponse(LOGIN_PAGE.replace("{error}", "Wrong token."), status_code=401)
+        response = RedirectResponse("/admin", status_code=303)
+        _set_cookie(response, request, token)
+        return response
+
+    @router.post("/admin/logout", include_in_schema=False)
+    async def logout() -> Response:
+        response = RedirectResponse("/admin", status_code=303)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    @guarded.get("/static/admin.html", include_in_schema=False)
+    async def static_page() -> FileResponse:
+        return admin_page()
+
+    # ---------------------------------------------------------------- views
+
+    def worker_view(w) -> dict[str, Any]:
+        probe = w.last_probe or {}
+        now = time.monotonic()
+        by_ticket = st.live
+        sessions = []
+        for ticket, since in w.sessions.items():
+            proxy = by_ticket.get(ticket)
+            sessions.append({"ticket": ticket, "session_id": proxy.session_id if proxy else None,
+                             "app": proxy.app_name if proxy else "rest", "running_s": round(now - since, 1)})
+        return {
+            "id": w.id, "url": w.url, "health": w.health.value, "available": w.available,
+            "state": probe.get("state"), "load_progress": probe.get("load_progress"),
+            "backend": probe.get("backend"), "uptime_s": probe.get("uptime_s"),
+            "slots": w.slots, "busy": w.busy, "sessions": sessions,
+            "capabilities": sorted(w.capabilities), "failures_total": w.failures_total,
+            "fail_streak": w.fail_streak, "ok_streak": w.ok_streak, "last_error": w.last_error,
+            "added_at": w.added_at,
+        }
+
+    def queue_view() -> list[dict[str, Any]]:
+        snap = pool.snapshot()["queue"]
+        for entry in snap:
+            proxy = st.live.get(entry["ticket"])
+            entry["app"] = proxy.app_name if proxy else "rest"
+            entry["client"] = proxy.client_ip if proxy else None
+        return snap
+
+    def live_view() -> list[dict[str, Any]]:
+        now = time.time()
+        out = []
+        for proxy in list(st.live.values()):
+            info = proxy.info()
+            info["age_s"] = round(now - info["created_at"], 1)
+            out.append(info)
+        return out
+
+    def eta_view() -> dict[str, Any]:
+        return {"session_s": pool.eta_session_s, "learned_avg_s": round(pool.avg_session_s, 1),
+                "default_session_s": st.config.queue.default_session_s}
+
+    @guarded.get("/api/admin/overview")
+    async def overview() -> dict[str, Any]:
+        """Everything the page shows, in one call (it polls this)."""
+        workers = pool.workers()
+        return {
+            "workers": [worker_view(w) for w in workers],
+            "queue": queue_view(),
+            "live": live_view(),
+            "apps": [a.model_dump() for a in settings.apps()],
+            "eta": eta_view(),
+            "totals": {"workers": len(workers), "healthy": sum(w.health.value == "healthy" for w in workers),
+                       "slots": sum(w.slots for w in workers), "busy": sum(w.busy for w in workers),
+                       "queue_length": pool.queue_length, "capacity": pool.capacity},
+            "series": list(st.metrics.series)[-150:],
+            "uptime_s": round(time.time() - started, 1),
+        }
+
+    @guarded.get("/api/admin/series")
+    async def series() -> dict[str, Any]:
+        return {"step_s": 2.0, "points": list(st.metrics.series)}
+
+    # ---------------------------------------------------------------- workers
+
+    @guarded.get("/api/admin/workers")
+    async def list_workers() -> dict[str, Any]:
+        return {"workers": [worker_view(w) for w in pool.workers()]}
+
+    @guarded.post("/api/admin/workers", status_code=201)
+    async def add_worker(body: AddWorker) -> dict[str, Any]:
+        try:
+            worker = pool.add_worker(body.url, worker_id=body.id, slots=body.slots)
+        except ValueError as exc:
+            raise HTTPException(409, str(exc)) from None
+        await st.checker.start()  # no-op if running; its supervisor starts the probe loop
+        return worker_view(worker)
+
+    def get_worker(worker_id: str):
+        worker = pool.get_worker(worker_id)
+        if worker is None:
+            raise HTTPException(404, f"no worker {worker_id!r}")
+        return worker
+
+    @guarded.delete("/api/admin/workers/{worker_id}")
+    async def remove_worker(worker_id: str) -> dict[str, Any]:
+        worker = get_worker(worker_id)
+        running = list(worker.sessions)
+        pool.remove_worker(worker_id)
+        return {"removed": worker_id, "sessions_still_running": running}
+
+    @guarded.post("/api/admin/workers/{worker_id}/{action}")
+    async def worker_action(worker_id: str, action: str) -> dict[str, Any]:
+        if action not in WORKER_ACTIONS:
+            raise HTTPException(404, f"unknown action {action!r}; use one of {', '.join(WORKER_ACTIONS)}")
+        get_worker(worker_id)
+        if action == "disable":
+            pool.set_disabled(worker_id, True)
+        elif action == "enable":
+            pool.set_disabled(worker_id, False)
+        else:
+            pool.mark_dead(worker_id)
+        return worker_view(get_worker(worker_id))
+
+    # ---------------------------------------------------------------- queue and sessions
+
+    @guarded.get("/api/admin/queue")
+    async def queue() -> dict[str, Any]:
+        return {"queue": queue_view(), "eta": eta_view()}
+
+    @guarded.delete("/api/admin/queue/{ticket}")
+    async def cancel_queued(ticket: str) -> dict[str, Any]:
+        if not pool.cancel(ticket):
+            raise HTTPException(404, f"no queued entry {ticket!r} (already assigned or gone)")
+        return {"cancelled": ticket}
+
+    @guarded.get("/api/admin/live")
+    async def live() -> dict[str, Any]:
+        return {"sessions": live_view()}
+
+    @guarded.post("/api/admin/sessions/{session_id}/end")
+    async def end_session(session_id: str, body: EndSession | None = None) -> dict[str, Any]:
+        proxy = next((p for p in st.live.values() if session_id in (p.session_id, p.ticket)), None)
+        if proxy is None or proxy.state == "ended":
+            raise HTTPException(404, f"no live session {session_id!r}")
+        proxy.end_by_operator((body or EndSession()).reason)
+        return {"ending": session_id, "ticket": proxy.ticket, "state": proxy.state}
+
+    # ---------------------------------------------------------------- apps and ETA
+
+    @guarded.get("/api/admin/apps")
+    async def get_apps() -> dict[str, Any]:
+        return {"apps": [a.model_dump() for a in settings.apps()]}
+
+    @guarded.put("/api/admin/apps/{app_id}")
+    async def set_app(app_id: str, body: AppToggle) -> dict[str, Any]:
+        if app_id not in APP_IDS:
+            raise HTTPException(404, f"no app {app_id!r}; apps: {', '.join(APP_IDS)}")
+        settings.set_enabled(app_id, body.enabled)
+        await asyncio.to_thread(settings.save)
+        return {"apps": [a.model_dump() for a in settings.apps()]}
+
+    @guarded.get("/api/admin/eta")
+    async def get_eta() -> dict[str, Any]:
+        return eta_view()
+
+    @guarded.put("/api/admin/eta")
+    async def set_eta(body: EtaSettings) -> dict[str, Any]:
+        settings.settings.eta_session_s = body.session_s
+        pool.set_eta_session_s(body.session_s)
+        await asyncio.to_thread(settings.save)
+        return eta_view()
+
+    # ---------------------------------------------------------------- presets
+
+    @guarded.get("/api/admin/presets")
+    async def get_presets() -> dict[str, Any]:
+        current = await asyncio.to_thread(presets.load)
+        return current.model_dump()
+
+    @guarded.put("/api/admin/presets")
+    async def put_presets(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if len(raw) > 1_000_000:
+            raise HTTPException(413, "presets file larger than 1 MB")
+        try:
+            data = json.loads(raw)
+            if isinstance(data, list):
+                data = {"presets": data}
+            parsed = PresetFile.model_validate(data)
+        except ValueError as exc:
+            reason = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]) \
+                if isinstance(exc, ValidationError) else f"not valid JSON: {exc}"
+            raise HTTPException(422, reason) from None
+        text = json.dumps(parsed.model_dump(), indent=1, ensure_ascii=False)
+        from core.files import atomic_write_bytes
+
+        await asyncio.to_thread(atomic_write_bytes, data_dir / PRESETS_FILE, text.encode())
+        return (await asyncio.to_thread(presets.load)).model_dump()
+
+    @guarded.delete("/api/admin/presets")
+    async def reset_presets() -> dict[str, Any]:
+        """Back to the built-in presets (removes ``presets.json``)."""
+        await asyncio.to_thread((data_dir / PRESETS_FILE).unlink, True)
+        return {"presets": [p.model_dump() for p in BUILTIN_PRESETS], "source": "builtin"}
+
+    # ---------------------------------------------------------------- reference voices
+
+    voices_dir = data_dir / "voices"
+
+    def voice_workers() -> list[str]:
+        return [w.id for w in pool.workers() if VOICES_CAPABILITY in w.capabilities and w.health.value != "dead"]
+
+    def need_voices() -> None:
+        if not voice_workers():
+            raise HTTPException(409, "this backend has no reference voices (no worker offers the "
+                                f"'{VOICES_CAPABILITY}' capability); its built-in voice cannot be changed here")
+
+    @guarded.get("/api/admin/voices")
+    async def list_voices() -> dict[str, Any]:
+        workers = voice_workers()
+        names = await asyncio.to_thread(
+            lambda: sorted(p.stem for p in voices_dir.glob("*.wav")) if voices_dir.is_dir() else [])
+        return {"supported": bool(workers), "workers": workers, "voices": names if workers else []}
+
+    @guarded.post("/api/admin/voices", status_code=201)
+    async def upload_voice(name: Annotated[str, Form()], file: Annotated[UploadFile, File()]) -> dict[str, Any]:
+        need_voices()
+        if not VOICE_NAME.match(name):
+            raise HTTPException(422, "name: letters, digits, _ and -, at most 48 characters")
+        data = await file.read(VOICE_MAX_BYTES + 1)
+        if len(data) > VOICE_MAX_BYTES:
+            raise HTTPException(413, f"voice sample larger than {VOICE_MAX_BYTES // 2**20} MB")
+        seconds = await asyncio.to_thread(_save_voice, data, voices_dir / f"{name}.wav")
+        return {"name": name, "seconds": seconds}
+
+    @guarded.delete("/api/admin/voices/{name}")
+    async def delete_voice(name: str) -> dict[str, Any]:
+        need_voices()
+        path = voices_dir / f"{name}.wav"
+        if not VOICE_NAME.match(name) or not path.is_file():
+            raise HTTPException(404, f"no voice {name!r}")
+        await asyncio.to_thread(path.unlink)
+        return {"deleted": name}
+
+    # Any other admin path: 401 without the token (nothing to learn), 404 with it.
+    @guarded.api_route("/api/admin/{rest:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"],
+                       include_in_schema=False)
+    async def unknown(rest: str) -> None:
+        raise HTTPException(404, f"no admin route /api/admin/{rest}")
+
+    router.include_router(guarded)
+    return router
+
+
+def _set_cookie(response: Response, request: Request, token: str) -> None:
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/",
+                        secure=request.url.scheme == "https", max_age=7 * 86400)
+
+
+def _save_voice(data: bytes, path: Path) -> float:
+    """Decode any supported audio, keep it as 24 kHz mono PCM16 WAV (what voice-cloning backends read)."""
+    import numpy as np
+
+    from core.errors import InvalidAudioError
+    from core.media import decode_audio
+
+    try:
+        audio = decode_audio(data, rate=24000, max_seconds=VOICE_MAX_SECONDS)
+    except InvalidAudioError as exc:
+        raise HTTPException(422, exc.message) from None
+    seconds = len(audio) / 24000
+    if seconds < 1.0 or seconds > VOICE_MAX_SECONDS:
+        raise HTTPException(422, f"a reference voice needs 1 to {VOICE_MAX_SECONDS:.0f} s of speech "
+                                 f"(got {seconds:.1f} s)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".wav.tmp")
+    with wave.open(str(tmp), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(24000)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    tmp.replace(path)
+    return round(seconds, 2)
+
+
+LOGIN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Admin sign-in · OmniDuplex</title><link rel="stylesheet" href="/static/shared/style.css"></head>
+<body><main><h1>Admin</h1>
+<p class="lead">The admin page needs the operator's token: <code>admin.token</code> in config.json, or the
+one generated at first start into <code>data/admin_token</code>.</p>
+<form method="post" action="/admin/login" class="controls">
+<label>Admin token <input name="token" type="password" autocomplete="current-password" required></label>
+<button class="primary" type="submit">Sign in</button></form>
+<p class="muted" role="alert">{error}</p></main></body></html>"""
