@@ -84,18 +84,30 @@ class WorkerCall:
         while (await self.request.receive())["type"] != "http.disconnect":
             pass
 
-    async def race(self, aw: Awaitable[T]) -> T:
-        """Await ``aw`` unless the client leaves first (then it is cancelled: ClientGone)."""
+    async def race(self, aw: Awaitable[T], discard: Callable[[T], object] | None = None) -> T:
+        """Await ``aw`` unless the client leaves first (ClientGone) or this handler is cancelled.
+
+        Either way ``aw`` is cancelled; a result it produced in that same instant goes to
+        ``discard`` (a lease must be given back, a response closed)."""
         if self._watcher is None:
             self._watcher = asyncio.create_task(self._disconnected())
         task = asyncio.ensure_future(aw)
-        done, _ = await asyncio.wait({task, self._watcher}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            done, _ = await asyncio.wait({task, self._watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            self._abandon(task, discard)
+            raise
         if task in done:
             return task.result()
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
+        self._abandon(task, discard)
         raise ClientGone
+
+    @staticmethod
+    def _abandon(task: asyncio.Future, discard: Callable[[T], object] | None) -> None:
+        if not task.done():
+            task.cancel()  # the awaitable cleans up after itself (pool.acquire leaves the queue)
+        elif discard is not None and not task.cancelled() and task.exception() is None:
+            discard(task.result())
 
     def stop_watching(self) -> None:
         """Before streaming: Starlette's own disconnect listener reads the client from here on."""
@@ -104,9 +116,9 @@ class WorkerCall:
             self._watcher = None
 
     async def acquire(self, requirements: frozenset[str]) -> None:
-        acquire = asyncio.ensure_future(self.pool.acquire(requirements, self.ticket))
         try:
-            self.lease = await self.race(acquire)
+            self.lease = await self.race(self.pool.acquire(requirements, self.ticket),
+                                         discard=lambda lease: self.pool.release(lease, record=False))
         except QueueFullError as exc:
             raise ApiError(429, str(exc), "queue_full", kind="rate_limit_error") from None
         except QueueTimeoutError as exc:
@@ -127,7 +139,8 @@ class WorkerCall:
             headers={REQUEST_ID_HEADER: self.ticket},
         )
         try:
-            self.upstream = await self.race(self.http.send(request, stream=True))
+            self.upstream = await self.race(self.http.send(request, stream=True),
+                                            discard=lambda response: asyncio.ensure_future(response.aclose()))
             if self.upstream.status_code == 200:
                 return self.upstream
             body = await self.race(self.upstream.aread())
@@ -191,13 +204,15 @@ def _transcription_schema() -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
 
 
-def openai_router(pool: WorkerPool) -> APIRouter:
-    """The public ``/v1`` REST routes; one ``httpx`` client for worker calls (not the probes')."""
+def openai_router(pool: WorkerPool, transport: httpx.AsyncBaseTransport | None = None) -> APIRouter:
+    """The public ``/v1`` REST routes; one ``httpx`` client for worker calls (not the probes').
+
+    ``transport`` replaces the network for tests (worker test doubles)."""
     state: dict[str, httpx.AsyncClient] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        state["http"] = httpx.AsyncClient(timeout=WORKER_TIMEOUT)
+        state["http"] = httpx.AsyncClient(timeout=WORKER_TIMEOUT, transport=transport)
         try:
             yield
         finally:
