@@ -66,10 +66,10 @@ class _Slot:
         if state.state == "ERROR" or backend is None or not backend.loaded:
             raise RestError(503, "the model is not loaded yet" if state.state != "ERROR" else "worker failed",
                             "model_not_loaded")
-        for _ in range(int(SLOT_WAIT_S / 0.05)):
+        for _ in range(int(SLOT_WAIT_S / 0.01)):
             if len(state.sessions) < state.slots:
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.01)
         else:
             raise RestError(503, "worker has no free slot", "worker_busy")
         state.sessions[self.request_id] = REST_STATE
