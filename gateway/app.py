@@ -7,6 +7,7 @@ It never loads a model and never decodes media. Every session's slot is taken by
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -192,7 +193,11 @@ class RealtimeProxy:
             "false", "0", "off")
         caps = ws.query_params.get("capabilities") or ""
         self.requirements = frozenset(c for c in caps.split(",") if c)
-        self._status: asyncio.Queue[QueueStatus] = asyncio.Queue()
+        # Queue messages go out through one ordered outbox drained by a short-lived task, not a
+        # task per waiting client: a thousand waiters then cost two tasks each, not three.
+        self._outbox: collections.deque[dict[str, Any]] = collections.deque()
+        self._sender: asyncio.Task | None = None
+        self._assigned_sent = False
         self.early: list[str] = []
         # What the admin page shows; set as the session moves on.
         self.metrics: GatewayMetrics | None = None
@@ -224,6 +229,30 @@ class RealtimeProxy:
         except Exception:  # noqa: BLE001 - client already gone
             return False
 
+    def _post(self, event: dict[str, Any]) -> None:
+        self._outbox.append(event)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._outbox:
+            await self._send(self._outbox.popleft())
+
+    async def _flush(self) -> None:
+        if self._sender is not None:
+            with contextlib.suppress(Exception):
+                await self._sender
+
+    def _on_status(self, s: QueueStatus) -> None:
+        self._post(server_event("queue.position", ticket=s.ticket, position=s.position, queue_length=s.queue_length,
+                                eta_s=round(s.eta_s, 1)))
+
+    def _on_assigned(self, lease: Lease) -> None:
+        # Called inside the pool's dispatch, before the other waiters' position updates.
+        self._assigned_sent = True
+        self._post(server_event("queue.assigned", ticket=self.ticket, worker_id=lease.worker.id,
+                                queued_s=round(lease.queued_s, 3)))
+
     async def _close(self, code: int, reason: str) -> None:
         if self.ws.client_state == WebSocketState.CONNECTED:
             with contextlib.suppress(Exception):
@@ -246,26 +275,22 @@ class RealtimeProxy:
 
     async def _wait_for_worker(self) -> Lease | None:
         """Queue until a worker is assigned; a client that leaves is dropped at once."""
-        acquire = asyncio.create_task(self.pool.acquire(self.requirements, self.ticket, self._status.put_nowait))
+        acquire = asyncio.create_task(self.pool.acquire(self.requirements, self.ticket, self._on_status,
+                                                        self._on_assigned))
         receive = asyncio.create_task(self.ws.receive())
         try:
             while True:
-                status = asyncio.create_task(self._status.get())
-                done, _ = await asyncio.wait({acquire, receive, status}, return_when=asyncio.FIRST_COMPLETED)
-                if status in done:
-                    s = status.result()
-                    await self._send(server_event(
-                        "queue.position", ticket=s.ticket, position=s.position, queue_length=s.queue_length,
-                        eta_s=round(s.eta_s, 1),
-                    ))
-                else:
-                    status.cancel()
+                done, _ = await asyncio.wait({acquire, receive}, return_when=asyncio.FIRST_COMPLETED)
                 if receive in done:
                     message = receive.result()
                     if message["type"] == "websocket.disconnect":
                         acquire.cancel()
+                        lease = None
                         with contextlib.suppress(BaseException):
-                            await acquire
+                            lease = await acquire
+                        if lease is not None:
+                            # Assigned in the same instant the client left: give the slot back.
+                            self.pool.release(lease, record=False)
                         return None
                     if message.get("text") is not None:
                         if len(self.early) >= MAX_EARLY_MESSAGES:
@@ -296,8 +321,9 @@ class RealtimeProxy:
 
     async def _serve(self, lease: Lease) -> None:
         worker = lease.worker
-        await self._send(server_event("queue.assigned", ticket=self.ticket, worker_id=worker.id,
-                                      queued_s=round(lease.queued_s, 3)))
+        if not self._assigned_sent:  # assigned at once, without queueing
+            self._on_assigned(lease)
+        await self._flush()  # queue.* before anything from the worker
         session_id = new_session_id()
         self.session_id, self.worker_id, self.assigned_at = session_id, worker.id, time.time()
         self.state = "connecting"

@@ -112,6 +112,7 @@ class _Entry:
     future: asyncio.Future
     on_status: Callable[[QueueStatus], None] | None
     enqueued_at: float  # monotonic
+    on_assigned: Callable[[Lease], None] | None = None
     last_sent: tuple[int, int] | None = None  # (position, queue_length) last pushed
 
 
@@ -302,6 +303,7 @@ class WorkerPool:
         requirements: frozenset[str] = frozenset(),
         ticket: str | None = None,
         on_status: Callable[[QueueStatus], None] | None = None,
+        on_assigned: Callable[[Lease], None] | None = None,
     ) -> Lease:
         """Get a worker slot, waiting in the FIFO queue if none is free.
 
@@ -335,7 +337,7 @@ class WorkerPool:
             )
 
         loop = asyncio.get_running_loop()
-        entry = _Entry(ticket, requirements, loop.create_future(), on_status, time.monotonic())
+        entry = _Entry(ticket, requirements, loop.create_future(), on_status, time.monotonic(), on_assigned)
         self._queue[ticket] = entry
         self._dispatch_next()  # pushes first status (and other waiters' new queue length)
 
@@ -488,6 +490,8 @@ class WorkerPool:
         # nothing to assign, and scanning a thousand waiters on every join would cost O(n^2).
         free_slots = sum(w.slots - w.busy for w in self._workers.values() if w.available)
         for entry in list(self._queue.values()) if free_slots > 0 else ():
+            if free_slots <= 0:
+                break  # every free slot is taken: the rest keep their places
             if entry.future.done():  # cancelled waiter not yet cleaned up
                 self._queue.pop(entry.ticket, None)
                 continue
@@ -504,7 +508,14 @@ class WorkerPool:
                 continue
             self._queue.pop(entry.ticket)
             lease = self._assign(self._pick(free, entry.requirements), entry.ticket, now - entry.enqueued_at)
+            free_slots -= 1
             entry.future.set_result(lease)
+            if entry.on_assigned is not None:
+                # Before anyone's position update: the head's "assigned" is the urgent message.
+                try:
+                    entry.on_assigned(lease)
+                except Exception:
+                    log.exception("assignment callback for %s failed", entry.ticket)
         self._push_status()
 
     def _push_status(self, lengths_too: bool = False) -> None:
@@ -513,6 +524,7 @@ class WorkerPool:
         one would cost half a million messages)."""
         length = len(self._queue)
         stale_lengths = False
+        slots: dict[frozenset[str], int] = {}  # capable healthy slots per requirement set, for ETAs
         for position, entry in enumerate(list(self._queue.values()), start=1):
             last = entry.last_sent
             if entry.on_status is None or last == (position, length):
@@ -521,7 +533,9 @@ class WorkerPool:
                 stale_lengths = True
                 continue
             entry.last_sent = (position, length)
-            status = QueueStatus(entry.ticket, position, length, self._eta(position, entry.requirements))
+            if entry.requirements not in slots:
+                slots[entry.requirements] = self._capable_slots(entry.requirements)
+            status = QueueStatus(entry.ticket, position, length, self._eta(position, slots[entry.requirements]))
             try:
                 entry.on_status(status)
             except Exception:
@@ -537,8 +551,10 @@ class WorkerPool:
         self._length_flush = None
         self._push_status(lengths_too=True)
 
-    def _eta(self, position: int, requirements: frozenset[str]) -> float:
-        slots = sum(
+    def _capable_slots(self, requirements: frozenset[str]) -> int:
+        return sum(
             w.slots for w in self._workers.values() if w.health == Health.HEALTHY and w.can_serve(requirements)
         )
-        return math.ceil(position / max(1, slots)) * (self.eta_session_s or self.avg_session_s)
+
+    def _eta(self, position: int, capable_slots: int) -> float:
+        return math.ceil(position / max(1, capable_slots)) * (self.eta_session_s or self.avg_session_s)

@@ -192,7 +192,7 @@ async def test_queue_order_positions_cancel_and_full(stack):
         kind = json.loads(await asyncio.wait_for(b.recv(), 10))["type"]
         if kind != "queue.position":  # b also heard the queue shrink as others left
             kinds.append(kind)
-    assert kinds == ["queue.assigned", "session.created"]
+    assert kinds == ["queue.assigned", "session.recording", "session.created"]
     assert (await recv_until(d, "queue.position"))["position"] == 1
     await b.close()
     await recv_until(d, "queue.assigned")

@@ -1,0 +1,60 @@
+"""``python -m bench <what>``: one entry point for every benchmark.
+
+    python -m bench serve       # serving sweep: text and spoken prompts at concurrency 1, 2, 4
+    python -m bench relay       # latency the gateway adds per relayed event, vs straight to a worker
+    python -m bench throughput  # relay throughput against a synthetic worker at line rate
+    python -m bench capacity    # 1,000 queued clients; dispatch latency
+    python -m bench pipeline    # the embedded models in-process (TTFT, TTFP, V2V, RTF)
+    python -m bench recording   # V2V with recording on vs off
+
+Each prints a markdown table; ``--json`` prints one JSON object instead; ``--out DIR`` also
+writes JSON (and PNG plots where there are any) into DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+COMMANDS = {
+    "serve": "bench.serving",
+    "relay": "bench.relay",
+    "throughput": "bench.throughput",
+    "capacity": "bench.capacity",
+}
+DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording"}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in DELEGATED:
+        sys.argv = [f"python -m bench {argv[0]}", *argv[1:]]
+        importlib.import_module(DELEGATED[argv[0]]).main()
+        return
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=[*COMMANDS, *DELEGATED])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", type=Path, help="also write results (and plots) into this directory")
+    parser.add_argument("--clients", type=int, default=1000, help="capacity: queued clients")
+    parser.add_argument("--hold", type=float, default=10.0, help="capacity: seconds to hold them")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4], help="serve: levels")
+    parser.add_argument("--prompts", type=int, default=8, help="serve: prompts per kind and level")
+    parser.add_argument("--workers", type=int, default=1, help="serve: workers to start")
+    parser.add_argument("--events", type=int, default=400, help="relay: probes per direction")
+    parser.add_argument("--seconds", type=float, default=5.0, help="throughput: seconds of streaming")
+    args = parser.parse_args(argv)
+    module = importlib.import_module(COMMANDS[args.what])
+    result = module.run_cli(args) if hasattr(module, "run_cli") else module.run(args.clients, args.hold)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{args.what}.json").write_text(json.dumps(result, indent=1))
+        if hasattr(module, "plot"):
+            module.plot(result, args.out)
+    print(json.dumps(result) if args.json else module.report(result))
+
+
+if __name__ == "__main__":
+    main()
