@@ -183,12 +183,12 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
 
     @router.get("/admin", include_in_schema=False)
     async def page(request: Request) -> Response:
-        token, from_cookie = admin_token_of(request)
+        token, _ = admin_token_of(request)
         if not token or not hmac.compare_digest(token.encode(), admin_token.encode()):
             return HTMLResponse(LOGIN_PAGE.replace("{error}", "Wrong token." if token else ""), status_code=401,
                                 headers={"Cache-Control": "no-store"})
-        if not from_cookie:
-            # ?token= or Bearer: keep it in a cookie and drop it from the address bar.
+        if request.query_params.get("token"):
+            # ?token=: keep it in a cookie and drop it from the address bar (and from history).
             response = RedirectResponse("/admin", status_code=303)
             _set_cookie(response, request, token)
             return response

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from core.config import RateLimit
 
 WINDOW_S = 60.0
-MAX_TRACKED = 100_000  # idle subjects are forgotten; this only bounds memory under an IP flood
+MAX_TRACKED = 100_000  # sweep early past this many subjects (an address flood)
 
 
 class RateLimited(Exception):
@@ -61,6 +61,7 @@ class SessionLimiter:
         self.per_key = per_key
         self._clock = clock
         self._subjects: dict[str, _Subject] = {}
+        self._last_sweep = clock()
 
     def try_open(self, ip: str, key_id: str | None = None) -> Slot:
         """Count a new session for ``ip`` (and ``key_id``) or raise ``RateLimited``; checks all first."""
@@ -81,7 +82,7 @@ class SessionLimiter:
                 raise RateLimited("rate_limited",
                                   f"{who} started {len(sub.starts)} sessions in the last minute "
                                   f"(limit {limit.sessions_per_minute}); retry in {retry:.0f} s", retry)
-        if len(self._subjects) >= MAX_TRACKED:
+        if len(self._subjects) >= MAX_TRACKED or now - self._last_sweep >= WINDOW_S:
             self._sweep(now)
         for key, _, _ in checks:
             sub = self._subjects.setdefault(key, _Subject())
@@ -99,6 +100,8 @@ class SessionLimiter:
             self._subjects.pop(key, None)
 
     def _sweep(self, now: float) -> None:
+        """Forget subjects with nothing open and no start in the window (once a minute)."""
+        self._last_sweep = now
         for key, sub in list(self._subjects.items()):
             _trim(sub.starts, now)
             if sub.open == 0 and not sub.starts:

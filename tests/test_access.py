@@ -1,0 +1,146 @@
+"""Gateway access control in process (no workers needed; refusals happen before the queue):
+API keys (Bearer and the browser subprotocol), the Origin check, app toggles, per-IP and
+per-key session limits, and session ids on log lines."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from core.config import AppConfig
+from core.logctx import ContextFilter, bind
+from gateway.app import create_app
+
+ADMIN = "a" * 24
+KEY = "sk-test-0123456789"
+
+
+def make_client(tmp_path, **sections) -> TestClient:
+    config = AppConfig.model_validate({"data_dir": str(tmp_path), "workers": {"count": 0},
+                                       "admin": {"token": ADMIN}, **sections})
+    return TestClient(create_app(config))
+
+
+def refused(ws) -> tuple[str, int]:
+    """(error code, close code) of a refused realtime connection."""
+    event = ws.receive_json()
+    assert event["type"] == "error"
+    with pytest.raises(WebSocketDisconnect) as closed:
+        ws.receive_json()
+    return event["error"]["code"], closed.value.code
+
+
+def queued(ws) -> dict:
+    event = ws.receive_json()
+    assert event["type"] == "queue.position", event
+    return event
+
+
+def test_api_keys_bearer_subprotocol_and_rest(tmp_path):
+    with make_client(tmp_path, auth={"api_keys": [KEY]}) as c:
+        with c.websocket_connect("/v1/realtime") as ws:
+            assert refused(ws) == ("invalid_api_key", 1008)
+        with c.websocket_connect("/v1/realtime", headers={"Authorization": "Bearer wrong-key-123"}) as ws:
+            assert refused(ws) == ("invalid_api_key", 1008)
+        with c.websocket_connect("/v1/realtime", headers={"Authorization": f"Bearer {KEY}"}) as ws:
+            queued(ws)
+        # What browsers send: they cannot set headers on a WebSocket.
+        with c.websocket_connect("/v1/realtime", subprotocols=["realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
+            assert ws.accepted_subprotocol == "realtime"
+            queued(ws)
+        with c.websocket_connect("/v1/realtime", headers={"Authorization": f"Bearer {ADMIN}"}) as ws:
+            queued(ws)  # the admin token works as a key too
+        r = c.get("/v1/models")
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert c.get("/v1/models", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+        assert c.get("/api/apps").json()["api_key_required"] is True
+        assert c.get("/health").status_code == 200  # pages and health stay open
+
+
+def test_open_service_needs_no_key(tmp_path):
+    with make_client(tmp_path) as c:
+        with c.websocket_connect("/v1/realtime", headers={"Authorization": "Bearer unused"}) as ws:
+            queued(ws)
+        assert c.get("/v1/models").status_code == 200
+        assert c.get("/api/apps").json()["api_key_required"] is False
+
+
+def test_origin_check(tmp_path):
+    with make_client(tmp_path, auth={"allowed_origins": ["https://partner.example"]}) as c:
+        with c.websocket_connect("/v1/realtime", headers={"Origin": "https://evil.example"}) as ws:
+            assert refused(ws) == ("origin_not_allowed", 1008)
+        for origin in ("http://testserver", "https://partner.example"):  # own origin, configured one
+            with c.websocket_connect("/v1/realtime", headers={"Origin": origin}) as ws:
+                queued(ws)
+        with c.websocket_connect("/v1/realtime") as ws:  # no Origin: not a browser
+            queued(ws)
+
+
+def test_app_toggles_refuse_new_sessions_and_persist(tmp_path):
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    with make_client(tmp_path) as c:
+        assert c.put("/api/admin/apps/omni", json={"enabled": False}, headers=admin).status_code == 200
+        with c.websocket_connect("/v1/realtime?app=omni") as ws:
+            code, close = refused(ws)
+            assert (code, close) == ("app_disabled", 1008)
+        with c.websocket_connect("/v1/realtime?app=audio_duplex") as ws:
+            queued(ws)
+        assert c.put("/api/admin/apps/api", json={"enabled": False}, headers=admin).status_code == 200
+        r = c.get("/v1/models")
+        assert r.status_code == 403 and r.json()["error"]["code"] == "app_disabled"
+        with c.websocket_connect("/v1/realtime") as ws:  # no page named: the api app
+            assert refused(ws)[0] == "app_disabled"
+        assert c.put("/api/admin/apps/nope", json={"enabled": False}, headers=admin).status_code == 404
+    # A restart keeps the toggles (data_dir/operator.json).
+    with make_client(tmp_path) as c:
+        apps = {a["id"]: a["enabled"] for a in c.get("/api/apps").json()["apps"]}
+        assert apps == {"chat": True, "audio_duplex": True, "omni": False, "api": False}
+
+
+def test_per_ip_concurrency_and_rate(tmp_path):
+    with make_client(tmp_path, auth={"per_ip": {"concurrent": 2, "sessions_per_minute": 4}}) as c:
+        with c.websocket_connect("/v1/realtime") as a, c.websocket_connect("/v1/realtime") as b:
+            queued(a)
+            queued(b)
+            with c.websocket_connect("/v1/realtime") as third:
+                assert refused(third) == ("too_many_sessions", 4029)
+        # Both closed: concurrency is free again, but 2 of 4 starts this minute are used.
+        for _ in range(2):
+            with c.websocket_connect("/v1/realtime") as ws:
+                queued(ws)
+        with c.websocket_connect("/v1/realtime") as ws:
+            assert refused(ws) == ("rate_limited", 4029)
+        metrics = c.get("/metrics").text
+        assert 'omniduplex_rejected_sessions_total{reason="too_many_sessions"} 1.0' in metrics
+        assert 'omniduplex_rejected_sessions_total{reason="rate_limited"} 1.0' in metrics
+
+
+def test_per_key_concurrency(tmp_path):
+    with make_client(tmp_path, auth={"api_keys": [KEY], "per_key": {"concurrent": 1}}) as c:
+        auth = {"Authorization": f"Bearer {KEY}"}
+        with c.websocket_connect("/v1/realtime", headers=auth) as a:
+            queued(a)
+            with c.websocket_connect("/v1/realtime", headers=auth) as b:
+                code, close = refused(b)
+                assert code == "too_many_sessions" and close == 4029
+
+
+def test_log_lines_carry_session_and_worker(caplog):
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", None, None)
+    f = ContextFilter()
+    f.filter(record)
+    assert record.ctx == ""
+
+    import contextvars
+
+    def inside() -> logging.LogRecord:
+        bind(session="sess_abc", worker="w3")
+        r = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", None, None)
+        f.filter(r)
+        return r
+
+    r = contextvars.copy_context().run(inside)
+    assert r.ctx == " session=sess_abc worker=w3" and r.session_id == "sess_abc" and r.worker_id == "w3"
