@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import itertools
 import json
 import os
 import platform
@@ -82,7 +83,7 @@ async def one_request(http: httpx.AsyncClient, url: str, prompt: str, max_tokens
     if end is None or first_audio is None or not text_times:
         raise RuntimeError("incomplete stream")
     audio_s = audio_bytes / 2 / 24000
-    gaps = [b - a for a, b in zip(text_times, text_times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(text_times)]
     return {
         "e2e_ms": (end - start) * 1000,
         "ttft_ms": (text_times[0] - start) * 1000,
@@ -162,7 +163,11 @@ async def main(args: argparse.Namespace) -> dict:
         levels = []
         for c in args.concurrency:
             levels.append(await level(url, c, args.prompts, args.max_tokens))
-        workers = args.workers if stack is not None else len((httpx.get(f"{url}/health").json()["workers"]))
+        if stack is not None:
+            workers = args.workers
+        else:
+            async with httpx.AsyncClient(timeout=10) as http:
+                workers = len((await http.get(f"{url}/health")).json()["workers"])
         return {"levels": levels, "workers": workers, "max_tokens": args.max_tokens, "machine": machine()}
     finally:
         if stack is not None:

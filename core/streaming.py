@@ -78,7 +78,7 @@ async def iterate_in_thread(make: Callable[[], Iterator[T]], max_ahead: int = 64
             if close is not None:
                 try:
                     close()
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.exception("closing a streamed iterator failed")
 
     thread = threading.Thread(target=run, name="stream", daemon=True)

@@ -125,7 +125,7 @@ def transcription_body(result: dict[str, Any], fmt: str) -> tuple[str | dict[str
 
 
 def _stamp(seconds: float, sep: str) -> str:
-    ms = int(round(seconds * 1000))
+    ms = round(seconds * 1000)
     h, ms = divmod(ms, 3_600_000)
     m, ms = divmod(ms, 60_000)
     s, ms = divmod(ms, 1000)

@@ -357,6 +357,20 @@ def test_client_leaving_mid_stream_releases_the_worker(stack):
     wait_idle(stack, timeout=3)
 
 
+def test_client_leaving_a_long_transcription_frees_the_worker_soon(stack, fox_pcm, client):
+    """Whisper cannot stop mid-window, but the worker stops at the next 30 s window and only then
+    frees its slot, so the request after it is served, not refused as busy."""
+    long = wav_bytes((fox_pcm + b"\x00\x00" * 24000 * 20) * 12)  # ~4.5 min: 9 windows
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{stack.url}/v1/audio/transcriptions", data={"model": MODEL},
+                   files={"file": ("long.wav", long)}, timeout=1.5)
+    started = time.monotonic()
+    wait_idle(stack, timeout=3)
+    assert time.monotonic() - started < 2.5
+    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=5)
+    assert reply.choices[0].message.content
+
+
 async def test_rest_waits_in_the_same_fifo_as_realtime_sessions(stack, client):
     """A realtime session holds the only worker: REST requests queue behind it (FIFO), time out
     with 503 after ``queue.max_wait_s``, leave the queue at once when their client gives up, and

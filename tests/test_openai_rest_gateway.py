@@ -65,9 +65,11 @@ async def gateway(worker: WorkerDouble, capabilities=CAPS, **pool_args):
         pool.update_health(w.id, True, info={"backend": "cascade", "capabilities": capabilities, "slots": 1})
     app = FastAPI()
     app.include_router(openai_router(pool, transport=httpx.MockTransport(worker)))
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
-            yield client, pool
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client,
+    ):
+        yield client, pool
 
 
 def idle(pool: WorkerPool) -> bool:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +25,15 @@ from core.audio import float_to_pcm16
 from core.errors import OmniDuplexError
 from core.media import CONTENT_TYPES, decode_audio, encode_audio, encode_stream
 from core.processors.base import ConversationConfig, new_id
-from core.rest_jobs import CHAT_PATH, REQUEST_ID_HEADER, SPEECH_PATH, TRANSCRIPTION_PATH, ChatJob, ChatPart, SpeechJob
+from core.rest_jobs import (
+    CHAT_PATH,
+    REQUEST_ID_HEADER,
+    SPEECH_PATH,
+    TRANSCRIPTION_PATH,
+    ChatJob,
+    ChatPart,
+    SpeechJob,
+)
 from core.streaming import ClosingStreamingResponse, iterate_in_thread
 
 if TYPE_CHECKING:
@@ -185,10 +195,19 @@ def rest_router(state: WorkerState) -> APIRouter:
             await slot.take()
             backend = state.backend
             samples = await asyncio.to_thread(decode_audio, data, 16000)
-            result = await asyncio.to_thread(
+            cancel = threading.Event()
+            work = asyncio.ensure_future(asyncio.to_thread(
                 backend.transcribe, samples, language=q.get("language") or None, prompt=q.get("prompt") or None,
-                temperature=temperature,
-            )
+                temperature=temperature, cancel=cancel,
+            ))
+            if not await _unless_disconnected(request, work):
+                # The gateway gave up (its client left) and freed the lease: stop at the next
+                # window, and hold this slot until the thread is really done.
+                cancel.set()
+                with contextlib.suppress(Exception):
+                    await work
+                return Response(status_code=499)
+            result = work.result()
         except RestError as exc:
             return exc.response()
         except OmniDuplexError as exc:
@@ -208,6 +227,21 @@ def rest_router(state: WorkerState) -> APIRouter:
         })
 
     return router
+
+
+async def _unless_disconnected(request: Request, work: asyncio.Future) -> bool:
+    """Wait for ``work``; False if the caller disconnected first (``work`` keeps running)."""
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    return work.done()
 
 
 async def _load_messages(conv, job: ChatJob) -> None:
@@ -248,7 +282,7 @@ async def _chat_events(conv, job: ChatJob) -> AsyncIterator[bytes]:
         elif event.type == "response_done":
             if job.output_audio and not job.stream:
                 fmt = "pcm" if job.audio_format == "pcm16" else job.audio_format
-                data = await asyncio.to_thread(lambda: base64.b64encode(encode_audio(b"".join(pcm), fmt)).decode())
+                data = await asyncio.to_thread(_encoded_b64, b"".join(pcm), fmt)
                 yield _line({"type": "audio_file", "data": data, "format": job.audio_format})
             yield _line({
                 "type": "done", "status": event.status, "reason": event.reason, "text": event.text,
@@ -256,6 +290,10 @@ async def _chat_events(conv, job: ChatJob) -> AsyncIterator[bytes]:
                 "prompt_tokens": event.prompt_tokens,
             })
             return
+
+
+def _encoded_b64(pcm: bytes, fmt) -> str:
+    return base64.b64encode(encode_audio(pcm, fmt)).decode()
 
 
 def _line(obj: dict[str, Any]) -> bytes:

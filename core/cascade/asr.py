@@ -101,12 +101,13 @@ class WhisperAsr:
 
     def transcribe_timed(
         self, samples: np.ndarray, language: str | None = None, prompt: str | None = None,
-        temperature: float = 0.0,
+        temperature: float = 0.0, cancel: threading.Event | None = None,
     ) -> list[TimedSegment]:
         """Transcribe with Whisper's timestamp tokens: segments with start/end times.
 
         Same shortened mel window as ``transcribe`` (faster-whisper's own timed path pads every
-        window to 30 s and took ~1 s for 7 s of speech here; this takes ~0.3 s)."""
+        window to 30 s and took ~1 s for 7 s of speech here; this takes ~0.3 s). ``cancel``
+        is checked between 30 s windows (a window itself cannot be interrupted)."""
         head = [self._sot]
         if self._multilingual:
             head += [self._tok(f"<|{language or 'en'}|>"), self._tok("<|transcribe|>")]
@@ -116,6 +117,8 @@ class WhisperAsr:
         window = 30 * RATE
         out: list[TimedSegment] = []
         for offset in range(0, samples.size, window):
+            if cancel is not None and cancel.is_set():
+                break
             part = samples[offset : offset + window]
             out.extend(self._timed_window(part, head, offset / RATE, temperature))
         return out

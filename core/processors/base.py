@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -316,9 +317,10 @@ class Backend(abc.ABC):
 
     def transcribe(
         self, samples: np.ndarray, *, language: str | None = None, prompt: str | None = None,
-        temperature: float = 0.0,
+        temperature: float = 0.0, cancel: threading.Event | None = None,
     ) -> Transcription:
-        """Transcribe 16 kHz float32 mono audio into text with timed segments."""
+        """Transcribe 16 kHz float32 mono audio into text with timed segments; stop early (at
+        the next point the model allows) once ``cancel`` is set."""
         raise NotImplementedError(f"backend {self.name} cannot transcribe")
 
     def synthesize(self, text: str, *, speed: float = 1.0, voice: str | None = None) -> Iterator[bytes]:

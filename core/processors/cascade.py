@@ -186,7 +186,7 @@ class CascadeBackend(Backend):
 
     def transcribe(
         self, samples: np.ndarray, *, language: str | None = None, prompt: str | None = None,
-        temperature: float = 0.0,
+        temperature: float = 0.0, cancel: threading.Event | None = None,
     ) -> Transcription:
         if not self._loaded:
             raise BackendNotLoadedError("backend is not loaded yet")
@@ -199,7 +199,7 @@ class CascadeBackend(Backend):
                 + ("" if self.asr.multilingual else " (English only: use 'en')"),
                 param="language",
             )
-        timed = self.asr.transcribe_timed(samples, code, prompt, temperature)
+        timed = self.asr.transcribe_timed(samples, code, prompt, temperature, cancel)
         threshold = self.options.no_speech_threshold
         segments = tuple(
             TranscriptSegment(
