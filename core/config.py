@@ -76,7 +76,9 @@ class WorkersConfig(_Strict):
 
 
 class BackendConfig(_Strict):
-    name: Literal["cascade"] = "cascade"
+    """Which model backend workers run; ``options`` are validated by the backend (docs/backends.md)."""
+
+    name: Literal["cascade", "qwen_omni", "minicpm_o", "remote_omni"] = "cascade"
     options: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -239,7 +239,12 @@ class RealtimeSession:
                 return  # audio sent while paused is dropped, by design
             await conv.append_audio(_b64(ev.audio, "audio"))
         elif isinstance(ev, SessionUpdate):
-            conv.update(apply_session_update(conv.config, ev.session, self.dialect))
+            backend = self.backend
+            cfg = apply_session_update(conv.config, ev.session, self.dialect,
+                                       getattr(backend, "turn_detection_types", ("server_vad",)))
+            if not hasattr(backend, "resolve_voice"):  # one fixed voice: keep reporting it
+                cfg = cfg.model_copy(update={"voice": conv.config.voice})
+            conv.update(cfg)
             self.on_state(self._state())
             self.send(server_event("session.updated", session=self._session()))
         elif isinstance(ev, InputAudioBufferCommit):

@@ -13,14 +13,15 @@ VOICE = "joe"
 TRANSCRIPTION_MODEL = "whisper-tiny.en"
 
 
-def _turn_detection(value: Any, param: str) -> TurnDetection | None:
+def _turn_detection(value: Any, param: str, types: tuple[str, ...] = ("server_vad",)) -> TurnDetection | None:
     if value is None:
         return None
     if not isinstance(value, dict):
         raise ProtocolError(f"{param} must be an object or null", param=param)
     kind = value.get("type", "server_vad")
-    if kind != "server_vad":
-        raise ProtocolError(f"{param}.type {kind!r} is not supported; use 'server_vad' or null", param=param)
+    if kind not in types:
+        allowed = ", ".join(repr(t) for t in types)
+        raise ProtocolError(f"{param}.type {kind!r} is not supported; use {allowed} or null", param=param)
     fields = {k: v for k, v in value.items() if k in TurnDetection.model_fields and v is not None}
     try:
         return TurnDetection.model_validate(fields)
@@ -66,8 +67,10 @@ def _modalities(value: Any, param: str) -> bool | None:
     return "audio" in value
 
 
-def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Dialect) -> ConversationConfig:
-    """A new config with the fields the client set; everything else unchanged."""
+def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Dialect,
+                         turn_types: tuple[str, ...] = ("server_vad",)) -> ConversationConfig:
+    """A new config with the fields the client set; everything else unchanged. ``turn_types``:
+    the turn detection types the backend supports."""
     update: dict[str, Any] = {}
     if "instructions" in s:
         if s["instructions"] is not None and not isinstance(s["instructions"], str):
@@ -83,9 +86,10 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
         rate = _rate(s.get("input_audio_format"), "session.input_audio_format")
         _rate(s.get("output_audio_format"), "session.output_audio_format")
         if "turn_detection" in s:
-            update["turn_detection"] = _turn_detection(s["turn_detection"], "session.turn_detection")
+            update["turn_detection"] = _turn_detection(s["turn_detection"], "session.turn_detection", turn_types)
         tokens = _max_tokens(s.get("max_response_output_tokens"), "session.max_response_output_tokens")
         speed = s.get("speed")
+        voice = s.get("voice")
         if "input_audio_transcription" in s:
             update["transcribe_input"] = True  # always on; the model is fixed
     else:
@@ -98,15 +102,23 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
         rate = _rate(inp.get("format"), "session.audio.input.format")
         _rate(out.get("format"), "session.audio.output.format")
         if "turn_detection" in inp:
-            update["turn_detection"] = _turn_detection(inp["turn_detection"], "session.audio.input.turn_detection")
+            update["turn_detection"] = _turn_detection(inp["turn_detection"], "session.audio.input.turn_detection",
+                                                      turn_types)
         tokens = _max_tokens(s.get("max_output_tokens"), "session.max_output_tokens")
         speed = out.get("speed")
+        voice = out.get("voice")
     if audio is not None:
         update["output_audio"] = audio
     if rate is not None:
         update["input_sample_rate"] = rate
     if tokens is not None:
         update["max_output_tokens"] = tokens
+    if isinstance(voice, dict):  # GA also allows {"id": ...}
+        voice = voice.get("id")
+    if voice is not None:
+        if not isinstance(voice, str) or not 0 < len(voice) <= 128:
+            raise ProtocolError("voice must be a non-empty string", param="session.voice")
+        update["voice"] = voice  # the backend maps it to one of its voices (or its default)
     if speed is not None:
         if not isinstance(speed, (int, float)) or not 0.5 <= speed <= 2.0:
             raise ProtocolError("speed must be a number 0.5..2.0", param="session.speed")
@@ -120,7 +132,7 @@ def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, m
         return {
             "id": session_id, "object": "realtime.session", "model": model,
             "modalities": ["text", "audio"] if cfg.output_audio else ["text"],
-            "instructions": cfg.instructions or "", "voice": VOICE,
+            "instructions": cfg.instructions or "", "voice": cfg.voice or VOICE,
             "input_audio_format": "pcm16", "output_audio_format": "pcm16",
             "input_audio_transcription": {"model": TRANSCRIPTION_MODEL},
             "turn_detection": td, "temperature": cfg.temperature,
@@ -137,7 +149,7 @@ def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, m
                 "transcription": {"model": TRANSCRIPTION_MODEL},
                 "turn_detection": td,
             },
-            "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": VOICE, "speed": cfg.speed},
+            "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": cfg.voice or VOICE, "speed": cfg.speed},
         },
         "max_output_tokens": cfg.max_output_tokens,
         "tools": [], "tool_choice": "auto",

@@ -36,11 +36,13 @@ class Capability(str, enum.Enum):
 
 
 class TurnDetection(BaseModel):
-    """Server-side voice activity detection (``server_vad``)."""
+    """Server-side voice activity detection (``server_vad``), or ``model_duplex``: the model hears
+    the stream continuously and decides itself when to speak (MiniCPM-o); VAD then only reports
+    speech start/stop. Backends list what they support in ``turn_detection_types``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["server_vad"] = "server_vad"
+    type: Literal["server_vad", "model_duplex"] = "server_vad"
     threshold: float = Field(0.5, ge=0.05, le=0.95)
     prefix_padding_ms: int = Field(300, ge=0, le=2000)
     silence_duration_ms: int = Field(500, ge=100, le=5000)
