@@ -342,7 +342,10 @@ class RealtimeProxy:
         )
         try:
             conn = await websockets.connect(
-                url, open_timeout=5, max_size=self.config.limits.max_message_bytes, ping_interval=20,
+                # Server events from our own worker: not bounded by the client message limit (a
+                # spoken reply's audio delta can be larger than what a client may send).
+                url, open_timeout=5, max_size=max(self.config.limits.transport_max_bytes, 16 * 2**20),
+                ping_interval=20,
                 ping_timeout=20, compression=None,
             )
         except (TimeoutError, OSError, websockets.WebSocketException) as exc:
