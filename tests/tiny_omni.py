@@ -127,6 +127,8 @@ def build_qwen2_5_omni(out: Path, seed: int = 0) -> Path:
                                enable_audio_output=True)
     torch.manual_seed(seed)
     model = Qwen2_5OmniForConditionalGeneration(config)
+    with torch.no_grad():  # random BigVGAN layers shrink the signal to ~1e-8: make it audible
+        model.token2wav.code2wav_bigvgan_model.conv_post.weight.mul_(1e6)
     model.save_pretrained(out)
     gen = torch.Generator().manual_seed(seed)
     speakers = {

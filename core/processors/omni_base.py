@@ -393,6 +393,8 @@ class OmniConversation(Conversation):
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._speech_item: str | None = None
+        self._idle = asyncio.Event()  # no reply running: transcripts wait for this, replies never wait
+        self._idle.set()
         self.config = self._checked(config)
         self._input = AudioInput(backend.vad_model, self.config)
 
@@ -503,6 +505,10 @@ class OmniConversation(Conversation):
         return item
 
     async def _transcribe(self, item: OmniItem) -> None:
+        """The transcript is for the client's display: it waits until the reply it may have
+        triggered is done, so it never delays the answer (both need the one model thread)."""
+        await asyncio.sleep(0)
+        await self._idle.wait()
         try:
             text = await self._loop.run_in_executor(self.backend.model_pool, self.backend.transcribe_audio, item.audio)
         except Exception as exc:  # reported; the session goes on
@@ -600,6 +606,7 @@ class OmniConversation(Conversation):
     def _start(self, output_audio: bool) -> _Response:
         resp = _Response(new_id("resp"), new_id("item"), output_audio)
         self._response = resp
+        self._idle.clear()
         self._emit(ResponseStarted(resp.response_id, resp.item_id, resp.output_audio))
         return resp
 
@@ -626,6 +633,7 @@ class OmniConversation(Conversation):
     def _finish(self, resp: _Response, status: str, reason: str | None, history_text: str) -> None:
         if self._response is resp:
             self._response = None
+            self._idle.set()
         self._past_segments[resp.item_id] = resp.segments
         while len(self._past_segments) > 8:
             self._past_segments.pop(next(iter(self._past_segments)))
