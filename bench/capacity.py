@@ -166,8 +166,10 @@ def run(clients: int = 1000, hold_s: float = 10.0) -> dict[str, Any]:
         raise SystemExit(f"need {clients * 2 + 100} file descriptors, the limit is {fds}")
     out: dict[str, Any] = {"dispatch_in_process_ms": asyncio.run(dispatch_in_process())}
     with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
+        # All clients come from one IP here: the per-IP session limits are lifted for the test.
         with Launched(Path(tmp), workers=1, queue={"capacity": clients + 100, "max_wait_s": 3600},
-                      recording={"enabled": False}) as launched:
+                      recording={"enabled": False},
+                      auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}) as launched:
             launched.wait_ready()
             out["queue"] = asyncio.run(hold_queue(launched, clients, hold_s))
     return out

@@ -31,6 +31,12 @@ def main() -> None:
     uvicorn.run(
         create_app(config), host=config.gateway.host, port=config.gateway.port, log_level="warning",
         ws_max_size=config.limits.transport_max_bytes, ws_ping_interval=20, ws_ping_timeout=20,
+        # Sans-I/O WebSockets: keepalive by timers, no tasks per connection (1,000 waiting
+        # clients cost far less memory than with the task-based implementation).
+        ws="websockets-sansio",
+        # No permessage-deflate: base64 audio barely compresses, and each connection's zlib
+        # state costs ~46 KB and CPU on every relayed event.
+        ws_per_message_deflate=False,
         ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None,
     )
 

@@ -48,12 +48,13 @@ class HealthChecker:
         self._own_client = client is None
         self._loops: dict[str, tuple[Worker, asyncio.Task]] = {}
         self._supervisor: asyncio.Task | None = None
+        self._tls_client: httpx.AsyncClient | None = None
 
     async def start(self) -> None:
         if self._supervisor is not None:
             return
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+            self._client = _plain_client(self.timeout_s)
         self._reconcile()
         self._supervisor = asyncio.create_task(self._supervise(), name="health-supervisor")
 
@@ -69,14 +70,22 @@ class HealthChecker:
         if self._own_client and self._client is not None:
             await self._client.aclose()
             self._client = None
+        if self._tls_client is not None:
+            await self._tls_client.aclose()
+            self._tls_client = None
 
     async def probe(self, worker: Worker) -> None:
         """Probe ``GET {url}/health`` once and report the result to the pool."""
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+            self._client = _plain_client(self.timeout_s)
+        client = self._client
+        if worker.url.startswith("https:") and self._own_client:
+            if self._tls_client is None:  # certificates are checked; loaded only when needed
+                self._tls_client = httpx.AsyncClient(timeout=self.timeout_s)
+            client = self._tls_client
         ok, failure, info, error = False, True, None, None
         try:
-            resp = await self._client.get(f"{worker.url}/health", timeout=self.timeout_s)
+            resp = await client.get(f"{worker.url}/health", timeout=self.timeout_s)
         except httpx.HTTPError as e:
             error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         else:
@@ -132,3 +141,8 @@ class HealthChecker:
             except Exception:
                 log.exception("health probe of %s failed unexpectedly", worker.id)
             await asyncio.sleep(self._delay())
+
+
+def _plain_client(timeout_s: float) -> httpx.AsyncClient:
+    """For http:// workers: no TLS, so no CA bundle (that costs ~7 MB of gateway memory)."""
+    return httpx.AsyncClient(timeout=timeout_s, verify=False, trust_env=False)

@@ -148,6 +148,7 @@ class WorkerPool:
         self._added = 0
         self.length_update_s = LENGTH_UPDATE_S
         self._length_flush: asyncio.TimerHandle | None = None
+        self._status_scheduled = False
 
     # ------------------------------------------------------------------ workers
 
@@ -341,15 +342,25 @@ class WorkerPool:
         self._queue[ticket] = entry
         self._dispatch_next()  # pushes first status (and other waiters' new queue length)
 
+        # Await the future itself: the waiter resumes on the very next loop pass after dispatch,
+        # ahead of the position updates (asyncio.wait or shield would add hops behind them). If
+        # the waiter is cancelled in the instant a lease lands, _abandon gives the lease back.
+        timer = loop.call_later(self.max_wait_s, self._expire, entry)
         try:
-            done, _ = await asyncio.wait({entry.future}, timeout=self.max_wait_s)
+            return await entry.future  # a Lease, or an error set by dispatch
         except asyncio.CancelledError:
-            self._abandon(entry)
+            self._abandon(entry)  # leaves the queue; a lease granted meanwhile goes back
             raise
-        if not done:
-            self._abandon(entry)
-            raise QueueTimeoutError(f"No worker became free within {self.max_wait_s:.0f} s.")
-        return entry.future.result()  # a Lease, or NoCapableWorkerError set by dispatch
+        finally:
+            timer.cancel()
+
+    def _expire(self, entry: _Entry) -> None:
+        """The entry waited ``max_wait_s``: it leaves the queue with QueueTimeoutError."""
+        if entry.future.done():
+            return
+        self._queue.pop(entry.ticket, None)
+        entry.future.set_exception(QueueTimeoutError(f"No worker became free within {self.max_wait_s:.0f} s."))
+        self._dispatch_next()
 
     def cancel(self, ticket: str, reason: str = "removed from the queue by the operator") -> bool:
         """Take a waiting request out of the queue; its ``acquire`` raises QueueCancelledError."""
@@ -470,12 +481,11 @@ class WorkerPool:
     def _abandon(self, entry: _Entry) -> None:
         """The waiter gave up (cancelled or timed out): leave the queue, return any lease."""
         fut = entry.future
-        if fut.done():
-            if not fut.cancelled() and fut.exception() is None:
-                # Assigned in the same instant the waiter went away: give the slot back.
-                self._release(fut.result(), record=False)
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            # Assigned in the same instant the waiter went away: give the slot back.
+            self._release(fut.result(), record=False)
             return
-        fut.cancel()
+        fut.cancel()  # no-op when the cancelled task already cancelled it
         if self._queue.pop(entry.ticket, None) is not None:
             self._dispatch_next()
 
@@ -516,6 +526,22 @@ class WorkerPool:
                     entry.on_assigned(lease)
                 except Exception:
                     log.exception("assignment callback for %s failed", entry.ticket)
+        self._schedule_status()
+
+    def _schedule_status(self) -> None:
+        """Push positions on the next loop pass: whoever was just assigned runs first, and a
+        burst of changes costs one pass over the queue."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._push_status()
+            return
+        if not self._status_scheduled:
+            self._status_scheduled = True
+            loop.call_soon(self._scheduled_status)
+
+    def _scheduled_status(self) -> None:
+        self._status_scheduled = False
         self._push_status()
 
     def _push_status(self, lengths_too: bool = False) -> None:
