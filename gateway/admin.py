@@ -35,7 +35,7 @@ COOKIE = "omni_admin"
 VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 VOICE_MAX_BYTES = 10 * 2**20
 VOICE_MAX_SECONDS = 60.0
-VOICES_CAPABILITY = "voices"
+VOICES_CAPABILITY = "reference_voices"  # a backend that clones a voice from an uploaded sample
 WORKER_ACTIONS = ("disable", "enable", "dead")
 
 

@@ -144,3 +144,37 @@ def test_log_lines_carry_session_and_worker(caplog):
 
     r = contextvars.copy_context().run(inside)
     assert r.ctx == " session=sess_abc worker=w3" and r.session_id == "sess_abc" and r.worker_id == "w3"
+
+
+def test_reference_voices_only_where_a_worker_offers_them(tmp_path):
+    import io
+    import wave
+
+    import numpy as np
+
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((np.sin(np.arange(32000) / 10) * 8000).astype("<i2").tobytes())
+    sample = buf.getvalue()
+    with make_client(tmp_path) as c:
+        pool = c.app.state.pool
+        worker = pool.add_worker("http://127.0.0.1:9")
+        r = c.post("/api/admin/voices", data={"name": "me"}, files={"file": ("me.wav", sample)}, headers=admin)
+        assert r.status_code == 409 and "no reference voices" in r.json()["detail"]
+        # A backend that clones voices says so in its capabilities (reported on its /health).
+        pool.update_health(worker.id, True, info={"capabilities": ["audio_output", "reference_voices"]})
+        r = c.post("/api/admin/voices", data={"name": "me"}, files={"file": ("me.wav", sample)}, headers=admin)
+        assert r.status_code == 201 and r.json() == {"name": "me", "seconds": 2.0}
+        assert (tmp_path / "voices" / "me.wav").is_file()
+        r = c.post("/api/admin/voices", data={"name": "bad"}, files={"file": ("x.wav", b"not audio")}, headers=admin)
+        assert r.status_code == 422
+        r = c.post("/api/admin/voices", data={"name": "../x"}, files={"file": ("me.wav", sample)}, headers=admin)
+        assert r.status_code == 422
+        assert c.get("/api/admin/voices", headers=admin).json() == {
+            "supported": True, "workers": [worker.id], "voices": ["me"]}
+        assert c.delete("/api/admin/voices/me", headers=admin).json() == {"deleted": "me"}
+        assert c.delete("/api/admin/voices/me", headers=admin).status_code == 404
