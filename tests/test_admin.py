@@ -211,6 +211,11 @@ async def test_end_a_running_session_and_cancel_a_queued_one(stack):
     await wait_state(stack, idle)
     worker = httpx.get(f"{stack.worker_url()}/health", timeout=2).json()
     assert worker["active_sessions"] == 0
+    # Both processes logged the session's end with the same ids on the line.
+    tag = f"session={running['session_id']} worker=w0"
+    for log in ("gateway.log", "worker0.log"):
+        lines = [ln for ln in (stack.tmp / log).read_text().splitlines() if tag in ln]
+        assert any("ended" in ln for ln in lines), (log, tag)
 
 
 async def test_a_worker_added_at_runtime_takes_queued_clients(stack):
