@@ -207,7 +207,9 @@ class QwenOmniBackend(OmniBackendBase):
                 images.append(image)
             if item.text and item.audio is None:
                 content.append({"type": "text", "text": item.text})
-            if content:
+            if content and item.role == "user" and messages and messages[-1]["role"] == "user":
+                messages[-1]["content"].extend(content)  # one turn: a clip, an image and text together
+            elif content:
                 messages.append({"role": item.role, "content": content})
         if job.frames:
             # The camera goes with the latest user turn: after its own media, so the order of
