@@ -52,7 +52,8 @@ def free_ports(n: int) -> int:
 class Launched:
     """Processes started for one benchmark; ``stop()`` ends them all."""
 
-    def __init__(self, tmp: Path, workers: int = 1, start_gateway: bool = True, **overrides: Any) -> None:
+    def __init__(self, tmp: Path, workers: int = 1, start_gateway: bool = True, worker_urls: list[str] | None = None,
+                 **overrides: Any) -> None:
         self.tmp = tmp
         self.data = tmp / "data"
         self.data.mkdir(parents=True, exist_ok=True)
@@ -64,7 +65,7 @@ class Launched:
         config: dict[str, Any] = {
             "data_dir": str(self.data),
             "gateway": {"port": self.port},
-            "workers": {"count": workers, "base_port": self.base_port},
+            "workers": {"count": workers, "base_port": self.base_port, "urls": worker_urls or []},
             "health": {"interval_s": 0.5, "timeout_s": 2.0},
         }
         for section, values in overrides.items():

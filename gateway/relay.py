@@ -60,7 +60,8 @@ async def relay(client: WebSocket, worker: ClientConnection, first_messages: lis
             if rcvd is None:  # no close frame: the worker died or the network cut it off
                 return RelayResult("worker_failed", 1011, "worker connection lost")
             return RelayResult("worker", rcvd.code, rcvd.reason)
-        rcvd = worker.close_rcvd
+        # The iterator ends quietly on a normal close (1000/1001); anything else is in close_exc.
+        rcvd = worker.protocol.close_rcvd
         if rcvd is None:
             return RelayResult("worker_failed", 1011, "worker connection lost")
         return RelayResult("worker", rcvd.code, rcvd.reason)
