@@ -134,3 +134,43 @@ def test_disabled_app_page_says_so(stack, launch, tmp_path):
         assert not browser.find_elements(By.CSS_SELECTOR, "[data-gate]")
     finally:
         httpx.put(f"{stack.url}/api/admin/apps/audio_duplex", json={"enabled": True}, headers=admin)
+
+
+KEY = "sk-browser-test-key-42"
+
+
+@pytest.fixture(scope="module")
+def keyed_stack(tmp_path_factory):
+    from tests.stack import Stack
+
+    s = Stack(tmp_path_factory.mktemp("keyed_stack"), workers=1, auth={"api_keys": [KEY]}).start()
+    yield s
+    s.stop()
+
+
+def test_chat_page_with_api_keys_asks_once_and_sends_the_key_as_subprotocol(keyed_stack, launch, tmp_path):
+    from selenium.webdriver.common.keys import Keys
+
+    stack = keyed_stack
+    browser = launch(silence_wav(tmp_path / "s.wav", 2))
+    try:
+        browser.get(f"{stack.url}/turnbased.html")
+        gate = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "[data-gate='chat'] input[type=password]"), 10)
+        assert gate, "the page did not ask for the API key"
+        gate[0].send_keys(KEY)
+        gate[0].send_keys(Keys.ENTER)  # saved in this browser; the page reloads
+        assert wait_until(lambda: browser.execute_script("return document.querySelectorAll('#preset option').length"),
+                          15)
+        assert not browser.find_elements(By.CSS_SELECTOR, "[data-gate]")
+        box = browser.find_element(By.ID, "input")
+        box.send_keys("What is the capital of France?")
+        box.send_keys(Keys.ENTER)
+        answer = wait_until(lambda: [m for m in (browser.execute_script("return window.omni && window.omni.messages")
+                                                 or []) if m["role"] == "assistant" and m["text"].strip()], 120)
+        assert answer, browser.execute_script("return window.omni && window.omni.error")
+        # The session was tagged with the page's app (so the Chat toggle applies to it).
+        metas = list((stack.sessions_dir).glob("*/meta.json"))
+        assert metas and json.loads(metas[0].read_text())["app"] == "chat"
+    except BaseException:
+        dump_console(browser)
+        raise
