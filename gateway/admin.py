@@ -174,6 +174,13 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
     guarded = APIRouter(dependencies=[Depends(require_admin)])
     router = APIRouter()
     started = time.time()
+    probes: set[asyncio.Task] = set()
+
+    def probe_now(worker) -> None:
+        """Probe at once (seeds/002: an enabled or new worker is re-checked, not left waiting a round)."""
+        task = asyncio.create_task(st.checker.probe(worker))
+        probes.add(task)
+        task.add_done_callback(probes.discard)
 
     # ---------------------------------------------------------------- the page
 
@@ -288,6 +295,7 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
         except ValueError as exc:
             raise HTTPException(409, str(exc)) from None
         await st.checker.start()  # no-op if running; its supervisor starts the probe loop
+        probe_now(worker)
         return worker_view(worker)
 
     def get_worker(worker_id: str):
@@ -312,6 +320,7 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
             pool.set_disabled(worker_id, True)
         elif action == "enable":
             pool.set_disabled(worker_id, False)
+            probe_now(get_worker(worker_id))
         else:
             pool.mark_dead(worker_id)
         return worker_view(get_worker(worker_id))
