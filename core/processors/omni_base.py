@@ -135,6 +135,8 @@ class GenerationJob:
         self.output_audio = resp.output_audio
         self.voice = cfg.voice
         self.cancel = resp.cancel
+        self.item_id = resp.item_id  # the assistant item this reply becomes
+        self.conversation = conv
         self._conv = conv
         self._resp = resp
         self._chunk_samples = OUTPUT_RATE * conv.backend.options.audio_chunk_ms // 1000
