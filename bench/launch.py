@@ -53,7 +53,7 @@ class Launched:
     """Processes started for one benchmark; ``stop()`` ends them all."""
 
     def __init__(self, tmp: Path, workers: int = 1, start_gateway: bool = True, worker_urls: list[str] | None = None,
-                 **overrides: Any) -> None:
+                 slots: int = 1, **overrides: Any) -> None:
         self.tmp = tmp
         self.data = tmp / "data"
         self.data.mkdir(parents=True, exist_ok=True)
@@ -65,7 +65,7 @@ class Launched:
         config: dict[str, Any] = {
             "data_dir": str(self.data),
             "gateway": {"port": self.port},
-            "workers": {"count": workers, "base_port": self.base_port, "urls": worker_urls or []},
+            "workers": {"count": workers, "base_port": self.base_port, "urls": worker_urls or [], "slots": slots},
             "health": {"interval_s": 0.5, "timeout_s": 2.0},
         }
         for section, values in overrides.items():

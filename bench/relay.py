@@ -1,0 +1,116 @@
+"""Latency the gateway adds per relayed event: round trips to a real worker, direct vs relayed.
+
+    python -m bench relay [--events 400]
+
+One real worker and the gateway. Each probe is a request the worker answers at once, with the
+payload sizes a duplex session really moves:
+
+- ``append``: a 40 ms PCM16 ``input_audio_buffer.append`` (2.6 KB of JSON) plus
+  ``input_audio_buffer.clear``, answered by ``input_audio_buffer.cleared``;
+- ``delta-sized``: ``conversation.item.retrieve`` of an item whose text is as large as a
+  100 ms audio delta (6.5 KB), answered with that item.
+
+Probes alternate between a session straight on the worker and one through the gateway, so
+load drifts hit both alike. A round trip crosses the relay twice, so the added latency per
+relayed event is half the difference of the round trips (p50 and p99). Its share of V2V counts
+the two relayed events on a turn's critical path (the last audio append up, the first audio
+delta down) against the client-side V2V the pipeline benchmark measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import websockets
+
+from bench.launch import Launched
+
+V2V_CLIENT_MS = 754.0  # bench.pipeline median, last voiced sample -> first reply audio (docs/benchmarks.md)
+
+
+async def session(url: str):
+    ws = await websockets.connect(url, max_size=None, compression=None, ping_interval=None)
+    while json.loads(await ws.recv())["type"] != "session.created":
+        pass
+    # Manual turns: nothing the probes send may start a reply.
+    await ws.send(json.dumps({"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}))
+    while json.loads(await ws.recv())["type"] != "session.updated":
+        pass
+    return ws
+
+
+async def until(ws, kind: str) -> dict[str, Any]:
+    while True:
+        ev = json.loads(await ws.recv())
+        if ev["type"] == kind:
+            return ev
+
+
+async def probes(direct_url: str, gateway_url: str, n: int) -> dict[str, dict[str, list[float]]]:
+    direct, relayed = await session(direct_url), await session(gateway_url)
+    append = json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(1920)).decode()})
+    clear = json.dumps({"type": "input_audio_buffer.clear"})
+    items = {}
+    for name, ws in (("direct", direct), ("gateway", relayed)):
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+                      "content": [{"type": "input_text", "text": "x" * 6400}]}}))
+        items[name] = (await until(ws, "conversation.item.done"))["item"]["id"]
+    out: dict[str, dict[str, list[float]]] = {"append": {"direct": [], "gateway": []},
+                                              "delta-sized": {"direct": [], "gateway": []}}
+    for i in range(n):
+        order = (("direct", direct), ("gateway", relayed)) if i % 2 == 0 else (("gateway", relayed), ("direct", direct))
+        for name, ws in order:
+            t = time.perf_counter()
+            await ws.send(append)
+            await ws.send(clear)
+            await until(ws, "input_audio_buffer.cleared")
+            out["append"][name].append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            await ws.send(json.dumps({"type": "conversation.item.retrieve", "item_id": items[name]}))
+            await until(ws, "conversation.item.retrieved")
+            out["delta-sized"][name].append((time.perf_counter() - t) * 1000)
+    await direct.close()
+    await relayed.close()
+    return out
+
+
+def run_cli(args) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
+        # Two slots: one session straight on the worker and one through the gateway, side by side.
+        with Launched(Path(tmp), workers=1, slots=2, recording={"enabled": False}) as launched:
+            launched.wait_ready()
+            raw = asyncio.run(probes(launched.worker_ws() + "?record=false", launched.ws_url + "?record=false",
+                                     args.events))
+    result: dict[str, Any] = {"v2v_client_ms": V2V_CLIENT_MS, "probes": args.events}
+    for kind, paths in raw.items():
+        d, g = np.asarray(paths["direct"]), np.asarray(paths["gateway"])
+        added_p50 = (np.percentile(g, 50) - np.percentile(d, 50)) / 2
+        added_p99 = (np.percentile(g, 99) - np.percentile(d, 99)) / 2
+        result[kind] = {
+            "rtt_direct_p50_ms": round(float(np.percentile(d, 50)), 3),
+            "rtt_gateway_p50_ms": round(float(np.percentile(g, 50)), 3),
+            "rtt_direct_p99_ms": round(float(np.percentile(d, 99)), 3),
+            "rtt_gateway_p99_ms": round(float(np.percentile(g, 99)), 3),
+            "added_per_event_p50_ms": round(float(added_p50), 3),
+            "added_per_event_p99_ms": round(float(added_p99), 3),
+            "share_of_v2v_pct": round(float(2 * added_p50 / V2V_CLIENT_MS * 100), 3),
+        }
+    return result
+
+
+def report(r: dict[str, Any]) -> str:
+    lines = ["| probe | RTT direct p50 / p99 (ms) | RTT via gateway p50 / p99 (ms) | added per relayed event p50 / p99 (ms) "
+             "| 2 events as share of V2V |", "|---|---|---|---|---|"]
+    for kind in ("append", "delta-sized"):
+        k = r[kind]
+        lines.append(f"| {kind} | {k['rtt_direct_p50_ms']} / {k['rtt_direct_p99_ms']} | {k['rtt_gateway_p50_ms']} / "
+                     f"{k['rtt_gateway_p99_ms']} | {k['added_per_event_p50_ms']} / {k['added_per_event_p99_ms']} | "
+                     f"{k['share_of_v2v_pct']} % of {r['v2v_client_ms']:.0f} ms |")
+    return "\n".join(lines)
