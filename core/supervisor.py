@@ -83,8 +83,10 @@ class Supervisor:
         stop_timeout_s: float = 10.0,
         out: TextIO | None = None,
         err: TextIO | None = None,
+        child_env: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.config = config
+        self.child_env = child_env or {}  # name -> extra environment (a worker's CUDA_VISIBLE_DEVICES)
         self.commands = commands if commands is not None else child_commands(config, config_path, [])
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
@@ -197,7 +199,8 @@ class Supervisor:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},  # lines arrive as they are printed
+                # lines arrive as they are printed
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.child_env.get(name, {})},
                 process_group=0,  # Ctrl-C in the terminal reaches only the supervisor
                 limit=1 << 20,
             )
@@ -323,12 +326,64 @@ def serve(supervisor: Supervisor) -> int:
     return 0
 
 
+def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
+    """The GPUs this machine shows: CUDA_VISIBLE_DEVICES when set (it is the operator's choice),
+    else ``nvidia-smi -L``, else torch's count. Empty on a machine without CUDA."""
+    import shutil
+    import subprocess
+
+    env = os.environ if environ is None else environ
+    listed = env.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d.strip() for d in listed.split(",") if d.strip() and not d.strip().startswith("-")]
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+            return [str(i) for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
+        except (OSError, subprocess.SubprocessError):
+            return []
+    try:
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+        return [str(i) for i in range(int(out or 0))]
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return []
+
+
+def gpu_plan(config: AppConfig, workers_flag: int | None,
+             environ: dict[str, str] | None = None) -> tuple[int | None, dict[str, dict[str, str]]]:
+    """One worker per visible GPU for backends that run a local model on CUDA.
+
+    Returns the worker count to use (None: keep the configured one) and each worker's extra
+    environment: ``CUDA_VISIBLE_DEVICES=<its GPU>``, so inside the worker the model's device is
+    simply ``cuda`` / ``auto``. With ``--workers`` given, that count wins and GPUs are shared
+    round-robin. No GPUs, or a CPU backend: nothing changes.
+    """
+    from core.processors import wants_gpu
+
+    if not wants_gpu(config.backend.name, config.backend.options):
+        return None, {}
+    gpus = visible_gpus(environ)
+    if not gpus:
+        return None, {}
+    count = workers_flag if workers_flag is not None else len(gpus)
+    return (None if workers_flag is not None else count), {
+        worker_name(i): {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(count)
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m core.supervisor", description=__doc__.splitlines()[0])
     add_cli_arguments(parser)
     args = parser.parse_args(argv)
     try:
         config = config_from_cli(args)
+        per_gpu, child_env = gpu_plan(config, args.workers)
+        if per_gpu is not None:
+            args.workers = per_gpu  # the gateway must expect the same workers: pass it to every child
+            config = config_from_cli(args)
+            print(f"[supervisor] {per_gpu} GPU(s) visible: one {config.backend.name} worker each "
+                  f"({', '.join(e['CUDA_VISIBLE_DEVICES'] for e in child_env.values())})", flush=True)
     except SystemExit as exc:
         return int(exc.code or 2)
     from gateway.tls import TlsError, tls_files
@@ -345,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         passthrough += ["--port", str(args.port)]
     if args.tls is not None:
         passthrough += ["--tls", args.tls]
-    return serve(Supervisor(config, child_commands(config, args.config, passthrough)))
+    return serve(Supervisor(config, child_commands(config, args.config, passthrough), child_env=child_env))
 
 
 if __name__ == "__main__":

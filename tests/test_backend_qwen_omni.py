@@ -305,3 +305,21 @@ def test_qwen3_omni_through_the_worker_app(tmp_path):
     assert done["response"]["status"] in ("completed", "incomplete")
     assert [e for e in events if e["type"] == "response.output_audio_transcript.delta"]
     assert audio_of(events)
+
+
+def test_supervisor_plans_one_worker_per_visible_gpu(tmp_path):
+    """start_all.sh -> supervisor: a GPU backend gets one worker per visible GPU, each pinned with
+    CUDA_VISIBLE_DEVICES; a CPU device, the cascade, or no GPU leave the config alone."""
+    from core.config import AppConfig
+    from core.supervisor import gpu_plan
+
+    (tmp_path / "config.json").write_text("{}")
+    gpu = AppConfig.model_validate({"backend": {"name": "qwen_omni", "options": {"model_path": str(tmp_path)}}})
+    count, env = gpu_plan(gpu, None, {"CUDA_VISIBLE_DEVICES": "2,3"})
+    assert count == 2 and env == {"worker 0": {"CUDA_VISIBLE_DEVICES": "2"}, "worker 1": {"CUDA_VISIBLE_DEVICES": "3"}}
+    count, env = gpu_plan(gpu, 3, {"CUDA_VISIBLE_DEVICES": "0,1"})  # --workers wins; GPUs shared in turn
+    assert count is None and [e["CUDA_VISIBLE_DEVICES"] for e in env.values()] == ["0", "1", "0"]
+    assert gpu_plan(gpu, None, {"CUDA_VISIBLE_DEVICES": ""}) == (None, {})
+    cpu = AppConfig.model_validate({"backend": {"name": "qwen_omni", "options": {"device": "cpu"}}})
+    assert gpu_plan(cpu, None, {"CUDA_VISIBLE_DEVICES": "0"}) == (None, {})
+    assert gpu_plan(AppConfig(), None, {"CUDA_VISIBLE_DEVICES": "0"}) == (None, {})
