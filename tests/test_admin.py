@@ -110,7 +110,7 @@ def admin_routes(tmp_path) -> list[tuple[str, str]]:
     routes = []
     for route in walk(app.routes):
         path = getattr(route, "path", "")
-        if not (path.startswith("/api/admin") or path.startswith("/admin") or path == "/static/admin.html"):
+        if not (path.startswith(("/api/admin", "/admin")) or path == "/static/admin.html"):
             continue
         if path in ("/admin/login", "/admin/logout"):
             continue  # the sign-in form itself, and sign-out (clears a cookie, nothing else)
@@ -209,8 +209,8 @@ async def test_end_a_running_session_and_cancel_a_queued_one(stack):
     err = events[-1]["error"]
     assert err["code"] == "session_ended_by_operator" and "ended by the test" in err["message"]
     await wait_state(stack, idle)
-    worker = httpx.get(f"{stack.worker_url()}/health", timeout=2).json()
-    assert worker["active_sessions"] == 0
+    worker = await asyncio.to_thread(httpx.get, f"{stack.worker_url()}/health", timeout=2)
+    assert worker.json()["active_sessions"] == 0
     # Both processes logged the session's end with the same ids on the line.
     tag = f"session={running['session_id']} worker=w0"
     for log in ("gateway.log", "worker0.log"):

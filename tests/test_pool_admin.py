@@ -7,7 +7,13 @@ import asyncio
 
 import pytest
 
-from gateway.worker_pool import Health, NoCapableWorkerError, QueueCancelledError, QueueTimeoutError, WorkerPool
+from gateway.worker_pool import (
+    Health,
+    NoCapableWorkerError,
+    QueueCancelledError,
+    QueueTimeoutError,
+    WorkerPool,
+)
 
 
 async def settle(n: int = 5) -> None:
