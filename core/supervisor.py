@@ -338,13 +338,14 @@ def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
         return [d.strip() for d in listed.split(",") if d.strip() and not d.strip().startswith("-")]
     if shutil.which("nvidia-smi"):
         try:
-            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20,
+                                 check=False).stdout
             return [str(i) for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
         except (OSError, subprocess.SubprocessError):
             return []
     try:
         out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
-                             capture_output=True, text=True, timeout=60).stdout.strip()
+                             capture_output=True, text=True, timeout=60, check=False).stdout.strip()
         return [str(i) for i in range(int(out or 0))]
     except (OSError, ValueError, subprocess.SubprocessError):
         return []

@@ -153,7 +153,7 @@ async def test_kv_cache_reused_until_the_history_is_edited(mini_stack, double_di
         # only the new user message is prefilled: the model's cache still holds the rest
         assert [c["method"] for c in new if c["method"] in ("reset_session", "streaming_prefill")] == \
             ["streaming_prefill"]
-        assert [c for c in new if c["method"] == "streaming_generate"][0]["generate_audio"] is False
+        assert next(c for c in new if c["method"] == "streaming_generate")["generate_audio"] is False
         heard = 300  # ms: the first reply's first piece (0.3 s), so "I see" is what was heard
         await ws.send(json.dumps({"type": "conversation.item.truncate", "item_id": first["response"]["output"][0]["id"],
                                   "content_index": 0, "audio_end_ms": heard}))

@@ -245,20 +245,20 @@ async def test_chat_completions_rest_api_on_this_backend(qwen_stack):
             "audio": {"voice": "Ethan", "format": "pcm16"},
             "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi!"}]}]}
     audio, text = [], []
-    async with httpx.AsyncClient(timeout=60) as client:
-        async with client.stream("POST", f"{qwen_stack.url}/v1/chat/completions", json=body) as r:
-            assert r.status_code == 200, await r.aread()
-            async for line in r.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                for choice in chunk.get("choices", []):
-                    delta = choice.get("delta") or {}
-                    a = delta.get("audio") or {}
-                    if a.get("data"):
-                        audio.append(a["data"])
-                    if a.get("transcript"):
-                        text.append(a["transcript"])
+    client = httpx.AsyncClient(timeout=60)
+    async with client, client.stream("POST", f"{qwen_stack.url}/v1/chat/completions", json=body) as r:
+        assert r.status_code == 200, await r.aread()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            for choice in chunk.get("choices", []):
+                delta = choice.get("delta") or {}
+                a = delta.get("audio") or {}
+                if a.get("data"):
+                    audio.append(a["data"])
+                if a.get("transcript"):
+                    text.append(a["transcript"])
     assert audio and text
 
 

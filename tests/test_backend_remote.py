@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 import wave
+from typing import Self
 
 import httpx
 import numpy as np
@@ -151,7 +152,7 @@ class OmniEngineDouble:
         yield self._sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
         yield "data: [DONE]\n\n"
 
-    def __enter__(self) -> OmniEngineDouble:
+    def __enter__(self) -> Self:
         self.thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:
@@ -326,7 +327,7 @@ async def test_against_our_own_chat_completions(tmp_path):
     """One OmniDuplex fronting another: the remote backend drives our gateway's REST API."""
     stack = Stack(tmp_path, workers=1).start()
     try:
-        probe = httpx.post(f"{stack.url}/v1/chat/completions", json={}, timeout=10)
+        probe = await asyncio.to_thread(httpx.post, f"{stack.url}/v1/chat/completions", json={}, timeout=10)
         if probe.status_code == 404:
             pytest.skip("this gateway has no /v1/chat/completions route yet (gateway/openai_rest.py)")
         backend = create_backend("remote_omni", {"base_url": f"{stack.url}/v1", "model": "omniduplex-cascade",

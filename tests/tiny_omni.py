@@ -90,19 +90,19 @@ def build_qwen2_5_omni(out: Path, seed: int = 0) -> Path:
     _preprocessor(out)
     vocab = len(tok)
     rope = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [1, 1, 2]}
-    media = dict(audio_token_index=ids["<|AUDIO|>"], image_token_index=ids["<|IMAGE|>"],
-                 video_token_index=ids["<|VIDEO|>"], audio_start_token_id=ids["<|audio_bos|>"],
-                 audio_end_token_id=ids["<|audio_eos|>"], vision_start_token_id=ids["<|vision_bos|>"],
-                 vision_end_token_id=ids["<|vision_eos|>"])
+    media = {"audio_token_index": ids["<|AUDIO|>"], "image_token_index": ids["<|IMAGE|>"],
+                 "video_token_index": ids["<|VIDEO|>"], "audio_start_token_id": ids["<|audio_bos|>"],
+                 "audio_end_token_id": ids["<|audio_eos|>"], "vision_start_token_id": ids["<|vision_bos|>"],
+                 "vision_end_token_id": ids["<|vision_eos|>"]}
     thinker = dict(
-        audio_config=dict(d_model=32, encoder_attention_heads=4, encoder_ffn_dim=32, encoder_layers=1,
-                          num_mel_bins=128, max_source_positions=1500, n_window=100, output_dim=32),
-        vision_config=dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=4, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=32,
-                           fullatt_block_indexes=[0], window_size=112),
-        text_config=dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
-                         rope_parameters=rope, tie_word_embeddings=False),
+        audio_config={"d_model": 32, "encoder_attention_heads": 4, "encoder_ffn_dim": 32, "encoder_layers": 1,
+                          "num_mel_bins": 128, "max_source_positions": 1500, "n_window": 100, "output_dim": 32},
+        vision_config={"depth": 1, "hidden_size": 32, "intermediate_size": 32, "num_heads": 4, "patch_size": 14,
+                           "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 32,
+                           "fullatt_block_indexes": [0], "window_size": 112},
+        text_config={"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+                         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 8192,
+                         "rope_parameters": rope, "tie_word_embeddings": False},
         user_token_id=ids["<|im_start|>"], **media,
     )
     codec = 64  # codec vocabulary; its last four ids are pad, bos, eos, mask
@@ -114,15 +114,15 @@ def build_qwen2_5_omni(out: Path, seed: int = 0) -> Path:
         tts_codec_pad_token_id=codec - 4, tts_codec_start_token_id=codec - 3, tts_codec_end_token_id=codec - 2,
         tts_codec_mask_token_id=codec - 1, **media,
     )
-    token2wav = dict(
-        dit_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, ff_mult=1, emb_dim=16,
-                        head_dim=16, num_embeds=codec, mel_dim=80, enc_emb_dim=16, enc_dim=16,
-                        enc_channels=[16, 16, 16, 16, 48], enc_attention_channels=8, enc_se_channels=8,
-                        look_ahead_layers=[0], look_backward_layers=[0], block_size=24, repeats=2),
-        bigvgan_config=dict(mel_dim=80, upsample_initial_channel=64, resblock_kernel_sizes=[3],
-                            resblock_dilation_sizes=[[1, 3, 5]], upsample_rates=[5, 3, 2, 2, 2, 2],
-                            upsample_kernel_sizes=[11, 7, 4, 4, 4, 4]),
-    )
+    token2wav = {
+        "dit_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "ff_mult": 1, "emb_dim": 16,
+                        "head_dim": 16, "num_embeds": codec, "mel_dim": 80, "enc_emb_dim": 16, "enc_dim": 16,
+                        "enc_channels": [16, 16, 16, 16, 48], "enc_attention_channels": 8, "enc_se_channels": 8,
+                        "look_ahead_layers": [0], "look_backward_layers": [0], "block_size": 24, "repeats": 2},
+        "bigvgan_config": {"mel_dim": 80, "upsample_initial_channel": 64, "resblock_kernel_sizes": [3],
+                            "resblock_dilation_sizes": [[1, 3, 5]], "upsample_rates": [5, 3, 2, 2, 2, 2],
+                            "upsample_kernel_sizes": [11, 7, 4, 4, 4, 4]},
+    }
     config = Qwen2_5OmniConfig(thinker_config=thinker, talker_config=talker, token2wav_config=token2wav,
                                enable_audio_output=True)
     torch.manual_seed(seed)
@@ -154,15 +154,15 @@ def build_qwen3_omni(out: Path, seed: int = 0) -> Path:
     _preprocessor(out, patch_size=16)
     vocab = len(tok)
     rope = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [1, 1, 2], "interleaved": True}
-    media = dict(audio_token_id=ids["<|AUDIO|>"], image_token_id=ids["<|IMAGE|>"], video_token_id=ids["<|VIDEO|>"],
-                 audio_start_token_id=ids["<|audio_bos|>"], vision_start_token_id=ids["<|vision_bos|>"])
-    moe = dict(moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1)
+    media = {"audio_token_id": ids["<|AUDIO|>"], "image_token_id": ids["<|IMAGE|>"], "video_token_id": ids["<|VIDEO|>"],
+                 "audio_start_token_id": ids["<|audio_bos|>"], "vision_start_token_id": ids["<|vision_bos|>"]}
+    moe = {"moe_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1}
     thinker = dict(
-        audio_config=dict(d_model=32, encoder_attention_heads=4, encoder_ffn_dim=32, encoder_layers=1,
-                          num_mel_bins=128, max_source_positions=1500, downsample_hidden_size=32, n_window=50,
-                          output_dim=32, n_window_infer=100),
-        vision_config=dict(depth=1, hidden_size=32, out_hidden_size=32, intermediate_size=24, num_heads=4,
-                           patch_size=16, spatial_merge_size=2, temporal_patch_size=2, deepstack_visual_indexes=[0]),
+        audio_config={"d_model": 32, "encoder_attention_heads": 4, "encoder_ffn_dim": 32, "encoder_layers": 1,
+                          "num_mel_bins": 128, "max_source_positions": 1500, "downsample_hidden_size": 32, "n_window": 50,
+                          "output_dim": 32, "n_window_infer": 100},
+        vision_config={"depth": 1, "hidden_size": 32, "out_hidden_size": 32, "intermediate_size": 24, "num_heads": 4,
+                           "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "deepstack_visual_indexes": [0]},
         text_config=dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=8192,
                          rope_parameters=rope, tie_word_embeddings=False, **moe),
@@ -174,17 +174,17 @@ def build_qwen3_omni(out: Path, seed: int = 0) -> Path:
         text_config=dict(vocab_size=1024 + codebook, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=8192,
                          rope_parameters=rope, shared_expert_intermediate_size=16, **moe),
-        code_predictor_config=dict(vocab_size=codebook, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                   num_code_groups=groups, max_position_embeddings=64),
+        code_predictor_config={"vocab_size": codebook, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
+                                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+                                   "num_code_groups": groups, "max_position_embeddings": 64},
         num_code_groups=groups, thinker_hidden_size=32, accept_hidden_layer=1, spatial_merge_size=2,
         codec_pad_id=special, codec_bos_id=special + 1, codec_eos_token_id=special + 2,
         codec_nothink_id=special + 3, codec_think_bos_id=special + 4, codec_think_eos_id=special + 5,
         speaker_id={"ethan": special + 6, "chelsie": special + 7}, **media,
     )
-    code2wav = dict(codebook_size=codebook, hidden_size=32, num_attention_heads=2, num_key_value_heads=2,
-                    intermediate_size=32, num_hidden_layers=1, num_quantizers=groups, decoder_dim=64,
-                    sliding_window=72, max_position_embeddings=8000)
+    code2wav = {"codebook_size": codebook, "hidden_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2,
+                    "intermediate_size": 32, "num_hidden_layers": 1, "num_quantizers": groups, "decoder_dim": 64,
+                    "sliding_window": 72, "max_position_embeddings": 8000}
     config = Qwen3OmniMoeConfig(
         thinker_config=thinker, talker_config=talker, code2wav_config=code2wav, enable_audio_output=True,
         im_start_token_id=ids["<|im_start|>"], im_end_token_id=ids["<|im_end|>"], tts_pad_token_id=ids["<tts_pad>"],

@@ -415,18 +415,7 @@ def _samples(wave) -> np.ndarray:
 
 
 def _read_wav_16k(path: str) -> np.ndarray:
-    from core.audio import resample
+    """A reference recording as 16 kHz mono float32 (any rate or container PyAV reads)."""
     from core.media import decode_audio
 
-    data = Path(path).read_bytes()
-    try:
-        return decode_audio(data, VAD_RATE)
-    except Exception:  # noqa: BLE001 - fall back to the wave module for plain PCM WAVs
-        import io
-        import wave
-
-        with wave.open(io.BytesIO(data)) as w:
-            rate = w.getframerate()
-            samples = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768
-        return resample(samples, rate, VAD_RATE)
-
+    return decode_audio(Path(path).read_bytes(), VAD_RATE)

@@ -256,7 +256,7 @@ class QwenOmniBackend(OmniBackendBase):
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         class _Cancel(StoppingCriteria):
-            def __call__(self, input_ids, scores, **kwargs):  # noqa: ARG002
+            def __call__(self, input_ids, scores, **kwargs):
                 return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool, device=input_ids.device)
 
         sample = temperature > 0.01
@@ -327,7 +327,7 @@ class QwenOmniBackend(OmniBackendBase):
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         class _Cancel(StoppingCriteria):
-            def __call__(self, input_ids, scores, **kwargs):  # noqa: ARG002
+            def __call__(self, input_ids, scores, **kwargs):
                 return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool, device=input_ids.device)
 
         return StoppingCriteriaList([_Cancel()])
@@ -471,7 +471,7 @@ class _Speech:
         }}
         self.first_done = threading.Event()
 
-    def capture(self, module, args, kwargs, output) -> None:  # noqa: ARG002 - forward hook signature
+    def capture(self, module, args, kwargs, output) -> None:
         states = output.hidden_states
         if states is None:
             return

@@ -199,17 +199,17 @@ class RemoteOmniBackend(OmniBackendBase):
         stats = GenerationStats()
         url = f"{self.options.base_url}/chat/completions"
         body = self.request_body(job)
-        async with httpx.AsyncClient(timeout=self._timeout(), headers=self._headers(), trust_env=False) as client:
-            async with client.stream("POST", url, json=body) as r:
-                if r.status_code != 200:
-                    raise RemoteEngineError(f"engine answered HTTP {r.status_code}: {_error_text(await r.aread())}")
-                async for line in r.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    self._chunk(job, json.loads(data), stats)
+        client = httpx.AsyncClient(timeout=self._timeout(), headers=self._headers(), trust_env=False)
+        async with client, client.stream("POST", url, json=body) as r:
+            if r.status_code != 200:
+                raise RemoteEngineError(f"engine answered HTTP {r.status_code}: {_error_text(await r.aread())}")
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                self._chunk(job, json.loads(data), stats)
         job.end_segment()
         return stats
 

@@ -69,7 +69,7 @@ class MiniCPMODouble(PreTrainedModel):
         self._log("reset_session", reset_token2wav_cache=reset_token2wav_cache)
 
     def init_token2wav_cache(self, prompt_speech_16k):
-        self._log("init_token2wav_cache", samples=int(len(prompt_speech_16k)))
+        self._log("init_token2wav_cache", samples=len(prompt_speech_16k))
 
     def streaming_prefill(self, session_id, msgs, omni_mode=True, max_slice_nums=None, use_tts_template=True,
                           enable_thinking=False, is_last_chunk=False, **kwargs):
@@ -138,7 +138,7 @@ class MiniCPMODuplexDouble:
         self.speaking = 0
         self.stopped = False
         self.model._log("duplex_prepare", prefix=prefix_system_prompt, suffix=suffix_system_prompt,
-                        ref_samples=None if ref_audio is None else int(len(ref_audio)))
+                        ref_samples=None if ref_audio is None else len(ref_audio))
         return (prefix_system_prompt or "") + (suffix_system_prompt or "")
 
     def streaming_prefill(self, audio_waveform=None, frame_list=None, text_list=None, max_slice_nums=1,
@@ -146,7 +146,7 @@ class MiniCPMODuplexDouble:
         if self.stopped:
             return {"success": False, "reason": "stopped"}
         rms = float(np.sqrt(np.mean(np.square(audio_waveform)))) if audio_waveform is not None else 0.0
-        self.model._log("duplex_prefill", samples=int(len(audio_waveform)) if audio_waveform is not None else 0,
+        self.model._log("duplex_prefill", samples=len(audio_waveform) if audio_waveform is not None else 0,
                         frames=len(frame_list or []), rms=round(rms, 4))
         if rms > 0.01:
             self.heard_speech, self.quiet = True, False
