@@ -175,10 +175,8 @@ class QwenOmniBackend(OmniBackendBase):
 
     def _warm_up(self) -> None:
         """One tiny pass through each stage so the first real turn pays no first-call costs."""
-        import threading as _t
-
         inputs = self._inputs([{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], [], [], [])
-        self._thinker_generate(inputs, max_new_tokens=2, temperature=0.0, cancel=_t.Event(), streamer=None)
+        self._thinker_generate(inputs, max_new_tokens=2, temperature=0.0, cancel=threading.Event(), streamer=None)
 
     def close(self) -> None:
         super().close()
@@ -297,15 +295,13 @@ class QwenOmniBackend(OmniBackendBase):
 
     def transcribe_audio(self, audio: np.ndarray) -> str | None:
         """The Thinker transcribes (Qwen-Omni's documented ASR prompt); greedy, text only."""
-        import threading as _t
-
         messages = [
             {"role": "system", "content": [{"type": "text", "text": "You are a speech recognition model."}]},
             {"role": "user", "content": [{"type": "audio"},
                                          {"type": "text", "text": "Transcribe the audio into text."}]},
         ]
         inputs = self._inputs(messages, [audio], [], [])
-        out = self._thinker_generate(inputs, max_new_tokens=96, temperature=0.0, cancel=_t.Event(), streamer=None)
+        out = self._thinker_generate(inputs, max_new_tokens=96, temperature=0.0, cancel=threading.Event(), streamer=None)
         ids = out[0, inputs["input_ids"].shape[1]:]
         return self.processor.tokenizer.decode(ids, skip_special_tokens=True).strip()
 
