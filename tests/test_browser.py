@@ -100,7 +100,7 @@ def test_duplex_page_voice_exchange(stack, launch, question_wav, screenshot_dir)
     browser = start_duplex(launch, stack, question_wav)
     snap = None
     try:
-        heard = wait_until(lambda: (snapshot(browser) or {}).get("levels", {}).get("mic", -999) > -50, timeout=30)
+        heard = wait_until(lambda: ((snapshot(browser) or {}).get("levels", {}).get("mic") or -999) > -50, timeout=30)
         snap = wait_for_snapshot(browser, done)
         assert done(snap), f"page never completed a voice exchange: {json.dumps(snap, indent=1)}"
         assert heard, "the mic's LUFS meter never moved while the question was spoken"
@@ -117,31 +117,39 @@ def test_duplex_page_voice_exchange(stack, launch, question_wav, screenshot_dir)
 
 
 def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
-    """Talking over the reply flushes the player and truncates the item at the played position."""
-    browser = start_duplex(launch, stack, barge_in_wav)
-    snap = None
-    try:
-        snap = wait_for_snapshot(browser, lambda s: bool(s and s["truncates"] and any(
-            "germany" in t["text"].lower() for t in s["transcripts"] if t["role"] == "user")))
-        assert snap and snap["truncates"], f"no barge-in happened: {json.dumps(snap, indent=1)}"
-        cut = snap["truncates"][0]
-        assert 0 < cut["audio_end_ms"] < 15000
-        # The page's player measured how long the reply kept sounding after the user began.
-        assert snap["bargeIns"], f"truncated but no stop measured: {json.dumps(snap, indent=1)}"
-        stop_ms = snap["bargeIns"][0]["stopMs"]
-        print(f"barge-in stop: {stop_ms} ms via {snap['bargeIns'][0]['via']}")
-        assert 0 < stop_ms <= 300, snap["bargeIns"]
-        assert any("germany" in t["text"].lower() for t in snap["transcripts"] if t["role"] == "user")
-        # The server accepted the truncate (an error would be e.g. invalid_audio / item_not_found).
-        time.sleep(1.0)
-        err = snapshot(browser)["error"]
-        assert not err or err.get("code") not in ("invalid_audio", "item_not_found"), err
-        print(f"barge-in: {json.dumps(snapshot(browser))}")
-    except BaseException:
-        dump_console(browser)
-        raise
-    finally:
-        browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
+    """Talking over the reply flushes the player and truncates the item at the played position,
+    and the page's player measures how long the reply kept sounding over the user: <= 300 ms.
+
+    The stop time exists only if the user's speech really overlapped audible reply audio; on a
+    starved machine the reply can be in a synthesis gap at that moment (nothing to stop), so the
+    scenario is run again, up to three times, until an overlap happens.
+    """
+    measured = None
+    for attempt in range(3):
+        browser = start_duplex(launch, stack, barge_in_wav)
+        try:
+            snap = wait_for_snapshot(browser, lambda s: bool(s and s["truncates"] and any(
+                "germany" in t["text"].lower() for t in s["transcripts"] if t["role"] == "user")))
+            assert snap and snap["truncates"], f"no barge-in happened: {json.dumps(snap, indent=1)}"
+            cut = snap["truncates"][0]
+            assert 0 < cut["audio_end_ms"] < 15000
+            # The server accepted the truncate (an error would be e.g. invalid_audio / item_not_found).
+            time.sleep(1.0)
+            err = snapshot(browser)["error"]
+            assert not err or err.get("code") not in ("invalid_audio", "item_not_found"), err
+            print(f"barge-in attempt {attempt + 1}: {json.dumps(snapshot(browser))}")
+            if snap["bargeIns"]:
+                measured = snap["bargeIns"][0]
+                break
+        except BaseException:
+            dump_console(browser)
+            raise
+        finally:
+            browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
+            wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=10)
+    assert measured, "the user's speech never overlapped audible reply audio in three attempts"
+    print(f"barge-in stop: {measured['stopMs']} ms via {measured['via']}")
+    assert 0 < measured["stopMs"] <= 300, measured
 
 
 def test_mic_denied_explains_what_to_do(stack, launch, question_wav):
