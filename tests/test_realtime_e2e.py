@@ -371,3 +371,20 @@ async def test_worker_killed_mid_session(tmp_path):
             await recv_until(ws, "session.created")
     finally:
         s.stop()
+
+
+async def test_item_with_a_bad_part_adds_nothing_and_names_the_event(stack):
+    """A later bad part rejects the whole item: no half-added history the client never heard of."""
+    async with websockets.connect(ws_url(stack)) as ws:
+        await recv_until(ws, "session.created")
+        await ws.send(json.dumps({"type": "conversation.item.create", "event_id": "evt_bad", "item": {
+            "type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "Remember the word banana."},
+                {"type": "input_image", "image_url": "data:image/jpeg;base64,@@not-base64@@"}]}}))
+        err = await recv_until(ws, "error")
+        assert err["error"]["code"] == "invalid_base64" and err["error"]["event_id"] == "evt_bad"
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+                      "content": [{"type": "input_text", "text": "Hello."}]}}))
+        added = await recv_until(ws, "conversation.item.added")
+        assert added["previous_item_id"] is None  # the rejected item left nothing behind
+    await wait_idle(stack)

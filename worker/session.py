@@ -237,7 +237,7 @@ class RealtimeSession:
         if isinstance(ev, InputAudioBufferAppend):
             if self.paused_at is not None:
                 return  # audio sent while paused is dropped, by design
-            await conv.append_audio(_b64(ev.audio, "audio"))
+            await conv.append_audio(_b64(ev.audio, "audio", ev.event_id))
         elif isinstance(ev, SessionUpdate):
             backend = self.backend
             cfg = apply_session_update(conv.config, ev.session, self.dialect,
@@ -302,7 +302,7 @@ class RealtimeSession:
                 self._count_limit("frame_rate_exceeded")
                 return
             check_image_b64(ev.image, self.limits, "image", ev.event_id)
-            frame = _b64(ev.image, "image")
+            frame = _b64(ev.image, "image", ev.event_id)
             check_image(frame, self.limits, "image", ev.event_id)
             await conv.add_image(frame, frame=True)
             self.frames_received += 1
@@ -335,17 +335,16 @@ class RealtimeSession:
         content = item.get("content")
         if not isinstance(content, list) or not content:
             raise ProtocolError("item.content must be a non-empty list", param="item.content", event_id=ev.event_id)
-        out_content = []
-        item_id = None
+        # Validate and decode every part first, then add them: a bad part later in the list
+        # must not leave earlier parts in the history that the client was never told about.
+        parts: list[tuple[str, Any]] = []
         for i, part in enumerate(content):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind in ("input_text", "text", "output_text"):
                 text = part.get("text")
-                item_id = await self.conv.add_text(text if isinstance(text, str) else "", role)
-                out_content.append({"type": kind, "text": text})
+                parts.append((kind, text if isinstance(text, str) else ""))
             elif kind == "input_audio" and role == "user":
-                item_id, transcript = await self.conv.add_audio_item(_b64(part.get("audio") or "", f"item.content.{i}.audio"))
-                out_content.append({"type": "input_audio", "transcript": transcript})
+                parts.append((kind, _b64(part.get("audio") or "", f"item.content.{i}.audio", ev.event_id)))
             elif kind == "input_image" and role == "user":
                 url = part.get("image_url") or ""
                 if not isinstance(url, str) or not url.startswith("data:") or "," not in url:
@@ -353,13 +352,24 @@ class RealtimeSession:
                                         param=f"item.content.{i}.image_url", event_id=ev.event_id)
                 param = f"item.content.{i}.image_url"
                 check_image_b64(url.split(",", 1)[1], self.limits, param, ev.event_id)
-                image = _b64(url.split(",", 1)[1], param)
+                image = _b64(url.split(",", 1)[1], param, ev.event_id)
                 check_image(image, self.limits, param, ev.event_id)
-                item_id = await self.conv.add_image(image)
-                out_content.append({"type": "input_image"})
+                parts.append((kind, image))
             else:
                 raise ProtocolError(f"content type {kind!r} is not supported for role {role}",
                                     param=f"item.content.{i}.type", event_id=ev.event_id)
+        out_content = []
+        item_id = None
+        for kind, payload in parts:
+            if kind == "input_audio":
+                item_id, transcript = await self.conv.add_audio_item(payload)
+                out_content.append({"type": "input_audio", "transcript": transcript})
+            elif kind == "input_image":
+                item_id = await self.conv.add_image(payload)
+                out_content.append({"type": "input_image"})
+            else:
+                item_id = await self.conv.add_text(payload, role)
+                out_content.append({"type": kind, "text": payload})
         full = message_item(item_id or new_id("item"), role, out_content)
         self.send(server_event(self.dialect.item_added, previous_item_id=self._last_item_id, item=full))
         if not self.dialect.beta:
@@ -482,11 +492,12 @@ def _ms(t: float | None, t0: float | None) -> float | None:
     return round(max(0.0, t - t0) * 1000, 1)
 
 
-def _b64(data: str, param: str) -> bytes:
+def _b64(data: str, param: str, event_id: str | None = None) -> bytes:
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raise ProtocolError(f"{param} is not valid base64", code="invalid_base64", param=param) from None
+        raise ProtocolError(f"{param} is not valid base64", code="invalid_base64", param=param,
+                            event_id=event_id) from None
 
 
 def _history_item(m) -> dict[str, Any]:
