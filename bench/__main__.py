@@ -6,6 +6,7 @@
     python -m bench capacity    # 1,000 queued clients; dispatch latency
     python -m bench pipeline    # the embedded models in-process (TTFT, TTFP, V2V, RTF)
     python -m bench recording   # V2V with recording on vs off
+    python -m bench rest        # OpenAI REST chat completions with audio at concurrency 1, 2, 4
 
 Each prints a markdown table; ``--json`` prints one JSON object instead; ``--out DIR`` also
 writes JSON (and PNG plots where there are any) into DIR.
@@ -25,7 +26,7 @@ COMMANDS = {
     "throughput": "bench.throughput",
     "capacity": "bench.capacity",
 }
-DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording"}
+DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording", "rest": "bench.rest"}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,8 +1,8 @@
 """Chat completions with audio through the REST API, at several concurrency levels.
 
-    python -m bench.rest --concurrency 1 2 4            # starts workers + gateway, prints a table
-    python -m bench.rest --url http://127.0.0.1:8006    # targets a running gateway
-    python -m bench.rest --json                         # one JSON object
+    python -m bench rest --concurrency 1 2 4            # starts workers + gateway, prints a table
+    python -m bench rest --url http://127.0.0.1:8006    # targets a running gateway
+    python -m bench rest --json                         # one JSON object (also: python -m bench.rest)
 
 Each request is ``POST /v1/chat/completions`` with ``stream: true``, ``modalities: ["text",
 "audio"]`` and ``audio.format: "pcm16"``, a one-sentence question, timed at the client from the
@@ -149,7 +149,7 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-async def main(args: argparse.Namespace) -> dict:
+async def run(args: argparse.Namespace) -> dict:
     stack = None
     url = args.url
     if url is None:
@@ -177,7 +177,7 @@ async def main(args: argparse.Namespace) -> dict:
             stack.stop()
 
 
-def cli() -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--prompts", type=int, default=12, help="requests per concurrency level (default 12)")
@@ -190,9 +190,9 @@ def cli() -> None:
         parser.error("--concurrency and --prompts must be at least 1")
     # SIGTERM ends like Ctrl-C, so the workers and gateway this run started are stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    result = asyncio.run(main(args))
+    result = asyncio.run(run(args))
     print(json.dumps(result) if args.json else f"{table(result)}\n\nmachine: {result['machine']}")
 
 
 if __name__ == "__main__":
-    cli()
+    main()
