@@ -73,6 +73,10 @@ class WorkersConfig(_Strict):
     base_port: int = Field(22400, ge=1, le=65535)
     slots: int = Field(1, ge=1, le=64, description="sessions per worker; 1 = exclusive")
     urls: list[str] = Field(default_factory=list, description="extra workers on other hosts")
+    connect_timeout_s: float = Field(5.0, gt=0, description="a worker must accept a session's WebSocket, then "
+                                     "send session.created, each within this, else worker_unavailable")
+    ping_interval_s: float = Field(20.0, gt=0, description="gateway->worker WebSocket ping; no pong within as "
+                                   "long again ends the session with worker_failed (a hung worker)")
 
 
 class BackendConfig(_Strict):

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 import websockets
 from fastapi import FastAPI, Response, WebSocket
+from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocketState
 
 from core import logctx
@@ -123,7 +124,6 @@ def create_app(config: AppConfig) -> FastAPI:
     async def prometheus_metrics() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.websocket("/v1/realtime")
     async def realtime(ws: WebSocket) -> None:
         await ws.accept(subprotocol=chosen_subprotocol(ws))
         slot = await admit(ws)
@@ -138,6 +138,10 @@ def create_app(config: AppConfig) -> FastAPI:
         finally:
             live.pop(proxy.ticket, None)
             slot.close()
+
+    # A plain Starlette route, not FastAPI's: no dependency-injection scaffolding per connection
+    # (a few KB each, which adds up with a thousand clients waiting in the queue).
+    app.router.routes.append(WebSocketRoute("/v1/realtime", realtime))
 
     async def admit(ws: WebSocket) -> Slot | None:
         """Origin, API key, app toggle and rate limits, before the queue; refusals get an error event."""
@@ -340,20 +344,36 @@ class RealtimeProxy:
             worker.url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/")
             + "/ws/realtime?" + urlencode(params)
         )
+        wcfg = self.config.workers
         try:
             conn = await websockets.connect(
                 # Server events from our own worker: not bounded by the client message limit (a
                 # spoken reply's audio delta can be larger than what a client may send).
-                url, open_timeout=5, max_size=max(self.config.limits.transport_max_bytes, 16 * 2**20),
-                ping_interval=20,
-                ping_timeout=20, compression=None,
+                url, open_timeout=wcfg.connect_timeout_s,
+                max_size=max(self.config.limits.transport_max_bytes, 16 * 2**20),
+                ping_interval=wcfg.ping_interval_s, ping_timeout=wcfg.ping_interval_s, compression=None,
+                # a hung worker never completes a close handshake: give up on it after 2 s
+                close_timeout=2,
             )
         except (TimeoutError, OSError, websockets.WebSocketException) as exc:
-            self.pool.report_failure(worker.id, f"connect failed: {exc}")
-            await self._send(error_event("the assigned worker could not be reached; please reconnect",
-                                         "worker_unavailable", kind="server_error"))
-            await self._close(1011, "worker unavailable")
+            await self._worker_unavailable(worker.id, f"connect failed: {exc!r}")
             return
+        # A worker that accepts the socket but never speaks (hung) must not hold the slot forever.
+        first: str | bytes | None = None
+        try:
+            first = await asyncio.wait_for(conn.recv(), wcfg.connect_timeout_s)
+        except TimeoutError:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 1)
+            await self._worker_unavailable(worker.id, f"no session.created within {wcfg.connect_timeout_s:g} s")
+            return
+        except websockets.ConnectionClosed:
+            pass  # the relay reads the close and reports it
+        if isinstance(first, str):
+            if self.metrics is not None:
+                self.metrics.observe_worker_text(first)
+            with contextlib.suppress(Exception):
+                await self.ws.send_text(first)
         started = time.monotonic()
         self.state = "active"
         try:
@@ -376,6 +396,13 @@ class RealtimeProxy:
             await self._close(1011, "worker failed")
         elif result.ended_by == "worker":
             await self._close(result.code if result.code >= 1000 else 1011, result.reason)
+
+    async def _worker_unavailable(self, worker_id: str, why: str) -> None:
+        log.warning("worker %s unavailable for %s: %s", worker_id, self.ticket, why)
+        self.pool.report_failure(worker_id, why)
+        await self._send(error_event("the assigned worker could not be reached; please reconnect",
+                                     "worker_unavailable", kind="server_error"))
+        await self._close(1011, "worker unavailable")
 
     async def _relay_until_stopped(self, conn) -> RelayResult:
         """The relay, unless the operator ends the session first."""

@@ -96,3 +96,16 @@ async def wait_meta(stack, session_id: str, timeout: float = 30.0) -> dict:
             pass
         await asyncio.sleep(0.1)
     raise AssertionError(f"session {session_id} never finished: {meta}")
+
+
+def make_stack(tmp, workers: int = 1, worker_settings: dict | None = None, **overrides):
+    """``Stack`` plus settings for the config's ``workers`` section (``Stack``'s own ``workers``
+    argument is the worker count, so that section cannot go through its overrides)."""
+    from tests.stack import Stack
+
+    s = Stack(tmp, workers=workers, **overrides)
+    if worker_settings:
+        config = json.loads(s.config_path.read_text())
+        config["workers"].update(worker_settings)
+        s.config_path.write_text(json.dumps(config))
+    return s

@@ -38,6 +38,11 @@ async def idle_before(stack):
     yield
 
 
+async def _after(delay: float, action) -> None:
+    await asyncio.sleep(delay)
+    await action
+
+
 @pytest.mark.parametrize("how", HOW)
 async def test_while_queued(stack, how):
     holder = await websockets.connect(ws_url(stack))
@@ -69,15 +74,8 @@ async def test_slot_frees_in_the_instant_the_waiter_leaves(stack, how):
         await recv_until(waiter, "queue.position")
         jitter = rng.uniform(-0.01, 0.01)
 
-        async def free_slot() -> None:
-            await asyncio.sleep(max(0.0, jitter))
-            await end(holder, rng.choice(HOW))
-
-        async def leave() -> None:
-            await asyncio.sleep(max(0.0, -jitter))
-            await end(waiter, how)
-
-        await asyncio.gather(free_slot(), leave())
+        await asyncio.gather(_after(max(0.0, jitter), end(holder, rng.choice(HOW))),
+                             _after(max(0.0, -jitter), end(waiter, how)))
         try:
             await wait_idle(stack, IDLE_S)
         except AssertionError as exc:
