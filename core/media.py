@@ -12,13 +12,12 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Iterator
-from typing import Literal
 
 import numpy as np
 
 from core.errors import InvalidAudioError
+from core.rest_jobs import SpeechFormat
 
-SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 CONTENT_TYPES: dict[str, str] = {
     "mp3": "audio/mpeg",
     "opus": "audio/ogg",

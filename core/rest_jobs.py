@@ -17,7 +17,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.media import SpeechFormat
+# Defined here, not in core.media, so the gateway can name formats without importing numpy.
+SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+
 
 ChatAudioFormat = Literal["wav", "mp3", "flac", "opus", "aac", "pcm16"]
 CHAT_PATH = "/internal/v1/chat"

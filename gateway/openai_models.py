@@ -14,8 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.media import SpeechFormat
-from core.rest_jobs import ChatAudioFormat, ChatJob, ChatMessage, ChatPart
+from core.rest_jobs import ChatAudioFormat, ChatJob, ChatMessage, ChatPart, SpeechFormat
 
 MAX_TOKENS = 4096  # ConversationConfig.max_output_tokens' ceiling
 DEFAULT_CHAT_TOKENS = 512  # when the request names no limit; replies end earlier on their own

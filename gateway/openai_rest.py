@@ -25,7 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 
-from core.processors.base import new_id
+from core.ids import new_id
 from core.rest_jobs import CHAT_PATH, REQUEST_ID_HEADER, SPEECH_PATH, TRANSCRIPTION_PATH, SpeechJob
 from core.streaming import ClosingStreamingResponse
 from gateway.openai_format import ChatContext, sse, transcription_body
