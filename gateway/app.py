@@ -394,6 +394,9 @@ class RealtimeProxy:
             await self._send(error_event("the model worker failed during the session; please reconnect",
                                          "worker_failed", kind="server_error"))
             await self._close(1011, "worker failed")
+        elif result.ended_by == "client" and result.code == 1008:  # stopped reading: close, briefly
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._close(1008, result.reason), 2)
         elif result.ended_by == "worker":
             await self._close(result.code if result.code >= 1000 else 1011, result.reason)
 

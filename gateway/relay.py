@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,13 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 
 log = logging.getLogger(__name__)
+
+CLIENT_SEND_TIMEOUT_S = 10.0  # a client that takes this long to accept one frame is not reading
+CLOSE_NOT_READING = 1008
+
+
+class _ClientNotReading(Exception):
+    pass
 
 
 @dataclass(slots=True)
@@ -44,15 +52,25 @@ async def relay(client: WebSocket, worker: ClientConnection, first_messages: lis
             elif message.get("bytes") is not None:
                 await worker.send(message["bytes"])
 
+    blocked_since: list[float | None] = [None]  # when the pending send to the client started
+
+    async def to_client(send, message) -> None:
+        blocked_since[0] = time.monotonic()
+        try:
+            await asyncio.wait_for(send(message), CLIENT_SEND_TIMEOUT_S)
+        except TimeoutError:
+            raise _ClientNotReading from None
+        blocked_since[0] = None
+
     async def worker_to_client() -> RelayResult:
         try:
             async for message in worker:
                 if isinstance(message, str):
                     if on_worker_text is not None:
                         on_worker_text(message)
-                    await client.send_text(message)
+                    await to_client(client.send_text, message)
                 else:
-                    await client.send_bytes(message)
+                    await to_client(client.send_bytes, message)
         except ConnectionClosedOK:
             pass
         except ConnectionClosed as exc:
@@ -68,13 +86,25 @@ async def relay(client: WebSocket, worker: ClientConnection, first_messages: lis
 
     tasks = [asyncio.create_task(client_to_worker()), asyncio.create_task(worker_to_client())]
     try:
-        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in tasks:
             task.cancel()
     task = done.pop()
+    result = _result(task)
+    since = blocked_since[0]
+    if result.ended_by == "worker_failed" and since is not None and time.monotonic() - since > 1.0:
+        # Not the worker's fault: we stopped reading it (and answering its pings) because the
+        # client stopped reading us.
+        return RelayResult("client", CLOSE_NOT_READING, "client is not reading")
+    return result
+
+
+def _result(task: asyncio.Task) -> RelayResult:
     try:
         return task.result()
+    except _ClientNotReading:
+        return RelayResult("client", CLOSE_NOT_READING, "client is not reading")
     except WebSocketDisconnect as exc:
         return RelayResult("client", exc.code, exc.reason or "")
     except ConnectionClosed as exc:

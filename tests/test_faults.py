@@ -216,3 +216,49 @@ async def test_worker_hung_mid_reply_is_failed_by_ping_then_taken_back(stack):
     await waiter.close()
     await wait_idle(stack, 3.0)
     print(f"hung worker failed after {failed_after:.2f}s, taken back {back_after:.2f}s after SIGCONT")
+
+
+@pytest.fixture
+def default_stack(tmp_path):
+    s = make_stack(tmp_path, 1).start()
+    yield s
+    s.stop()
+
+
+async def test_client_that_stops_reading_gets_bounded_buffers_then_a_close(default_stack):
+    """The client floods bad events (each answered by an ``error``) and never reads. Buffers fill
+    up to their bounds; the worker's send queue (4000 events) fills and it ends the session with
+    1008; the gateway frees the slot. Memory stays bounded (the gateway's RSS is checked)."""
+    import psutil
+
+    gw_proc = psutil.Process(default_stack.procs["gateway"].pid)
+    rss0 = gw_proc.memory_info().rss
+    ws = await websockets.connect(ws_url(default_stack, record="false"), max_queue=1)
+    await recv_until(ws, "session.created")
+    t0 = time.monotonic()
+    bad = json.dumps({"type": "no.such.event", "pad": "x" * 200})
+    for i in range(40000):
+        try:
+            await asyncio.wait_for(ws.send(bad), 5)
+        except (TimeoutError, websockets.ConnectionClosed):
+            break  # our own send buffer is full too: the server stopped reading us
+        if i % 500 == 0:
+            await asyncio.sleep(0)
+    sent_for = time.monotonic() - t0
+    # the worker gives up on the session, the gateway frees the slot
+    deadline = time.monotonic() + 60
+    while True:
+        gw, workers = await health(default_stack)
+        if gw["slots_busy"] == 0 and workers[0]["active_sessions"] == 0:
+            break
+        assert time.monotonic() < deadline, f"slow client still holds the slot: {gw} {workers}"
+        await asyncio.sleep(0.2)
+    freed_after = time.monotonic() - t0
+    growth = gw_proc.memory_info().rss - rss0
+    code, events = await closed_with(ws, timeout=10)
+    print(f"slow client: sent {sent_for:.1f}s, slot freed after {freed_after:.1f}s, close {code}, "
+          f"{len(events)} events read after, gateway RSS +{growth / 2**20:.1f} MiB")
+    assert code in (1008, 1006)  # 1006 when the close frame could not get through the full buffers
+    assert gw["workers"][0]["health"] == "healthy"  # a slow client is not the worker's failure
+    assert growth < 100 * 2**20
+    await wait_idle(default_stack, 1.0)
