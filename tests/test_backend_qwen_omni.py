@@ -281,6 +281,11 @@ def test_qwen3_omni_through_the_worker_app(tmp_path):
             time.sleep(0.2)
         health = client.get("/health").json()
         assert health["backend"] == "qwen_omni" and "audio_output" in health["capabilities"]
+        # Random weights can put inf/nan in a sampling step for some draws; fix the draws (the
+        # worker runs in this process) so the test checks the plumbing, not luck.
+        import torch
+
+        torch.manual_seed(0)
         with client.websocket_connect("/ws/realtime?model=omniduplex-qwen_omni") as ws:
             def until(kind):
                 seen = []
