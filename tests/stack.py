@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,32 +12,9 @@ from pathlib import Path
 
 import httpx
 
+from bench.launch import free_port, free_ports  # noqa: F401 - free_port is used by tests
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_port_block(n: int) -> int:
-    """A base port with ``n`` consecutive free ports."""
-    for _ in range(50):
-        base = free_port()
-        if base + n > 65000:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port block")
 
 
 class Stack:
@@ -46,7 +22,7 @@ class Stack:
 
     def __init__(self, tmp: Path, workers: int = 1, **overrides) -> None:
         self.tmp = tmp
-        self.base_port = free_port_block(workers)
+        self.base_port = free_ports(workers)
         self.port = free_port()
         # Own data dir (recordings, tokens) per stack; the converted model cache is shared.
         self.data_dir = tmp / "data"

@@ -14,6 +14,7 @@ import pytest
 import websockets
 
 from core.config import AppConfig
+from tests.helpers import recv_until
 from tests.stack import Stack, free_port
 
 pytestmark = pytest.mark.e2e
@@ -32,17 +33,6 @@ def admin(stack) -> httpx.Client:
 
 def ws_url(stack, app: str | None = None) -> str:
     return f"ws://127.0.0.1:{stack.port}/v1/realtime" + (f"?app={app}" if app else "")
-
-
-async def recv_until(ws, kind: str, timeout: float = 20.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no {kind}")
-        ev = json.loads(await asyncio.wait_for(ws.recv(), left))
-        if ev["type"] == kind:
-            return ev
 
 
 async def closed_with(ws, timeout: float = 10.0) -> tuple[list[dict], int]:

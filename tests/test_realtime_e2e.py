@@ -15,6 +15,7 @@ import pytest
 import websockets
 from openai import AsyncOpenAI
 
+from tests.helpers import recv_until
 from tests.stack import Stack
 
 pytestmark = pytest.mark.e2e
@@ -150,17 +151,6 @@ async def test_sdk_beta_dialect(stack):
     assert "response.output_audio.delta" not in seen and audio
     assert done.response.status == "completed"
     await wait_idle(stack)
-
-
-async def recv_until(ws, kind: str, timeout: float = 20.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no {kind}")
-        ev = json.loads(await asyncio.wait_for(ws.recv(), left))
-        if ev["type"] == kind:
-            return ev
 
 
 async def test_queue_order_positions_cancel_and_full(stack):

@@ -3,6 +3,7 @@
 // events, and plays spoken replies through the AudioWorklet player. The socket opens lazily on
 // the first message (a worker slot is exclusive, so an idle page must not hold one) and events
 // are sent at once: the gateway keeps what arrives while we are queued and delivers it in order.
+import { b64, onEvents } from "../shared/wire.js";
 import { AudioPlayer } from "../duplex/lib/audio-player.js";
 
 export const RATE = 24000; // PCM16 mono, both directions
@@ -233,15 +234,7 @@ export class ChatSession extends EventTarget {
     ws.onopen = () => {
       for (const data of this._outbox.splice(0)) ws.send(data);
     };
-    ws.onmessage = (e) => {
-      let ev;
-      try {
-        ev = JSON.parse(e.data);
-      } catch {
-        return;
-      }
-      this._onEvent(ev);
-    };
+    onEvents(ws, (ev) => this._onEvent(ev));
     ws.onclose = (e) => this._onClose(ws, e);
   }
 
@@ -474,8 +467,3 @@ export class ChatSession extends EventTarget {
   }
 }
 
-export function b64(bytes) {
-  let s = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
-  return btoa(s);
-}

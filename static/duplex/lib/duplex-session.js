@@ -1,6 +1,7 @@
 // One audio duplex session: mic -> capture worklet -> WebSocket (OpenAI Realtime GA dialect)
 // -> player worklet. UI-free: it emits events and keeps its state in plain fields so the page
 // (and tests, through window.omni) can read them.
+import { b64, onEvents } from "../../shared/wire.js";
 import { AudioPlayer } from "./audio-player.js";
 import { LufsMeter } from "./lufs.js";
 import { Mixer } from "./mixer-controller.js";
@@ -286,15 +287,7 @@ export class DuplexSession extends EventTarget {
   _connect() {
     this._set("connecting");
     const ws = (this.ws = new WebSocket(this.url));
-    ws.onmessage = (e) => {
-      let ev;
-      try {
-        ev = JSON.parse(e.data);
-      } catch {
-        return;
-      }
-      this._onEvent(ev);
-    };
+    onEvents(ws, (ev) => this._onEvent(ev));
     ws.onclose = (e) => {
       this._stopAudio();
       const reason = closeReason(e.code, e.reason);
@@ -475,12 +468,6 @@ export class DuplexSession extends EventTarget {
     if (this.ws && this.ws.readyState <= WebSocket.OPEN) this.ws.close(1000, "client stop");
     else this._stopAudio();
   }
-}
-
-function b64(bytes) {
-  let s = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
-  return btoa(s);
 }
 
 function closeReason(code, reason) {
