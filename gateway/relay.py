@@ -55,12 +55,18 @@ async def relay(client: WebSocket, worker: ClientConnection, first_messages: lis
     blocked_since: list[float | None] = [None]  # when the pending send to the client started
 
     async def to_client(send, message) -> None:
+        # No wait_for per frame (it costs a task and a timer each); the watchdog below checks.
         blocked_since[0] = time.monotonic()
-        try:
-            await asyncio.wait_for(send(message), CLIENT_SEND_TIMEOUT_S)
-        except TimeoutError:
-            raise _ClientNotReading from None
+        await send(message)
         blocked_since[0] = None
+
+    async def watchdog() -> RelayResult:
+        """A client that takes CLIENT_SEND_TIMEOUT_S to accept one frame is not reading."""
+        while True:
+            await asyncio.sleep(1.0)
+            since = blocked_since[0]
+            if since is not None and time.monotonic() - since > CLIENT_SEND_TIMEOUT_S:
+                raise _ClientNotReading
 
     async def worker_to_client() -> RelayResult:
         try:
@@ -84,7 +90,8 @@ async def relay(client: WebSocket, worker: ClientConnection, first_messages: lis
             return RelayResult("worker_failed", 1011, "worker connection lost")
         return RelayResult("worker", rcvd.code, rcvd.reason)
 
-    tasks = [asyncio.create_task(client_to_worker()), asyncio.create_task(worker_to_client())]
+    tasks = [asyncio.create_task(client_to_worker()), asyncio.create_task(worker_to_client()),
+             asyncio.create_task(watchdog())]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
