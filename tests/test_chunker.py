@@ -39,3 +39,16 @@ def test_run_on_text_is_cut_before_max_chars():
 
 def test_speakable_strips_markdown():
     assert speakable("**Paris** is `the` capital # 1") == "Paris is the capital 1"
+
+
+def test_a_speaker_about_to_run_dry_gets_the_next_piece_early():
+    hurry = [False]
+    chunker = SpeechChunker(first_words=2, hurry=lambda: hurry[0])
+    assert chunker.push("Paris is ") == ["Paris is"]
+    # A long sentence with no mark yet: normally it waits for the sentence end...
+    assert chunker.push("the capital city of France and ") == []
+    # ...but with little audio left ahead of the listener it goes now, after whole words.
+    hurry[0] = True
+    assert chunker.push("its") == ["the capital city", "of France and"]
+    hurry[0] = False
+    assert chunker.push(" largest city.  ") == ["its largest city."]

@@ -3,12 +3,16 @@
 The first piece goes out at the first clause mark, or after ``first_words`` complete words,
 whichever comes first, so speech can start after a handful of tokens. Later pieces end at
 sentence marks (longer pieces synthesise more efficiently and sound more natural), with a
-clause or word fallback so a run-on sentence cannot hold audio back for long.
+clause or word fallback so a run-on sentence cannot hold audio back for long. When the
+speaker is about to run dry (``hurry()`` says so: little audio left ahead of the listener), a
+later piece is cut early too, at a clause mark or after ``hurry_words`` words, so a long first
+sentence cannot leave a silent gap after the short first piece.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 _SENTENCE_END = re.compile(r"[.!?;:…]+[\"')\]]*\s")
 _CLAUSE_END = re.compile(r"[,;:\u2014–-]\s|[.!?…]+[\"')\]]*\s")
@@ -16,8 +20,11 @@ _NEWLINE = re.compile(r"\n+")
 
 
 class SpeechChunker:
-    def __init__(self, first_words: int = 3, min_chars: int = 12, max_chars: int = 180) -> None:
+    def __init__(self, first_words: int = 3, min_chars: int = 12, max_chars: int = 180,
+                 hurry: Callable[[], bool] | None = None, hurry_words: int = 3) -> None:
         self.first_words = first_words
+        self.hurry = hurry
+        self.hurry_words = hurry_words
         self.min_chars = min_chars
         self.max_chars = max_chars
         self._buf = ""
@@ -46,21 +53,14 @@ class SpeechChunker:
     def _cut(self) -> str | None:
         buf = self._buf
         if self._first:
-            m = _CLAUSE_END.search(buf)
-            words = buf.split()
-            complete = len(words) - (0 if buf[-1:].isspace() else 1) if words else 0
-            if m and len(buf[: m.start()].split()) >= 1:
-                return self._take(m.end())
-            if complete >= self.first_words:
-                # cut after the last complete word
-                idx = 0
-                for _ in range(self.first_words):
-                    idx = buf.index(words[_], idx) + len(words[_])
-                return self._take(idx)
-            return None
+            return self._early(buf, self.first_words)
         for m in _SENTENCE_END.finditer(buf):
             if m.end() >= self.min_chars:
                 return self._take(m.end())
+        if self.hurry is not None and self.hurry():
+            piece = self._early(buf, self.hurry_words)
+            if piece is not None:
+                return piece
         if len(buf) > self.max_chars:
             clause = None
             for m in _CLAUSE_END.finditer(buf[: self.max_chars]):
@@ -69,4 +69,18 @@ class SpeechChunker:
                 return self._take(clause.end())
             space = buf.rfind(" ", 0, self.max_chars)
             return self._take(space if space > 0 else self.max_chars)
+        return None
+
+    def _early(self, buf: str, words_wanted: int) -> str | None:
+        """A short piece: up to the first clause mark, or the first ``words_wanted`` words."""
+        m = _CLAUSE_END.search(buf)
+        words = buf.split()
+        complete = len(words) - (0 if buf[-1:].isspace() else 1) if words else 0
+        if m and len(buf[: m.start()].split()) >= 1:
+            return self._take(m.end())
+        if complete >= words_wanted:
+            idx = 0  # cut after the last complete word
+            for i in range(words_wanted):
+                idx = buf.index(words[i], idx) + len(words[i])
+            return self._take(idx)
         return None

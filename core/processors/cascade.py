@@ -69,6 +69,9 @@ MAX_TEXT_CHARS = 20_000
 MAX_BUFFER_SECONDS = 300
 
 
+HURRY_AHEAD_S = 1.2  # less audio than this ahead of the listener: cut the next piece early
+
+
 class CascadeOptions(BaseModel):
     """``backend_options`` for ``cascade``; every model path defaults to the bundled package."""
 
@@ -655,7 +658,15 @@ class CascadeConversation(Conversation):
     ) -> None:
         backend = self._backend
         segments: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-        chunker = SpeechChunker(first_words=backend.options.first_chunk_words)
+        # Audio the listener has not heard yet, as the TTS thread produces it: when it runs low
+        # the chunker stops waiting for a sentence end (no gap after the short first piece).
+        spoken = {"first": None, "seconds": 0.0}
+
+        def hurry() -> bool:
+            first = spoken["first"]
+            return first is not None and spoken["seconds"] - (time.monotonic() - first) < HURRY_AHEAD_S
+
+        chunker = SpeechChunker(first_words=backend.options.first_chunk_words, hurry=hurry)
         loop = self._loop
         # While the first piece is being synthesised the LLM waits: on two cores the two
         # stages would otherwise halve each other's speed exactly when latency matters most.
@@ -711,6 +722,9 @@ class CascadeConversation(Conversation):
                         if resp.cancel.is_set():
                             return
                         seg.total_samples += len(pcm) // 2
+                        if spoken["first"] is None:
+                            spoken["first"] = time.monotonic()
+                        spoken["seconds"] += len(pcm) / 2 / OUTPUT_RATE
                         for off in range(0, len(pcm), chunk_samples * 2):
                             loop.call_soon_threadsafe(
                                 self._emit_audio, resp, index, pcm[off : off + chunk_samples * 2]
