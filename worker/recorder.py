@@ -20,6 +20,7 @@ import binascii
 import concurrent.futures as cf
 import io
 import logging
+import os
 import threading
 import time
 import wave
@@ -37,6 +38,7 @@ OUTPUT_RATE = 24000
 SEGMENT_S = 1.0  # audio grouped per ~second
 USER_GAP_MS = 300  # a pause in arrivals this long starts a new user segment (keeps placement true)
 SNAPSHOT_EVERY_S = 1.0
+CRITICAL_MAX_S = 3.0  # longest the flushes wait for a reply's first audio
 
 AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
 TEXT_DELTAS = (
@@ -50,8 +52,8 @@ class RecorderPool:
 
     def __init__(self, data_dir: str | Path, threads: int = 4) -> None:
         self.root = Path(data_dir) / "sessions"
-        self.writers = cf.ThreadPoolExecutor(threads, thread_name_prefix="recorder")
-        self.finisher = cf.ThreadPoolExecutor(1, thread_name_prefix="recorder-finish")
+        self.writers = cf.ThreadPoolExecutor(threads, thread_name_prefix="recorder", initializer=_lower_priority)
+        self.finisher = cf.ThreadPoolExecutor(1, thread_name_prefix="recorder-finish", initializer=_lower_priority)
         self.active: set[SessionRecorder] = set()
 
     def open(self, session_id: str, meta: dict[str, Any]) -> SessionRecorder:
@@ -105,6 +107,10 @@ class SessionRecorder:
         self._last_snapshot = 0.0
         self._finished = False
         self._dirty = False
+        # Between the end of the user's turn and the reply's first audio every millisecond is
+        # voice-to-voice latency: the once-a-second flushes wait until that window closes.
+        self._critical = False
+        self._critical_since = 0.0
         self._submit(self._write_meta, dict(self.meta))
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -125,17 +131,20 @@ class SessionRecorder:
     def _add(self, event: dict[str, Any]) -> None:
         self.events.append(event)
         self._dirty = True
-        if time.monotonic() - self._last_snapshot >= SNAPSHOT_EVERY_S:
+        if not self._critical and time.monotonic() - self._last_snapshot >= SNAPSHOT_EVERY_S:
             self._snapshot()
 
     def _tick(self) -> None:
         """Every second: open audio segments and the timeline reach the disk even when quiet."""
         if self._finished:
             return
-        self._flush_user()
-        self._flush_ai()
-        if self._dirty:
-            self._snapshot()
+        if self._critical and time.monotonic() - self._critical_since > CRITICAL_MAX_S:
+            self._critical = False  # no reply came (the user went on talking): stop waiting
+        if not self._critical:
+            self._flush_user()
+            self._flush_ai()
+            if self._dirty:
+                self._snapshot()
         self._tick_handle = self._loop.call_later(SNAPSHOT_EVERY_S, self._tick)
 
     def _snapshot(self, final: bool = False) -> None:
@@ -173,7 +182,7 @@ class SessionRecorder:
         seg.chunks.append(b64)
         seg.nbytes += len(b64) * 3 // 4
         seg.last = t
-        if seg.nbytes >= seg.rate * 2 * SEGMENT_S:
+        if seg.nbytes >= seg.rate * 2 * SEGMENT_S and not self._critical:
             self._flush_user()
 
     def _flush_user(self) -> None:
@@ -240,6 +249,7 @@ class SessionRecorder:
             return
         kind = ev.get("type")
         if kind in AUDIO_DELTAS:
+            self._critical = False
             self._ai_audio(ev)
             return
         t = self._now()
@@ -253,10 +263,12 @@ class SessionRecorder:
             self._flush_user()
             self._add({"t": t, "type": "speech_started", "item_id": ev.get("item_id")})
         elif kind == "input_audio_buffer.speech_stopped":
+            self._critical, self._critical_since = True, time.monotonic()
             self._add({"t": t, "type": "speech_stopped", "item_id": ev.get("item_id")})
         elif kind == "response.created":
             self._add({"t": t, "type": "response_started", "response_id": (ev.get("response") or {}).get("id")})
         elif kind == "response.done":
+            self._critical = False
             self._flush_ai()
             r = ev.get("response") or {}
             output = r.get("output") or [{}]
@@ -349,6 +361,14 @@ class SessionRecorder:
             log.exception("session %s: replay not built", self.session_id)
             meta["replay_error"] = str(exc)
         self._write_meta(meta)
+
+
+def _lower_priority() -> None:
+    """Recorder threads yield the CPU to the model threads (Linux applies nice per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):
+        pass
 
 
 def _b64(data: str) -> bytes:
