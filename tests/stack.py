@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.launch import free_port, free_ports  # noqa: F401 - free_port is used by tests
+from bench.launch import free_port, free_ports  # noqa: F401 - re-exported for the tests
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,13 +15,13 @@ import psutil
 import pytest
 from openai import AsyncOpenAI
 
-from tests.stack import ROOT, free_port, free_port_block
+from tests.stack import ROOT, free_port, free_ports
 
 pytestmark = pytest.mark.e2e
 
 
 def test_start_all_reaches_ready_and_serves_the_sdk(tmp_path):
-    port, base = free_port(), free_port_block(1)
+    port, base = free_port(), free_ports(1)
     config = tmp_path / "config.json"
     config.write_text(json.dumps({
         "data_dir": str(ROOT / "data"),
