@@ -62,6 +62,7 @@ class QwenOmniOptions(OmniOptions):
     talker_codes_per_token: int | None = Field(None, ge=1, le=200, description="cap on codec frames per text "
                                                "token (default 16 at Qwen2.5's 50 Hz codec, 5 at Qwen3's 12.5 Hz)")
     talker_max_codes: int = Field(2000, ge=8, le=8192)
+    talker_sample: bool = Field(True, description="False: greedy codec tokens (reproducible speech, e.g. in tests)")
     talker_temperature: float = Field(0.9, gt=0.0, le=2.0)
     talker_top_k: int = Field(40, ge=1)
     talker_top_p: float = Field(0.8, gt=0.0, le=1.0)
@@ -143,6 +144,9 @@ class QwenOmniBackend(OmniBackendBase):
         if not self.device.startswith("cuda"):
             model.to(self.device)
         self.model = model.eval()
+        predictor = getattr(getattr(model, "talker", None), "code_predictor", None)
+        if not self.options.talker_sample and predictor is not None:
+            predictor.generation_config.do_sample = False  # Qwen3's residual codes greedy too
         self.load_seconds["model"] = time.perf_counter() - t0
         self.voices = tuple(self._speakers())
         self.default_voice = self.resolve_default_voice()
@@ -330,6 +334,8 @@ class QwenOmniBackend(OmniBackendBase):
 
     def _talker_sampling(self, max_codes: int) -> dict[str, Any]:
         o = self.options
+        if not o.talker_sample:
+            return {"max_new_tokens": max_codes, "do_sample": False, "repetition_penalty": o.talker_repetition_penalty}
         return {"max_new_tokens": max_codes, "do_sample": True, "top_k": o.talker_top_k, "top_p": o.talker_top_p,
                 "temperature": o.talker_temperature, "repetition_penalty": o.talker_repetition_penalty}
 
