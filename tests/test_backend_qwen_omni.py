@@ -28,8 +28,9 @@ pytestmark = pytest.mark.e2e
 
 def options(path) -> dict:
     # Short replies and pieces: the tiny Talker rarely stops by itself, so the caps bound its work.
+    # Greedy Talker: random weights can give a sampler inf/nan probabilities for some draws.
     return {"model_path": str(path), "device": "cpu", "dtype": "float32", "seed": 0, "max_frames": 2,
-            "talker_codes_per_token": 6, "token2wav_steps": 4}
+            "talker_codes_per_token": 6, "token2wav_steps": 4, "talker_sample": False}
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,8 @@ def audio_of(events: list[dict]) -> bytes:
 
 async def turn_based(ws, rate: int = 16000) -> None:
     await recv_until(ws, "session.created")
-    await send(ws, "session.update", session={"type": "realtime", "audio": {"input": {
+    # Greedy Thinker for the same reason as the greedy Talker (options()).
+    await send(ws, "session.update", session={"type": "realtime", "temperature": 0, "audio": {"input": {
         "format": {"type": "audio/pcm", "rate": rate}, "turn_detection": None}}})
     await recv_until(ws, "session.updated")
 
@@ -271,10 +273,8 @@ def test_qwen3_omni_through_the_worker_app(tmp_path):
     from worker.app import create_app
 
     model = build_qwen3_omni(tmp_path / "model")
-    # Greedy Talker: random weights can give a sampler inf/nan probabilities for some draws.
     config = AppConfig.model_validate({"data_dir": str(tmp_path / "data"), "recording": {"enabled": False},
-                                       "backend": {"name": "qwen_omni",
-                                                   "options": options(model) | {"talker_sample": False}}})
+                                       "backend": {"name": "qwen_omni", "options": options(model)}})
     with TestClient(create_app(config)) as client:
         deadline = time.monotonic() + 120
         while not client.get("/health").json()["model_loaded"]:
