@@ -146,15 +146,15 @@ async def test_cancel_and_truncate_count_only_what_was_sent(qwen_stack):
         # the reply holds exactly the audio that went out: nothing after the cancel
         assert abs(metrics["metrics"]["audio_ms"] - heard_ms) < 1.0
         item_id = first["item_id"]
-        await send(ws, "conversation.item.truncate", item_id=item_id, content_index=0,
-                   audio_end_ms=int(heard_ms // 2))
-        truncated = await recv_until(ws, "conversation.item.truncated")
-        assert truncated["audio_end_ms"] == int(heard_ms // 2)
-        # beyond what was sent is refused
+        # beyond what was sent is refused (asked first: a truncate to 0 ms may remove the item)
         await send(ws, "conversation.item.truncate", item_id=item_id, content_index=0,
                    audio_end_ms=int(heard_ms) + 5000)
         err = await recv_until(ws, "error")
         assert err["error"]["code"] == "invalid_audio"
+        await send(ws, "conversation.item.truncate", item_id=item_id, content_index=0,
+                   audio_end_ms=int(heard_ms // 2))
+        truncated = await recv_until(ws, "conversation.item.truncated")
+        assert truncated["audio_end_ms"] == int(heard_ms // 2)
         # nothing more arrives for the cancelled reply, and the session takes a new one
         await send(ws, "response.create", response={"output_modalities": ["text"], "max_output_tokens": 4})
         later: list[dict] = []
