@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import websockets
 
+from tests.reliability import wait_meta
 from tests.stack import ROOT, Stack
 
 pytestmark = pytest.mark.e2e
@@ -75,22 +76,6 @@ async def stream_realtime(ws, pcm: np.ndarray) -> list[float]:
     return sent
 
 
-async def wait_finished(stack, session_id: str, timeout: float = 30.0) -> dict:
-    """Poll meta.json without blocking the loop (a blocked loop would keep an aborted socket open)."""
-    meta_path = stack.sessions_dir / session_id / "meta.json"
-    deadline = time.monotonic() + timeout
-    meta = {}
-    while time.monotonic() < deadline:
-        try:
-            meta = json.loads(meta_path.read_text())
-            if meta.get("status") == "finished" and "replays" in meta:
-                return meta
-        except (OSError, ValueError):
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"session {session_id} never finished: {meta}")
-
-
 def read_stereo(path: Path) -> tuple[np.ndarray, np.ndarray]:
     with wave.open(str(path)) as w:
         assert w.getnchannels() == 2 and w.getframerate() == RATE
@@ -128,7 +113,7 @@ async def test_session_recording_is_complete_and_on_the_wall_clock(stack, questi
 
     session_id = rec["session_id"]
     assert rec["share_url"].startswith(f"/s/{session_id}?token=")
-    meta = await wait_finished(stack, session_id)
+    meta = await wait_meta(stack, session_id)
     d = stack.sessions_dir / session_id
     assert meta["end_reason"] == "client_closed" and meta["app"] == "test"
     for sub in ("user_audio", "ai_audio", "user_frames", "user_images"):
@@ -167,7 +152,7 @@ async def test_viewer_data_needs_the_share_or_admin_token(stack, question):
         await ws.send(json.dumps({"type": "response.create"}))
         await recv(ws, "response.done", log, timeout=60)
     sid = rec["session_id"]
-    await wait_finished(stack, sid)
+    await wait_meta(stack, sid)
     token = rec["share_url"].split("token=", 1)[1]
     base = f"{stack.url}/api/sessions/{sid}"
     async with httpx.AsyncClient(timeout=30) as client:
@@ -211,7 +196,7 @@ async def test_client_gone_mid_reply_leaves_a_readable_recording(stack, question
     await ws.send(json.dumps({"type": "response.create"}))
     await recv(ws, "response.output_audio.delta", log, timeout=60)
     ws.transport.abort()  # vanish without a close frame
-    meta = await wait_finished(stack, rec["session_id"])
+    meta = await wait_meta(stack, rec["session_id"])
     assert meta["end_reason"] == "client_closed"
     recording = json.loads((stack.sessions_dir / rec["session_id"] / "recording.json").read_text())
     jsonschema.validate(recording, SCHEMA)
@@ -259,7 +244,7 @@ async def test_limit_and_worker_shutdown_both_finish_the_recording(tmp_path):
             with pytest.raises(websockets.ConnectionClosed):
                 while True:
                     await asyncio.wait_for(ws.recv(), 10)
-        meta = await wait_finished(s, rec["session_id"])
+        meta = await wait_meta(s, rec["session_id"])
         assert meta["end_reason"] == "pause timeout" and meta["close_code"] == 4002
 
         async with websockets.connect(ws_url(s)) as ws:
@@ -269,7 +254,7 @@ async def test_limit_and_worker_shutdown_both_finish_the_recording(tmp_path):
                           "content": [{"type": "input_text", "text": "Hello."}]}}))
             await recv(ws, "conversation.item.done", log)
             s.procs["worker0"].terminate()  # SIGTERM: a graceful worker shutdown
-            meta = await wait_finished(s, rec["session_id"])
+            meta = await wait_meta(s, rec["session_id"])
         assert meta["end_reason"] == "worker_shutdown", meta
         assert s.procs["worker0"].wait(20) is not None
     finally:
