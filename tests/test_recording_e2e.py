@@ -63,6 +63,14 @@ async def recv(ws, kind: str, log: list, timeout: float = 30.0) -> dict:
             return ev
 
 
+async def say(ws, text: str, respond: bool = True) -> None:
+    """A typed user message, then (by default) ask for the reply."""
+    await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+                  "content": [{"type": "input_text", "text": text}]}}))
+    if respond:
+        await ws.send(json.dumps({"type": "response.create"}))
+
+
 async def stream_realtime(ws, pcm: np.ndarray) -> list[float]:
     """Send 40 ms chunks at real time; returns each chunk's send time."""
     step = RATE * CHUNK_MS // 1000
@@ -147,9 +155,7 @@ async def test_viewer_data_needs_the_share_or_admin_token(stack, question):
     async with websockets.connect(ws_url(stack)) as ws:
         rec = await recv(ws, "session.recording", log)
         await recv(ws, "session.created", log)
-        await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
-                      "content": [{"type": "input_text", "text": "Say hello."}]}}))
-        await ws.send(json.dumps({"type": "response.create"}))
+        await say(ws, "Say hello.")
         await recv(ws, "response.done", log, timeout=60)
     sid = rec["session_id"]
     await wait_meta(stack, sid)
@@ -191,9 +197,7 @@ async def test_client_gone_mid_reply_leaves_a_readable_recording(stack, question
     ws = await websockets.connect(ws_url(stack))
     rec = await recv(ws, "session.recording", log)
     await recv(ws, "session.created", log)
-    await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
-                  "content": [{"type": "input_text", "text": "Tell me a long story about a dragon."}]}}))
-    await ws.send(json.dumps({"type": "response.create"}))
+    await say(ws, "Tell me a long story about a dragon.")
     await recv(ws, "response.output_audio.delta", log, timeout=60)
     ws.transport.abort()  # vanish without a close frame
     meta = await wait_meta(stack, rec["session_id"])
@@ -210,9 +214,7 @@ async def test_worker_killed_mid_reply_leaves_a_recording_up_to_that_moment(tmp_
         async with websockets.connect(ws_url(s)) as ws:
             rec = await recv(ws, "session.recording", log)
             await recv(ws, "session.created", log)
-            await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
-                          "content": [{"type": "input_text", "text": "Tell me a long story about a dragon."}]}}))
-            await ws.send(json.dumps({"type": "response.create"}))
+            await say(ws, "Tell me a long story about a dragon.")
             await recv(ws, "response.output_audio.delta", log, timeout=60)
             await asyncio.sleep(1.5)  # a snapshot lands at least every second
             s.kill("worker0")
@@ -250,8 +252,7 @@ async def test_limit_and_worker_shutdown_both_finish_the_recording(tmp_path):
         async with websockets.connect(ws_url(s)) as ws:
             rec = await recv(ws, "session.recording", log)
             await recv(ws, "session.created", log)
-            await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
-                          "content": [{"type": "input_text", "text": "Hello."}]}}))
+            await say(ws, "Hello.", respond=False)
             await recv(ws, "conversation.item.done", log)
             s.procs["worker0"].terminate()  # SIGTERM: a graceful worker shutdown
             meta = await wait_meta(s, rec["session_id"])
