@@ -13,7 +13,6 @@ import json
 import os
 import re
 import secrets
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -22,6 +21,8 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from core.files import atomic_write_bytes
 
 MAX_SHARE_BYTES = 1_000_000
 MAX_SHARES = 10_000  # a public endpoint must not be able to fill the disk
@@ -78,16 +79,8 @@ class ShareStore:
             raise HTTPException(507, f"share storage is full ({MAX_SHARES} shares); ask the operator to prune it")
         target = self.path(share.id)
         assert target is not None
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(share.model_dump_json(exclude_none=True))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)  # readers see the whole file or none of it
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # Readers see the whole file or none of it.
+        atomic_write_bytes(target, share.model_dump_json(exclude_none=True).encode(), durable=True)
 
     def load(self, share_id: str) -> bytes | None:
         """Blocking; the stored JSON, or ``None`` if there is no such share."""

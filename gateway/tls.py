@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 import socket
 import ssl
-import tempfile
 from pathlib import Path
 
 from cryptography import x509
@@ -22,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from core.config import AppConfig, is_loopback
+from core.files import atomic_write_bytes
 
 VALID_DAYS = 365
 RENEW_BEFORE = dt.timedelta(days=1)  # a cert about to expire would fail mid-run: make a new one now
@@ -101,8 +100,8 @@ def ensure_self_signed(folder: Path, names: tuple[list[str], list[IPAddress]]) -
     if not _reusable(cert_path, key_path, names):
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         key_pem, cert_pem = _make_self_signed(*names)
-        _write_atomically(key_path, key_pem, 0o600)  # key first: a cert never pairs with a stale key
-        _write_atomically(cert_path, cert_pem, 0o644)
+        atomic_write_bytes(key_path, key_pem, 0o600, durable=True)  # key first: a cert never pairs with a stale key
+        atomic_write_bytes(cert_path, cert_pem, 0o644, durable=True)
     return cert_path, key_path
 
 
@@ -161,21 +160,6 @@ def _make_self_signed(dns: list[str], ips: list[IPAddress]) -> tuple[bytes, byte
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     return key_pem, cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _write_atomically(path: Path, data: bytes, mode: int) -> None:
-    """Temp file in the same folder, then rename: an interrupted start never leaves half a PEM."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # created 0600
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _check_pair(cert_path: Path, key_path: Path) -> None:
