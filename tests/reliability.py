@@ -38,6 +38,23 @@ async def recv_until(ws, kind: str, timeout: float = 20.0, log: list | None = No
             return ev
 
 
+async def say(ws, text: str, respond: bool = True) -> None:
+    """A typed user message, then (by default) ask for the reply."""
+    await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+                  "content": [{"type": "input_text", "text": text}]}}))
+    if respond:
+        await ws.send(json.dumps({"type": "response.create"}))
+
+
+async def open_session(stack, timeout: float = 30.0, **params: str) -> tuple:
+    """Connect and wait for ``session.created``; returns the socket and the ``session.recording``
+    event (None when the session is not recorded)."""
+    ws = await websockets.connect(ws_url(stack, **params))
+    seen: list[dict] = []
+    await recv_until(ws, "session.created", timeout, log=seen)
+    return ws, next((ev for ev in seen if ev["type"] == "session.recording"), None)
+
+
 async def end(ws, how: str) -> None:
     """``close``: a clean close handshake; ``abort``: TCP abort, no close frame."""
     if how == "abort":

@@ -61,10 +61,19 @@ class Stack:
     def start_worker(self, i: int) -> None:
         self._spawn(f"worker{i}", ["worker", "--index", str(i)])
 
+    def start_gateway(self) -> None:
+        self._spawn("gateway", ["gateway"])
+
+    def start_supervisor(self) -> subprocess.Popen:
+        """``python -m core.supervisor`` instead of :meth:`start`: it runs the workers and the
+        gateway itself; its output (with each child's pid) goes to ``supervisor.log``."""
+        self._spawn("supervisor", ["core.supervisor"])
+        return self.procs["supervisor"]
+
     def start(self, timeout: float = 180.0) -> Stack:
         for i in range(self.n):
             self.start_worker(i)
-        self._spawn("gateway", ["gateway"])
+        self.start_gateway()
         self.wait_healthy(self.n, timeout)
         return self
 
@@ -84,8 +93,8 @@ class Stack:
         last = None
         while time.monotonic() < deadline:
             for name, proc in self.procs.items():
-                if proc.poll() is not None and name == "gateway":
-                    raise RuntimeError(f"gateway exited: {(self.tmp / 'gateway.log').read_text()[-2000:]}")
+                if proc.poll() is not None and name in ("gateway", "supervisor"):
+                    raise RuntimeError(f"{name} exited: {(self.tmp / f'{name}.log').read_text()[-2000:]}")
             try:
                 last = self.health()
                 if last["workers_healthy"] >= count:

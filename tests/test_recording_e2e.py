@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import websockets
 
-from tests.reliability import wait_meta
+from tests.reliability import say, wait_meta
 from tests.stack import ROOT, Stack
 
 pytestmark = pytest.mark.e2e
@@ -61,14 +61,6 @@ async def recv(ws, kind: str, log: list, timeout: float = 30.0) -> dict:
         log.append((time.monotonic(), ev))
         if ev["type"] == kind:
             return ev
-
-
-async def say(ws, text: str, respond: bool = True) -> None:
-    """A typed user message, then (by default) ask for the reply."""
-    await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
-                  "content": [{"type": "input_text", "text": text}]}}))
-    if respond:
-        await ws.send(json.dumps({"type": "response.create"}))
 
 
 async def stream_realtime(ws, pcm: np.ndarray) -> list[float]:
