@@ -75,8 +75,9 @@ class WorkersConfig(_Strict):
     urls: list[str] = Field(default_factory=list, description="extra workers on other hosts")
     connect_timeout_s: float = Field(5.0, gt=0, description="a worker must accept a session's WebSocket, then "
                                      "send session.created, each within this, else worker_unavailable")
-    ping_interval_s: float = Field(20.0, gt=0, description="gateway->worker WebSocket ping; no pong within as "
-                                   "long again ends the session with worker_failed (a hung worker)")
+    ping_interval_s: float = Field(20.0, gt=0, description="WebSocket ping between gateway and worker, both ways; "
+                                   "no pong within as long again ends the session: worker_failed on the gateway "
+                                   "(a hung worker), the slot freed on the worker (a gateway it cannot reach)")
 
 
 class BackendConfig(_Strict):

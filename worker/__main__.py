@@ -5,8 +5,23 @@ from __future__ import annotations
 import argparse
 
 import uvicorn
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from core.config import add_cli_arguments, config_from_cli
+
+
+class _AbortOnPingTimeout(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSockets, except that a missed pong aborts the socket.
+
+    uvicorn answers a keepalive timeout with ``transport.close()``, which waits for the write
+    buffer to drain before the app hears of it. After a silent network cut mid-reply nothing
+    drains (TCP retries for ~15 min), so the session kept its slot until the link came back.
+    A gateway that does not answer pings will not read the rest either.
+    """
+
+    def keepalive_timeout(self) -> None:
+        super().keepalive_timeout()
+        self.transport.abort()  # connection_lost now: the session sees the disconnect
 
 
 def main() -> None:
@@ -22,9 +37,11 @@ def main() -> None:
     from worker.app import create_app
 
     port = args.worker_port or config.workers.base_port + args.index
+    ping = config.workers.ping_interval_s  # the gateway pings its end as often (gateway/app.py)
     uvicorn.run(
         create_app(config, args.index), host=config.workers.host, port=port, log_level="warning",
-        ws_max_size=config.limits.transport_max_bytes, ws_ping_interval=20, ws_ping_timeout=20,
+        ws_max_size=config.limits.transport_max_bytes, ws_ping_interval=ping, ws_ping_timeout=ping,
+        ws=_AbortOnPingTimeout,
     )
 
 
