@@ -2,17 +2,23 @@
 # Installs everything OmniDuplex needs into ./.venv (idempotent; skips work when up to date).
 # CPU build of torch pinned for this environment; see docs/operations.md for CUDA hosts.
 #   scripts/install.sh                  Python environment only (what start_all.sh needs)
-#   scripts/install.sh --with-browser   also Debian chromium + chromium-driver (browser tests)
+#   scripts/install.sh --with-browser   also Debian chromium + chromium-driver (browser tests) and
+#                                       iproute2 (`ip netns`, tests/test_netns.py), when missing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "${1:-}" = "--with-browser" ] && { [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; }; then
-  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    echo "[install] installing Debian chromium + chromium-driver for the browser tests"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
-  else
-    echo "[install] chromium/chromedriver missing and apt-get unavailable (need root): browser tests will be skipped"
+if [ "${1:-}" = "--with-browser" ]; then
+  missing=()
+  { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || missing+=(chromium chromium-driver)
+  { command -v ip >/dev/null || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ]; } || missing+=(iproute2)
+  if [ ${#missing[@]} -gt 0 ]; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+      echo "[install] installing Debian ${missing[*]} for the browser / network namespace tests"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+      echo "[install] ${missing[*]} missing and apt-get unavailable (need root): browser / netns tests will be skipped"
+    fi
   fi
 fi
 

@@ -20,8 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 class Stack:
     """N workers + one gateway on free ports, sharing the repo's model cache."""
 
-    def __init__(self, tmp: Path, workers: int = 1, **overrides) -> None:
+    def __init__(self, tmp: Path, workers: int = 1, worker_host: str = "127.0.0.1",
+                 worker_prefix: list[str] | None = None, **overrides) -> None:
+        """``worker_host``: the address workers bind and the gateway dials (``workers.host``);
+        ``worker_prefix``: a command the workers run under (``["ip", "netns", "exec", ns]``)."""
         self.tmp = tmp
+        self.worker_host = worker_host
+        self.worker_prefix = list(worker_prefix or [])
         self.base_port = free_ports(workers)
         self.port = free_port()
         # Own data dir (recordings, tokens) per stack; the converted model cache is shared.
@@ -33,7 +38,7 @@ class Stack:
         config = {
             "data_dir": str(self.data_dir),
             "gateway": {"port": self.port},
-            "workers": {"count": workers, "base_port": self.base_port},
+            "workers": {"count": workers, "base_port": self.base_port, "host": worker_host},
             "health": {"interval_s": 0.2, "timeout_s": 1.0, "jitter": 0.1},
         }
         for section, values in overrides.items():
@@ -48,18 +53,18 @@ class Stack:
         return f"http://127.0.0.1:{self.port}"
 
     def worker_url(self, i: int = 0) -> str:
-        return f"http://127.0.0.1:{self.base_port + i}"
+        return f"http://{self.worker_host}:{self.base_port + i}"
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], prefix: list[str] | None = None) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
         log = open(self.tmp / f"{name}.log", "ab")
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", *args, "--config", str(self.config_path)], cwd=ROOT, env=env,
+            [*(prefix or []), sys.executable, "-m", *args, "--config", str(self.config_path)], cwd=ROOT, env=env,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
     def start_worker(self, i: int) -> None:
-        self._spawn(f"worker{i}", ["worker", "--index", str(i)])
+        self._spawn(f"worker{i}", ["worker", "--index", str(i)], self.worker_prefix)
 
     def start_gateway(self) -> None:
         self._spawn("gateway", ["gateway"])
