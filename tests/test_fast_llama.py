@@ -45,3 +45,15 @@ def test_backend_llm_answers_greedily_like_transformers(cascade_backend):
     # the exact greedy answer float32 gives: lower-precision paths must not change it
     assert "".join(pieces).startswith("The capital of France is Paris")
     assert stats.output_tokens > 0
+
+
+def test_prefill_lengths_fall_into_few_shapes_and_never_overrun_the_cache():
+    """Per-shape kernel state made a worker grow ~2 MB per new prompt length (soak test); padded
+    prefill bounds the shapes, and never pads past the cache's free room."""
+    from core.cascade.fast_llama import padded_length
+
+    shapes = {padded_length(n, 2048) for n in range(1, 2049)}
+    assert len(shapes) <= 26, sorted(shapes)
+    for n in range(1, 300):
+        assert n <= padded_length(n, 2048) <= max(n * 2, 8)
+        assert padded_length(n, n + 1) in (n, n + 1)  # no room: exact length

@@ -28,6 +28,25 @@ def supports(model) -> bool:
     )
 
 
+# Prefill lengths are padded up to one of these, so the matmuls see a few dozen shapes rather
+# than one per prompt length: torch's oneDNN kernels keep per-shape state (primitive caches,
+# JIT code, scratch buffers), and a worker serving thousands of turns of every length grew by
+# ~2 MB per new length without end (the soak test found it). Padding sits after the real
+# tokens, so the causal mask keeps it out of their attention and the cache never counts it.
+_EXACT_UP_TO = 8
+_BUCKETS = (12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+
+
+def padded_length(n: int, room: int) -> int:
+    """The shape to run ``n`` new tokens at, given ``room`` free cache positions."""
+    if n <= _EXACT_UP_TO:
+        return n
+    for size in _BUCKETS:
+        if size >= n:
+            return size if size <= room else n
+    return n
+
+
 @dataclass(slots=True)
 class _Layer:
     norm1: torch.Tensor
@@ -149,10 +168,12 @@ class FastLlama:
     @torch.inference_mode()
     def forward(self, ids: list[int], cache: FastCache) -> torch.Tensor:
         """Run ``ids`` after the cached positions; returns float32 logits of the last one."""
-        n = len(ids)
+        real = len(ids)
         start = cache.length
-        if start + n > cache.max_len:
-            raise ValueError(f"context of {start + n} tokens exceeds {cache.max_len}")
+        if start + real > cache.max_len:
+            raise ValueError(f"context of {start + real} tokens exceeds {cache.max_len}")
+        n = padded_length(real, cache.max_len - start)
+        ids = list(ids) + [ids[-1]] * (n - real)
         wts = self.decode_w if n == 1 else self.prefill_w
         x = wts.embed[torch.tensor(ids, dtype=torch.long)].unsqueeze(0)  # [1, n, hidden]
         cos = wts.cos[start : start + n]
@@ -185,6 +206,6 @@ class FastLlama:
             h = self._rms(x, layer.norm2)
             gate, up = F.linear(h, layer.gate_up).split(self.inter, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer.down)
-        cache.length = end
-        last = self._rms(x[:, -1], wts.norm)
+        cache.length = start + real
+        last = self._rms(x[:, real - 1], wts.norm)
         return F.linear(last, wts.lm_head)[0].float()
