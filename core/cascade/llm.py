@@ -76,6 +76,10 @@ class KvState:
     tokens: list[int] = field(default_factory=list)
     cache: object | None = None
 
+    def release(self) -> None:
+        """Free the cache now (a later turn would start a new one)."""
+        self.tokens, self.cache = [], None
+
 
 @dataclass(slots=True)
 class GenerationStats:

@@ -840,6 +840,13 @@ class CascadeConversation(Conversation):
         for task in list(self._tasks):
             task.cancel()
         self._queue.put_nowait(None)
+        # The KV cache is ~45 MB and this conversation sits in reference cycles, so it would live
+        # until a full GC: under steady load the worker grew by one cache per session between
+        # collections (soak test). Queued behind any generation still finishing on the LLM thread.
+        try:
+            self._backend.llm_pool.submit(self._kv.release)
+        except RuntimeError:  # the backend is shutting down
+            self._kv.release()
 
 
 def _compression_ratio(text: str) -> float:
