@@ -27,7 +27,7 @@ import psutil
 import pytest
 import websockets
 
-from tests.reliability import end, health, make_stack, recv_until, wait_idle, wait_meta, ws_url
+from tests.reliability import end, health, make_stack, recv_until, say, wait_idle, wait_meta, ws_url
 from tests.stack import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -55,11 +55,6 @@ class Tally:
     errors: list[str] = field(default_factory=list)
 
 
-def _item(text: str) -> str:
-    return json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
-                       "content": [{"type": "input_text", "text": text}]}})
-
-
 async def _open(stack, tally: Tally, scenario: str):
     """Connect and wait for the worker; returns (ws, session id or None if not recorded)."""
     ws = await websockets.connect(ws_url(stack), max_size=None)
@@ -84,8 +79,7 @@ async def _hear_reply(ws, timeout: float = 90) -> str:
 async def typed_turns(stack, rng, tally):
     ws, sid = await _open(stack, tally, "typed_turns")
     for _ in range(rng.randint(1, 2)):
-        await ws.send(_item(rng.choice(QUESTIONS)))
-        await ws.send(json.dumps({"type": "response.create"}))
+        await say(ws, rng.choice(QUESTIONS))
         assert (await _hear_reply(ws)) == "completed"
     tally.replied.add(sid)
     await ws.close()
@@ -107,13 +101,11 @@ async def spoken_turn(stack, rng, tally, speech: bytes):
 
 async def cancel_then_turn(stack, rng, tally):
     ws, sid = await _open(stack, tally, "cancel_then_turn")
-    await ws.send(_item("Tell me a long story about a dragon."))
-    await ws.send(json.dumps({"type": "response.create"}))
+    await say(ws, "Tell me a long story about a dragon.")
     await recv_until(ws, "response.output_audio.delta", timeout=90)
     await ws.send(json.dumps({"type": "response.cancel"}))
     assert (await _hear_reply(ws)) == "cancelled"
-    await ws.send(_item("Say hello."))
-    await ws.send(json.dumps({"type": "response.create"}))
+    await say(ws, "Say hello.")
     assert (await _hear_reply(ws)) == "completed"
     tally.replied.add(sid)
     await ws.close()
@@ -130,8 +122,7 @@ async def pause_resume_and_bad_events(stack, rng, tally):
                                                                      "audio": "@@not base64@@"})):
         await ws.send(bad)
         await recv_until(ws, "error")
-    await ws.send(_item("Say hello."))
-    await ws.send(json.dumps({"type": "response.create"}))
+    await say(ws, "Say hello.")
     assert (await _hear_reply(ws)) == "completed"
     tally.replied.add(sid)
     await end(ws, rng.choice(["close", "abort"]))
@@ -139,8 +130,7 @@ async def pause_resume_and_bad_events(stack, rng, tally):
 
 async def leave_mid_reply(stack, rng, tally):
     ws, _ = await _open(stack, tally, "leave_mid_reply")
-    await ws.send(_item("Tell me a long story about a dragon."))
-    await ws.send(json.dumps({"type": "response.create"}))
+    await say(ws, "Tell me a long story about a dragon.")
     await recv_until(ws, "response.output_audio.delta", timeout=90)
     await asyncio.sleep(rng.uniform(0, 1.5))
     await end(ws, rng.choice(["close", "abort"]))
