@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in DELEGATED:
         sys.argv = [f"python -m bench {argv[0]}", *argv[1:]]
-        importlib.import_module(DELEGATED[argv[0]]).main()
+        module = importlib.import_module(DELEGATED[argv[0]])
+        (getattr(module, "cli", None) or module.main)()  # pipeline's main() is its async runner
         return
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=[*COMMANDS, *DELEGATED])

@@ -37,3 +37,13 @@ def test_throughput_benchmark_relays_every_event(tmp_path):
     # Through the gateway the client also gets queue.assigned before session.created.
     assert r["through_gateway"]["events"] == r["direct"]["events"] + 1 == 20002
     assert r["through_gateway"]["events_per_s"] > 0
+
+
+def test_every_benchmark_command_answers_help():
+    """``python -m bench <what> --help`` works for each command (pipeline's once crashed)."""
+    from bench.__main__ import COMMANDS, DELEGATED
+
+    for what in [*COMMANDS, *DELEGATED]:
+        out = subprocess.run([sys.executable, "-m", "bench", what, "--help"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0 and "usage" in out.stdout.lower(), (what, out.stderr[-500:])
