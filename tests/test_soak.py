@@ -27,7 +27,17 @@ import psutil
 import pytest
 import websockets
 
-from tests.reliability import end, health, make_stack, recv_until, say, wait_idle, wait_meta, ws_url
+from tests.reliability import (
+    end,
+    health,
+    make_stack,
+    open_session,
+    recv_until,
+    say,
+    wait_idle,
+    wait_meta,
+    ws_url,
+)
 from tests.stack import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -57,17 +67,11 @@ class Tally:
 
 async def _open(stack, tally: Tally, scenario: str):
     """Connect and wait for the worker; returns (ws, session id or None if not recorded)."""
-    ws = await websockets.connect(ws_url(stack), max_size=None)
-    session_id = None
-    while True:
-        ev = json.loads(await asyncio.wait_for(ws.recv(), 120))
-        if ev["type"] == "session.recording":
-            session_id = ev["session_id"]
-            tally.recorded[session_id] = scenario
-        elif ev["type"] == "session.created":
-            return ws, session_id
-        elif ev["type"] == "error":
-            raise AssertionError(f"{scenario}: {ev}")
+    ws, rec = await open_session(stack, timeout=120)
+    if rec is None:
+        return ws, None
+    tally.recorded[rec["session_id"]] = scenario
+    return ws, rec["session_id"]
 
 
 async def _hear_reply(ws, timeout: float = 90) -> str:
@@ -165,9 +169,7 @@ async def _client_loop(stack, seed: int, deadline: float, tally: Tally, speech: 
 
 
 def _rss_mb(pid: int) -> float:
-    """RSS of a process and its children (the worker's recorder runs in threads, not children)."""
-    proc = psutil.Process(pid)
-    return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20
+    return psutil.Process(pid).memory_info().rss / 2**20
 
 
 async def _sample_rss(stack, deadline: float, samples: dict[str, list[tuple[float, float]]]) -> None:
