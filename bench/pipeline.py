@@ -53,7 +53,7 @@ def log(msg: str) -> None:
 
 
 async def text_run(backend, prompt: str) -> dict[str, float]:
-    from core.processors.base import ConversationConfig
+    from core.conversation import ConversationConfig
 
     conv = backend.open_conversation(ConversationConfig(turn_detection=None))
     await conv.add_text(prompt)
@@ -83,7 +83,7 @@ async def text_run(backend, prompt: str) -> dict[str, float]:
 
 async def spoken_run(backend, prompt: str) -> dict[str, float]:
     from core.audio import float_to_pcm16, resample
-    from core.processors.base import ConversationConfig
+    from core.conversation import ConversationConfig
 
     rate = 16000
     pcm24 = b"".join(backend.tts.synthesize(prompt, deterministic=True))
@@ -127,7 +127,7 @@ async def spoken_run(backend, prompt: str) -> dict[str, float]:
 
 
 async def cancel_run(backend) -> dict[str, float]:
-    from core.processors.base import ConversationConfig
+    from core.conversation import ConversationConfig
 
     conv = backend.open_conversation(ConversationConfig(turn_detection=None, max_output_tokens=200))
     await conv.add_text("Tell me a long story about a brave knight.")

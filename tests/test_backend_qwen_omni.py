@@ -210,7 +210,7 @@ async def test_first_piece_is_small_and_spoken_while_the_thinker_writes(qwen25_m
     """In-process: the reply is spoken in several pieces, the first one a couple of words, and
     the first piece reaches the Talker before the Thinker has finished."""
     from core.processors import create_backend
-    from core.processors.base import ConversationConfig
+    from core.conversation import ConversationConfig
     from tests.helpers import Collector
 
     backend = create_backend("qwen_omni", options(qwen25_model) | {"warm_up": False})

@@ -27,7 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from core.processors import create_backend
-from core.processors.base import ConversationConfig, TurnDetection
+from core.conversation import ConversationConfig, TurnDetection
 from tests.helpers import Collector, stream
 from tests.stack import Stack, free_port
 

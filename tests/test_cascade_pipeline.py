@@ -15,7 +15,8 @@ from core.errors import (
     NoActiveResponseError,
     ResponseActiveError,
 )
-from core.processors.base import Capability, ConversationConfig, TurnDetection
+from core.conversation import ConversationConfig, TurnDetection
+from core.processors.base import Capability
 from tests.helpers import Collector, noise, silence, speech_pcm, stream
 
 QUESTION = "What is the capital of France?"

@@ -24,7 +24,8 @@ from pydantic import ValidationError
 from core.audio import float_to_pcm16
 from core.errors import OmniDuplexError
 from core.media import CONTENT_TYPES, decode_audio, encode_audio, encode_stream
-from core.processors.base import ConversationConfig, new_id
+from core.conversation import ConversationConfig
+from core.ids import new_id
 from core.rest_jobs import (
     CHAT_PATH,
     REQUEST_ID_HEADER,

@@ -20,7 +20,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from core.config import LimitsConfig
 from core.errors import NoActiveResponseError, OmniDuplexError, ResponseActiveError
-from core.processors.base import Backend, ConversationConfig, new_id
+from core.conversation import ConversationConfig
+from core.ids import new_id
+from core.processors.base import Backend
 from core.protocol import (
     ConversationItemCreate,
     ConversationItemDelete,
@@ -239,12 +241,8 @@ class RealtimeSession:
                 return  # audio sent while paused is dropped, by design
             await conv.append_audio(_b64(ev.audio, "audio", ev.event_id))
         elif isinstance(ev, SessionUpdate):
-            backend = self.backend
-            cfg = apply_session_update(conv.config, ev.session, self.dialect,
-                                       getattr(backend, "turn_detection_types", ("server_vad",)))
-            if not hasattr(backend, "resolve_voice"):  # one fixed voice: keep reporting it
-                cfg = cfg.model_copy(update={"voice": conv.config.voice})
-            conv.update(cfg)
+            cfg = apply_session_update(conv.config, ev.session, self.dialect, self.backend.turn_detection_types)
+            conv.update(cfg)  # the conversation maps the voice to one the backend has
             self.on_state(self._state())
             self.send(server_event("session.updated", session=self._session()))
         elif isinstance(ev, InputAudioBufferCommit):

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core.processors.base import ConversationConfig, TurnDetection
+from core.conversation import ConversationConfig, TurnDetection
 from core.protocol import Dialect, ProtocolError
 
 VOICE = "joe"

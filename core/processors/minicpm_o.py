@@ -31,14 +31,12 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from core.errors import InvalidInputError
-from core.processors.base import Capability, ConversationConfig, ProgressCallback, new_id
+from core.conversation import Conversation, ConversationConfig, ConversationError, Item, ReplyJob, ReplyStats
+from core.ids import new_id
+from core.processors.base import Capability, ProgressCallback
 from core.processors.omni_base import (
     VAD_RATE,
-    GenerationJob,
-    GenerationStats,
     OmniBackendBase,
-    OmniConversation,
-    OmniItem,
     OmniOptions,
     parse_device,
     parse_dtype,
@@ -147,7 +145,7 @@ class MiniCpmOBackend(OmniBackendBase):
 
     # ------------------------------------------------------------------ turn-based
 
-    def _content(self, item: OmniItem) -> list:
+    def _content(self, item: Item) -> list:
         content: list = []
         if item.audio is not None:
             content.append(item.audio.astype(np.float32))
@@ -156,7 +154,7 @@ class MiniCpmOBackend(OmniBackendBase):
             content.append(item.text)
         return content
 
-    def run_model(self, job: GenerationJob) -> GenerationStats:
+    def run_model(self, job: ReplyJob) -> ReplyStats:
         import torch
 
         model = self.model
@@ -215,10 +213,10 @@ class MiniCpmOBackend(OmniBackendBase):
                     close()
         if job.cancelled:
             s["clean"] = False  # the cache holds a reply the history does not
-            return GenerationStats(stop_reason="cancelled")
+            return ReplyStats(stop_reason="cancelled")
         s["items"] = ids + [job.item_id]
         tokens = len(getattr(model, "_streaming_generated_token_ids", None) or []) or pieces
-        return GenerationStats(output_tokens=tokens)
+        return ReplyStats(output_tokens=tokens)
 
     def forget(self, conversation) -> None:
         if self.session.get("owner") == id(conversation):
@@ -259,7 +257,7 @@ class MiniCpmOBackend(OmniBackendBase):
             self.duplex.set_session_stop()
 
 
-class MiniCpmOConversation(OmniConversation):
+class MiniCpmOConversation(Conversation):
     """Adds the model_duplex unit loop to the shared conversation."""
 
     backend: MiniCpmOBackend
@@ -268,7 +266,7 @@ class MiniCpmOConversation(OmniConversation):
         self._duplex_on = False
         self._unit_buffer = np.zeros(0, dtype=np.float32)
         self._units_pending = 0
-        self._duplex_job: GenerationJob | None = None
+        self._duplex_job: ReplyJob | None = None
         self._muted = False  # a cancelled duplex turn: drop its output until the model ends it
         self._last_frame = None
         super().__init__(backend, config)
@@ -302,12 +300,6 @@ class MiniCpmOConversation(OmniConversation):
     def _on_history_edited(self) -> None:
         self.backend.forget(self)
 
-    def delete_item(self, item_id: str) -> bool:
-        deleted = super().delete_item(item_id)
-        if deleted:
-            self.backend.forget(self)
-        return deleted
-
     async def cancel_response(self, reason: str = "client_cancelled"):
         result = await super().cancel_response(reason)
         if self.duplex:
@@ -339,8 +331,6 @@ class MiniCpmOConversation(OmniConversation):
             result = await self._in_model(self.backend.duplex_unit, chunk, frame)
         except Exception as exc:  # a failed unit is reported; the stream goes on
             log.exception("duplex unit failed")
-            from core.processors.base import ConversationError
-
             self._emit(ConversationError("duplex_failed", f"duplex step failed: {exc}"))
             return
         finally:
@@ -359,8 +349,8 @@ class MiniCpmOConversation(OmniConversation):
             return
         if not listening:
             if self._response is None:
-                resp = self._start(output_audio=True)
-                self._duplex_job = GenerationJob(self, resp, [], [], "", self.config)
+                resp = self.begin_response(output_audio=True)
+                self._duplex_job = ReplyJob(self, resp, [], [], "", self.config)
             job = self._duplex_job
             text = result.get("text") or ""
             if text:
@@ -373,11 +363,7 @@ class MiniCpmOConversation(OmniConversation):
         if self._response is not None and (listening or end):
             self._duplex_job = None
             # this unit's text and audio are queued with call_soon: the reply ends after them
-            self._loop.call_soon(self._end_duplex_reply, self._response)
-
-    def _end_duplex_reply(self, resp) -> None:
-        if self._response is resp and not resp.cancelled:
-            self._finish(resp, "completed", None, resp.text)
+            self._loop.call_soon(self.finish_response, self._response)
 
     async def close(self) -> None:
         if self._duplex_on:

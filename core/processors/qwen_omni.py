@@ -26,11 +26,9 @@ from pydantic import Field, field_validator
 from core.audio import OUTPUT_RATE
 from core.cascade.chunker import SpeechChunker
 from core.processors.base import Capability, ProgressCallback
+from core.conversation import ReplyJob, ReplyStats
 from core.processors.omni_base import (
-    GenerationJob,
-    GenerationStats,
     OmniBackendBase,
-    OmniConversation,
     OmniOptions,
     parse_device,
     parse_dtype,
@@ -188,7 +186,7 @@ class QwenOmniBackend(OmniBackendBase):
 
     # ------------------------------------------------------------------ prompts
 
-    def _messages(self, job: GenerationJob) -> tuple[list[dict], list, list, list]:
+    def _messages(self, job: ReplyJob) -> tuple[list[dict], list, list, list]:
         """Chat-template messages plus the audio/image/video lists the processor wants, in order."""
         audios: list[np.ndarray] = []
         images: list[Any] = []
@@ -271,7 +269,7 @@ class QwenOmniBackend(OmniBackendBase):
         with torch.inference_mode():
             return self.model.thinker.generate(**kwargs)
 
-    def run_model(self, job: GenerationJob) -> GenerationStats:
+    def run_model(self, job: ReplyJob) -> ReplyStats:
         messages, audios, images, videos = self._messages(job)
         inputs = self._inputs(messages, audios, images, videos)
         speak = job.output_audio and self.speaks
@@ -295,9 +293,9 @@ class QwenOmniBackend(OmniBackendBase):
             stop = "length"
         if speech is not None:
             speech.wait()
-        return GenerationStats(len(streamer.ids), int(inputs["input_ids"].shape[1]), stop)
+        return ReplyStats(len(streamer.ids), int(inputs["input_ids"].shape[1]), stop)
 
-    def transcribe_audio(self, audio: np.ndarray) -> str | None:
+    def transcribe_turn(self, audio: np.ndarray) -> str | None:
         """The Thinker transcribes (Qwen-Omni's documented ASR prompt); greedy, text only."""
         messages = [
             {"role": "system", "content": [{"type": "text", "text": "You are a speech recognition model."}]},
@@ -426,13 +424,6 @@ class QwenOmniBackend(OmniBackendBase):
         return wav.reshape(-1).float().cpu().numpy()
 
 
-class QwenOmniConversation(OmniConversation):
-    backend: QwenOmniBackend
-
-
-QwenOmniBackend.conversation_class = QwenOmniConversation
-
-
 # --------------------------------------------------------------------------- streaming
 
 
@@ -444,7 +435,7 @@ class _Speech:
     spoken once every token in it has its states, i.e. one step after its last token.
     """
 
-    def __init__(self, backend: QwenOmniBackend, job: GenerationJob, inputs: dict, voice: str) -> None:
+    def __init__(self, backend: QwenOmniBackend, job: ReplyJob, inputs: dict, voice: str) -> None:
         import torch
 
         self.backend = backend
@@ -554,7 +545,7 @@ class _ReplyStreamer:
     the tokens it came from (character offsets per token), since the Talker reads tokens.
     """
 
-    def __init__(self, backend: QwenOmniBackend, job: GenerationJob, eos: set[int], speech: _Speech | None) -> None:
+    def __init__(self, backend: QwenOmniBackend, job: ReplyJob, eos: set[int], speech: _Speech | None) -> None:
         self.tokenizer = backend.processor.tokenizer
         self.job = job
         self.eos = eos

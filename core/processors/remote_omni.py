@@ -2,7 +2,7 @@
 OpenAI's chat completions with audio output), so our gateway, pages, queue and recordings
 serve it unchanged.
 
-Turn detection, barge-in, history and truncation stay here (the shared ``OmniConversation``);
+Turn detection, barge-in, history and truncation stay here (the conversation core);
 each reply is one streamed ``POST {base_url}/chat/completions`` with the whole history. Both
 documented streaming shapes are read:
 
@@ -32,13 +32,10 @@ from pydantic import Field, field_validator
 
 from core.media import wav_bytes
 from core.processors.base import Capability, ProgressCallback
+from core.conversation import Item, ReplyJob, ReplyStats
 from core.processors.omni_base import (
     VAD_RATE,
-    GenerationJob,
-    GenerationStats,
     OmniBackendBase,
-    OmniConversation,
-    OmniItem,
     OmniOptions,
     image_to_jpeg,
 )
@@ -128,7 +125,7 @@ class RemoteOmniBackend(OmniBackendBase):
 
     # ------------------------------------------------------------------ requests
 
-    def request_body(self, job: GenerationJob) -> dict[str, Any]:
+    def request_body(self, job: ReplyJob) -> dict[str, Any]:
         opts = self.options
         messages: list[dict[str, Any]] = []
         if job.system:
@@ -163,7 +160,7 @@ class RemoteOmniBackend(OmniBackendBase):
         body.update(opts.extra_body)
         return body
 
-    def _message(self, item: OmniItem) -> dict[str, Any] | None:
+    def _message(self, item: Item) -> dict[str, Any] | None:
         if item.role != "user":
             return {"role": item.role, "content": item.text} if item.text else None
         parts: list[dict[str, Any]] = []
@@ -179,7 +176,7 @@ class RemoteOmniBackend(OmniBackendBase):
             parts.append({"type": "text", "text": item.text})
         return {"role": "user", "content": parts} if parts else None
 
-    async def run_model_async(self, job: GenerationJob) -> GenerationStats:
+    async def generate_reply(self, job: ReplyJob) -> ReplyStats:
         stream = asyncio.ensure_future(self._stream(job))
         watcher = asyncio.ensure_future(_wait_event(job.cancel))
         try:
@@ -192,11 +189,11 @@ class RemoteOmniBackend(OmniBackendBase):
         if stream not in done:  # cancelled by the client: dropping the stream aborts the request
             stream.cancel()
             await asyncio.gather(stream, return_exceptions=True)
-            return GenerationStats(stop_reason="cancelled")
+            return ReplyStats(stop_reason="cancelled")
         return stream.result()
 
-    async def _stream(self, job: GenerationJob) -> GenerationStats:
-        stats = GenerationStats()
+    async def _stream(self, job: ReplyJob) -> ReplyStats:
+        stats = ReplyStats()
         url = f"{self.options.base_url}/chat/completions"
         body = self.request_body(job)
         client = httpx.AsyncClient(timeout=self._timeout(), headers=self._headers(), trust_env=False)
@@ -213,7 +210,7 @@ class RemoteOmniBackend(OmniBackendBase):
         job.end_segment()
         return stats
 
-    def _chunk(self, job: GenerationJob, chunk: dict[str, Any], stats: GenerationStats) -> None:
+    def _chunk(self, job: ReplyJob, chunk: dict[str, Any], stats: ReplyStats) -> None:
         if "error" in chunk or chunk.get("object") == "error":
             err = chunk.get("error", chunk)
             raise RemoteEngineError(f"engine error: {err.get('message') if isinstance(err, dict) else err}")
@@ -242,17 +239,17 @@ class RemoteOmniBackend(OmniBackendBase):
             if choice.get("finish_reason") == "length":
                 stats.stop_reason = "length"
 
-    def _audio(self, job: GenerationJob, data_b64: str) -> None:
+    def _audio(self, job: ReplyJob, data_b64: str) -> None:
         samples, rate = decode_audio_payload(base64.b64decode(data_b64), self.options.audio_format,
                                              self.options.audio_sample_rate)
         if samples.size:
             job.audio(samples, rate)
 
-    def transcribe_audio(self, audio: np.ndarray) -> str | None:
+    def transcribe_turn(self, audio: np.ndarray) -> str | None:
         """A text-only request asking the engine to transcribe (only with ``transcribe_input``)."""
         if not self.options.transcribe_input:
             return None
-        item = OmniItem("user", "", audio=audio)
+        item = Item("user", "", audio=audio)
         message = self._message(item)
         message["content"].append({"type": "text", "text": "Transcribe the audio into text. Reply with the "
                                                             "transcript only."})
@@ -264,13 +261,6 @@ class RemoteOmniBackend(OmniBackendBase):
             raise RemoteEngineError(f"engine answered HTTP {r.status_code}: {_error_text(r.content)}")
         choices = r.json().get("choices") or [{}]
         return (choices[0].get("message") or {}).get("content") or ""
-
-
-class RemoteOmniConversation(OmniConversation):
-    backend: RemoteOmniBackend
-
-
-RemoteOmniBackend.conversation_class = RemoteOmniConversation
 
 
 # --------------------------------------------------------------------------- helpers

@@ -1,0 +1,34 @@
+"""The model-independent conversation core every backend runs on (see ``conversation.py``).
+
+- ``config``: per-session settings (``ConversationConfig``, ``TurnDetection``);
+- ``items``: the history, with OpenAI item semantics;
+- ``audio_input``: input buffering and VAD;
+- ``reply``: one reply's request and output channel (``ReplyJob``), audio segments, truncation;
+- ``events``: what the conversation emits, in order;
+- ``conversation``: the turn-taking state machine and response lifecycle.
+"""
+
+from core.conversation.config import ConversationConfig, TurnDetection
+from core.conversation.conversation import Conversation, ConversationStats
+from core.conversation.events import (
+    AudioChunk,
+    CancelResult,
+    ConversationError,
+    ConversationEvent,
+    InputCommitted,
+    InputTranscript,
+    ResponseDone,
+    ResponseStarted,
+    SpeechStarted,
+    SpeechStopped,
+    TextDelta,
+)
+from core.conversation.items import HistoryMessage, Item
+from core.conversation.reply import ReplyJob, ReplyStats, Response, Segment, heard_text
+
+__all__ = [
+    "AudioChunk", "CancelResult", "Conversation", "ConversationConfig", "ConversationError",
+    "ConversationEvent", "ConversationStats", "HistoryMessage", "InputCommitted", "InputTranscript",
+    "Item", "ReplyJob", "ReplyStats", "Response", "ResponseDone", "ResponseStarted", "Segment",
+    "SpeechStarted", "SpeechStopped", "TextDelta", "TurnDetection", "heard_text",
+]

@@ -1,0 +1,99 @@
+"""Input audio at 16 kHz: a bounded buffer plus streaming Silero VAD, one per conversation.
+
+``process`` runs in a worker thread and reports ``(kind, ms, segment)`` for each VAD event:
+``start``/``resume`` of speech, and at ``pause`` (a speculation point) and ``end`` the utterance
+so far, with prefix padding and a short tail of silence.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.audio import StreamResampler
+from core.cascade.vad import StreamingVad
+from core.conversation.config import ConversationConfig, TurnDetection
+
+VAD_RATE = 16000  # every model here takes 16 kHz speech
+TAIL_SAMPLES = VAD_RATE * 3 // 10  # audio kept after the last voiced sample for ASR
+MAX_BUFFER_SECONDS = 300
+
+VadReport = tuple[str, int, "np.ndarray | None"]
+
+
+class AudioInput:
+    def __init__(self, vad_model, cfg: ConversationConfig) -> None:
+        self.vad_model = vad_model
+        self.turn_detection: TurnDetection | None = cfg.turn_detection
+        self.vad = self._new_vad()
+        self.resampler = StreamResampler(cfg.input_sample_rate, VAD_RATE)
+        self.buffer = np.zeros(0, dtype=np.float32)
+        self.buffer_start = 0  # stream offset (16 kHz samples) of buffer[0]
+        self.stream_samples = 0
+
+    def _new_vad(self) -> StreamingVad | None:
+        td = self.turn_detection
+        return None if td is None else StreamingVad(self.vad_model, td.threshold, td.silence_duration_ms)
+
+    @property
+    def pad(self) -> int:
+        td = self.turn_detection
+        return td.prefix_padding_ms * VAD_RATE // 1000 if td is not None else 0
+
+    def configure(self, td: TurnDetection) -> None:
+        """New VAD settings mid-stream: buffered audio and the VAD's state are kept."""
+        self.turn_detection = td
+        if self.vad is not None:
+            self.vad.configure(td.threshold, td.silence_duration_ms)
+
+    def process(self, samples: np.ndarray) -> tuple[np.ndarray, list[VadReport]]:
+        """Resample, buffer, detect; returns the 16 kHz audio and the VAD reports it caused."""
+        audio = self.resampler.process(samples)
+        self.buffer = np.concatenate([self.buffer, audio]) if self.buffer.size else audio.copy()
+        self.stream_samples += audio.size
+        if self.buffer.size > MAX_BUFFER_SECONDS * VAD_RATE:
+            self.trim(self.stream_samples - MAX_BUFFER_SECONDS * VAD_RATE)
+        out: list[VadReport] = []
+        if self.vad is None:
+            return audio, out
+        for ev in self.vad.process(audio):
+            segment = None
+            if ev.kind in ("pause", "end"):
+                start = self.vad.speech_start_samples - self.pad
+                end = self.vad.last_voiced_end_samples + TAIL_SAMPLES
+                segment = self._slice(start, end)
+                # At a pause only ~100 ms after the last word has arrived; Whisper hears the
+                # last word worse without a tail ("France" -> "friends"), so pad with silence.
+                want = end - max(start, self.buffer_start)
+                if segment.size < want:
+                    segment = np.concatenate([segment, np.zeros(want - segment.size, dtype=np.float32)])
+            if ev.kind == "end":
+                self.trim(self.vad.last_voiced_end_samples)
+            out.append((ev.kind, ev.ms, segment))
+        if not self.vad.in_speech:
+            self.trim(self.stream_samples - self.pad - VAD_RATE)
+        return audio, out
+
+    def _slice(self, start: int, end: int) -> np.ndarray:
+        a = max(0, start - self.buffer_start)
+        b = max(a, min(self.buffer.size, end - self.buffer_start))
+        return self.buffer[a:b].copy()
+
+    def trim(self, keep_from: int) -> None:
+        drop = keep_from - self.buffer_start
+        if drop > 0:
+            self.buffer = self.buffer[drop:]
+            self.buffer_start += drop
+
+    def take(self) -> np.ndarray:
+        """Everything buffered (an explicit commit); the VAD restarts after it, so the committed
+        audio cannot end a turn later."""
+        segment = self.buffer
+        self.clear()
+        self.vad = self._new_vad()
+        if self.vad is not None:
+            self.vad.processed = self.stream_samples
+        return segment
+
+    def clear(self) -> None:
+        self.buffer = np.zeros(0, dtype=np.float32)
+        self.buffer_start = self.stream_samples

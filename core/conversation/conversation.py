@@ -1,0 +1,585 @@
+"""One session's conversation, the same for every backend: items, turn-taking and responses.
+
+The core keeps the item history, runs turn detection on the input audio (VAD, barge-in, the
+speculative reply held during the silence hangover), owns each response's lifecycle (start,
+cancel, truncate to the share the listener heard, ``ResponseDone`` bookkeeping) and emits one
+ordered stream of ``ConversationEvent``s. The backend (``core/processors/``) supplies only what
+differs by model: a reply generator, transcription, image preparation, and what it offers.
+
+Two ways a backend can take user speech, chosen by ``backend.transcript_first``:
+- transcript first (a text LLM, the cascade): each turn is transcribed before the reply, the
+  transcript is what the model reads, and a turn with no words is dropped;
+- audio (an omni model): the clip itself enters the history and the reply starts at once; its
+  transcript, for the client's display only, is made when no reply is running.
+
+Model work runs in the backend's threads; the event loop only routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from core.audio import OUTPUT_RATE, pcm16_to_float, resample
+from core.conversation.audio_input import VAD_RATE, AudioInput
+from core.conversation.config import ConversationConfig
+from core.conversation.events import (
+    AudioChunk,
+    CancelResult,
+    ConversationError,
+    ConversationEvent,
+    InputCommitted,
+    InputTranscript,
+    ResponseDone,
+    ResponseStarted,
+    SpeechStarted,
+    SpeechStopped,
+    TextDelta,
+)
+from core.conversation.items import HistoryMessage, Item, ItemHistory
+from core.conversation.reply import ReplyJob, Response, Segment, heard_text
+from core.errors import (
+    InvalidAudioError,
+    InvalidInputError,
+    InvalidTextError,
+    NoActiveResponseError,
+    ResponseActiveError,
+)
+from core.ids import new_id
+
+if TYPE_CHECKING:
+    from core.processors.base import Backend
+
+log = logging.getLogger(__name__)
+
+MAX_TEXT_CHARS = 20_000
+PAST_REPLIES_KEPT = 8  # replies whose audio accounting truncation can still use
+
+
+@dataclass(slots=True)
+class ConversationStats:
+    """Figures the benchmarks read; cheap to keep."""
+
+    last_cancel_stop_ms: float | None = None
+    last_prefill_ms: float | None = None
+    last_reused_tokens: int = 0
+    speculative_hits: int = 0
+    speculative_misses: int = 0
+    speculative_replies_used: int = 0
+    speculative_replies_dropped: int = 0
+
+
+class Conversation:
+    """One session's model state. Not thread-safe: call from one event loop.
+
+    Backends with per-mode behaviour (MiniCPM-o's duplex loop) subclass it and use the hooks
+    ``_on_audio``, ``_on_config`` and ``_on_history_edited``.
+    """
+
+    def __init__(self, backend: Backend, config: ConversationConfig) -> None:
+        self.backend = backend
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[ConversationEvent | None] = asyncio.Queue()
+        self._items = ItemHistory()
+        self._frames: deque[Any] = deque(maxlen=backend.max_frames)
+        self._response: Response | None = None
+        self._past_segments: dict[str, list[Segment]] = {}
+        self._audio_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+        self._closed = False
+        self._speech_item: str | None = None
+        self._speculation: tuple[int, concurrent.futures.Future] | None = None
+        self._spec_generation = 0
+        self._idle = asyncio.Event()  # no reply running: display transcripts wait for this
+        self._idle.set()
+        self.stats = ConversationStats()
+        self.model_state = backend.new_model_state()
+        self.config = self._checked(config)
+        self._input = AudioInput(backend.vad_model, self.config)
+
+    # ------------------------------------------------------------------ config & state
+
+    def _checked(self, config: ConversationConfig) -> ConversationConfig:
+        td = config.turn_detection
+        types = self.backend.turn_detection_types
+        if td is not None and td.type not in types:
+            raise InvalidInputError(
+                f"turn_detection.type {td.type!r} is not supported by backend {self.backend.name}; "
+                f"use one of {', '.join(repr(t) for t in types)} or null",
+                param="turn_detection.type",
+            )
+        voice = self.backend.resolve_voice(config.voice)
+        return config if voice == config.voice else config.model_copy(update={"voice": voice})
+
+    def update(self, config: ConversationConfig) -> None:
+        """Apply new settings (between turns)."""
+        config = self._checked(config)
+        old, self.config = self.config, config
+        if old.input_sample_rate != config.input_sample_rate or (old.turn_detection is None) != (
+            config.turn_detection is None
+        ):
+            self._input = AudioInput(self.backend.vad_model, config)
+            self._speech_item = None
+            self._forget_speculation()
+        elif config.turn_detection is not None:
+            self._input.configure(config.turn_detection)
+        self._on_config(old)
+
+    def _on_config(self, old: ConversationConfig | None) -> None:
+        """Hook for backends with per-mode state (MiniCPM-o's duplex session)."""
+
+    @property
+    def history(self) -> list[HistoryMessage]:
+        return self._items.messages()
+
+    @property
+    def items(self) -> list[Item]:
+        return self._items.snapshot()
+
+    @property
+    def response_active(self) -> bool:
+        return self._response is not None and not self._response.held
+
+    def _emit(self, event: ConversationEvent) -> None:
+        if not self._closed:
+            self._queue.put_nowait(event)
+
+    def _emit_for(self, resp: Response, event: ConversationEvent) -> None:
+        if resp.held:
+            resp.held_events.append(event)
+        else:
+            self._emit(event)
+
+    async def events(self) -> AsyncIterator[ConversationEvent]:
+        """Every event, in order, until ``close``."""
+        while True:
+            event = await self._queue.get()
+            if event is None:
+                return
+            yield event
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def call_soon(self, fn: Callable, *args) -> None:
+        """Run ``fn`` on the conversation's loop; safe from any thread."""
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # loop closed: the session is gone
+            pass
+
+    def _remember(self, item: Item) -> Item:
+        return self._items.append(item, self.config.max_history_messages)
+
+    async def _in_thread(self, pool, fn, *args):
+        return await self._loop.run_in_executor(pool, fn, *args)
+
+    # ------------------------------------------------------------------ audio input
+
+    async def append_audio(self, pcm: bytes) -> None:
+        """Feed PCM16 mono at ``config.input_sample_rate``; drives VAD when enabled."""
+        samples = pcm16_to_float(pcm, self.config.input_sample_rate)
+        async with self._audio_lock:
+            audio16, reports = await self._in_thread(self.backend.io_pool, self._input.process, samples)
+            await self._on_audio(audio16)
+            for kind, ms, segment in reports:
+                await self._on_vad(kind, ms, segment)
+
+    async def _on_audio(self, audio16: np.ndarray) -> None:
+        """Hook: every input sample at 16 kHz (MiniCPM-o's duplex mode feeds the model here)."""
+
+    async def _on_vad(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
+        td = self.config.turn_detection
+        if kind == "start":
+            self._drop_held()
+            self._speech_item = new_id("item")
+            self._emit(SpeechStarted(self._speech_item, ms))
+            barge_in = td is not None and td.type == "server_vad" and td.interrupt_response
+            if self.response_active and barge_in:
+                await self.cancel_response("turn_detected")
+        elif kind == "pause":
+            self._speculate(segment)
+        elif kind == "resume":
+            self._forget_speculation()
+            self._drop_held()
+        elif kind == "end":
+            item_id = self._speech_item or new_id("item")
+            self._speech_item = None
+            self._emit(SpeechStopped(item_id, ms))
+            if td is None or td.type != "server_vad":
+                return  # model_duplex: the model hears everything itself; nothing to commit
+            spec, self._speculation = self._speculation, None
+            valid = spec is not None and spec[0] == self._spec_generation
+            self._emit(InputCommitted(item_id, int(segment.size * 1000 / VAD_RATE)))
+            if self.backend.transcript_first:
+                self._spawn(self._finish_turn(item_id, segment, td.create_response,
+                                              spec if valid else None))
+                return
+            self._commit_audio_item(item_id, segment)
+            if td.create_response and self._response is None and not self._closed:
+                await self.create_response()
+
+    async def commit_audio(self) -> str | None:
+        """Turn buffered audio into a user item (turn-based mode); returns its item id."""
+        async with self._audio_lock:
+            if self._input.buffer.size < VAD_RATE // 10:
+                raise InvalidAudioError(
+                    f"input audio buffer holds {self._input.buffer.size * 1000 // VAD_RATE} ms; "
+                    "commit needs at least 100 ms",
+                    param="audio",
+                )
+            segment = self._input.take()
+        item_id = self._speech_item or new_id("item")
+        self._speech_item = None
+        self._emit(InputCommitted(item_id, int(segment.size * 1000 / VAD_RATE)))
+        if self.backend.transcript_first:
+            await self._finish_turn(item_id, segment, create_response=False)
+        else:
+            self._commit_audio_item(item_id, segment)
+        return item_id
+
+    def clear_audio(self) -> None:
+        """Drop buffered, uncommitted input audio."""
+        self._input.clear()
+        self._forget_speculation()
+
+    # ------------------------------------------------------------------ turns: transcript first
+
+    def _speculate(self, segment: np.ndarray) -> None:
+        """At a pause inside speech, transcribe what was said so far; if the turn then ends with
+        no more speech, that transcript (and the reply already started on it) is used."""
+        self._spec_generation += 1
+        if not self.backend.transcript_first:
+            return
+        generation = self._spec_generation
+        fut = self.backend.transcribe_pool.submit(self.backend.transcribe_turn, segment)
+        self._speculation = (generation, fut)
+        fut.add_done_callback(lambda f: self.call_soon(self._speculate_reply, generation, f))
+
+    def _forget_speculation(self) -> None:
+        self._spec_generation += 1
+        self._speculation = None
+
+    def _speculate_reply(self, generation: int, fut: concurrent.futures.Future) -> None:
+        """Start the reply to a speculative transcript while the hangover runs; hold its output."""
+        td = self.config.turn_detection
+        if (
+            self._closed
+            or generation != self._spec_generation
+            or td is None
+            or not td.create_response
+            or not self.backend.speculative_reply
+            or self._response is not None
+            or fut.exception() is not None
+        ):
+            return
+        text = fut.result()
+        if not text:
+            return
+        resp = Response(new_id("resp"), new_id("item"), self.config.output_audio, held=True, spec=generation)
+        self._run(resp, self.config, None, pending=Item("user", text))
+
+    def _drop_held(self) -> None:
+        resp = self._response
+        if resp is not None and resp.held:
+            resp.cancelled = True
+            resp.cancel.set()
+            self._response = None
+            self._idle.set()
+            self.stats.speculative_replies_dropped += 1
+
+    def _release_held(self, resp: Response) -> None:
+        resp.held = False
+        self.stats.speculative_replies_used += 1
+        for event in resp.held_events:
+            self._emit(event)
+        resp.held_events.clear()
+        if resp.pending_finish is not None:
+            self._finish(resp, *resp.pending_finish)
+
+    async def _finish_turn(
+        self,
+        item_id: str,
+        segment: np.ndarray,
+        create_response: bool,
+        speculation: tuple[int, concurrent.futures.Future] | None = None,
+    ) -> None:
+        """Transcript-first turn end: transcribe (or take the speculative transcript), then reply
+        (or release the held speculative reply when it answered these very words)."""
+        try:
+            if speculation is not None:
+                self.stats.speculative_hits += 1
+                text = await asyncio.wrap_future(speculation[1])
+            else:
+                self.stats.speculative_misses += 1
+                text = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, segment)
+        except Exception as exc:  # reported to the client; the session goes on
+            log.exception("transcription failed")
+            self._emit(ConversationError("transcription_failed", f"transcription failed: {exc}"))
+            return
+        text = (text or "").strip()
+        if self.config.transcribe_input:
+            self._emit(InputTranscript(item_id, text))
+        held = self._response if self._response is not None and self._response.held else None
+        if held is not None and (speculation is None or held.spec != speculation[0] or not text):
+            self._drop_held()
+            held = None
+        if not text:
+            return
+        self._remember(Item("user", text, item_id=item_id))
+        if held is not None:
+            self._release_held(held)
+        elif create_response and self._response is None and not self._closed:
+            await self.create_response()
+
+    # ------------------------------------------------------------------ turns: audio items
+
+    def _transcribes_for_display(self) -> bool:
+        return self.config.transcribe_input and self.backend.transcribes_input
+
+    def _commit_audio_item(self, item_id: str, segment: np.ndarray) -> Item:
+        item = self._remember(Item("user", "", audio=segment, item_id=item_id))
+        if self._transcribes_for_display():
+            self._spawn(self._transcribe_when_idle(item))
+        return item
+
+    async def _transcribe_when_idle(self, item: Item) -> None:
+        """The transcript is for the client's display: it waits until the reply it may have
+        triggered is done, so it never delays the answer (both need the one model thread)."""
+        await asyncio.sleep(0)
+        await self._idle.wait()
+        try:
+            text = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, item.audio)
+        except Exception as exc:  # reported; the session goes on
+            log.exception("transcription failed")
+            self._emit(ConversationError("transcription_failed", f"transcription failed: {exc}"))
+            return
+        if text is None:
+            return
+        item.text = text.strip()
+        self._emit(InputTranscript(item.item_id, item.text))
+
+    # ------------------------------------------------------------------ items
+
+    async def add_text(self, text: str, role: Literal["user", "assistant", "system"] = "user") -> str:
+        """Append a text item to the history; returns its item id."""
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidTextError("text must be a non-empty string", param="text")
+        if len(text) > MAX_TEXT_CHARS:
+            raise InvalidTextError(f"text of {len(text)} characters exceeds {MAX_TEXT_CHARS}", param="text")
+        return self._remember(Item(role, text.strip())).item_id
+
+    async def add_audio_item(self, pcm: bytes) -> tuple[str, str]:
+        """Add a whole user audio clip as one item; returns (item id, transcript)."""
+        samples = pcm16_to_float(pcm, self.config.input_sample_rate)
+        audio = await self._in_thread(self.backend.io_pool, resample, samples, self.config.input_sample_rate, VAD_RATE)
+        item_id = new_id("item")
+        if self.backend.transcript_first:
+            text = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, audio)
+            text = (text or "").strip()
+            if text:
+                self._remember(Item("user", text, item_id=item_id))
+            return item_id, text
+        item = self._remember(Item("user", "", audio=audio, item_id=item_id))
+        if self._transcribes_for_display():
+            text = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, audio)
+            item.text = (text or "").strip()
+        return item_id, item.text
+
+    async def add_image(self, data: bytes, *, frame: bool = False) -> str:
+        """Add an image (JPEG/PNG). ``frame`` marks a camera frame (only the latest few are kept)."""
+        prepared = await self._in_thread(self.backend.io_pool, self.backend.prepare_image, data)
+        if frame:
+            self._frames.append(prepared)
+            return new_id("item")
+        item = Item("user", self.backend.image_text(prepared), images=[prepared], image_bytes=[bytes(data)])
+        return self._remember(item).item_id
+
+    def delete_item(self, item_id: str) -> bool:
+        """Remove an item from the history; False if there is none with that id."""
+        deleted = self._items.remove(item_id)
+        if deleted:
+            self._on_history_edited()
+        return deleted
+
+    def _on_history_edited(self) -> None:
+        """Hook: a backend that caches the prompt (MiniCPM-o's KV session) must rebuild it."""
+
+    # ------------------------------------------------------------------ responses
+
+    def system_prompt(self, instructions: str | None) -> str:
+        return instructions or self.config.instructions or self.backend.default_instructions or ""
+
+    async def create_response(
+        self,
+        *,
+        instructions: str | None = None,
+        output_audio: bool | None = None,
+        max_output_tokens: int | None = None,
+    ) -> str:
+        """Start a reply to the history so far (optionally overriding settings for this one
+        reply); returns its response id."""
+        self._drop_held()
+        if self._response is not None:
+            raise ResponseActiveError(f"conversation already has an active response {self._response.response_id}")
+        cfg = self.config
+        if output_audio is not None or max_output_tokens is not None:
+            cfg = cfg.model_copy(update={
+                "output_audio": cfg.output_audio if output_audio is None else output_audio,
+                "max_output_tokens": max_output_tokens or cfg.max_output_tokens,
+            })
+        resp = Response(new_id("resp"), new_id("item"), cfg.output_audio)
+        self._run(resp, cfg, instructions)
+        return resp.response_id
+
+    def begin_response(self, output_audio: bool) -> Response:
+        """Open a response record and announce it (the caller produces its output)."""
+        resp = Response(new_id("resp"), new_id("item"), output_audio)
+        self._open(resp)
+        return resp
+
+    def _open(self, resp: Response) -> None:
+        self._response = resp
+        self._idle.clear()
+        self._emit_for(resp, ResponseStarted(resp.response_id, resp.item_id, resp.output_audio))
+
+    def reply_job(self, resp: Response, cfg: ConversationConfig, instructions: str | None = None,
+                  items: list[Item] | None = None) -> ReplyJob:
+        items = self._items.snapshot() if items is None else items
+        return ReplyJob(self, resp, items, list(self._frames), self.system_prompt(instructions), cfg)
+
+    def _run(self, resp: Response, cfg: ConversationConfig, instructions: str | None,
+             pending: Item | None = None) -> None:
+        self._open(resp)
+        items = self._items.snapshot() + ([pending] if pending is not None else [])
+        self._spawn(self._generate(resp, self.reply_job(resp, cfg, instructions, items)))
+
+    async def _generate(self, resp: Response, job: ReplyJob) -> None:
+        status, reason = "completed", None
+        try:
+            stats = await self.backend.generate_reply(job)
+            resp.output_tokens, resp.prompt_tokens = stats.output_tokens, stats.prompt_tokens
+            if stats.prefill_ms is not None:
+                self.stats.last_prefill_ms = stats.prefill_ms
+                self.stats.last_reused_tokens = stats.reused_tokens
+            if stats.stop_reason == "length":
+                status, reason = "incomplete", "max_output_tokens"
+        except asyncio.CancelledError:
+            resp.cancel.set()  # session closing: stop the model threads too
+            raise
+        except Exception as exc:  # one failed reply must not end the session
+            log.exception("response failed")
+            resp.cancel.set()
+            status, reason = "failed", "server_error"
+            self._emit_for(resp, ConversationError("response_failed", f"response failed: {exc}"))
+        # Output queued with call_soon_threadsafe by the model threads lands before the final event.
+        await asyncio.sleep(0)
+        if resp.cancelled:
+            if resp.cancel_at is not None:
+                self.stats.last_cancel_stop_ms = (time.perf_counter() - resp.cancel_at) * 1000
+            return
+        self._finish(resp, status, reason, resp.text)
+
+    def _finish(self, resp: Response, status: str, reason: str | None, history_text: str) -> None:
+        if resp.held:
+            resp.pending_finish = (status, reason, history_text)
+            return
+        if self._response is resp:
+            self._response = None
+            self._idle.set()
+        self._past_segments[resp.item_id] = resp.segments
+        while len(self._past_segments) > PAST_REPLIES_KEPT:
+            self._past_segments.pop(next(iter(self._past_segments)))
+        if history_text.strip():
+            self._remember(Item("assistant", history_text.strip(), item_id=resp.item_id))
+        self._emit_for(resp, ResponseDone(resp.response_id, resp.item_id, status, reason, resp.text,
+                                          resp.audio_ms, resp.output_tokens, resp.prompt_tokens))
+
+    def finish_response(self, resp: Response) -> None:
+        """End a response whose output the caller produced (``begin_response``), unless cancelled."""
+        if self._response is resp and not resp.cancelled:
+            self._finish(resp, "completed", None, resp.text)
+
+    def emit_text(self, resp: Response, delta: str) -> None:
+        if resp.cancelled:
+            return
+        resp.text += delta
+        self._emit_for(resp, TextDelta(resp.response_id, resp.item_id, delta))
+
+    def add_segment(self, resp: Response, segment: Segment) -> None:
+        resp.segments.append(segment)
+
+    def emit_audio(self, resp: Response, index: int, pcm: bytes) -> None:
+        n = len(pcm) // 2
+        seg = resp.segments[index]
+        seg.total_samples += n  # made, whether or not it goes out: the share heard is of this
+        if resp.cancelled:
+            return
+        resp.audio_samples += n
+        seg.emitted_samples += n
+        self._emit_for(resp, AudioChunk(resp.response_id, resp.item_id, pcm, OUTPUT_RATE))
+
+    async def cancel_response(self, reason: str = "client_cancelled") -> CancelResult:
+        """Stop the active reply now; raises ``NoActiveResponseError`` if there is none."""
+        resp = self._response
+        if resp is None or resp.held:
+            raise NoActiveResponseError("there is no active response to cancel")
+        resp.cancel_at = time.perf_counter()
+        resp.cancelled = True
+        resp.cancel.set()
+        heard = heard_text(resp.segments, resp.audio_samples, resp.text) if resp.output_audio else resp.text
+        self._finish(resp, "cancelled", reason, heard)
+        return CancelResult(resp.response_id, resp.item_id, resp.text, resp.audio_ms)
+
+    def truncate(self, item_id: str, audio_end_ms: int) -> str:
+        """Cut an assistant item to what was heard; returns the kept text."""
+        item = self._items.get(item_id)
+        if item is None or item.role != "assistant":
+            raise InvalidTextError(f"no assistant item {item_id!r} in the conversation", param="item_id")
+        segments = self._past_segments.get(item_id)
+        if segments is None:
+            return item.text
+        emitted = sum(s.emitted_samples for s in segments)
+        if audio_end_ms < 0 or audio_end_ms * OUTPUT_RATE // 1000 > emitted + OUTPUT_RATE // 50:
+            raise InvalidAudioError(
+                f"audio_end_ms {audio_end_ms} is beyond the {emitted * 1000 // OUTPUT_RATE} ms of audio sent",
+                param="audio_end_ms",
+            )
+        kept = heard_text(segments, audio_end_ms * OUTPUT_RATE // 1000, item.text).strip()
+        if kept:
+            item.text = kept
+        else:
+            self._items.remove(item_id)
+        self._on_history_edited()
+        return kept
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def wait_idle(self) -> None:
+        """Wait for background work (transcripts, replies) to finish; for tests and benches."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel work and free resources; idempotent."""
+        if self._closed:
+            return
+        self._drop_held()
+        if self._response is not None:
+            await self.cancel_response("session_closed")
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        self._queue.put_nowait(None)
+        self.backend.release_model_state(self.model_state)

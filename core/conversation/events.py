@@ -1,0 +1,118 @@
+"""What a conversation tells the realtime layer, in order: one small frozen dataclass per kind.
+
+The worker's session turns each into protocol events (``worker/session.py``); tests and the
+benchmarks read them directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    item_id: str
+    audio_start_ms: int
+    type: Literal["speech_started"] = "speech_started"
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStopped:
+    item_id: str
+    audio_end_ms: int
+    type: Literal["speech_stopped"] = "speech_stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class InputCommitted:
+    """A user audio item entered the conversation (after VAD stop or an explicit commit)."""
+
+    item_id: str
+    audio_ms: int
+    type: Literal["input_committed"] = "input_committed"
+
+
+@dataclass(frozen=True, slots=True)
+class InputTranscript:
+    item_id: str
+    transcript: str
+    type: Literal["input_transcript"] = "input_transcript"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseStarted:
+    response_id: str
+    item_id: str
+    output_audio: bool  # per response: response.create may turn audio off for one reply
+    type: Literal["response_started"] = "response_started"
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    response_id: str
+    item_id: str
+    delta: str
+    type: Literal["text_delta"] = "text_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class AudioChunk:
+    """PCM16 mono at ``sample_rate`` (always 24 kHz for replies)."""
+
+    response_id: str
+    item_id: str
+    pcm: bytes
+    sample_rate: int = 24000
+    type: Literal["audio_chunk"] = "audio_chunk"
+
+    @property
+    def duration_ms(self) -> float:
+        return len(self.pcm) / 2 / self.sample_rate * 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseDone:
+    """Final event of a response. ``text``/``audio_ms`` count only what was emitted."""
+
+    response_id: str
+    item_id: str
+    status: Literal["completed", "cancelled", "incomplete", "failed"]
+    reason: str | None
+    text: str
+    audio_ms: float
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    type: Literal["response_done"] = "response_done"
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationError:
+    """A problem that belongs to the session, not to one call (e.g. ASR failed)."""
+
+    code: str
+    message: str
+    type: Literal["error"] = "error"
+
+
+ConversationEvent = (
+    SpeechStarted
+    | SpeechStopped
+    | InputCommitted
+    | InputTranscript
+    | ResponseStarted
+    | TextDelta
+    | AudioChunk
+    | ResponseDone
+    | ConversationError
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """What the client actually received before a cancel: needed for truncation."""
+
+    response_id: str
+    item_id: str
+    text: str
+    audio_ms: float

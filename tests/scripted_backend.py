@@ -1,0 +1,102 @@
+"""Test doubles for the conversation core: a scripted backend and an energy "VAD" model.
+
+``ScriptedBackend`` is not a model: it replies with a fixed script of words, one audio segment
+per word (a tone whose length is known), at a set pace, and "transcribes" any voiced clip as
+``transcript``. ``EnergyVadModel`` stands in for Silero: a window is speech when it is loud.
+With both, turn-taking runs deterministically and fast, as LiveKit Agents' scripted fakes do.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import numpy as np
+
+from core.conversation import ReplyJob, ReplyStats
+from core.processors.base import Backend, Capability
+
+SEGMENT_S = 0.2  # audio per scripted word
+
+
+class EnergyVadModel:
+    """Silero's ``step`` interface: probability 1 for a loud window, 0 for a quiet one."""
+
+    def step(self, window: np.ndarray, state: np.ndarray) -> tuple[float, np.ndarray]:
+        return (1.0 if float(np.sqrt(np.mean(window**2))) > 0.05 else 0.0), state
+
+
+class _Options:
+    audio_chunk_ms = 100
+    instructions = "scripted"
+
+
+class ScriptedBackend(Backend):
+    name = "scripted"
+    capabilities = frozenset(Capability)
+
+    def __init__(self, words: list[str], *, transcript_first: bool = True, step_s: float = 0.0,
+                 transcript: str = "hello there", speculative: bool = True) -> None:
+        self.options = _Options()
+        self.words = words
+        self.transcript_first = transcript_first
+        self.speculative_reply = speculative
+        self.step_s = step_s
+        self.transcript = transcript
+        self.vad_model = EnergyVadModel()
+        self.io_pool = concurrent.futures.ThreadPoolExecutor(1)
+        self.model_pool = concurrent.futures.ThreadPoolExecutor(1)
+        self.transcribe_pool = concurrent.futures.ThreadPoolExecutor(1)
+        self.jobs: list[ReplyJob] = []
+        self.released: list = []
+
+    def load(self, progress=None) -> None:
+        pass
+
+    @property
+    def loaded(self) -> bool:
+        return True
+
+    def new_model_state(self) -> dict:
+        return {"replies": 0}
+
+    def release_model_state(self, state) -> None:
+        self.released.append(state)
+
+    def transcribe_turn(self, audio: np.ndarray) -> str:
+        return self.transcript if audio.size and float(np.abs(audio).max()) > 0.05 else ""
+
+    def prepare_image(self, data: bytes) -> str:
+        return f"{len(data)} bytes"
+
+    def _run(self, job: ReplyJob) -> ReplyStats:
+        for word in self.words:
+            if job.cancelled:
+                return ReplyStats(stop_reason="cancelled")
+            job.text(word + " ")
+            if job.output_audio:
+                job.begin_segment(word)
+                job.audio(np.full(int(24000 * SEGMENT_S), 0.1, dtype=np.float32), 24000)
+                job.end_segment()
+            time.sleep(self.step_s)
+        job.state["replies"] += 1
+        return ReplyStats(output_tokens=len(self.words), prompt_tokens=len(job.items))
+
+    async def generate_reply(self, job: ReplyJob) -> ReplyStats:
+        import asyncio
+
+        self.jobs.append(job)
+        return await asyncio.get_running_loop().run_in_executor(self.model_pool, self._run, job)
+
+    def close(self) -> None:
+        for pool in (self.io_pool, self.model_pool, self.transcribe_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def tone(seconds: float, rate: int = 16000) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    return (np.sin(2 * np.pi * 220 * t) * 0.5 * 32767).astype("<i2").tobytes()
+
+
+def quiet(seconds: float, rate: int = 16000) -> bytes:
+    return b"\x00\x00" * int(seconds * rate)
