@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything into .venv (scripts/install.sh, skipped when up to date) and starts OmniDuplex:
-# the supervisor (core/supervisor.py) runs the model workers and the gateway, shows model loading,
+# the supervisor (launcher/supervisor.py) runs the model workers and the gateway, shows model loading,
 # restarts crashed processes and stops everything on Ctrl-C. It prints the URL to open when ready
 # (https:// when the gateway serves TLS: see "HTTPS" in docs/operations.md).
 # With a GPU backend (qwen_omni, minicpm_o; docs/backends.md) it runs one worker per visible GPU
@@ -12,4 +12,4 @@ cd "$(dirname "$0")"
 bash scripts/install.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # A later --config in "$@" wins over this default.
-exec .venv/bin/python -m core.supervisor --config config.json "$@"
+exec .venv/bin/python -m launcher --config config.json "$@"

@@ -70,9 +70,9 @@ class Stack:
         self._spawn("gateway", ["gateway"])
 
     def start_supervisor(self) -> subprocess.Popen:
-        """``python -m core.supervisor`` instead of :meth:`start`: it runs the workers and the
+        """``python -m launcher`` instead of :meth:`start`: it runs the workers and the
         gateway itself; its output (with each child's pid) goes to ``supervisor.log``."""
-        self._spawn("supervisor", ["core.supervisor"])
+        self._spawn("supervisor", ["launcher"])
         return self.procs["supervisor"]
 
     def start(self, timeout: float = 180.0) -> Stack:

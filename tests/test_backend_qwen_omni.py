@@ -332,7 +332,7 @@ def test_supervisor_plans_one_worker_per_visible_gpu(tmp_path):
     """start_all.sh -> supervisor: a GPU backend gets one worker per visible GPU, each pinned with
     CUDA_VISIBLE_DEVICES; a CPU device, the cascade, or no GPU leave the config alone."""
     from core.config import AppConfig
-    from core.supervisor import gpu_plan
+    from launcher.supervisor import gpu_plan
 
     (tmp_path / "config.json").write_text("{}")
     gpu = AppConfig.model_validate({"backend": {"name": "qwen_omni", "options": {"model_path": str(tmp_path)}}})

@@ -1,6 +1,6 @@
 """Restarts end to end, with real processes and the real cascade model (docs/reliability.md).
 
-- The supervisor (``python -m core.supervisor``) restarts a ``kill -9``'d worker; the gateway
+- The supervisor (``python -m launcher``) restarts a ``kill -9``'d worker; the gateway
   fails the session on it, queues new clients meanwhile, and takes the worker back once probes
   pass ``health.healthy_after``; SIGTERM then stops everything and leaves no process behind.
 - The gateway is killed (``kill -9``) or stopped (SIGTERM) while two recorded sessions are open

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from core.config import load_config
-from core.supervisor import Supervisor, child_commands
+from launcher.supervisor import Supervisor, child_commands
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -281,7 +281,7 @@ def test_sigint_stops_children_and_exits_0(tmp_path):
     script.write_text(
         "import sys\n"
         "from core.config import load_config\n"
-        "from core.supervisor import Supervisor, serve\n"
+        "from launcher.supervisor import Supervisor, serve\n"
         f"sup = Supervisor(load_config(None), {{'sleeper': [sys.executable, '-c', {child!r}]}})\n"
         "sys.exit(serve(sup))\n"
     )
@@ -306,7 +306,7 @@ def test_sigint_stops_children_and_exits_0(tmp_path):
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [PY, "-m", "core.supervisor", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=30
+        [PY, "-m", "launcher", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=30
     )
 
 

@@ -23,10 +23,10 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
-from core import supervisor
 from core.config import ConfigError, add_cli_arguments, config_from_cli, load_config
-from core.supervisor import Supervisor
 from gateway.tls import TlsError, ensure_self_signed, fingerprint, tls_files, wanted_names
+from launcher import supervisor
+from launcher.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 
 from fastapi import FastAPI, Response, WebSocket
@@ -25,47 +24,9 @@ from worker.metrics import WorkerMetrics
 from worker.recorder import RecorderPool
 from worker.rest import rest_router
 from worker.session import RealtimeSession
+from worker.state import WorkerState
 
 log = logging.getLogger(__name__)
-
-
-class WorkerState:
-    def __init__(self, worker_id: str, slots: int) -> None:
-        self.worker_id = worker_id
-        self.slots = slots
-        self.state = "LOADING"
-        self.error: str | None = None
-        self.progress = LoadProgress("starting", 0.0)
-        self.sessions: dict[str, str] = {}  # session id -> session state
-        self.started = time.time()
-        self.backend = None
-
-    def health(self) -> dict[str, Any]:
-        backend = self.backend
-        return {
-            "worker_id": self.worker_id,
-            "state": self.state,
-            "model_loaded": bool(backend is not None and backend.loaded and self.state != "ERROR"),
-            "load_progress": {"stage": self.progress.stage, "fraction": round(self.progress.fraction, 3),
-                              "detail": self.progress.detail},
-            "error": self.error,
-            "active_sessions": len(self.sessions),
-            "sessions": dict(self.sessions),
-            "slots": self.slots,
-            "capabilities": sorted(c.value for c in backend.capabilities) if backend is not None else [],
-            "backend": backend.name if backend is not None else None,
-            "uptime_s": round(time.time() - self.started, 1),
-        }
-
-    def refresh(self) -> None:
-        if self.state in ("LOADING", "ERROR"):
-            return
-        states = set(self.sessions.values())
-        for s in ("DUPLEX_ACTIVE", "BUSY_HALF_DUPLEX", "DUPLEX_PAUSED"):
-            if s in states:
-                self.state = s
-                return
-        self.state = "IDLE"
 
 
 def create_app(config: AppConfig, index: int = 0) -> FastAPI:

@@ -15,7 +15,7 @@ import json
 import logging
 import threading
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -36,9 +36,7 @@ from core.rest_jobs import (
     SpeechJob,
 )
 from core.streaming import ClosingStreamingResponse, iterate_in_thread
-
-if TYPE_CHECKING:
-    from worker.app import WorkerState
+from worker.state import WorkerState
 
 log = logging.getLogger(__name__)
 

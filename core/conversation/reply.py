@@ -11,17 +11,15 @@ audio was heard; audio is resampled to 24 kHz and sent in ``audio_chunk_ms`` pie
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from core.audio import OUTPUT_RATE, StreamResampler, float_to_pcm16
 from core.conversation.config import ConversationConfig
 from core.conversation.items import Item
-
-if TYPE_CHECKING:
-    from core.conversation.conversation import Conversation
 
 
 @dataclass(slots=True)
@@ -71,12 +69,24 @@ class Response:
         return self.audio_samples * 1000.0 / OUTPUT_RATE
 
 
+class ReplyOwner(Protocol):
+    """What a job needs of its conversation: where output lands, on the conversation's loop."""
+
+    backend: Any
+    model_state: Any
+
+    def call_soon(self, fn: Callable, *args) -> None: ...
+    def emit_text(self, resp: Response, delta: str) -> None: ...
+    def add_segment(self, resp: Response, segment: Segment) -> None: ...
+    def emit_audio(self, resp: Response, index: int, pcm: bytes) -> None: ...
+
+
 class ReplyJob:
     """The request and the output channel of one reply (see the module docstring)."""
 
     def __init__(
         self,
-        conv: Conversation,
+        conv: ReplyOwner,
         resp: Response,
         items: list[Item],
         frames: list[Any],

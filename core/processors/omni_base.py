@@ -16,7 +16,6 @@ import logging
 import time
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.conversation import ReplyJob, ReplyStats

@@ -1,6 +1,6 @@
 """Supervisor: one command starts the workers and the gateway, shows model loading, keeps them up.
 
-``python -m core.supervisor [--config F] [--workers N] [--port P] [--tls auto|on|off]``
+``python -m launcher [--config F] [--workers N] [--port P] [--tls auto|on|off]``
 
 Why a supervisor: a worker loads its model for a long time and may crash; the operator wants one
 process to start, one log to read, progress while models load, automatic restarts, and Ctrl-C
@@ -374,7 +374,7 @@ def gpu_plan(config: AppConfig, workers_flag: int | None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.supervisor", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m launcher", description=__doc__.splitlines()[0])
     add_cli_arguments(parser)
     args = parser.parse_args(argv)
     try:
