@@ -180,6 +180,7 @@ async def barge_in(s: Session, speech) -> None:
     first = await s.until("response.done")
     assert first["response"]["status_details"]["reason"] == "turn_detected"
     await s.until("response.done", count=2)
+    await s.until("session.metrics", count=2)
     await s.until("conversation.item.input_audio_transcription.completed")
 
 
@@ -302,22 +303,34 @@ def normalise(events: list[dict]) -> list[str]:
 
 
 def check_deltas(events: list[dict]) -> None:
-    """What the collapsed runs carried, exactly: deltas add up, carry their ids, audio is there."""
+    """What the collapsed runs carried, exactly: deltas add up to the final text (in its
+    ``...done`` event and in ``response.done``), carry their response's ids, and the audio is
+    there and is what ``session.metrics`` counts."""
     started = {e["response"]["id"]: e for e in events if e["type"] == "response.created"}
-    for done in (e for e in events if e["type"] == "response.done"):
+    dones = [e for e in events if e["type"] == "response.done"]
+    assert sorted(started) == sorted(d["response"]["id"] for d in dones), "every response ends once"
+    for done in dones:
         rid = done["response"]["id"]
-        assert rid in started
         (item,) = done["response"]["output"]
         mine = [e for e in events if e.get("response_id") == rid]
+        deltas = [e for e in events if e["type"] in DELTAS]
+        assert all(e.get("response_id") in started for e in deltas), "a delta outside any response"
         assert all(e["item_id"] == item["id"] for e in mine if e["type"] in DELTAS)
         text = "".join(e["delta"] for e in mine if e["type"] in DELTAS - {"response.output_audio.delta"})
-        final = next(e for e in mine if e["type"] in ("response.output_audio_transcript.done",
-                                                       "response.output_text.done"))
+        (final,) = [e for e in mine if e["type"] in ("response.output_audio_transcript.done",
+                                                      "response.output_text.done")]
         assert text == final.get("transcript", final.get("text")), "deltas add up to the final text"
-        audio = sum(len(base64.b64decode(e["delta"])) for e in mine if e["type"] == "response.output_audio.delta")
-        assert audio % 2 == 0
-        if done["response"]["status"] == "completed":
-            assert audio > 0 and text, "a completed audio reply has words and sound"
+        (part,) = item["content"]
+        assert text == part.get("transcript", part.get("text")), "deltas add up to response.done's text"
+        audio = b"".join(base64.b64decode(e["delta"]) for e in mine if e["type"] == "response.output_audio.delta")
+        assert len(audio) % 2 == 0, "PCM16"
+        # every reply here is an audio reply, and cancelled ones are cancelled after audio began
+        assert len(audio) > 0, "an audio reply has sound"
+        if done["response"]["status"] != "cancelled":
+            assert text, "a finished reply has words"
+        (metrics,) = [e["metrics"] for e in events
+                      if e["type"] == "session.metrics" and e["metrics"].get("response_id") == rid]
+        assert abs(metrics["audio_ms"] - len(audio) / 48) < 1.0, "session.metrics counts the audio the client got"
 
 
 # --------------------------------------------------------------------------- the test
