@@ -171,11 +171,15 @@ async def spoken_turn(s: Session, speech) -> None:
     await s.until("conversation.item.input_audio_transcription.completed")
 
 
-async def barge_in(s: Session, speech) -> None:
+async def long_reply_playing(s: Session) -> None:
     await s.send("conversation.item.create", item={"type": "message", "role": "user",
                                                     "content": [{"type": "input_text", "text": LONG}]})
     await s.send("response.create", response={"max_output_tokens": 400})
     await s.until("response.output_audio.delta")
+
+
+async def barge_in(s: Session, speech) -> None:
+    await long_reply_playing(s)
     await s.stream(speech(QUESTION), realtime=False)
     first = await s.until("response.done")
     assert first["response"]["status_details"]["reason"] == "turn_detected"
@@ -185,10 +189,7 @@ async def barge_in(s: Session, speech) -> None:
 
 
 async def cancel(s: Session, speech) -> None:
-    await s.send("conversation.item.create", item={"type": "message", "role": "user",
-                                                    "content": [{"type": "input_text", "text": LONG}]})
-    await s.send("response.create", response={"max_output_tokens": 400})
-    await s.until("response.output_audio.delta")
+    await long_reply_playing(s)
     await s.send("response.cancel")
     done = await s.until("response.done")
     assert done["response"]["status"] == "cancelled"

@@ -1,0 +1,239 @@
+"""User speech and turn-taking, the part of ``Conversation`` that listens (see conversation.py).
+
+Input audio goes through ``AudioInput`` (resampling, buffer, VAD) in a thread; VAD reports
+become turns. Transcript-first backends (a text LLM) get each turn transcribed before the reply,
+speculatively at a pause, with a reply held until the turn really ends; audio backends (an omni
+model) get the clip itself and a transcript for display when no reply runs. Barge-in cancels
+the reply that is playing when speech starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+
+import numpy as np
+
+from core.audio import pcm16_to_float, resample
+from core.conversation.audio_input import VAD_RATE
+from core.conversation.events import (
+    ConversationError,
+    InputCommitted,
+    InputTranscript,
+    SpeechStarted,
+    SpeechStopped,
+)
+from core.conversation.items import Item
+from core.conversation.reply import Response
+from core.errors import InvalidAudioError
+from core.ids import new_id
+
+log = logging.getLogger(__name__)
+
+
+class TurnTaking:
+    """Mixed into ``Conversation``: it uses the conversation's state (``_input``, ``_response``,
+    ``_speculation``, the event queue) and its response methods."""
+
+    # ------------------------------------------------------------------ audio input
+
+    async def append_audio(self, pcm: bytes) -> None:
+        """Feed PCM16 mono at ``config.input_sample_rate``; drives VAD when enabled."""
+        samples = pcm16_to_float(pcm, self.config.input_sample_rate)
+        async with self._audio_lock:
+            audio16, reports = await self._in_thread(self.backend.io_pool, self._input.process, samples)
+            await self._on_audio(audio16)
+            for kind, ms, segment in reports:
+                await self._on_vad(kind, ms, segment)
+
+    async def _on_audio(self, audio16: np.ndarray) -> None:
+        """Hook: every input sample at 16 kHz (MiniCPM-o's duplex mode feeds the model here)."""
+
+    async def _on_vad(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
+        td = self.config.turn_detection
+        if kind == "start":
+            self._drop_held()
+            self._speech_item = new_id("item")
+            self._emit(SpeechStarted(self._speech_item, ms))
+            barge_in = td is not None and td.type == "server_vad" and td.interrupt_response
+            if self.response_active and barge_in:
+                await self.cancel_response("turn_detected")
+        elif kind == "pause":
+            self._speculate(segment)
+        elif kind == "resume":
+            self._forget_speculation()
+            self._drop_held()
+        elif kind == "end":
+            item_id = self._speech_item or new_id("item")
+            self._speech_item = None
+            self._emit(SpeechStopped(item_id, ms))
+            if td is None or td.type != "server_vad":
+                return  # model_duplex: the model hears everything itself; nothing to commit
+            spec, self._speculation = self._speculation, None
+            valid = spec is not None and spec[0] == self._spec_generation
+            self._emit(InputCommitted(item_id, int(segment.size * 1000 / VAD_RATE)))
+            if self.backend.transcript_first:
+                self._spawn(self._finish_turn(item_id, segment, td.create_response,
+                                              spec if valid else None))
+                return
+            self._commit_audio_item(item_id, segment)
+            if td.create_response and self._response is None and not self._closed:
+                await self.create_response()
+
+    async def commit_audio(self) -> str | None:
+        """Turn buffered audio into a user item (turn-based mode); returns its item id."""
+        async with self._audio_lock:
+            if self._input.buffer.size < VAD_RATE // 10:
+                raise InvalidAudioError(
+                    f"input audio buffer holds {self._input.buffer.size * 1000 // VAD_RATE} ms; "
+                    "commit needs at least 100 ms",
+                    param="audio",
+                )
+            segment = self._input.take()
+        item_id = self._speech_item or new_id("item")
+        self._speech_item = None
+        self._emit(InputCommitted(item_id, int(segment.size * 1000 / VAD_RATE)))
+        if self.backend.transcript_first:
+            await self._finish_turn(item_id, segment, create_response=False)
+        else:
+            self._commit_audio_item(item_id, segment)
+        return item_id
+
+    def clear_audio(self) -> None:
+        """Drop buffered, uncommitted input audio."""
+        self._input.clear()
+        self._forget_speculation()
+
+    # ------------------------------------------------------------------ turns: transcript first
+
+    def _speculate(self, segment: np.ndarray) -> None:
+        """At a pause inside speech, transcribe what was said so far; if the turn then ends with
+        no more speech, that transcript (and the reply already started on it) is used."""
+        self._spec_generation += 1
+        if not self.backend.transcript_first:
+            return
+        generation = self._spec_generation
+        fut = self.backend.transcribe_pool.submit(self.backend.transcribe_turn, segment)
+        self._speculation = (generation, fut)
+        fut.add_done_callback(lambda f: self.call_soon(self._speculate_reply, generation, f))
+
+    def _forget_speculation(self) -> None:
+        self._spec_generation += 1
+        self._speculation = None
+
+    def _speculate_reply(self, generation: int, fut: concurrent.futures.Future) -> None:
+        """Start the reply to a speculative transcript while the hangover runs; hold its output."""
+        td = self.config.turn_detection
+        if (
+            self._closed
+            or generation != self._spec_generation
+            or td is None
+            or not td.create_response
+            or not self.backend.speculative_reply
+            or self._response is not None
+            or fut.exception() is not None
+        ):
+            return
+        text = fut.result()
+        if not text:
+            return
+        resp = Response(new_id("resp"), new_id("item"), self.config.output_audio, held=True, spec=generation)
+        self._run(resp, self.config, None, pending=Item("user", text))
+
+    def _drop_held(self) -> None:
+        resp = self._response
+        if resp is not None and resp.held:
+            resp.cancelled = True
+            resp.cancel.set()
+            self._response = None
+            self._idle.set()
+            self.stats.speculative_replies_dropped += 1
+
+    def _release_held(self, resp: Response) -> None:
+        resp.held = False
+        self.stats.speculative_replies_used += 1
+        for event in resp.held_events:
+            self._emit(event)
+        resp.held_events.clear()
+        if resp.pending_finish is not None:
+            self._finish(resp, *resp.pending_finish)
+
+    async def _finish_turn(
+        self,
+        item_id: str,
+        segment: np.ndarray,
+        create_response: bool,
+        speculation: tuple[int, concurrent.futures.Future] | None = None,
+    ) -> None:
+        """Transcript-first turn end: transcribe (or take the speculative transcript), then reply
+        (or release the held speculative reply when it answered these very words)."""
+        try:
+            if speculation is not None:
+                self.stats.speculative_hits += 1
+                text = await asyncio.wrap_future(speculation[1])
+            else:
+                self.stats.speculative_misses += 1
+                text = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, segment)
+        except Exception as exc:  # reported to the client; the session goes on
+            log.exception("transcription failed")
+            self._emit(ConversationError("transcription_failed", f"transcription failed: {exc}"))
+            return
+        text = (text or "").strip()
+        if self.config.transcribe_input:
+            self._emit(InputTranscript(item_id, text))
+        held = self._response if self._response is not None and self._response.held else None
+        if held is not None and (speculation is None or held.spec != speculation[0] or not text):
+            self._drop_held()
+            held = None
+        if not text:
+            return
+        self._remember(Item("user", text, item_id=item_id))
+        if held is not None:
+            self._release_held(held)
+        elif create_response and self._response is None and not self._closed:
+            await self.create_response()
+
+    # ------------------------------------------------------------------ turns: audio items
+
+    def _transcribes_for_display(self) -> bool:
+        return self.config.transcribe_input and self.backend.transcribes_input
+
+    def _commit_audio_item(self, item_id: str, segment: np.ndarray) -> Item:
+        item = self._remember(Item("user", "", audio=segment, item_id=item_id))
+        if self._transcribes_for_display():
+            self._spawn(self._transcribe_when_idle(item))
+        return item
+
+    async def _transcribe_when_idle(self, item: Item) -> None:
+        """The transcript is for the client's display: it waits until the reply it may have
+        triggered is done, so it never delays the answer (both need the one model thread)."""
+        await asyncio.sleep(0)
+        await self._idle.wait()
+        try:
+            text = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, item.audio)
+        except Exception as exc:  # reported; the session goes on
+            log.exception("transcription failed")
+            self._emit(ConversationError("transcription_failed", f"transcription failed: {exc}"))
+            return
+        if text is None:
+            return
+        item.text = text.strip()
+        self._emit(InputTranscript(item.item_id, item.text))
+
+    async def add_audio_item(self, pcm: bytes) -> tuple[str, str]:
+        """Add a whole user audio clip as one item; returns (item id, transcript)."""
+        samples = pcm16_to_float(pcm, self.config.input_sample_rate)
+        audio = await self._in_thread(self.backend.io_pool, resample, samples, self.config.input_sample_rate, VAD_RATE)
+        item_id = new_id("item")
+        if self.backend.transcript_first:
+            text = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, audio)
+            text = (text or "").strip()
+            if text:
+                self._remember(Item("user", text, item_id=item_id))
+            return item_id, text
+        item = self._remember(Item("user", "", audio=audio, item_id=item_id))
+        if self._transcribes_for_display():
+            text = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, audio)
+            item.text = (text or "").strip()
+        return item_id, item.text
