@@ -11,7 +11,6 @@ backend's threads, so a worker's event loop never stalls.
 from __future__ import annotations
 
 import abc
-import asyncio
 import concurrent.futures
 import enum
 import threading
@@ -174,7 +173,3 @@ class Backend(abc.ABC):
         """Speak ``text``: PCM16 mono 24 kHz chunks, the first one as early as possible."""
         raise NotImplementedError(f"backend {self.name} cannot synthesize speech")
 
-
-async def run_in(pool: concurrent.futures.Executor, fn: Callable, *args) -> Any:
-    """``fn(*args)`` in ``pool``, awaited from the running loop."""
-    return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)

@@ -288,7 +288,7 @@ class MiniCpmOConversation(Conversation):
             self._loop.run_in_executor(self.backend.model_pool, self.backend.duplex_stop)
 
     async def _in_model(self, fn, *args):
-        return await self._loop.run_in_executor(self.backend.model_pool, fn, *args)
+        return await self._in_thread(self.backend.model_pool, fn, *args)
 
     async def create_response(self, **kwargs) -> str:
         if self.duplex:
