@@ -8,6 +8,7 @@ With both, turn-taking runs deterministically and fast, as LiveKit Agents' scrip
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import time
 
@@ -83,8 +84,6 @@ class ScriptedBackend(Backend):
         return ReplyStats(output_tokens=len(self.words), prompt_tokens=len(job.items))
 
     async def generate_reply(self, job: ReplyJob) -> ReplyStats:
-        import asyncio
-
         self.jobs.append(job)
         return await asyncio.get_running_loop().run_in_executor(self.model_pool, self._run, job)
 

@@ -30,12 +30,12 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from core.errors import InvalidInputError
 from core.conversation import Conversation, ConversationConfig, ConversationError, Item, ReplyJob, ReplyStats
+from core.conversation.audio_input import VAD_RATE
+from core.errors import InvalidInputError
 from core.ids import new_id
 from core.processors.base import Capability, ProgressCallback
 from core.processors.omni_base import (
-    VAD_RATE,
     OmniBackendBase,
     OmniOptions,
     parse_device,

@@ -19,7 +19,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.conversation import ReplyJob, ReplyStats
-from core.conversation.audio_input import VAD_RATE  # noqa: F401 - the rate omni models take
 from core.errors import InvalidImageError
 from core.processors.base import Backend, LoadProgress, ProgressCallback
 

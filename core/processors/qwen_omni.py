@@ -25,8 +25,8 @@ from pydantic import Field, field_validator
 
 from core.audio import OUTPUT_RATE
 from core.cascade.chunker import SpeechChunker
-from core.processors.base import Capability, ProgressCallback
 from core.conversation import ReplyJob, ReplyStats
+from core.processors.base import Capability, ProgressCallback
 from core.processors.omni_base import (
     OmniBackendBase,
     OmniOptions,

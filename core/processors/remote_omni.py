@@ -2,7 +2,7 @@
 OpenAI's chat completions with audio output), so our gateway, pages, queue and recordings
 serve it unchanged.
 
-Turn detection, barge-in, history and truncation stay here (the conversation core);
+Turn detection, barge-in, history and truncation live in the conversation core (``core/conversation/``);
 each reply is one streamed ``POST {base_url}/chat/completions`` with the whole history. Both
 documented streaming shapes are read:
 
@@ -30,11 +30,11 @@ import httpx
 import numpy as np
 from pydantic import Field, field_validator
 
+from core.conversation import Item, ReplyJob, ReplyStats
+from core.conversation.audio_input import VAD_RATE
 from core.media import wav_bytes
 from core.processors.base import Capability, ProgressCallback
-from core.conversation import Item, ReplyJob, ReplyStats
 from core.processors.omni_base import (
-    VAD_RATE,
     OmniBackendBase,
     OmniOptions,
     image_to_jpeg,
