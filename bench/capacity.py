@@ -67,7 +67,7 @@ class Waiter:
 
 async def hold_queue(launched: Launched, n: int, hold_s: float) -> dict[str, Any]:
     gw = psutil.Process(launched.pid("gateway"))
-    url = launched.ws_url + "?model=omniduplex-cascade&record=false"
+    url = launched.ws_url + "?model=omniduplex-cascade&record=false&extensions=all"
     rss_idle = gw.memory_info().rss
     holder = Waiter(url)
     await holder.connect()

@@ -76,7 +76,7 @@ def start_worker(tmp: Path) -> tuple[subprocess.Popen, str]:
 
 
 async def spoken_session(url: str, pcm: np.ndarray, record: bool) -> dict[str, float]:
-    ws_url = url.replace("http://", "ws://") + f"/ws/realtime?record={'true' if record else 'false'}&app=bench"
+    ws_url = url.replace("http://", "ws://") + f"/ws/realtime?record={'true' if record else 'false'}&app=bench&extensions=all"
     audio = np.concatenate([np.zeros(RATE // 2, dtype="<i2"), pcm, np.zeros(RATE * 3 // 2, dtype="<i2")])
     last_voiced = RATE // 2 + int(np.flatnonzero(np.abs(pcm) > 0.02 * 32768)[-1])
     step = RATE * CHUNK_MS // 1000

@@ -183,7 +183,7 @@ def run_cli(args) -> dict[str, Any]:
                       queue={"capacity": 1000, "max_wait_s": 3600},
                       auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}) as launched:
             launched.wait_ready()
-            url = launched.ws_url + "?record=false&app=bench"
+            url = launched.ws_url + "?record=false&app=bench&extensions=all"
             asyncio.run(level(url, 1, [("text", TEXT_PROMPTS[0], None)]))  # warm-up
             for c in args.concurrency:
                 for kind in ("text", "spoken"):

@@ -7,7 +7,7 @@ import soxr
 
 from core.errors import InvalidAudioError
 
-SUPPORTED_INPUT_RATES = (16000, 24000)
+SUPPORTED_INPUT_RATES = (8000, 16000, 24000)  # 8 kHz: decoded G.711
 OUTPUT_RATE = 24000
 MAX_CHUNK_SECONDS = 30.0
 
@@ -18,7 +18,7 @@ def pcm16_to_float(pcm: bytes, sample_rate: int) -> np.ndarray:
         raise InvalidAudioError(f"audio must be bytes of PCM16, got {type(pcm).__name__}")
     if sample_rate not in SUPPORTED_INPUT_RATES:
         raise InvalidAudioError(
-            f"unsupported input sample rate {sample_rate} Hz; use 16000 or 24000",
+            f"unsupported input sample rate {sample_rate} Hz; use 8000, 16000 or 24000",
             param="sample_rate",
         )
     n = len(pcm)

@@ -34,6 +34,14 @@ class InvalidTextError(InvalidInputError):
     code = "invalid_text"
 
 
+class ItemNotFoundError(InvalidInputError):
+    code = "item_not_found"
+
+
+class DuplicateItemError(InvalidInputError):
+    code = "item_already_exists"
+
+
 class ResponseActiveError(OmniDuplexError):
     code = "conversation_already_has_active_response"
 

@@ -5,8 +5,10 @@ Client events are parsed into small Pydantic models, one class per event type wi
 ``Literal`` type field (as the ``openai`` SDK models them); unknown fields are ignored so both
 the GA and the beta dialect parse. Server events are plain dicts built here: audio deltas are
 the hot path, and the official SDK reads them with its own (non-validating) models.
-Our extensions are namespaced (``queue.*``, ``input_image_buffer.append``, ``session.pause``,
-``session.resume``, ``session.metrics``) so standard clients ignore them.
+Our extension server events (``queue.*``, ``session.recording``, ``session.metrics``,
+``session.paused|resumed``, ``input_image_buffer.appended``) go only to clients that ask for them
+with the query parameter ``extensions``; standard clients (which validate every event against
+OpenAI's types) never see them. Extension client events are accepted from anyone.
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ class _Client(BaseModel):
 
 class SessionUpdate(_Client):
     type: Literal["session.update"]
+    session: dict[str, Any] = Field(default_factory=dict)
+
+
+class TranscriptionSessionUpdate(_Client):
+    """Beta: configure a transcription session (``?intent=transcription``)."""
+
+    type: Literal["transcription_session.update"]
     session: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -101,6 +110,7 @@ class SessionResume(_Client):
 
 _CLIENT_MODELS = (
     SessionUpdate,
+    TranscriptionSessionUpdate,
     InputAudioBufferAppend,
     InputAudioBufferCommit,
     InputAudioBufferClear,
@@ -147,6 +157,38 @@ def parse_client_event(data: Any) -> ClientEvent:
         raise ProtocolError(f"{kind}: {loc}: {err['msg']}", param=loc, event_id=ev_id) from None
 
 
+# --------------------------------------------------------------------------- extensions
+
+EXTENSION_EVENTS = frozenset({
+    "queue.position", "queue.assigned", "session.recording", "session.metrics", "session.paused",
+    "session.resumed", "input_image_buffer.appended",
+})
+EXTENSION_GROUPS = {"all": EXTENSION_EVENTS, "queue": frozenset({"queue.position", "queue.assigned"})}
+
+
+def parse_extensions(value: str | None) -> tuple[frozenset[str], list[str]]:
+    """The extension events a client asked for (``?extensions=queue,session.metrics`` or ``all``),
+    and the names it gave that we do not know."""
+    wanted: set[str] = set()
+    unknown: list[str] = []
+    for name in (n.strip() for n in (value or "").split(",")):
+        if not name:
+            continue
+        if name in EXTENSION_GROUPS:
+            wanted |= EXTENSION_GROUPS[name]
+        elif name in EXTENSION_EVENTS:
+            wanted.add(name)
+        else:
+            unknown.append(name)
+    return frozenset(wanted), unknown
+
+
+def unknown_extensions_error(unknown: list[str]) -> dict[str, Any]:
+    known = ", ".join(sorted(EXTENSION_EVENTS | set(EXTENSION_GROUPS)))
+    return error_event(f"unknown extension {', '.join(repr(u) for u in unknown)} ignored; known: {known}",
+                       "unknown_extension", param="extensions")
+
+
 # --------------------------------------------------------------------------- dialects
 
 
@@ -180,6 +222,3 @@ def error_event(message: str, code: str = "invalid_request_error", param: str | 
     )
 
 
-def message_item(item_id: str, role: str, content: list[dict[str, Any]], status: str = "completed") -> dict[str, Any]:
-    return {"id": item_id, "object": "realtime.item", "type": "message", "role": role, "status": status,
-            "content": content}

@@ -24,7 +24,7 @@ from starlette.websockets import WebSocketState
 from core import logctx
 from core.config import AppConfig
 from core.ids import new_id
-from core.protocol import error_event, server_event
+from core.protocol import EXTENSION_EVENTS, error_event, parse_extensions, server_event, unknown_extensions_error
 from core.session_store import new_session_id, new_share_token, token_hash
 from gateway.access import Access, chosen_subprotocol
 from gateway.admin import admin_router, api_access_middleware, public_router
@@ -32,7 +32,7 @@ from gateway.apps import SettingsStore, app_of
 from gateway.auth import load_admin_token
 from gateway.cleanup import cleanup_loop
 from gateway.health import HealthChecker
-from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
+from gateway.metrics import CONTENT_TYPE_LATEST, METRICS_PREFIX, GatewayMetrics
 from gateway.openai_rest import openai_router
 from gateway.pages import install_pages
 from gateway.presets import presets_router
@@ -197,6 +197,10 @@ class RealtimeProxy:
             "false", "0", "off")
         caps = ws.query_params.get("capabilities") or ""
         self.requirements = frozenset(c for c in caps.split(",") if c)
+        # Extension events (queue.*, session.recording, session.metrics, ...) only on request:
+        # standard clients validate every event against OpenAI's types.
+        self.extensions, self.unknown_extensions = parse_extensions(ws.query_params.get("extensions"))
+        self.intent = ws.query_params.get("intent") or ""
         # Queue messages go out through one ordered outbox drained by a short-lived task, not a
         # task per waiting client: a thousand waiters then cost two tasks each, not three.
         self._outbox: collections.deque[dict[str, Any]] = collections.deque()
@@ -234,6 +238,8 @@ class RealtimeProxy:
             return False
 
     def _post(self, event: dict[str, Any]) -> None:
+        if event["type"] in EXTENSION_EVENTS and event["type"] not in self.extensions:
+            return
         self._outbox.append(event)
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._drain())
@@ -265,6 +271,8 @@ class RealtimeProxy:
     async def run(self) -> None:
         lease: Lease | None = None
         logctx.bind(session=self.ticket)
+        if self.unknown_extensions:
+            await self._send(unknown_extensions_error(self.unknown_extensions))
         try:
             lease = await self._wait_for_worker()
             if lease is None:
@@ -333,13 +341,18 @@ class RealtimeProxy:
         self.state = "connecting"
         logctx.bind(session=session_id, worker=worker.id)
         params = {"dialect": "beta" if self.beta else "ga", "session_id": session_id, "model": self.model,
-                  "app": self.app_name, "record": "true" if self.record else "false"}
+                  "app": self.app_name, "record": "true" if self.record else "false",
+                  # session.metrics always: the gateway's own latency figures come from it
+                  "extensions": ",".join(sorted(self.extensions | {"session.metrics"}))}
+        if self.intent:
+            params["intent"] = self.intent
         if self.record:
             # Only the hash reaches the worker and the disk; the link goes to this client alone.
             token = new_share_token()
             params["share_hash"] = token_hash(token)
-            await self._send(server_event("session.recording", session_id=session_id,
-                                          share_url=f"/s/{session_id}?token={token}"))
+            self._post(server_event("session.recording", session_id=session_id,
+                                    share_url=f"/s/{session_id}?token={token}"))
+            await self._flush()
         url = (
             worker.url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/")
             + "/ws/realtime?" + urlencode(params)
@@ -410,7 +423,8 @@ class RealtimeProxy:
     async def _relay_until_stopped(self, conn) -> RelayResult:
         """The relay, unless the operator ends the session first."""
         observe = self.metrics.observe_worker_text if self.metrics is not None else None
-        relaying = asyncio.create_task(relay(self.ws, conn, self.early, on_worker_text=observe))
+        drop = None if "session.metrics" in self.extensions else METRICS_PREFIX
+        relaying = asyncio.create_task(relay(self.ws, conn, self.early, on_worker_text=observe, drop_prefix=drop))
         stopping = asyncio.create_task(self._stop.wait())
         try:
             await asyncio.wait({relaying, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -36,8 +36,10 @@ class RelayResult:
 
 
 async def relay(client: WebSocket, worker: ClientConnection, first_messages: list[str] | None = None,
-                on_worker_text: Callable[[str], None] | None = None) -> RelayResult:
-    """``on_worker_text`` sees each worker->client text frame (cheaply; it must not block or raise)."""
+                on_worker_text: Callable[[str], None] | None = None, drop_prefix: str | None = None) -> RelayResult:
+    """``on_worker_text`` sees each worker->client text frame (cheaply; it must not block or raise);
+    text frames that start with ``drop_prefix`` are not passed on (the gateway's own metrics
+    frames, for a client that did not ask for them)."""
     for message in first_messages or []:
         await worker.send(message)
 
@@ -74,6 +76,8 @@ async def relay(client: WebSocket, worker: ClientConnection, first_messages: lis
                 if isinstance(message, str):
                     if on_worker_text is not None:
                         on_worker_text(message)
+                    if drop_prefix is not None and message.startswith(drop_prefix):
+                        continue
                     await to_client(client.send_text, message)
                 else:
                     await to_client(client.send_bytes, message)

@@ -3,7 +3,8 @@
 # CPU build of torch pinned for this environment; see docs/operations.md for CUDA hosts.
 #   scripts/install.sh                  Python environment only (what start_all.sh needs)
 #   scripts/install.sh --with-browser   also Debian chromium + chromium-driver (browser tests) and
-#                                       iproute2 (`ip netns`, tests/test_netns.py), when missing
+#                                       iproute2 (`ip netns`, tests/test_netns.py), when missing, and
+#                                       .venv-frameworks (tests/test_frameworks.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,28 @@ if [ "${1:-}" = "--with-browser" ]; then
 fi
 
 PYTHON=${PYTHON:-python3}
+
+# Voice-agent framework clients (OpenAI Agents SDK, Pipecat) for tests/test_frameworks.py, in their
+# own .venv-frameworks: their pins clash with requirements.txt (see requirements-frameworks.txt).
+# Not fatal: without it (the stamp marks a complete install) those tests are skipped.
+if [ "${1:-}" = "--with-browser" ]; then
+  FW_STAMP=.venv-frameworks/.omniduplex-install
+  fw_want="$(cat requirements-frameworks.txt | sha256sum | cut -d' ' -f1)"
+  if [ -f "$FW_STAMP" ] && [ "$(cat "$FW_STAMP")" = "$fw_want" ]; then
+    echo "[install] .venv-frameworks is up to date"
+  else
+    echo "[install] installing the framework clients into .venv-frameworks"
+    rm -f "$FW_STAMP"
+    if { [ -x .venv-frameworks/bin/python ] || "$PYTHON" -m venv .venv-frameworks; } \
+        && .venv-frameworks/bin/python -m pip install --quiet --upgrade pip \
+        && .venv-frameworks/bin/python -m pip install --quiet -r requirements-frameworks.txt; then
+      echo "$fw_want" > "$FW_STAMP"
+    else
+      echo "[install] .venv-frameworks failed to install: tests/test_frameworks.py will be skipped"
+    fi
+  fi
+fi
+
 TORCH_SPEC=${OMNIDUPLEX_TORCH:-torch==2.13.0}
 STAMP=.venv/.omniduplex-install
 want="$(cat requirements.txt scripts/install.sh | sha256sum | cut -d' ' -f1) $TORCH_SPEC"

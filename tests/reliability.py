@@ -21,7 +21,7 @@ TEXT_ITEM = {"type": "conversation.item.create", "item": {"type": "message", "ro
 
 
 def ws_url(stack, **params: str) -> str:
-    query = "&".join(f"{k}={v}" for k, v in {"model": "omniduplex-cascade", **params}.items())
+    query = "&".join(f"{k}={v}" for k, v in {"model": "omniduplex-cascade", "extensions": "all", **params}.items())
     return f"ws://127.0.0.1:{stack.port}/v1/realtime?{query}"
 
 

@@ -41,17 +41,17 @@ def queued(ws) -> dict:
 
 def test_api_keys_bearer_subprotocol_and_rest(tmp_path):
     with make_client(tmp_path, auth={"api_keys": [KEY]}) as c:
-        with c.websocket_connect("/v1/realtime") as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all") as ws:
             assert refused(ws) == ("invalid_api_key", 1008)
-        with c.websocket_connect("/v1/realtime", headers={"Authorization": "Bearer wrong-key-123"}) as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all", headers={"Authorization": "Bearer wrong-key-123"}) as ws:
             assert refused(ws) == ("invalid_api_key", 1008)
-        with c.websocket_connect("/v1/realtime", headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all", headers={"Authorization": f"Bearer {KEY}"}) as ws:
             queued(ws)
         # What browsers send: they cannot set headers on a WebSocket.
-        with c.websocket_connect("/v1/realtime", subprotocols=["realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all", subprotocols=["realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
             assert ws.accepted_subprotocol == "realtime"
             queued(ws)
-        with c.websocket_connect("/v1/realtime", headers={"Authorization": f"Bearer {ADMIN}"}) as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all", headers={"Authorization": f"Bearer {ADMIN}"}) as ws:
             queued(ws)  # the admin token works as a key too
         r = c.get("/v1/models")
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
@@ -62,7 +62,7 @@ def test_api_keys_bearer_subprotocol_and_rest(tmp_path):
 
 def test_open_service_needs_no_key(tmp_path):
     with make_client(tmp_path) as c:
-        with c.websocket_connect("/v1/realtime", headers={"Authorization": "Bearer unused"}) as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all", headers={"Authorization": "Bearer unused"}) as ws:
             queued(ws)
         assert c.get("/v1/models").status_code == 200
         assert c.get("/api/apps").json()["api_key_required"] is False
@@ -70,12 +70,12 @@ def test_open_service_needs_no_key(tmp_path):
 
 def test_origin_check(tmp_path):
     with make_client(tmp_path, auth={"allowed_origins": ["https://partner.example"]}) as c:
-        with c.websocket_connect("/v1/realtime", headers={"Origin": "https://evil.example"}) as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all", headers={"Origin": "https://evil.example"}) as ws:
             assert refused(ws) == ("origin_not_allowed", 1008)
         for origin in ("http://testserver", "https://partner.example"):  # own origin, configured one
-            with c.websocket_connect("/v1/realtime", headers={"Origin": origin}) as ws:
+            with c.websocket_connect("/v1/realtime?extensions=all", headers={"Origin": origin}) as ws:
                 queued(ws)
-        with c.websocket_connect("/v1/realtime") as ws:  # no Origin: not a browser
+        with c.websocket_connect("/v1/realtime?extensions=all") as ws:  # no Origin: not a browser
             queued(ws)
 
 
@@ -83,15 +83,15 @@ def test_app_toggles_refuse_new_sessions_and_persist(tmp_path):
     admin = {"Authorization": f"Bearer {ADMIN}"}
     with make_client(tmp_path) as c:
         assert c.put("/api/admin/apps/omni", json={"enabled": False}, headers=admin).status_code == 200
-        with c.websocket_connect("/v1/realtime?app=omni") as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all&app=omni") as ws:
             code, close = refused(ws)
             assert (code, close) == ("app_disabled", 1008)
-        with c.websocket_connect("/v1/realtime?app=audio_duplex") as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all&app=audio_duplex") as ws:
             queued(ws)
         assert c.put("/api/admin/apps/api", json={"enabled": False}, headers=admin).status_code == 200
         r = c.get("/v1/models")
         assert r.status_code == 403 and r.json()["error"]["code"] == "app_disabled"
-        with c.websocket_connect("/v1/realtime") as ws:  # no page named: the api app
+        with c.websocket_connect("/v1/realtime?extensions=all") as ws:  # no page named: the api app
             assert refused(ws)[0] == "app_disabled"
         assert c.put("/api/admin/apps/nope", json={"enabled": False}, headers=admin).status_code == 404
     # A restart keeps the toggles (data_dir/operator.json).
@@ -102,16 +102,16 @@ def test_app_toggles_refuse_new_sessions_and_persist(tmp_path):
 
 def test_per_ip_concurrency_and_rate(tmp_path):
     with make_client(tmp_path, auth={"per_ip": {"concurrent": 2, "sessions_per_minute": 4}}) as c:
-        with c.websocket_connect("/v1/realtime") as a, c.websocket_connect("/v1/realtime") as b:
+        with c.websocket_connect("/v1/realtime?extensions=all") as a, c.websocket_connect("/v1/realtime?extensions=all") as b:
             queued(a)
             queued(b)
-            with c.websocket_connect("/v1/realtime") as third:
+            with c.websocket_connect("/v1/realtime?extensions=all") as third:
                 assert refused(third) == ("too_many_sessions", 4029)
         # Both closed: concurrency is free again, but 2 of 4 starts this minute are used.
         for _ in range(2):
-            with c.websocket_connect("/v1/realtime") as ws:
+            with c.websocket_connect("/v1/realtime?extensions=all") as ws:
                 queued(ws)
-        with c.websocket_connect("/v1/realtime") as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all") as ws:
             assert refused(ws) == ("rate_limited", 4029)
         metrics = c.get("/metrics").text
         assert 'omniduplex_rejected_sessions_total{reason="too_many_sessions"} 1.0' in metrics
@@ -121,9 +121,9 @@ def test_per_ip_concurrency_and_rate(tmp_path):
 def test_per_key_concurrency(tmp_path):
     with make_client(tmp_path, auth={"api_keys": [KEY], "per_key": {"concurrent": 1}}) as c:
         auth = {"Authorization": f"Bearer {KEY}"}
-        with c.websocket_connect("/v1/realtime", headers=auth) as a:
+        with c.websocket_connect("/v1/realtime?extensions=all", headers=auth) as a:
             queued(a)
-            with c.websocket_connect("/v1/realtime", headers=auth) as b:
+            with c.websocket_connect("/v1/realtime?extensions=all", headers=auth) as b:
                 code, close = refused(b)
                 assert code == "too_many_sessions" and close == 4029
 

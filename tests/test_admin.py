@@ -32,7 +32,7 @@ def admin(stack) -> httpx.Client:
 
 
 def ws_url(stack, app: str | None = None) -> str:
-    return f"ws://127.0.0.1:{stack.port}/v1/realtime" + (f"?app={app}" if app else "")
+    return f"ws://127.0.0.1:{stack.port}/v1/realtime?extensions=all" + (f"&app={app}" if app else "")
 
 
 async def closed_with(ws, timeout: float = 10.0) -> tuple[list[dict], int]:

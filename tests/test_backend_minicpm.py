@@ -91,7 +91,7 @@ async def recv_until(ws, kind: str, timeout: float = 30.0, seen: list | None = N
 
 
 def url(stack) -> str:
-    return f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-minicpm_o"
+    return f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-minicpm_o&extensions=all"
 
 
 def pcm_of(events: list[dict]) -> bytes:

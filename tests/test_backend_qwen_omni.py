@@ -47,7 +47,7 @@ def qwen_stack(tmp_path_factory, qwen25_model):
 
 
 def ws_url(stack) -> str:
-    return f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-qwen_omni"
+    return f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-qwen_omni&extensions=all"
 
 
 async def recv_until(ws, kind: str, timeout: float = 60.0, seen: list | None = None) -> dict:
@@ -288,7 +288,7 @@ def test_qwen3_omni_through_the_worker_app(tmp_path):
         import torch
 
         torch.manual_seed(0)
-        with client.websocket_connect("/ws/realtime?model=omniduplex-qwen_omni") as ws:
+        with client.websocket_connect("/ws/realtime?model=omniduplex-qwen_omni&extensions=all") as ws:
             def until(kind):
                 seen = []
                 while True:

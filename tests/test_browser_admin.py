@@ -66,7 +66,7 @@ def test_sign_in_form(stack, launch, tmp_path):
 
 def test_admin_page_shows_the_real_worker_and_drain_works(stack, launch, tmp_path, screenshot_dir):
     browser = launch(silence_wav(tmp_path / "s.wav", 2))
-    url = f"ws://127.0.0.1:{stack.port}/v1/realtime"
+    url = f"ws://127.0.0.1:{stack.port}/v1/realtime?extensions=all"
     a = b = None
     try:
         browser.get(f"{stack.url}/admin?token={stack.admin_token}")

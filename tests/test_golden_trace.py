@@ -137,7 +137,7 @@ async def open_session(stack, model: str, turn_detection) -> Session:
     while stack.health()["slots_busy"]:  # the last scenario's slot is free: no queue events
         assert time.monotonic() < deadline, "the worker's slot was never released"
         await asyncio.sleep(0.05)
-    ws = await websockets.connect(f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-{model}", max_size=None)
+    ws = await websockets.connect(f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-{model}&extensions=all", max_size=None)
     s = Session(ws)
     await s.until("session.created")
     await s.send("session.update", session={"type": "realtime", "temperature": 0, "audio": {"input": {

@@ -84,7 +84,7 @@ def stack(tmp_path_factory):
 
 
 async def connect(stack):
-    ws = await websockets.connect(f"ws://127.0.0.1:{stack.port}/v1/realtime", max_size=None)
+    ws = await websockets.connect(f"ws://127.0.0.1:{stack.port}/v1/realtime?extensions=all", max_size=None)
     await recv_until(ws, "session.created")
     return ws
 

@@ -64,7 +64,7 @@ async def speak(ws, pcm: bytes, chunk_ms: int = 40, speedup: float = 2.0) -> Non
 
 
 async def test_metrics_parse_and_move_with_traffic(stack, tts):
-    url = f"ws://127.0.0.1:{stack.port}/v1/realtime"
+    url = f"ws://127.0.0.1:{stack.port}/v1/realtime?extensions=all"
     g0, w0 = scrape(stack.url), scrape(stack.worker_url())
     assert value(g0, "omniduplex_queue_length") == 0
     assert value(g0, "omniduplex_worker_health", worker="w0", health="healthy") == 1

@@ -40,7 +40,7 @@ def sdk(stack) -> AsyncOpenAI:
 
 
 def ws_url(stack) -> str:
-    return f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-cascade"
+    return f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-cascade&extensions=all"
 
 
 async def wait_idle(stack, timeout: float = 3.0) -> dict:

@@ -45,7 +45,7 @@ def question(tts) -> np.ndarray:
 
 
 def ws_url(stack, **params) -> str:
-    q = "&".join(f"{k}={v}" for k, v in {"model": "omniduplex-cascade", **params}.items())
+    q = "&".join(f"{k}={v}" for k, v in {"model": "omniduplex-cascade", "extensions": "all", **params}.items())
     return f"ws://127.0.0.1:{stack.port}/v1/realtime?{q}"
 
 

@@ -18,7 +18,7 @@ from core import logctx
 from core.config import AppConfig
 from core.processors import create_backend
 from core.processors.base import LoadProgress
-from core.protocol import Dialect
+from core.protocol import Dialect, parse_extensions
 from core.session_store import SESSION_ID, new_session_id
 from worker.metrics import WorkerMetrics
 from worker.recorder import RecorderPool
@@ -105,8 +105,12 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
                 "app": (q.get("app") or "api")[:40], "model": model, "dialect": "beta" if beta else "ga",
                 "worker_id": ws_state.worker_id, "share_token_sha256": q.get("share_hash") or None,
             })
+        # Extension events only for a client that asked (the gateway asks for what its client
+        # asked, plus session.metrics for its own figures); unknown names were reported there.
+        extensions, _ = parse_extensions(q.get("extensions"))
         session = RealtimeSession(ws, backend, Dialect(beta), config.limits, model=model, session_id=session_id,
-                                  recorder=recorder)
+                                  recorder=recorder, extensions=extensions,
+                                  transcription=q.get("intent") == "transcription")
 
         def on_state(state: str) -> None:
             ws_state.sessions[session.session_id] = state

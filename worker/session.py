@@ -2,14 +2,15 @@
 
 Three tasks share the session: the reader (client events, handled in order, so a
 ``response.create`` after a ``commit`` sees the committed turn), the pump (conversation events
-translated into server events) and the writer (the only coroutine that writes the socket).
+translated into server events) and the writer (the only coroutine that writes the socket; it
+also keeps extension events from clients that did not ask for them). Items are parsed and
+rendered in ``items.py``, a response's events in ``reply_events.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import json
 import logging
 import time
@@ -19,11 +20,13 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from core.config import LimitsConfig
+from core.conversation import ConversationConfig, Item
+from core.conversation.items import Part
 from core.errors import NoActiveResponseError, OmniDuplexError, ResponseActiveError
-from core.conversation import ConversationConfig
 from core.ids import new_id
 from core.processors.base import Backend
 from core.protocol import (
+    EXTENSION_EVENTS,
     ConversationItemCreate,
     ConversationItemDelete,
     ConversationItemRetrieve,
@@ -40,14 +43,17 @@ from core.protocol import (
     SessionPause,
     SessionResume,
     SessionUpdate,
+    TranscriptionSessionUpdate,
     error_event,
-    message_item,
     parse_client_event,
     server_event,
 )
+from worker.items import b64, parse_item, render_item
 from worker.limits import FrameRate, check_image, check_image_b64, message_too_large
 from worker.recorder import SessionRecorder
-from worker.session_config import _max_tokens, _modalities, apply_session_update, session_object
+from worker.reply_events import ReplyEvents
+from worker.response_options import ResponseOptions, parse_response_options
+from worker.session_config import SessionSettings, apply_session_update, session_object
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +82,8 @@ class RealtimeSession:
         session_id: str | None = None,
         on_state: Callable[[str], None] | None = None,
         recorder: SessionRecorder | None = None,
+        extensions: frozenset[str] = frozenset(),
+        transcription: bool = False,
     ) -> None:
         self.ws = ws
         self.backend = backend
@@ -85,21 +93,30 @@ class RealtimeSession:
         self.session_id = session_id or new_id("sess")
         self.on_state = on_state or (lambda _s: None)
         self.recorder = recorder
+        self.extensions = extensions
+        self.settings = SessionSettings(kind="transcription" if transcription else "realtime")
         self._out: asyncio.Queue[dict | None] = asyncio.Queue()
         self.paused_at: float | None = None
         self.started = time.monotonic()
         self.last_client_event = self.started
-        self._last_item_id: str | None = None
-        self._responses: dict[str, dict[str, Any]] = {}
-        self._speech_stopped_at: float | None = None
         self.frames_received = 0
         self.close_code = 1000
         self.close_reason = ""
         self.end_reason = "worker_shutdown"  # unless a task says otherwise (cancelled = shutdown)
         self.frame_rate = FrameRate(limits.max_frame_rate)
+        self.replies = ReplyEvents(dialect, self.send, "conv_" + self.session_id.rsplit("_", 1)[-1],
+                                   record_audio=recorder.server_event if recorder is not None else None)
+        self._last_response_id: str | None = None
         # Hooks for the worker's metrics (set by worker/app.py); called on the event loop.
-        self.on_turn_metrics: Callable[[dict[str, Any]], None] | None = None
         self.on_limit: Callable[[str], None] | None = None
+
+    @property
+    def on_turn_metrics(self) -> Callable[[dict[str, Any]], None] | None:
+        return self.replies.on_turn_metrics
+
+    @on_turn_metrics.setter
+    def on_turn_metrics(self, hook: Callable[[dict[str, Any]], None] | None) -> None:
+        self.replies.on_turn_metrics = hook
 
     # ------------------------------------------------------------------ plumbing
 
@@ -117,9 +134,11 @@ class RealtimeSession:
             event = await self._out.get()
             if event is None:
                 return
-            await self.ws.send_text(json.dumps(event, separators=(",", ":")))
-            if self.recorder is not None:
-                self.recorder.server_event(event)
+            kind = event["type"]
+            if kind not in EXTENSION_EVENTS or kind in self.extensions:
+                await self.ws.send_text(json.dumps(event, separators=(",", ":")))
+            if self.recorder is not None and not (kind == self.dialect.audio_delta and self.settings.output_format.g711):
+                self.recorder.server_event(event)  # the recording has every event (G.711 audio as PCM)
 
     def _state(self) -> str:
         if self.paused_at is not None:
@@ -127,9 +146,17 @@ class RealtimeSession:
         return "BUSY_HALF_DUPLEX" if self.conv.config.turn_detection is None else "DUPLEX_ACTIVE"
 
     async def run(self) -> None:
-        self.conv = self.backend.open_conversation(ConversationConfig())
+        config = ConversationConfig()
+        if self.settings.kind == "transcription":
+            config, self.settings = apply_session_update(config, {"type": "transcription"}, self.dialect,
+                                                         self.backend.turn_detection_types, self.settings)
+        self.conv = self.backend.open_conversation(config)
         self.on_state(self._state())
-        self.send(server_event("session.created", session=self._session()))
+        created = "transcription_session.created" if self._beta_transcription else "session.created"
+        self.send(server_event(created, session=self._session()))
+        if self.settings.kind == "transcription" and not self._can_transcribe:
+            self.send_error(f"backend {self.backend.name} has no transcriber; transcription sessions are not "
+                            "available on it", "transcription_unavailable", param="intent")
         tasks = [
             asyncio.create_task(self._writer(), name="writer"),
             asyncio.create_task(self._pump(), name="pump"),
@@ -170,8 +197,16 @@ class RealtimeSession:
             if self.recorder is not None:
                 self.recorder.finish(self.end_reason, self.close_code)
 
+    @property
+    def _beta_transcription(self) -> bool:
+        return self.dialect.beta and self.settings.kind == "transcription"
+
+    @property
+    def _can_transcribe(self) -> bool:
+        return self.backend.transcript_first or self.backend.transcribes_input
+
     def _session(self) -> dict[str, Any]:
-        return session_object(self.conv.config, self.dialect, self.session_id, self.model)
+        return session_object(self.conv.config, self.dialect, self.session_id, self.model, self.settings)
 
     # ------------------------------------------------------------------ limits
 
@@ -221,9 +256,9 @@ class RealtimeSession:
             try:
                 data = json.loads(text)
                 event = parse_client_event(data)
-                await self._handle(event)
+                recorded = await self._handle(event)
                 if self.recorder is not None:
-                    self.recorder.client_event(data, self.conv.config.input_sample_rate)
+                    self.recorder.client_event(recorded or data, self.conv.config.input_sample_rate)
             except json.JSONDecodeError as exc:
                 self.send_error(f"message is not valid JSON: {exc.msg}", param="message")
             except ProtocolError as exc:
@@ -234,17 +269,25 @@ class RealtimeSession:
                 ev_id = data.get("event_id") if isinstance(data, dict) else None
                 self.send_error(exc.message, exc.code, exc.param, ev_id if isinstance(ev_id, str) else None)
 
-    async def _handle(self, ev) -> None:
+    async def _pcm(self, data: bytes, param: str, event_id: str | None) -> bytes:
+        fmt = self.settings.input_format
+        if fmt.g711:
+            return await asyncio.to_thread(fmt.to_pcm16, data, param, event_id)
+        return fmt.to_pcm16(data, param, event_id)
+
+    async def _handle(self, ev) -> dict[str, Any] | None:
+        """Handle one client event; returns what the recording should keep instead of the event
+        itself (G.711 audio as PCM), if anything."""
         conv = self.conv
         if isinstance(ev, InputAudioBufferAppend):
             if self.paused_at is not None:
-                return  # audio sent while paused is dropped, by design
-            await conv.append_audio(_b64(ev.audio, "audio", ev.event_id))
-        elif isinstance(ev, SessionUpdate):
-            cfg = apply_session_update(conv.config, ev.session, self.dialect, self.backend.turn_detection_types)
-            conv.update(cfg)  # the conversation maps the voice to one the backend has
-            self.on_state(self._state())
-            self.send(server_event("session.updated", session=self._session()))
+                return None  # audio sent while paused is dropped, by design
+            pcm = await self._pcm(b64(ev.audio, "audio", ev.event_id), "audio", ev.event_id)
+            await conv.append_audio(pcm)
+            if self.settings.input_format.g711:
+                return {"type": ev.type, "audio": base64.b64encode(pcm).decode("ascii")}
+        elif isinstance(ev, SessionUpdate | TranscriptionSessionUpdate):
+            self._update_session(ev)
         elif isinstance(ev, InputAudioBufferCommit):
             try:
                 await conv.commit_audio()
@@ -265,22 +308,16 @@ class RealtimeSession:
                                     param="item_id", event_id=ev.event_id)
             self.send(server_event("conversation.item.deleted", item_id=ev.item_id))
         elif isinstance(ev, ConversationItemRetrieve):
-            item = next((m for m in conv.history if m.item_id == ev.item_id), None)
+            item = conv.item(ev.item_id)
             if item is None:
                 raise ProtocolError(f"no item {ev.item_id!r} in the conversation", code="item_not_found",
                                     param="item_id", event_id=ev.event_id)
-            self.send(server_event("conversation.item.retrieved", item=_history_item(item)))
+            self.send(server_event("conversation.item.retrieved", item=render_item(item, self.dialect.beta)))
         elif isinstance(ev, ResponseCreate):
-            params = ev.response or {}
-            audio = _modalities(params.get("output_modalities", params.get("modalities")), "response.output_modalities")
-            tokens = _max_tokens(params.get("max_output_tokens", params.get("max_response_output_tokens")),
-                                 "response.max_output_tokens")
-            instructions = params.get("instructions")
-            try:
-                await conv.create_response(instructions=instructions if isinstance(instructions, str) else None,
-                                           output_audio=audio, max_output_tokens=tokens)
-            except ResponseActiveError as exc:
-                raise ProtocolError(exc.message, code=exc.code, event_id=ev.event_id) from None
+            if self.settings.kind == "transcription":
+                raise ProtocolError("a transcription session makes no responses", code="invalid_request_error",
+                                    param="type", event_id=ev.event_id)
+            await self._create_response(await parse_response_options(ev, self))
         elif isinstance(ev, ResponseCancel):
             try:
                 await conv.cancel_response("client_cancelled")
@@ -289,23 +326,9 @@ class RealtimeSession:
         elif isinstance(ev, OutputAudioBufferClear):
             if conv.response_active:
                 await conv.cancel_response("client_cancelled")
-            self.send(server_event("output_audio_buffer.cleared"))
+            self.send(server_event("output_audio_buffer.cleared", response_id=self._last_response_id or ""))
         elif isinstance(ev, InputImageBufferAppend):
-            if not self.frame_rate.allow():
-                if self.frame_rate.should_report():
-                    raise ProtocolError(
-                        f"camera frames above {self.limits.max_frame_rate:g} per second are dropped "
-                        f"({self.frame_rate.dropped} so far)", code="frame_rate_exceeded", param="image",
-                        event_id=ev.event_id)
-                self._count_limit("frame_rate_exceeded")
-                return
-            check_image_b64(ev.image, self.limits, "image", ev.event_id)
-            frame = _b64(ev.image, "image", ev.event_id)
-            check_image(frame, self.limits, "image", ev.event_id)
-            await conv.add_image(frame, frame=True)
-            self.frames_received += 1
-            # Acknowledged so a camera client knows its frames arrive (and are decodable).
-            self.send(server_event("input_image_buffer.appended", frames_received=self.frames_received))
+            await self._camera_frame(ev)
         elif isinstance(ev, SessionPause):
             if self.paused_at is None:
                 self.paused_at = time.monotonic()
@@ -320,184 +343,134 @@ class RealtimeSession:
                 self.last_client_event = time.monotonic()
                 self.on_state(self._state())
             self.send(server_event("session.resumed"))
+        return None
+
+    def _update_session(self, ev: SessionUpdate | TranscriptionSessionUpdate) -> None:
+        beta_transcription = isinstance(ev, TranscriptionSessionUpdate)
+        if beta_transcription != self._beta_transcription and self.dialect.beta:
+            want = "transcription_session.update" if self._beta_transcription else "session.update"
+            raise ProtocolError(f"this is a {self.settings.kind} session: send {want} "
+                                "(connect with ?intent=transcription for a transcription session)",
+                                param="type", event_id=ev.event_id)
+        if beta_transcription and not self.dialect.beta:
+            raise ProtocolError("transcription_session.update is a beta event; GA clients send session.update "
+                                "with session.type 'transcription'", param="type", event_id=ev.event_id)
+        body = dict(ev.session)
+        if beta_transcription:
+            body.pop("type", None)
+        cfg, settings = apply_session_update(self.conv.config, body, self.dialect, self.backend.turn_detection_types,
+                                             self.settings)
+        if settings.kind == "transcription" and not self._can_transcribe:
+            raise ProtocolError(f"backend {self.backend.name} has no transcriber; transcription sessions are not "
+                                "available on it", code="transcription_unavailable", param="session.type",
+                                event_id=ev.event_id)
+        self.conv.update(cfg)  # the conversation maps the voice to one the backend has
+        self.settings = settings
+        self.replies.output_format = settings.output_format
+        self.on_state(self._state())
+        updated = "transcription_session.updated" if beta_transcription else "session.updated"
+        self.send(server_event(updated, session=self._session()))
+
+    async def _camera_frame(self, ev: InputImageBufferAppend) -> None:
+        if not self.frame_rate.allow():
+            if self.frame_rate.should_report():
+                raise ProtocolError(
+                    f"camera frames above {self.limits.max_frame_rate:g} per second are dropped "
+                    f"({self.frame_rate.dropped} so far)", code="frame_rate_exceeded", param="image",
+                    event_id=ev.event_id)
+            self._count_limit("frame_rate_exceeded")
+            return
+        check_image_b64(ev.image, self.limits, "image", ev.event_id)
+        frame = b64(ev.image, "image", ev.event_id)
+        check_image(frame, self.limits, "image", ev.event_id)
+        await self.conv.add_image(frame, frame=True)
+        self.frames_received += 1
+        # Acknowledged so a camera client knows its frames arrive (and are decodable).
+        self.send(server_event("input_image_buffer.appended", frames_received=self.frames_received))
+
+    async def new_item(self, data: Any, event_id: str | None, param: str = "item") -> tuple[Item, str | None]:
+        """A client item checked, decoded and prepared, not yet placed: (item, client id)."""
+        parsed = parse_item(data, self.limits, self.settings.input_format, event_id, param)
+        for i, (kind, payload) in enumerate(parsed.parts):
+            if kind == "audio":
+                parsed.parts[i] = (kind, await self._pcm(payload, f"{param}.content.{i}.audio", event_id))
+        if parsed.ready is not None:
+            return parsed.ready, parsed.item_id
+        if parsed.item_id is not None and self.conv.item(parsed.item_id) is not None:
+            raise ProtocolError(f"the conversation already has an item with id {parsed.item_id!r}",
+                                code="item_already_exists", param=f"{param}.id", event_id=event_id)
+        return await self.conv.prepare_message(parsed.role, parsed.parts, parsed.item_id), parsed.item_id
 
     async def _create_item(self, ev: ConversationItemCreate) -> None:
-        item = ev.item
-        if item.get("type", "message") != "message":
-            raise ProtocolError(f"item type {item.get('type')!r} is not supported; use 'message'",
-                                param="item.type", event_id=ev.event_id)
-        role = item.get("role", "user")
-        if role not in ("user", "assistant", "system"):
-            raise ProtocolError(f"item.role {role!r} must be user, assistant or system", param="item.role",
+        previous = ev.previous_item_id
+        if previous is not None and previous != "root" and self.conv.item(previous) is None:
+            raise ProtocolError(f"previous_item_id {previous!r} is not in the conversation (use 'root' to place "
+                                "an item first)", code="item_not_found", param="previous_item_id",
                                 event_id=ev.event_id)
-        content = item.get("content")
-        if not isinstance(content, list) or not content:
-            raise ProtocolError("item.content must be a non-empty list", param="item.content", event_id=ev.event_id)
-        # Validate and decode every part first, then add them: a bad part later in the list
-        # must not leave earlier parts in the history that the client was never told about.
-        parts: list[tuple[str, Any]] = []
-        for i, part in enumerate(content):
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind in ("input_text", "text", "output_text"):
-                text = part.get("text")
-                parts.append((kind, text if isinstance(text, str) else ""))
-            elif kind == "input_audio" and role == "user":
-                parts.append((kind, _b64(part.get("audio") or "", f"item.content.{i}.audio", ev.event_id)))
-            elif kind == "input_image" and role == "user":
-                url = part.get("image_url") or ""
-                if not isinstance(url, str) or not url.startswith("data:") or "," not in url:
-                    raise ProtocolError("input_image.image_url must be a data: URL (base64 JPEG or PNG)",
-                                        param=f"item.content.{i}.image_url", event_id=ev.event_id)
-                param = f"item.content.{i}.image_url"
-                check_image_b64(url.split(",", 1)[1], self.limits, param, ev.event_id)
-                image = _b64(url.split(",", 1)[1], param, ev.event_id)
-                check_image(image, self.limits, param, ev.event_id)
-                parts.append((kind, image))
-            else:
-                raise ProtocolError(f"content type {kind!r} is not supported for role {role}",
-                                    param=f"item.content.{i}.type", event_id=ev.event_id)
-        out_content = []
-        item_id = None
-        for kind, payload in parts:
-            if kind == "input_audio":
-                item_id, transcript = await self.conv.add_audio_item(payload)
-                out_content.append({"type": "input_audio", "transcript": transcript})
-            elif kind == "input_image":
-                item_id = await self.conv.add_image(payload)
-                out_content.append({"type": "input_image"})
-            else:
-                item_id = await self.conv.add_text(payload, role)
-                out_content.append({"type": kind, "text": payload})
-        full = message_item(item_id or new_id("item"), role, out_content)
-        self.send(server_event(self.dialect.item_added, previous_item_id=self._last_item_id, item=full))
+        item, _ = await self.new_item(ev.item, ev.event_id)
+        self.conv.insert_item(item, previous)
+        self._announce_item(item)
+
+    def _announce_item(self, item: Item) -> None:
+        rendered = render_item(item, self.dialect.beta)
+        previous = self.conv.previous_item_id(item.item_id)
+        self.send(server_event(self.dialect.item_added, previous_item_id=previous, item=rendered))
         if not self.dialect.beta:
-            self.send(server_event("conversation.item.done", previous_item_id=self._last_item_id, item=full))
-        self._last_item_id = full["id"]
+            self.send(server_event("conversation.item.done", previous_item_id=previous, item=rendered))
+
+    async def _create_response(self, opts: ResponseOptions) -> None:
+        try:
+            self._last_response_id = await self.conv.create_response(
+                instructions=opts.instructions, output_audio=opts.output_audio,
+                max_output_tokens=opts.max_output_tokens, input_items=opts.input_items,
+                in_conversation=opts.in_conversation, metadata=opts.metadata)
+        except ResponseActiveError as exc:
+            raise ProtocolError(exc.message, code=exc.code, event_id=opts.event_id) from None
 
     # ------------------------------------------------------------------ model -> client
 
     async def _pump(self) -> None:
-        d = self.dialect
+        replies = self.replies
         async for e in self.conv.events():
             kind = e.type
             if kind == "audio_chunk":
-                r = self._responses.get(e.response_id)
-                if r is not None:
-                    now = time.monotonic()
-                    r.setdefault("first_audio", now)
-                self.send(server_event(d.audio_delta, response_id=e.response_id, item_id=e.item_id,
-                                       output_index=0, content_index=0,
-                                       delta=base64.b64encode(e.pcm).decode("ascii")))
+                await replies.audio(e)
             elif kind == "text_delta":
-                r = self._responses.get(e.response_id)
-                if r is not None:
-                    r.setdefault("first_text", time.monotonic())
-                    audio = r["audio"]
-                else:
-                    audio = True
-                self.send(server_event(d.transcript_delta if audio else d.text_delta, response_id=e.response_id,
-                                       item_id=e.item_id, output_index=0, content_index=0, delta=e.delta))
+                replies.text(e)
             elif kind == "speech_started":
                 self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=e.audio_start_ms,
                                        item_id=e.item_id))
             elif kind == "speech_stopped":
-                self._speech_stopped_at = time.monotonic()
+                replies.speech_stopped_at = time.monotonic()
                 self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=e.audio_end_ms,
                                        item_id=e.item_id))
             elif kind == "input_committed":
-                self.send(server_event("input_audio_buffer.committed", previous_item_id=self._last_item_id,
+                self.send(server_event("input_audio_buffer.committed", previous_item_id=e.previous_item_id,
                                        item_id=e.item_id))
-                item = message_item(e.item_id, "user", [{"type": "input_audio", "transcript": None}], "completed")
-                self.send(server_event(d.item_added, previous_item_id=self._last_item_id, item=item))
-                self._last_item_id = e.item_id
+                self.send(server_event(self.dialect.item_added, previous_item_id=e.previous_item_id,
+                                       item=self._user_audio_item(e.item_id, None)))
             elif kind == "input_transcript":
-                self.send(server_event("conversation.item.input_audio_transcription.completed", item_id=e.item_id,
-                                       content_index=0, transcript=e.transcript))
-                if not d.beta:
-                    item = message_item(e.item_id, "user", [{"type": "input_audio", "transcript": e.transcript}])
-                    self.send(server_event("conversation.item.done", item=item))
+                self._transcript(e)
             elif kind == "response_started":
-                self._response_started(e)
+                self._last_response_id = e.response_id
+                replies.started(e, e.previous_item_id)
             elif kind == "response_done":
-                self._response_done(e)
+                part = Part("audio" if e.output_audio else "text", e.text)
+                status = "completed" if e.status == "completed" else "incomplete"
+                item = Item("assistant", e.text, item_id=e.item_id, parts=[part], status=status)
+                replies.done(e, render_item(item, self.dialect.beta))
             elif kind == "error":
                 self.send_error(e.message, e.code, kind="server_error")
 
-    def _response_started(self, e) -> None:
-        d = self.dialect
-        audio = e.output_audio
-        self._responses[e.response_id] = {"start": time.monotonic(), "audio": audio,
-                                          "speech_stopped": self._speech_stopped_at}
-        self._speech_stopped_at = None
-        modalities = ["audio"] if audio else ["text"]
-        response = {"id": e.response_id, "object": "realtime.response", "status": "in_progress",
-                    "status_details": None, "output": [], "usage": None,
-                    ("modalities" if d.beta else "output_modalities"): ["text", "audio"] if (audio and d.beta) else modalities}
-        self.send(server_event("response.created", response=response))
-        item = message_item(e.item_id, "assistant", [], "in_progress")
-        self.send(server_event("response.output_item.added", response_id=e.response_id, output_index=0, item=item))
-        self.send(server_event(d.item_added, previous_item_id=self._last_item_id, item=item))
-        self._last_item_id = e.item_id
-        part = {"type": "audio", "transcript": ""} if audio else {"type": "text", "text": ""}
-        self.send(server_event("response.content_part.added", response_id=e.response_id, item_id=e.item_id,
-                               output_index=0, content_index=0, part=part))
+    def _user_audio_item(self, item_id: str, transcript: str | None) -> dict[str, Any]:
+        item = self.conv.item(item_id) or Item("user", item_id=item_id, parts=[Part("audio", transcript)])
+        return render_item(item, self.dialect.beta)
 
-    def _response_done(self, e) -> None:
-        d = self.dialect
-        r = self._responses.pop(e.response_id, {"start": time.monotonic(), "audio": True, "speech_stopped": None})
-        audio = r["audio"]
-        ids = {"response_id": e.response_id, "item_id": e.item_id, "output_index": 0, "content_index": 0}
-        if audio:
-            self.send(server_event(d.audio_done, **ids))
-            self.send(server_event(d.transcript_done, transcript=e.text, **ids))
-            part = {"type": "audio", "transcript": e.text}
-            content = [{"type": "output_audio" if not d.beta else "audio", "transcript": e.text}]
-        else:
-            self.send(server_event(d.text_done, text=e.text, **ids))
-            part = {"type": "text", "text": e.text}
-            content = [{"type": "output_text" if not d.beta else "text", "text": e.text}]
-        self.send(server_event("response.content_part.done", part=part, **ids))
-        item_status = "completed" if e.status == "completed" else "incomplete"
-        item = message_item(e.item_id, "assistant", content, item_status)
-        self.send(server_event("response.output_item.done", response_id=e.response_id, output_index=0, item=item))
-        if not d.beta:
-            self.send(server_event("conversation.item.done", item=item))
-        details = None
-        if e.status != "completed":
-            details = {"type": e.status, "reason": e.reason}
-        response = {"id": e.response_id, "object": "realtime.response", "status": e.status,
-                    "status_details": details, "output": [item],
-                    "usage": {"total_tokens": e.output_tokens, "input_tokens": 0, "output_tokens": e.output_tokens}}
-        self.send(server_event("response.done", response=response))
-        start = r["start"]
-        metrics = {
-            "response_id": e.response_id,
-            "ttft_ms": _ms(r.get("first_text"), start),
-            "ttfp_ms": _ms(r.get("first_audio"), start),
-            "v2v_ms": _ms(r.get("first_audio"), r.get("speech_stopped")),
-            "e2e_ms": _ms(time.monotonic(), start),
-            "audio_ms": round(e.audio_ms, 1),
-            "status": e.status,
-        }
-        self.send(server_event("session.metrics", metrics=metrics))
-        if self.on_turn_metrics is not None:
-            self.on_turn_metrics(metrics)
-
-
-def _ms(t: float | None, t0: float | None) -> float | None:
-    if t is None or t0 is None:
-        return None
-    return round(max(0.0, t - t0) * 1000, 1)
-
-
-def _b64(data: str, param: str, event_id: str | None = None) -> bytes:
-    try:
-        return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise ProtocolError(f"{param} is not valid base64", code="invalid_base64", param=param,
-                            event_id=event_id) from None
-
-
-def _history_item(m) -> dict[str, Any]:
-    kind = "input_text" if m.role != "assistant" else "output_text"
-    return message_item(m.item_id, m.role, [{"type": kind, "text": m.content}])
+    def _transcript(self, e) -> None:
+        ids = {"item_id": e.item_id, "content_index": 0}
+        self.send(server_event("conversation.item.input_audio_transcription.delta", delta=e.transcript, **ids))
+        self.send(server_event("conversation.item.input_audio_transcription.completed", transcript=e.transcript,
+                               usage={"type": "duration", "seconds": round(e.audio_ms / 1000, 3)}, **ids))
+        if not self.dialect.beta:
+            self.send(server_event("conversation.item.done", previous_item_id=self.conv.previous_item_id(e.item_id),
+                                   item=self._user_audio_item(e.item_id, e.transcript)))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from core.conversation import ConversationConfig, TurnDetection
 from core.protocol import Dialect, ProtocolError
+from worker.audio_formats import AudioFormat, parse_format
 
 VOICE = "joe"
 TRANSCRIPTION_MODEL = "whisper-tiny.en"
@@ -31,23 +33,6 @@ def _turn_detection(value: Any, param: str, types: tuple[str, ...] = ("server_va
         raise ProtocolError(f"{param}.{loc}: {err['msg']}", param=f"{param}.{loc}") from None
 
 
-def _rate(fmt: Any, param: str) -> int | None:
-    if fmt is None:
-        return None
-    if isinstance(fmt, str):  # beta: "pcm16" (24 kHz)
-        if fmt == "pcm16":
-            return 24000
-        raise ProtocolError(f"{param} {fmt!r} is not supported; use 'pcm16'", param=param)
-    if isinstance(fmt, dict):
-        if fmt.get("type", "audio/pcm") != "audio/pcm":
-            raise ProtocolError(f"{param}.type {fmt.get('type')!r} is not supported; use 'audio/pcm'", param=param)
-        rate = fmt.get("rate", 24000)
-        if rate not in (16000, 24000):
-            raise ProtocolError(f"{param}.rate {rate!r} is not supported; use 16000 or 24000", param=f"{param}.rate")
-        return rate
-    raise ProtocolError(f"{param} must be an object", param=param)
-
-
 def _max_tokens(value: Any, param: str) -> int | None:
     if value is None:
         return None
@@ -67,11 +52,41 @@ def _modalities(value: Any, param: str) -> bool | None:
     return "audio" in value
 
 
+@dataclass(slots=True)
+class SessionSettings:
+    """What the protocol keeps beside the conversation's config: the session type and the wire
+    audio formats (the core always works on PCM16)."""
+
+    kind: str = "realtime"  # or "transcription"
+    input_format: AudioFormat = field(default_factory=AudioFormat)
+    output_format: AudioFormat = field(default_factory=AudioFormat)
+    transcription: dict[str, Any] = field(default_factory=lambda: {"model": TRANSCRIPTION_MODEL})
+
+
+def _transcription(value: Any, param: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{param} must be an object", param=param)
+    out = {"model": TRANSCRIPTION_MODEL}
+    for key in ("language", "prompt"):
+        if isinstance(value.get(key), str):
+            out[key] = value[key]
+    return out
+
+
 def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Dialect,
-                         turn_types: tuple[str, ...] = ("server_vad",)) -> ConversationConfig:
-    """A new config with the fields the client set; everything else unchanged. ``turn_types``:
-    the turn detection types the backend supports."""
+                         turn_types: tuple[str, ...] = ("server_vad",),
+                         settings: SessionSettings | None = None) -> tuple[ConversationConfig, SessionSettings]:
+    """A new config and settings with the fields the client set; everything else unchanged.
+    ``turn_types``: the turn detection types the backend supports."""
+    settings = replace(settings) if settings is not None else SessionSettings()
     update: dict[str, Any] = {}
+    kind = s.get("type")
+    if kind is not None:
+        if kind not in ("realtime", "transcription"):
+            raise ProtocolError(f"session.type {kind!r} must be 'realtime' or 'transcription'", param="session.type")
+        settings.kind = kind
     if "instructions" in s:
         if s["instructions"] is not None and not isinstance(s["instructions"], str):
             raise ProtocolError("session.instructions must be a string", param="session.instructions")
@@ -83,15 +98,14 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
         update["temperature"] = float(t)
     if dialect.beta:
         audio = _modalities(s.get("modalities"), "session.modalities")
-        rate = _rate(s.get("input_audio_format"), "session.input_audio_format")
-        _rate(s.get("output_audio_format"), "session.output_audio_format")
+        in_fmt = parse_format(s.get("input_audio_format"), "session.input_audio_format")
+        out_fmt = parse_format(s.get("output_audio_format"), "session.output_audio_format", output=True)
         if "turn_detection" in s:
             update["turn_detection"] = _turn_detection(s["turn_detection"], "session.turn_detection", turn_types)
         tokens = _max_tokens(s.get("max_response_output_tokens"), "session.max_response_output_tokens")
         speed = s.get("speed")
         voice = s.get("voice")
-        if "input_audio_transcription" in s:
-            update["transcribe_input"] = True  # always on; the model is fixed
+        transcription = _transcription(s.get("input_audio_transcription"), "session.input_audio_transcription")
     else:
         audio = _modalities(s.get("output_modalities"), "session.output_modalities")
         a = s.get("audio") or {}
@@ -99,18 +113,27 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
             raise ProtocolError("session.audio must be an object", param="session.audio")
         inp = a.get("input") or {}
         out = a.get("output") or {}
-        rate = _rate(inp.get("format"), "session.audio.input.format")
-        _rate(out.get("format"), "session.audio.output.format")
+        if not isinstance(inp, dict) or not isinstance(out, dict):
+            raise ProtocolError("session.audio.input and .output must be objects", param="session.audio")
+        in_fmt = parse_format(inp.get("format"), "session.audio.input.format")
+        out_fmt = parse_format(out.get("format"), "session.audio.output.format", output=True)
         if "turn_detection" in inp:
             update["turn_detection"] = _turn_detection(inp["turn_detection"], "session.audio.input.turn_detection",
                                                       turn_types)
         tokens = _max_tokens(s.get("max_output_tokens"), "session.max_output_tokens")
         speed = out.get("speed")
         voice = out.get("voice")
+        transcription = _transcription(inp.get("transcription"), "session.audio.input.transcription")
+    if transcription is not None:
+        settings.transcription = transcription
+        update["transcribe_input"] = True  # always on; the model is fixed
+    if in_fmt is not None:
+        settings.input_format = in_fmt
+        update["input_sample_rate"] = in_fmt.rate
+    if out_fmt is not None:
+        settings.output_format = out_fmt
     if audio is not None:
         update["output_audio"] = audio
-    if rate is not None:
-        update["input_sample_rate"] = rate
     if tokens is not None:
         update["max_output_tokens"] = tokens
     if isinstance(voice, dict):  # GA also allows {"id": ...}
@@ -123,18 +146,27 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
         if not isinstance(speed, (int, float)) or not 0.5 <= speed <= 2.0:
             raise ProtocolError("speed must be a number 0.5..2.0", param="session.speed")
         update["speed"] = float(speed)
-    return cfg.model_copy(update=update)
+    cfg = cfg.model_copy(update=update)
+    if settings.kind == "transcription" and cfg.turn_detection is not None:
+        # No replies in a transcription session: turns are only transcribed.
+        td = cfg.turn_detection.model_copy(update={"create_response": False, "interrupt_response": False})
+        cfg = cfg.model_copy(update={"turn_detection": td, "transcribe_input": True})
+    return cfg, settings
 
 
-def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, model: str) -> dict[str, Any]:
+def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, model: str,
+                   settings: SessionSettings | None = None) -> dict[str, Any]:
+    settings = settings or SessionSettings()
     td = cfg.turn_detection.model_dump() if cfg.turn_detection else None
+    if settings.kind == "transcription":
+        return _transcription_object(td, dialect, session_id, settings)
     if dialect.beta:
         return {
             "id": session_id, "object": "realtime.session", "model": model,
             "modalities": ["text", "audio"] if cfg.output_audio else ["text"],
             "instructions": cfg.instructions or "", "voice": cfg.voice or VOICE,
-            "input_audio_format": "pcm16", "output_audio_format": "pcm16",
-            "input_audio_transcription": {"model": TRANSCRIPTION_MODEL},
+            "input_audio_format": settings.input_format.beta(), "output_audio_format": settings.output_format.beta(),
+            "input_audio_transcription": settings.transcription,
             "turn_detection": td, "temperature": cfg.temperature,
             "max_response_output_tokens": cfg.max_output_tokens, "speed": cfg.speed,
             "tools": [], "tool_choice": "auto",
@@ -145,12 +177,32 @@ def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, m
         "instructions": cfg.instructions or "",
         "audio": {
             "input": {
-                "format": {"type": "audio/pcm", "rate": cfg.input_sample_rate},
-                "transcription": {"model": TRANSCRIPTION_MODEL},
+                "format": settings.input_format.ga(),
+                "transcription": settings.transcription,
                 "turn_detection": td,
             },
-            "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": cfg.voice or VOICE, "speed": cfg.speed},
+            "output": {"format": settings.output_format.ga(), "voice": cfg.voice or VOICE, "speed": cfg.speed},
         },
         "max_output_tokens": cfg.max_output_tokens,
         "tools": [], "tool_choice": "auto",
+    }
+
+
+def _transcription_object(td: dict[str, Any] | None, dialect: Dialect, session_id: str,
+                          settings: SessionSettings) -> dict[str, Any]:
+    if td is not None:
+        td = {k: v for k, v in td.items() if k not in ("create_response", "interrupt_response")}
+    if dialect.beta:
+        return {
+            "id": session_id, "object": "realtime.transcription_session",
+            # Only sessions made over REST carry a key; a WebSocket session has none to give.
+            "client_secret": {"value": "", "expires_at": 0},
+            "input_audio_format": settings.input_format.beta(), "input_audio_transcription": settings.transcription,
+            "turn_detection": td, "modalities": ["text"],
+        }
+    return {
+        "type": "transcription", "object": "realtime.transcription_session", "id": session_id,
+        "audio": {"input": {"format": settings.input_format.ga(), "transcription": settings.transcription,
+                            "turn_detection": td, "noise_reduction": None}},
+        "include": [],
     }

@@ -28,7 +28,7 @@ class ConversationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     instructions: str | None = None
-    input_sample_rate: Literal[16000, 24000] = 24000
+    input_sample_rate: Literal[8000, 16000, 24000] = 24000
     turn_detection: TurnDetection | None = Field(default_factory=TurnDetection)
     output_audio: bool = True
     voice: str | None = None

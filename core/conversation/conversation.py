@@ -25,10 +25,12 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from core.audio import OUTPUT_RATE
-from core.conversation.audio_input import AudioInput
+import numpy as np
+
+from core.audio import OUTPUT_RATE, pcm16_to_float, resample
+from core.conversation.audio_input import VAD_RATE, AudioInput
 from core.conversation.config import ConversationConfig
 from core.conversation.events import (
     AudioChunk,
@@ -39,13 +41,15 @@ from core.conversation.events import (
     ResponseStarted,
     TextDelta,
 )
-from core.conversation.items import HistoryMessage, Item, ItemHistory
+from core.conversation.items import ROOT, HistoryMessage, Item, ItemHistory, Part, PartKind, Role
 from core.conversation.reply import ReplyJob, Response, Segment, heard_text
 from core.conversation.turns import TurnTaking
 from core.errors import (
+    DuplicateItemError,
     InvalidAudioError,
     InvalidInputError,
     InvalidTextError,
+    ItemNotFoundError,
     NoActiveResponseError,
     ResponseActiveError,
 )
@@ -183,22 +187,88 @@ class Conversation(TurnTaking):
 
     # ------------------------------------------------------------------ items
 
-    async def add_text(self, text: str, role: Literal["user", "assistant", "system"] = "user") -> str:
-        """Append a text item to the history; returns its item id."""
-        if not isinstance(text, str) or not text.strip():
+    def item(self, item_id: str) -> Item | None:
+        return self._items.get(item_id)
+
+    def previous_item_id(self, item_id: str) -> str | None:
+        """The id of the item before ``item_id`` in the history (None if it is first)."""
+        return self._items.previous_id(item_id)
+
+    def _check_placement(self, item_id: str | None, previous_item_id: str | None) -> None:
+        if item_id is not None and item_id in self._items:
+            raise DuplicateItemError(f"the conversation already has an item with id {item_id!r}", param="item.id")
+        if previous_item_id not in (None, ROOT) and previous_item_id not in self._items:
+            raise ItemNotFoundError(f"previous_item_id {previous_item_id!r} is not in the conversation "
+                                    "(use 'root' to place an item first)", param="previous_item_id")
+
+    async def prepare_message(self, role: Role, parts: list[tuple[PartKind, Any]], item_id: str | None = None) -> Item:
+        """Build a message from text, speech (PCM16 at the input rate) and images (JPEG/PNG bytes),
+        in the client's order: speech is resampled (and transcribed where the backend reads words
+        or the client wants a transcript), images prepared. Not placed in the history."""
+        if not parts:
+            raise InvalidInputError("a message needs at least one content part", param="item.content")
+        item = Item(role, item_id=item_id or new_id("item"))
+        item.parts.clear()
+        clips: list[np.ndarray] = []
+        for kind, payload in parts:
+            if kind == "text":
+                if not isinstance(payload, str) or len(payload) > MAX_TEXT_CHARS:
+                    raise InvalidTextError(f"text must be a string of at most {MAX_TEXT_CHARS} characters",
+                                           param="text")
+                item.parts.append(Part("text", payload))
+            elif kind == "audio":
+                samples = pcm16_to_float(payload, self.config.input_sample_rate)
+                clips.append(await self._in_thread(self.backend.io_pool, resample, samples,
+                                                   self.config.input_sample_rate, VAD_RATE))
+                item.parts.append(Part("audio", None))
+            else:
+                prepared = await self._in_thread(self.backend.io_pool, self.backend.prepare_image, payload)
+                item.images.append(prepared)
+                item.image_bytes.append(bytes(payload))
+                item.parts.append(Part("image", self.backend.image_text(prepared)))
+        if clips:
+            audio = np.concatenate(clips)
+            if not self.backend.transcript_first:
+                item.audio = audio
+            transcript = None
+            if self.backend.transcript_first or self._transcribes_for_display():
+                transcript = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, audio)
+            item.set_transcript((transcript or "").strip())
+        else:
+            item.refresh_text()
+        if not clips and not item.images and not item.text:
             raise InvalidTextError("text must be a non-empty string", param="text")
-        if len(text) > MAX_TEXT_CHARS:
-            raise InvalidTextError(f"text of {len(text)} characters exceeds {MAX_TEXT_CHARS}", param="text")
-        return self._remember(Item(role, text.strip())).item_id
+        return item
+
+    async def add_message(self, role: Role, parts: list[tuple[PartKind, Any]], *, item_id: str | None = None,
+                          previous_item_id: str | None = None) -> Item:
+        """Add a message after ``previous_item_id`` (``"root"``: first; None: last)."""
+        self._check_placement(item_id, previous_item_id)
+        item = await self.prepare_message(role, parts, item_id)
+        return self.insert_item(item, previous_item_id)
+
+    def insert_item(self, item: Item, previous_item_id: str | None = None) -> Item:
+        """Place a ready item (a message, a function call or its output) in the history."""
+        self._check_placement(item.item_id, previous_item_id)  # again: the history may have moved on
+        self._items.insert(item, previous_item_id, self.config.max_history_messages)
+        self._on_history_edited()
+        return item
+
+    async def add_text(self, text: str, role: Role = "user") -> str:
+        """Append a text item to the history; returns its item id."""
+        return (await self.add_message(role, [("text", text)])).item_id
 
     async def add_image(self, data: bytes, *, frame: bool = False) -> str:
         """Add an image (JPEG/PNG). ``frame`` marks a camera frame (only the latest few are kept)."""
-        prepared = await self._in_thread(self.backend.io_pool, self.backend.prepare_image, data)
         if frame:
-            self._frames.append(prepared)
+            self._frames.append(await self._in_thread(self.backend.io_pool, self.backend.prepare_image, data))
             return new_id("item")
-        item = Item("user", self.backend.image_text(prepared), images=[prepared], image_bytes=[bytes(data)])
-        return self._remember(item).item_id
+        return (await self.add_message("user", [("image", data)])).item_id
+
+    async def add_audio_item(self, pcm: bytes) -> tuple[str, str]:
+        """Add a whole user audio clip (PCM16 at the input rate) as one item; returns (id, transcript)."""
+        item = await self.add_message("user", [("audio", pcm)])
+        return item.item_id, item.text
 
     def delete_item(self, item_id: str) -> bool:
         """Remove an item from the history; False if there is none with that id."""
@@ -221,9 +291,14 @@ class Conversation(TurnTaking):
         instructions: str | None = None,
         output_audio: bool | None = None,
         max_output_tokens: int | None = None,
+        input_items: list[Item] | None = None,
+        in_conversation: bool = True,
+        metadata: dict[str, str] | None = None,
     ) -> str:
         """Start a reply to the history so far (optionally overriding settings for this one
-        reply); returns its response id."""
+        reply); returns its response id. ``input_items``: the context for this reply instead of
+        the history; ``in_conversation=False``: an out-of-band reply that leaves the history as
+        it is."""
         self._drop_held()
         if self._response is not None:
             raise ResponseActiveError(f"conversation already has an active response {self._response.response_id}")
@@ -233,8 +308,10 @@ class Conversation(TurnTaking):
                 "output_audio": cfg.output_audio if output_audio is None else output_audio,
                 "max_output_tokens": max_output_tokens or cfg.max_output_tokens,
             })
-        resp = Response(new_id("resp"), new_id("item"), cfg.output_audio)
-        self._run(resp, cfg, instructions)
+        resp = Response(new_id("resp"), new_id("item"), cfg.output_audio, in_conversation, metadata)
+        self._open(resp)
+        items = self._items.snapshot() if input_items is None else list(input_items)
+        self._spawn(self._generate(resp, self.reply_job(resp, cfg, instructions, items)))
         return resp.response_id
 
     def begin_response(self, output_audio: bool) -> Response:
@@ -246,7 +323,9 @@ class Conversation(TurnTaking):
     def _open(self, resp: Response) -> None:
         self._response = resp
         self._idle.clear()
-        self._emit_for(resp, ResponseStarted(resp.response_id, resp.item_id, resp.output_audio))
+        previous = self._items.last_id() if resp.in_conversation else None
+        self._emit_for(resp, ResponseStarted(resp.response_id, resp.item_id, resp.output_audio, resp.in_conversation,
+                                             previous, resp.metadata))
 
     def reply_job(self, resp: Response, cfg: ConversationConfig, instructions: str | None = None,
                   items: list[Item] | None = None) -> ReplyJob:
@@ -295,10 +374,14 @@ class Conversation(TurnTaking):
         self._past_segments[resp.item_id] = resp.segments
         while len(self._past_segments) > PAST_REPLIES_KEPT:
             self._past_segments.pop(next(iter(self._past_segments)))
-        if history_text.strip():
-            self._remember(Item("assistant", history_text.strip(), item_id=resp.item_id))
+        if history_text.strip() and resp.in_conversation:
+            text = history_text.strip()
+            self._remember(Item("assistant", text, item_id=resp.item_id,
+                                parts=[Part("audio" if resp.output_audio else "text", text)],
+                                status="completed" if status == "completed" else "incomplete"))
         self._emit_for(resp, ResponseDone(resp.response_id, resp.item_id, status, reason, resp.text,
-                                          resp.audio_ms, resp.output_tokens, resp.prompt_tokens))
+                                          resp.audio_ms, resp.output_tokens, resp.prompt_tokens,
+                                          resp.in_conversation, resp.metadata, resp.output_audio))
 
     def finish_response(self, resp: Response) -> None:
         """End a response whose output the caller produced (``begin_response``), unless cancelled."""
@@ -352,7 +435,7 @@ class Conversation(TurnTaking):
             )
         kept = heard_text(segments, audio_end_ms * OUTPUT_RATE // 1000, item.text).strip()
         if kept:
-            item.text = kept
+            item.set_transcript(kept)
         else:
             self._items.remove(item_id)
         self._on_history_edited()

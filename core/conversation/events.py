@@ -30,6 +30,7 @@ class InputCommitted:
 
     item_id: str
     audio_ms: int
+    previous_item_id: str | None = None
     type: Literal["input_committed"] = "input_committed"
 
 
@@ -37,6 +38,7 @@ class InputCommitted:
 class InputTranscript:
     item_id: str
     transcript: str
+    audio_ms: int = 0  # length of the speech transcribed
     type: Literal["input_transcript"] = "input_transcript"
 
 
@@ -45,6 +47,9 @@ class ResponseStarted:
     response_id: str
     item_id: str
     output_audio: bool  # per response: response.create may turn audio off for one reply
+    in_conversation: bool = True  # False: out of band (``conversation: "none"``), history untouched
+    previous_item_id: str | None = None
+    metadata: dict[str, str] | None = None
     type: Literal["response_started"] = "response_started"
 
 
@@ -83,6 +88,9 @@ class ResponseDone:
     audio_ms: float
     output_tokens: int = 0
     prompt_tokens: int = 0
+    in_conversation: bool = True
+    metadata: dict[str, str] | None = None
+    output_audio: bool = True
     type: Literal["response_done"] = "response_done"
 
 

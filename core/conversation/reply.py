@@ -49,6 +49,8 @@ class Response:
     response_id: str
     item_id: str
     output_audio: bool
+    in_conversation: bool = True
+    metadata: dict[str, str] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     cancelled: bool = False
     text: str = ""
@@ -93,7 +95,8 @@ class ReplyJob:
         system: str,
         cfg: ConversationConfig,
     ) -> None:
-        self.items = items
+        # Messages only until the backends render function calls (function calling lands later).
+        self.items = [i for i in items if i.type == "message"]
         self.frames = frames
         self.system = system
         self.config = cfg

@@ -15,7 +15,7 @@ import logging
 
 import numpy as np
 
-from core.audio import pcm16_to_float, resample
+from core.audio import pcm16_to_float
 from core.conversation.audio_input import VAD_RATE
 from core.conversation.events import (
     ConversationError,
@@ -24,7 +24,7 @@ from core.conversation.events import (
     SpeechStarted,
     SpeechStopped,
 )
-from core.conversation.items import Item
+from core.conversation.items import Item, Part
 from core.conversation.reply import Response
 from core.errors import InvalidAudioError
 from core.ids import new_id
@@ -72,12 +72,10 @@ class TurnTaking:
                 return  # model_duplex: the model hears everything itself; nothing to commit
             spec, self._speculation = self._speculation, None
             valid = spec is not None and spec[0] == self._spec_generation
-            self._emit(InputCommitted(item_id, int(segment.size * 1000 / VAD_RATE)))
+            item = self._commit_audio_item(item_id, segment)
             if self.backend.transcript_first:
-                self._spawn(self._finish_turn(item_id, segment, td.create_response,
-                                              spec if valid else None))
+                self._spawn(self._finish_turn(item, segment, td.create_response, spec if valid else None))
                 return
-            self._commit_audio_item(item_id, segment)
             if td.create_response and self._response is None and not self._closed:
                 await self.create_response()
 
@@ -93,11 +91,9 @@ class TurnTaking:
             segment = self._input.take()
         item_id = self._speech_item or new_id("item")
         self._speech_item = None
-        self._emit(InputCommitted(item_id, int(segment.size * 1000 / VAD_RATE)))
+        item = self._commit_audio_item(item_id, segment)
         if self.backend.transcript_first:
-            await self._finish_turn(item_id, segment, create_response=False)
-        else:
-            self._commit_audio_item(item_id, segment)
+            await self._finish_turn(item, segment, create_response=False)
         return item_id
 
     def clear_audio(self) -> None:
@@ -161,7 +157,7 @@ class TurnTaking:
 
     async def _finish_turn(
         self,
-        item_id: str,
+        item: Item,
         segment: np.ndarray,
         create_response: bool,
         speculation: tuple[int, concurrent.futures.Future] | None = None,
@@ -180,15 +176,15 @@ class TurnTaking:
             self._emit(ConversationError("transcription_failed", f"transcription failed: {exc}"))
             return
         text = (text or "").strip()
+        item.set_transcript(text)
         if self.config.transcribe_input:
-            self._emit(InputTranscript(item_id, text))
+            self._emit(InputTranscript(item.item_id, text, int(segment.size * 1000 / VAD_RATE)))
         held = self._response if self._response is not None and self._response.held else None
         if held is not None and (speculation is None or held.spec != speculation[0] or not text):
             self._drop_held()
             held = None
         if not text:
             return
-        self._remember(Item("user", text, item_id=item_id))
         if held is not None:
             self._release_held(held)
         elif create_response and self._response is None and not self._closed:
@@ -200,8 +196,13 @@ class TurnTaking:
         return self.config.transcribe_input and self.backend.transcribes_input
 
     def _commit_audio_item(self, item_id: str, segment: np.ndarray) -> Item:
-        item = self._remember(Item("user", "", audio=segment, item_id=item_id))
-        if self._transcribes_for_display():
+        """The turn's user item enters the history at commit (as OpenAI's does); a transcript-first
+        backend gets its words when the transcript is made."""
+        previous = self._items.last_id()
+        audio = None if self.backend.transcript_first else segment
+        item = self._remember(Item("user", "", audio=audio, item_id=item_id, parts=[Part("audio", None)]))
+        self._emit(InputCommitted(item_id, int(segment.size * 1000 / VAD_RATE), previous))
+        if not self.backend.transcript_first and self._transcribes_for_display():
             self._spawn(self._transcribe_when_idle(item))
         return item
 
@@ -218,22 +219,5 @@ class TurnTaking:
             return
         if text is None:
             return
-        item.text = text.strip()
-        self._emit(InputTranscript(item.item_id, item.text))
-
-    async def add_audio_item(self, pcm: bytes) -> tuple[str, str]:
-        """Add a whole user audio clip as one item; returns (item id, transcript)."""
-        samples = pcm16_to_float(pcm, self.config.input_sample_rate)
-        audio = await self._in_thread(self.backend.io_pool, resample, samples, self.config.input_sample_rate, VAD_RATE)
-        item_id = new_id("item")
-        if self.backend.transcript_first:
-            text = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, audio)
-            text = (text or "").strip()
-            if text:
-                self._remember(Item("user", text, item_id=item_id))
-            return item_id, text
-        item = self._remember(Item("user", "", audio=audio, item_id=item_id))
-        if self._transcribes_for_display():
-            text = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, audio)
-            item.text = (text or "").strip()
-        return item_id, item.text
+        item.set_transcript(text.strip())
+        self._emit(InputTranscript(item.item_id, item.text, int(item.audio.size * 1000 / VAD_RATE)))

@@ -48,7 +48,7 @@ export class ChatSession extends EventTarget {
   constructor({ model = "omniduplex-cascade", url } = {}) {
     super();
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
-    this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}`;
+    this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}&extensions=all`;
     this.settings = { instructions: "", temperature: 0.3, maxOutputTokens: 160, outputAudio: true, voice: "joe" };
     this.messages = []; // {id, role: user|assistant, text, at, kind, image, status, note, itemId, clipMs}
     this.state = "idle";

@@ -43,7 +43,8 @@ export class DuplexSession extends EventTarget {
     super();
     this.chimesEnabled = chimes;
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
-    const query = new URLSearchParams({ model, app, record: record ? "true" : "false" });
+    // extensions=all: queue position, the recording's share link, metrics, pause acks.
+    const query = new URLSearchParams({ model, app, record: record ? "true" : "false", extensions: "all" });
     this.url = url || `${proto}//${location.host}/v1/realtime?${query}`;
     this.recording = null; // {session_id, share_url} when the server records this session
     this.silenceMs = silenceMs;

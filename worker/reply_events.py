@@ -1,0 +1,147 @@
+"""A response's protocol events, in the order OpenAI sends them: ``response.created``, the output
+item and its content part, the deltas, their ``done`` events, ``response.done``; then our
+``session.metrics`` (sent only to clients that asked for it).
+
+Each response keeps its own record (timing, audio encoder, metadata), so out-of-band replies and
+the history's replies render the same way; only the former stay out of the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.conversation.events import AudioChunk, ResponseDone, ResponseStarted, TextDelta
+from core.protocol import Dialect, server_event
+from worker.audio_formats import AudioFormat, OutputEncoder
+from worker.items import in_progress_item
+
+
+@dataclass(slots=True)
+class _Reply:
+    started: ResponseStarted
+    start: float
+    speech_stopped: float | None
+    encoder: OutputEncoder
+    first_text: float | None = None
+    first_audio: float | None = None
+    opened: dict[str, Any] = field(default_factory=dict)
+
+
+class ReplyEvents:
+    def __init__(self, dialect: Dialect, send: Callable[[dict[str, Any]], None], conversation_id: str,
+                 record_audio: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.d = dialect
+        self.send = send
+        self.conversation_id = conversation_id
+        self.record_audio = record_audio  # G.711 sessions: the recording keeps the 24 kHz PCM
+        self.output_format = AudioFormat()
+        self.speech_stopped_at: float | None = None
+        self.on_turn_metrics: Callable[[dict[str, Any]], None] | None = None
+        self._replies: dict[str, _Reply] = {}
+
+    def _response(self, e: ResponseStarted, status: str, **extra: Any) -> dict[str, Any]:
+        audio = e.output_audio
+        modalities = (["text", "audio"] if self.d.beta else ["audio"]) if audio else ["text"]
+        out: dict[str, Any] = {
+            "id": e.response_id, "object": "realtime.response", "status": status, "status_details": None,
+            "output": [], "usage": None, "metadata": e.metadata,
+            "conversation_id": self.conversation_id if e.in_conversation else None,
+            ("modalities" if self.d.beta else "output_modalities"): modalities,
+        }
+        if not self.d.beta and audio:
+            out["audio"] = {"output": {"format": self.output_format.ga()}}
+        out.update(extra)
+        return out
+
+    def started(self, e: ResponseStarted, previous_item_id: str | None) -> None:
+        self._replies[e.response_id] = _Reply(e, time.monotonic(), self.speech_stopped_at,
+                                              OutputEncoder(self.output_format))
+        self.speech_stopped_at = None
+        self.send(server_event("response.created", response=self._response(e, "in_progress")))
+        item = in_progress_item(e.item_id)
+        self.send(server_event("response.output_item.added", response_id=e.response_id, output_index=0, item=item))
+        if e.in_conversation:
+            self.send(server_event(self.d.item_added, previous_item_id=previous_item_id, item=item))
+        part = {"type": "audio", "transcript": ""} if e.output_audio else {"type": "text", "text": ""}
+        self.send(server_event("response.content_part.added", response_id=e.response_id, item_id=e.item_id,
+                               output_index=0, content_index=0, part=part))
+
+    def text(self, e: TextDelta) -> None:
+        r = self._replies.get(e.response_id)
+        audio = True
+        if r is not None:
+            if r.first_text is None:
+                r.first_text = time.monotonic()
+            audio = r.started.output_audio
+        d = self.d
+        self.send(server_event(d.transcript_delta if audio else d.text_delta, response_id=e.response_id,
+                               item_id=e.item_id, output_index=0, content_index=0, delta=e.delta))
+
+    async def audio(self, e: AudioChunk) -> None:
+        r = self._replies.get(e.response_id)
+        if r is not None and r.first_audio is None:
+            r.first_audio = time.monotonic()
+        pcm = e.pcm
+        if r is not None and r.encoder.fmt.g711:
+            pcm = await asyncio.to_thread(r.encoder.encode, e.pcm)
+            if self.record_audio is not None:
+                self.record_audio(self._audio_delta(e, e.pcm))
+            if not pcm:
+                return
+        self.send(self._audio_delta(e, pcm))
+
+    def _audio_delta(self, e: AudioChunk, data: bytes) -> dict[str, Any]:
+        return server_event(self.d.audio_delta, response_id=e.response_id, item_id=e.item_id, output_index=0,
+                            content_index=0, delta=base64.b64encode(data).decode("ascii"))
+
+    def done(self, e: ResponseDone, item: dict[str, Any]) -> None:
+        """``item``: the assistant item as the output shows it (rendered by the session)."""
+        d = self.d
+        r = self._replies.pop(e.response_id, None)
+        started = r.started if r is not None else ResponseStarted(e.response_id, e.item_id, True)
+        ids = {"response_id": e.response_id, "item_id": e.item_id, "output_index": 0, "content_index": 0}
+        if started.output_audio:
+            tail = r.encoder.flush() if r is not None else b""
+            if tail:
+                self.send(server_event(d.audio_delta, delta=base64.b64encode(tail).decode("ascii"), **ids))
+            self.send(server_event(d.audio_done, **ids))
+            self.send(server_event(d.transcript_done, transcript=e.text, **ids))
+            part = {"type": "audio", "transcript": e.text}
+        else:
+            self.send(server_event(d.text_done, text=e.text, **ids))
+            part = {"type": "text", "text": e.text}
+        self.send(server_event("response.content_part.done", part=part, **ids))
+        self.send(server_event("response.output_item.done", response_id=e.response_id, output_index=0, item=item))
+        if not d.beta and e.in_conversation:
+            self.send(server_event("conversation.item.done", item=item))
+        details = None
+        if e.status != "completed":
+            details = {"type": e.status, "reason": e.reason}
+        usage = {"total_tokens": e.prompt_tokens + e.output_tokens, "input_tokens": e.prompt_tokens,
+                 "output_tokens": e.output_tokens}
+        response = self._response(started, e.status, status_details=details, output=[item], usage=usage)
+        self.send(server_event("response.done", response=response))
+        start = r.start if r is not None else time.monotonic()
+        metrics = {
+            "response_id": e.response_id,
+            "ttft_ms": _ms(r.first_text if r else None, start),
+            "ttfp_ms": _ms(r.first_audio if r else None, start),
+            "v2v_ms": _ms(r.first_audio if r else None, r.speech_stopped if r else None),
+            "e2e_ms": _ms(time.monotonic(), start),
+            "audio_ms": round(e.audio_ms, 1),
+            "status": e.status,
+        }
+        self.send(server_event("session.metrics", metrics=metrics))
+        if self.on_turn_metrics is not None:
+            self.on_turn_metrics(metrics)
+
+
+def _ms(t: float | None, t0: float | None) -> float | None:
+    if t is None or t0 is None:
+        return None
+    return round(max(0.0, t - t0) * 1000, 1)

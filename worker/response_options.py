@@ -1,0 +1,87 @@
+"""``response.create`` options, both dialects: instructions, output modalities, token cap,
+``metadata``, ``conversation: "none"`` (an out-of-band reply) and ``input`` (this reply's own
+context: new items and references to items in the conversation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from core.conversation import Item
+from core.protocol import ProtocolError, ResponseCreate
+from worker.session_config import _max_tokens, _modalities
+
+if TYPE_CHECKING:
+    from worker.session import RealtimeSession
+
+MAX_METADATA_KEYS = 16
+MAX_INPUT_ITEMS = 64
+
+
+@dataclass(slots=True)
+class ResponseOptions:
+    event_id: str | None = None
+    instructions: str | None = None
+    output_audio: bool | None = None
+    max_output_tokens: int | None = None
+    metadata: dict[str, str] | None = None
+    in_conversation: bool = True
+    input_items: list[Item] | None = None
+
+
+def _metadata(value: Any, event_id: str | None) -> dict[str, str] | None:
+    if value is None:
+        return None
+    ok = isinstance(value, dict) and len(value) <= MAX_METADATA_KEYS and all(
+        isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512 for k, v in value.items())
+    if not ok:
+        raise ProtocolError(f"response.metadata must map at most {MAX_METADATA_KEYS} keys (<= 64 characters) to "
+                            "strings (<= 512 characters)", code="invalid_value", param="response.metadata",
+                            event_id=event_id)
+    return dict(value)
+
+
+async def parse_response_options(ev: ResponseCreate, session: RealtimeSession) -> ResponseOptions:
+    """Check every option before the response starts; a bad one is an error and nothing starts."""
+    p = ev.response or {}
+    eid = ev.event_id
+    if not isinstance(p, dict):
+        raise ProtocolError("response must be an object", param="response", event_id=eid)
+    instructions = p.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise ProtocolError("response.instructions must be a string", param="response.instructions", event_id=eid)
+    conversation = p.get("conversation", "auto")
+    if conversation not in ("auto", "none"):
+        raise ProtocolError(f"response.conversation {conversation!r} must be 'auto' or 'none'",
+                            code="invalid_value", param="response.conversation", event_id=eid)
+    opts = ResponseOptions(
+        event_id=eid,
+        instructions=instructions or None,
+        output_audio=_modalities(p.get("output_modalities", p.get("modalities")), "response.output_modalities"),
+        max_output_tokens=_max_tokens(p.get("max_output_tokens", p.get("max_response_output_tokens")),
+                                      "response.max_output_tokens"),
+        metadata=_metadata(p.get("metadata"), eid),
+        in_conversation=conversation == "auto",
+    )
+    raw = p.get("input")
+    if raw is not None:
+        if not isinstance(raw, list) or len(raw) > MAX_INPUT_ITEMS:
+            raise ProtocolError(f"response.input must be a list of at most {MAX_INPUT_ITEMS} items",
+                                code="invalid_value", param="response.input", event_id=eid)
+        items: list[Item] = []
+        for i, data in enumerate(raw):
+            param = f"response.input.{i}"
+            if isinstance(data, dict) and data.get("type") == "item_reference":
+                ref = session.conv.item(data.get("id") or "")
+                if ref is None:
+                    raise ProtocolError(f"{param}: no item {data.get('id')!r} in the conversation",
+                                        code="item_not_found", param=f"{param}.id", event_id=eid)
+                items.append(ref)
+                continue
+            if isinstance(data, dict) and data.get("id") is not None and session.conv.item(data["id"]) is not None:
+                items.append(session.conv.item(data["id"]))  # an item of the conversation, by its id
+                continue
+            item, _ = await session.new_item(data, eid, param)
+            items.append(item)
+        opts.input_items = items
+    return opts
