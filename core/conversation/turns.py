@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+from dataclasses import replace
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from core.conversation.events import (
     ConversationError,
     InputCommitted,
     InputTranscript,
+    ResponseStarted,
     SpeechStarted,
     SpeechStopped,
 )
@@ -150,6 +152,8 @@ class TurnTaking:
         resp.held = False
         self.stats.speculative_replies_used += 1
         for event in resp.held_events:
+            if isinstance(event, ResponseStarted):  # opened before the turn's item was committed
+                event = replace(event, previous_item_id=self._items.last_id())
             self._emit(event)
         resp.held_events.clear()
         if resp.pending_finish is not None:
