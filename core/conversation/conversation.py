@@ -250,8 +250,10 @@ class Conversation(TurnTaking):
     def insert_item(self, item: Item, previous_item_id: str | None = None) -> Item:
         """Place a ready item (a message, a function call or its output) in the history."""
         self._check_placement(item.item_id, previous_item_id)  # again: the history may have moved on
+        appended = previous_item_id is None or (previous_item_id != ROOT and previous_item_id == self._items.last_id())
         self._items.insert(item, previous_item_id, self.config.max_history_messages)
-        self._on_history_edited()
+        if not appended:
+            self._on_history_edited()  # placed inside the history: a cached prompt no longer matches
         return item
 
     async def add_text(self, text: str, role: Role = "user") -> str:

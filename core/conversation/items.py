@@ -61,6 +61,14 @@ class Item:
                 part.text = transcript
         self.refresh_text()
 
+    @property
+    def text_besides_audio(self) -> str:
+        """What a model that hears the item's audio should also read: the typed text parts (the
+        transcript is for display); with no audio, all of ``text``."""
+        if self.audio is None:
+            return self.text
+        return " ".join(p.text.strip() for p in self.parts if p.kind == "text" and p.text and p.text.strip())
+
     def refresh_text(self) -> None:
         """``text`` (what a text model reads) from the parts: typed text, transcripts, image notes."""
         self.text = " ".join(p.text.strip() for p in self.parts if p.text and p.text.strip())

@@ -150,8 +150,8 @@ class MiniCpmOBackend(OmniBackendBase):
         if item.audio is not None:
             content.append(item.audio.astype(np.float32))
         content.extend(item.images)
-        if item.text and item.audio is None:
-            content.append(item.text)
+        if item.text_besides_audio:
+            content.append(item.text_besides_audio)
         return content
 
     def run_model(self, job: ReplyJob) -> ReplyStats:

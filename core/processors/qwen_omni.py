@@ -205,8 +205,8 @@ class QwenOmniBackend(OmniBackendBase):
             for image in item.images:
                 content.append({"type": "image"})
                 images.append(image)
-            if item.text and item.audio is None:
-                content.append({"type": "text", "text": item.text})
+            if item.text_besides_audio:
+                content.append({"type": "text", "text": item.text_besides_audio})
             if content and item.role == "user" and messages and messages[-1]["role"] == "user":
                 messages[-1]["content"].extend(content)  # one turn: a clip, an image and text together
             elif content:

@@ -172,8 +172,8 @@ class RemoteOmniBackend(OmniBackendBase):
                 parts.append({"type": "input_audio", "input_audio": {"data": data, "format": "wav"}})
         for raw in item.image_bytes:
             parts.append(_image_part(raw))
-        if item.text and item.audio is None:
-            parts.append({"type": "text", "text": item.text})
+        if item.text_besides_audio:
+            parts.append({"type": "text", "text": item.text_besides_audio})
         return {"role": "user", "content": parts} if parts else None
 
     async def generate_reply(self, job: ReplyJob) -> ReplyStats:
