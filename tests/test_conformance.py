@@ -14,6 +14,7 @@ import asyncio
 import base64
 import json
 import time
+import wave
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ import websockets
 
 from core.openai_events import validation_error
 from core.protocol import EXTENSION_EVENTS
+from tests.reliability import wait_meta
 from tests.stack import Stack
 
 pytestmark = pytest.mark.e2e
@@ -349,7 +351,21 @@ async def test_g711_in_and_out(stack, speech16k, beta, fmt):
 
     level = np.abs(np.frombuffer(decode_g711(out, law), dtype="<i2")).mean()
     assert level > 100  # speech, not silence or noise from a wrong law
+    session_id = c.events[0]["session"]["id"]
     await c.close()
+    # the recording keeps both sides as PCM: all of the user's speech (8 kHz) and the reply (24 kHz)
+    await wait_meta(stack, session_id)
+    d = stack.sessions_dir / session_id
+    heard = {}
+    for side in ("user_audio", "ai_audio"):
+        for path in (d / side).iterdir():
+            with wave.open(str(path)) as w:
+                pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+                heard.setdefault(side, []).append((w.getframerate(), pcm.size, np.abs(pcm).mean()))
+    assert {r for r, _, _ in heard["user_audio"]} == {8000}
+    assert sum(n for _, n, _ in heard["user_audio"]) >= len(g711) - 800  # every sample sent
+    assert max(level for _, _, level in heard["user_audio"]) > 100
+    assert {r for r, _, _ in heard["ai_audio"]} == {24000} and sum(n for _, n, _ in heard["ai_audio"]) > 12000
 
 
 async def test_g711_bad_rate_is_an_error_and_the_session_goes_on(stack):
