@@ -311,9 +311,7 @@ class Conversation(TurnTaking):
                 "max_output_tokens": max_output_tokens or cfg.max_output_tokens,
             })
         resp = Response(new_id("resp"), new_id("item"), cfg.output_audio, in_conversation, metadata)
-        self._open(resp)
-        items = self._items.snapshot() if input_items is None else list(input_items)
-        self._spawn(self._generate(resp, self.reply_job(resp, cfg, instructions, items)))
+        self._run(resp, cfg, instructions, items=input_items)
         return resp.response_id
 
     def begin_response(self, output_audio: bool) -> Response:
@@ -335,9 +333,10 @@ class Conversation(TurnTaking):
         return ReplyJob(self, resp, items, list(self._frames), self.system_prompt(instructions), cfg)
 
     def _run(self, resp: Response, cfg: ConversationConfig, instructions: str | None,
-             pending: Item | None = None) -> None:
+             pending: Item | None = None, items: list[Item] | None = None) -> None:
+        """Open ``resp`` and generate it from ``items`` (default: the history, plus ``pending``)."""
         self._open(resp)
-        items = self._items.snapshot() + ([pending] if pending is not None else [])
+        items = list(items) if items is not None else self._items.snapshot() + ([pending] if pending else [])
         self._spawn(self._generate(resp, self.reply_job(resp, cfg, instructions, items)))
 
     async def _generate(self, resp: Response, job: ReplyJob) -> None:
