@@ -10,18 +10,14 @@ sessions and the ``extensions`` opt-in.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import json
-import time
 import wave
 
 import numpy as np
 import pytest
-import websockets
 
-from core.openai_events import validation_error
 from core.protocol import EXTENSION_EVENTS
+from tests.realtime_client import Client, close_leftovers
 from tests.reliability import wait_meta
 from tests.stack import Stack
 
@@ -37,16 +33,11 @@ def stack(tmp_path_factory):
     s.stop()
 
 
-_open: list = []
-
-
 @pytest.fixture(autouse=True)
 async def _close_leftovers():
     """A failed test leaves its socket open; close it so the next test gets the slot."""
     yield
-    while _open:
-        ws = _open.pop()
-        await ws.close()
+    await close_leftovers()
 
 
 @pytest.fixture(scope="module")
@@ -58,108 +49,6 @@ def speech16k():
     pcm = b"".join(PiperTts().synthesize(QUESTION, deterministic=True))
     audio = resample(np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768, 24000, 16000)
     return b"\x00\x00" * 4800 + float_to_pcm16(audio) + b"\x00\x00" * 19200
-
-
-class Client:
-    """One connection; records every event and checks each against the openai types."""
-
-    def __init__(self, ws, beta: bool, extensions: frozenset[str] = frozenset()) -> None:
-        self.ws, self.beta, self.extensions = ws, beta, extensions
-        self.events: list[dict] = []
-        self.invalid: list[str] = []
-
-    @classmethod
-    async def open(cls, stack, beta: bool = False, query: str = "", extensions: frozenset[str] = frozenset(),
-                   created: str = "session.created") -> Client:
-        deadline = time.monotonic() + 20
-        while stack.health()["slots_busy"]:  # one slot: wait for the last test's session to end
-            assert time.monotonic() < deadline, "the worker's slot was never released"
-            await asyncio.sleep(0.05)
-        headers = {"OpenAI-Beta": "realtime=v1"} if beta else {}
-        url = f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-cascade{query}"
-        c = cls(await websockets.connect(url, additional_headers=headers, max_size=None), beta, extensions)
-        _open.append(c.ws)
-        await c.until(created)
-        return c
-
-    def _check(self, event: dict) -> None:
-        kind = event["type"]
-        if kind in EXTENSION_EVENTS:
-            if kind not in self.extensions:
-                self.invalid.append(f"{kind}: an extension event this client did not ask for")
-            return
-        why = validation_error(event, self.beta)
-        if why:
-            self.invalid.append(f"{kind}: {why}")
-
-    async def send(self, kind: str, **fields) -> None:
-        await self.ws.send(json.dumps({"type": kind, **fields}))
-
-    async def until(self, kind: str, timeout: float = 60.0, count: int = 1) -> dict:
-        deadline = time.monotonic() + timeout
-        while sum(e["type"] == kind for e in self.events) < count:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no {kind}; saw {[(e['type'], e.get('error')) for e in self.events][-12:]}")
-            try:
-                event = json.loads(await asyncio.wait_for(self.ws.recv(), left))
-            except TimeoutError:
-                continue
-            self._check(event)
-            self.events.append(event)
-        return [e for e in self.events if e["type"] == kind][count - 1]
-
-    async def settle(self, seconds: float = 0.3) -> None:
-        while True:
-            try:
-                event = json.loads(await asyncio.wait_for(self.ws.recv(), seconds))
-            except TimeoutError:
-                return
-            self._check(event)
-            self.events.append(event)
-
-    def of(self, kind: str) -> list[dict]:
-        return [e for e in self.events if e["type"] == kind]
-
-    async def error(self, type: str, **fields) -> dict:  # noqa: A002 - the event's own field name
-        """Send one event and return the error it causes."""
-        n = len(self.of("error"))
-        await self.send(type, **fields)
-        return (await self.until("error", count=n + 1))["error"]
-
-    async def close(self) -> None:
-        await self.settle(0.2)
-        await self.ws.close()
-        assert not self.invalid, "\n".join(self.invalid)
-
-    # ---------------------------------------------------------------- dialect helpers
-
-    def added(self) -> str:
-        return "conversation.item.created" if self.beta else "conversation.item.added"
-
-    async def update(self, **session) -> dict:
-        n = len(self.of("session.updated"))
-        if not self.beta:
-            session = {"type": "realtime", **session}
-        await self.send("session.update", session=session)
-        return (await self.until("session.updated", count=n + 1))["session"]
-
-    async def turn_based(self) -> None:
-        if self.beta:
-            await self.update(turn_detection=None, temperature=0)
-        else:
-            await self.update(audio={"input": {"turn_detection": None}})
-
-    async def typed(self, text: str, **item) -> dict:
-        n = len(self.of(self.added()))
-        await self.send("conversation.item.create", item={"type": "message", "role": "user",
-                                                          "content": [{"type": "input_text", "text": text}], **item})
-        return await self.until(self.added(), count=n + 1)
-
-    async def respond(self, **response) -> dict:
-        n = len(self.of("response.done"))
-        await self.send("response.create", response={"max_output_tokens": 12, **response})
-        return (await self.until("response.done", count=n + 1, timeout=90))["response"]
 
 
 def b64(data: bytes) -> str:

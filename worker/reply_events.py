@@ -15,7 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.conversation.events import AudioChunk, ResponseDone, ResponseStarted, TextDelta
+from core.conversation.events import (
+    AudioChunk,
+    FunctionCall,
+    FunctionCallDelta,
+    FunctionCallDone,
+    FunctionCallStarted,
+    ResponseDone,
+    ResponseStarted,
+    TextDelta,
+)
 from core.protocol import Dialect, server_event
 from worker.audio_formats import AudioFormat, OutputEncoder
 from worker.items import in_progress_item
@@ -29,7 +38,10 @@ class _Reply:
     encoder: OutputEncoder
     first_text: float | None = None
     first_audio: float | None = None
-    opened: dict[str, Any] = field(default_factory=dict)
+    message_index: int | None = None  # output index of the message item, once it has output
+    outputs: int = 0  # output items opened so far
+    last_item: str | None = None  # the previous item for the next output item
+    call_index: dict[str, int] = field(default_factory=dict)  # call item id -> output index
 
 
 class ReplyEvents:
@@ -60,32 +72,76 @@ class ReplyEvents:
 
     def started(self, e: ResponseStarted, previous_item_id: str | None) -> None:
         self._replies[e.response_id] = _Reply(e, time.monotonic(), self.speech_stopped_at,
-                                              OutputEncoder(self.output_format))
+                                              OutputEncoder(self.output_format), last_item=previous_item_id)
         self.speech_stopped_at = None
         self.send(server_event("response.created", response=self._response(e, "in_progress")))
+
+    def _open_message(self, r: _Reply) -> None:
+        """The reply's message item opens with its first output (a reply that only calls
+        functions has none)."""
+        if r.message_index is not None:
+            return
+        e = r.started
+        r.message_index, r.outputs = r.outputs, r.outputs + 1
         item = in_progress_item(e.item_id)
-        self.send(server_event("response.output_item.added", response_id=e.response_id, output_index=0, item=item))
+        self.send(server_event("response.output_item.added", response_id=e.response_id,
+                               output_index=r.message_index, item=item))
         if e.in_conversation:
-            self.send(server_event(self.d.item_added, previous_item_id=previous_item_id, item=item))
+            self.send(server_event(self.d.item_added, previous_item_id=r.last_item, item=item))
+            r.last_item = e.item_id
         part = {"type": "audio", "transcript": ""} if e.output_audio else {"type": "text", "text": ""}
         self.send(server_event("response.content_part.added", response_id=e.response_id, item_id=e.item_id,
-                               output_index=0, content_index=0, part=part))
+                               output_index=r.message_index, content_index=0, part=part))
+
+    def call_started(self, e: FunctionCallStarted) -> None:
+        r = self._replies.get(e.response_id)
+        if r is None:
+            return
+        index = r.call_index[e.call.item_id] = r.outputs
+        r.outputs += 1
+        item = _call_item(e.call, "in_progress")
+        self.send(server_event("response.output_item.added", response_id=e.response_id, output_index=index,
+                               item=item))
+        if r.started.in_conversation:
+            self.send(server_event(self.d.item_added, previous_item_id=r.last_item, item=item))
+            r.last_item = e.call.item_id
+
+    def call_delta(self, e: FunctionCallDelta) -> None:
+        r = self._replies.get(e.response_id)
+        index = r.call_index.get(e.call.item_id, 0) if r is not None else 0
+        self.send(server_event("response.function_call_arguments.delta", response_id=e.response_id,
+                               item_id=e.call.item_id, output_index=index, call_id=e.call.call_id, delta=e.delta))
+
+    def call_done(self, e: FunctionCallDone) -> None:
+        r = self._replies.get(e.response_id)
+        index = r.call_index.get(e.call.item_id, 0) if r is not None else 0
+        self.send(server_event("response.function_call_arguments.done", response_id=e.response_id,
+                               item_id=e.call.item_id, output_index=index, call_id=e.call.call_id,
+                               name=e.call.name, arguments=e.call.arguments))
+        item = _call_item(e.call, "completed")
+        self.send(server_event("response.output_item.done", response_id=e.response_id, output_index=index,
+                               item=item))
+        if r is not None and r.started.in_conversation and not self.d.beta:
+            self.send(server_event("conversation.item.done", item=item))
 
     def text(self, e: TextDelta) -> None:
         r = self._replies.get(e.response_id)
-        audio = True
+        audio, index = True, 0
         if r is not None:
             if r.first_text is None:
                 r.first_text = time.monotonic()
-            audio = r.started.output_audio
+            self._open_message(r)
+            audio, index = r.started.output_audio, r.message_index
         d = self.d
         self.send(server_event(d.transcript_delta if audio else d.text_delta, response_id=e.response_id,
-                               item_id=e.item_id, output_index=0, content_index=0, delta=e.delta))
+                               item_id=e.item_id, output_index=index, content_index=0, delta=e.delta))
 
     async def audio(self, e: AudioChunk) -> None:
         r = self._replies.get(e.response_id)
-        if r is not None and r.first_audio is None:
-            r.first_audio = time.monotonic()
+        if r is not None:
+            if r.first_audio is None:
+                r.first_audio = time.monotonic()
+            self._open_message(r)
         pcm = e.pcm
         if r is not None and r.encoder.fmt.g711:
             pcm = await asyncio.to_thread(r.encoder.encode, e.pcm)
@@ -96,42 +152,53 @@ class ReplyEvents:
         self.send(self._audio_delta(e, pcm))
 
     def _audio_delta(self, e: AudioChunk, data: bytes) -> dict[str, Any]:
-        return server_event(self.d.audio_delta, response_id=e.response_id, item_id=e.item_id, output_index=0,
+        r = self._replies.get(e.response_id)
+        index = r.message_index if r is not None and r.message_index is not None else 0
+        return server_event(self.d.audio_delta, response_id=e.response_id, item_id=e.item_id, output_index=index,
                             content_index=0, delta=base64.b64encode(data).decode("ascii"))
 
     def done(self, e: ResponseDone, item: dict[str, Any]) -> None:
-        """``item``: the assistant item as the output shows it (rendered by the session)."""
+        """``item``: the assistant message as the output shows it (rendered by the session)."""
         d = self.d
         r = self._replies.pop(e.response_id, None)
-        started = r.started if r is not None else ResponseStarted(e.response_id, e.item_id, True)
-        ids = {"response_id": e.response_id, "item_id": e.item_id, "output_index": 0, "content_index": 0}
-        if started.output_audio:
-            tail = r.encoder.flush() if r is not None else b""
-            if tail:
-                self.send(server_event(d.audio_delta, delta=base64.b64encode(tail).decode("ascii"), **ids))
-            self.send(server_event(d.audio_done, **ids))
-            self.send(server_event(d.transcript_done, transcript=e.text, **ids))
-            part = {"type": "audio", "transcript": e.text}
-        else:
-            self.send(server_event(d.text_done, text=e.text, **ids))
-            part = {"type": "text", "text": e.text}
-        self.send(server_event("response.content_part.done", part=part, **ids))
-        self.send(server_event("response.output_item.done", response_id=e.response_id, output_index=0, item=item))
-        if not d.beta and e.in_conversation:
-            self.send(server_event("conversation.item.done", item=item))
+        if r is None:
+            r = _Reply(ResponseStarted(e.response_id, e.item_id, e.output_audio), time.monotonic(), None,
+                       OutputEncoder(self.output_format))
+        started = r.started
+        output = [_call_item(c, item["status"]) for c in e.calls]
+        if r.message_index is not None or not e.calls:  # a reply with no output at all still has its message
+            self._open_message(r)
+            ids = {"response_id": e.response_id, "item_id": e.item_id, "output_index": r.message_index,
+                   "content_index": 0}
+            if started.output_audio:
+                tail = r.encoder.flush()
+                if tail:
+                    self.send(server_event(d.audio_delta, delta=base64.b64encode(tail).decode("ascii"), **ids))
+                self.send(server_event(d.audio_done, **ids))
+                self.send(server_event(d.transcript_done, transcript=e.text, **ids))
+                part = {"type": "audio", "transcript": e.text}
+            else:
+                self.send(server_event(d.text_done, text=e.text, **ids))
+                part = {"type": "text", "text": e.text}
+            self.send(server_event("response.content_part.done", part=part, **ids))
+            self.send(server_event("response.output_item.done", response_id=e.response_id,
+                                   output_index=r.message_index, item=item))
+            if not d.beta and e.in_conversation:
+                self.send(server_event("conversation.item.done", item=item))
+            output.insert(r.message_index, item)
         details = None
         if e.status != "completed":
             details = {"type": e.status, "reason": e.reason}
         usage = {"total_tokens": e.prompt_tokens + e.output_tokens, "input_tokens": e.prompt_tokens,
                  "output_tokens": e.output_tokens}
-        response = self._response(started, e.status, status_details=details, output=[item], usage=usage)
+        response = self._response(started, e.status, status_details=details, output=output, usage=usage)
         self.send(server_event("response.done", response=response))
-        start = r.start if r is not None else time.monotonic()
+        start = r.start
         metrics = {
             "response_id": e.response_id,
-            "ttft_ms": _ms(r.first_text if r else None, start),
-            "ttfp_ms": _ms(r.first_audio if r else None, start),
-            "v2v_ms": _ms(r.first_audio if r else None, r.speech_stopped if r else None),
+            "ttft_ms": _ms(r.first_text, start),
+            "ttfp_ms": _ms(r.first_audio, start),
+            "v2v_ms": _ms(r.first_audio, r.speech_stopped),
             "e2e_ms": _ms(time.monotonic(), start),
             "audio_ms": round(e.audio_ms, 1),
             "status": e.status,
@@ -139,6 +206,11 @@ class ReplyEvents:
         self.send(server_event("session.metrics", metrics=metrics))
         if self.on_turn_metrics is not None:
             self.on_turn_metrics(metrics)
+
+
+def _call_item(call: FunctionCall, status: str) -> dict[str, Any]:
+    return {"id": call.item_id, "object": "realtime.item", "type": "function_call", "status": status,
+            "call_id": call.call_id, "name": call.name, "arguments": call.arguments}
 
 
 def _ms(t: float | None, t0: float | None) -> float | None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.conversation import Item
 from core.protocol import ProtocolError, ResponseCreate
-from worker.session_config import _max_tokens, _modalities
+from worker.session_config import _max_tokens, _modalities, parse_tools
 
 if TYPE_CHECKING:
     from worker.session import RealtimeSession
@@ -27,6 +27,7 @@ class ResponseOptions:
     metadata: dict[str, str] | None = None
     in_conversation: bool = True
     input_items: list[Item] | None = None
+    tools: dict[str, Any] | None = None  # config fields: tools, tool_choice
 
 
 def _metadata(value: Any, event_id: str | None) -> dict[str, str] | None:
@@ -62,6 +63,7 @@ async def parse_response_options(ev: ResponseCreate, session: RealtimeSession) -
                                       "response.max_output_tokens"),
         metadata=_metadata(p.get("metadata"), eid),
         in_conversation=conversation == "auto",
+        tools=parse_tools(p.get("tools"), p.get("tool_choice"), "response") or None,
     )
     raw = p.get("input")
     if raw is not None:

@@ -22,7 +22,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from core.config import LimitsConfig
 from core.conversation import ConversationConfig, Item
 from core.conversation.items import Part
-from core.errors import NoActiveResponseError, OmniDuplexError, ResponseActiveError
+from core.errors import InvalidInputError, NoActiveResponseError, OmniDuplexError, ResponseActiveError
 from core.ids import new_id
 from core.processors.base import Backend
 from core.protocol import (
@@ -423,9 +423,9 @@ class RealtimeSession:
             self._last_response_id = await self.conv.create_response(
                 instructions=opts.instructions, output_audio=opts.output_audio,
                 max_output_tokens=opts.max_output_tokens, input_items=opts.input_items,
-                in_conversation=opts.in_conversation, metadata=opts.metadata)
-        except ResponseActiveError as exc:
-            raise ProtocolError(exc.message, code=exc.code, event_id=opts.event_id) from None
+                in_conversation=opts.in_conversation, metadata=opts.metadata, overrides=opts.tools)
+        except (ResponseActiveError, InvalidInputError) as exc:
+            raise ProtocolError(exc.message, code=exc.code, param=exc.param, event_id=opts.event_id) from None
 
     # ------------------------------------------------------------------ model -> client
 
@@ -454,6 +454,12 @@ class RealtimeSession:
             elif kind == "response_started":
                 self._last_response_id = e.response_id
                 replies.started(e, e.previous_item_id)
+            elif kind == "function_call_started":
+                replies.call_started(e)
+            elif kind == "function_call_delta":
+                replies.call_delta(e)
+            elif kind == "function_call_done":
+                replies.call_done(e)
             elif kind == "response_done":
                 part = Part("audio" if e.output_audio else "text", e.text)
                 status = "completed" if e.status == "completed" else "incomplete"

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.conversation import ConversationConfig, TurnDetection
+from core.conversation.config import FunctionTool
 from core.protocol import Dialect, ProtocolError
 from worker.audio_formats import AudioFormat, parse_format
 
@@ -75,6 +76,48 @@ def _transcription(value: Any, param: str) -> dict[str, Any] | None:
     return out
 
 
+def parse_tools(tools: Any, tool_choice: Any, param: str) -> dict[str, Any]:
+    """``tools`` and ``tool_choice`` (either dialect's shape) as config fields; only those given."""
+    out: dict[str, Any] = {}
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise ProtocolError(f"{param}.tools must be a list", param=f"{param}.tools")
+        parsed = []
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+                raise ProtocolError(f"{param}.tools.{i}: only function tools are supported",
+                                    param=f"{param}.tools.{i}.type")
+            try:
+                parsed.append(FunctionTool.model_validate(tool))
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                loc = ".".join(str(x) for x in err["loc"])
+                raise ProtocolError(f"{param}.tools.{i}.{loc}: {err['msg']}", param=f"{param}.tools.{i}.{loc}") from None
+            if not isinstance(parsed[-1].parameters, dict):
+                raise ProtocolError(f"{param}.tools.{i}.parameters must be a JSON schema object",
+                                    param=f"{param}.tools.{i}.parameters")
+        out["tools"] = parsed
+    if tool_choice is not None:
+        if isinstance(tool_choice, dict):
+            if tool_choice.get("type") != "function" or not isinstance(tool_choice.get("name"), str):
+                raise ProtocolError(f"{param}.tool_choice must be auto, none, required or "
+                                    '{"type": "function", "name": ...}', param=f"{param}.tool_choice")
+            tool_choice = tool_choice["name"]
+        elif not isinstance(tool_choice, str) or not tool_choice:
+            raise ProtocolError(f"{param}.tool_choice must be auto, none, required or a function's name",
+                                param=f"{param}.tool_choice")
+        # any other string names one function (the beta's shape); checked against the tools
+        out["tool_choice"] = tool_choice
+    return out
+
+
+def tools_object(cfg: ConversationConfig, beta: bool) -> dict[str, Any]:
+    choice: Any = cfg.tool_choice
+    if choice not in ("auto", "none", "required"):
+        choice = choice if beta else {"type": "function", "name": choice}
+    return {"tools": [t.model_dump() for t in cfg.tools], "tool_choice": choice}
+
+
 def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Dialect,
                          turn_types: tuple[str, ...] = ("server_vad",),
                          settings: SessionSettings | None = None) -> tuple[ConversationConfig, SessionSettings]:
@@ -124,6 +167,7 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
         speed = out.get("speed")
         voice = out.get("voice")
         transcription = _transcription(inp.get("transcription"), "session.audio.input.transcription")
+    update.update(parse_tools(s.get("tools"), s.get("tool_choice"), "session"))
     if transcription is not None:
         settings.transcription = transcription
         update["transcribe_input"] = True  # always on; the model is fixed
@@ -169,7 +213,7 @@ def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, m
             "input_audio_transcription": settings.transcription,
             "turn_detection": td, "temperature": cfg.temperature,
             "max_response_output_tokens": cfg.max_output_tokens, "speed": cfg.speed,
-            "tools": [], "tool_choice": "auto",
+            **tools_object(cfg, True),
         }
     return {
         "type": "realtime", "object": "realtime.session", "id": session_id, "model": model,
@@ -184,7 +228,7 @@ def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, m
             "output": {"format": settings.output_format.ga(), "voice": cfg.voice or VOICE, "speed": cfg.speed},
         },
         "max_output_tokens": cfg.max_output_tokens,
-        "tools": [], "tool_choice": "auto",
+        **tools_object(cfg, False),
     }
 
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -181,6 +182,15 @@ class SmolLm:
         self.stop_ids = {t for t in stop if t is not None}
         self._lock = threading.Lock()
         self._prefixes: dict[tuple[int, ...], object] = {}
+        self._ll_tokenizer: Any = None
+
+    def ll_tokenizer(self) -> Any:
+        """The tokenizer as llguidance sees it (built once, ~0.3 s)."""
+        if self._ll_tokenizer is None:
+            import llguidance.hf
+
+            self._ll_tokenizer = llguidance.hf.from_tokenizer(self.tokenizer)
+        return self._ll_tokenizer
 
     def _seed_from_prefix(self, prompt: list[int], state: KvState) -> None:
         """Give a fresh conversation the shared KV of its system prompt (computed once)."""
@@ -222,8 +232,10 @@ class SmolLm:
         top_p: float = 0.9,
         repetition_penalty: float = 1.15,
         before_step: Callable[[], None] | None = None,
+        constraint: Any = None,
     ) -> GenerationStats:
-        """Stream decoded text pieces into ``on_text`` until a stop token, the budget or cancel."""
+        """Stream decoded text pieces into ``on_text`` until a stop token, the budget or cancel.
+        ``constraint`` (``tool_calls.ToolGrammar``): greedy decoding under a grammar."""
         with self._lock:
             prompt = self.prompt_tokens(messages)
             stats = GenerationStats(prompt_tokens=len(prompt))
@@ -256,15 +268,22 @@ class SmolLm:
                 if cancelled.is_set():
                     stats.stop_reason = "cancelled"
                     break
-                token = _sample(logits, generated, temperature, top_p, repetition_penalty, generator)
+                if constraint is not None:
+                    token = int(torch.argmax(constraint.mask(logits)))
+                else:
+                    token = _sample(logits, generated, temperature, top_p, repetition_penalty, generator)
                 if token in self.stop_ids:
                     stats.stop_reason = "stop"
                     break
                 generated.append(token)
+                complete = constraint is not None and constraint.consume(token)
                 text = self.tokenizer.decode(generated, skip_special_tokens=True)
                 if not text.endswith("\ufffd") and len(text) > len(emitted):
                     on_text(text[len(emitted) :])
                     emitted = text
+                if complete:
+                    stats.stop_reason = "stop"
+                    break
                 if len(generated) >= max_tokens:
                     stats.stop_reason = "length"
                     break

@@ -22,6 +22,17 @@ class TurnDetection(BaseModel):
     interrupt_response: bool = True
 
 
+class FunctionTool(BaseModel):
+    """A function the model may call (``session.tools`` / ``response.tools``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function"] = "function"
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field("", max_length=4096)
+    parameters: dict = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
 class ConversationConfig(BaseModel):
     """Per-session settings; the realtime layer maps ``session.update`` onto this."""
 
@@ -36,4 +47,7 @@ class ConversationConfig(BaseModel):
     temperature: float = Field(0.3, ge=0.0, le=2.0)
     max_output_tokens: int = Field(160, ge=1, le=4096)
     max_history_messages: int = Field(16, ge=2, le=256)
+    tools: list[FunctionTool] = Field(default_factory=list, max_length=64)
+    # "auto" | "none" | "required" | the name of one function to call
+    tool_choice: str = "auto"
     transcribe_input: bool = True

@@ -24,7 +24,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +37,10 @@ from core.conversation.events import (
     CancelResult,
     ConversationError,
     ConversationEvent,
+    FunctionCall,
+    FunctionCallDelta,
+    FunctionCallDone,
+    FunctionCallStarted,
     ResponseDone,
     ResponseStarted,
     TextDelta,
@@ -116,6 +120,13 @@ class Conversation(TurnTaking):
                 f"use one of {', '.join(repr(t) for t in types)} or null",
                 param="turn_detection.type",
             )
+        if config.tools and not self.backend.supports_tools:
+            raise InvalidInputError(f"backend {self.backend.name} cannot call functions; send no tools",
+                                    param="tools")
+        if config.tool_choice not in ("auto", "none", "required") and config.tool_choice not in {
+                t.name for t in config.tools}:
+            raise InvalidInputError(f"tool_choice names {config.tool_choice!r}, which is not among the tools",
+                                    param="tool_choice")
         voice = self.backend.resolve_voice(config.voice)
         return config if voice == config.voice else config.model_copy(update={"voice": voice})
 
@@ -296,20 +307,22 @@ class Conversation(TurnTaking):
         input_items: list[Item] | None = None,
         in_conversation: bool = True,
         metadata: dict[str, str] | None = None,
+        overrides: dict[str, Any] | None = None,
     ) -> str:
         """Start a reply to the history so far (optionally overriding settings for this one
         reply); returns its response id. ``input_items``: the context for this reply instead of
         the history; ``in_conversation=False``: an out-of-band reply that leaves the history as
-        it is."""
+        it is. ``overrides``: other config fields for this reply (``tools``, ``tool_choice``)."""
         self._drop_held()
         if self._response is not None:
             raise ResponseActiveError(f"conversation already has an active response {self._response.response_id}")
         cfg = self.config
-        if output_audio is not None or max_output_tokens is not None:
-            cfg = cfg.model_copy(update={
+        if output_audio is not None or max_output_tokens is not None or overrides:
+            cfg = self._checked(cfg.model_copy(update={
                 "output_audio": cfg.output_audio if output_audio is None else output_audio,
                 "max_output_tokens": max_output_tokens or cfg.max_output_tokens,
-            })
+                **(overrides or {}),
+            }))
         resp = Response(new_id("resp"), new_id("item"), cfg.output_audio, in_conversation, metadata)
         self._run(resp, cfg, instructions, items=input_items)
         return resp.response_id
@@ -375,14 +388,18 @@ class Conversation(TurnTaking):
         self._past_segments[resp.item_id] = resp.segments
         while len(self._past_segments) > PAST_REPLIES_KEPT:
             self._past_segments.pop(next(iter(self._past_segments)))
+        item_status = "completed" if status == "completed" else "incomplete"
         if history_text.strip() and resp.in_conversation:
             text = history_text.strip()
             self._remember(Item("assistant", text, item_id=resp.item_id,
-                                parts=[Part("audio" if resp.output_audio else "text", text)],
-                                status="completed" if status == "completed" else "incomplete"))
+                                parts=[Part("audio" if resp.output_audio else "text", text)], status=item_status))
+        for call in resp.calls if resp.in_conversation else ():
+            self._remember(Item("assistant", item_id=call.item_id, type="function_call", call_id=call.call_id,
+                                name=call.name, arguments=call.arguments, parts=[], status=item_status))
         self._emit_for(resp, ResponseDone(resp.response_id, resp.item_id, status, reason, resp.text,
                                           resp.audio_ms, resp.output_tokens, resp.prompt_tokens,
-                                          resp.in_conversation, resp.metadata, resp.output_audio))
+                                          resp.in_conversation, resp.metadata, resp.output_audio,
+                                          tuple(resp.calls)))
 
     def finish_response(self, resp: Response) -> None:
         """End a response whose output the caller produced (``begin_response``), unless cancelled."""
@@ -407,6 +424,25 @@ class Conversation(TurnTaking):
         resp.audio_samples += n
         seg.emitted_samples += n
         self._emit_for(resp, AudioChunk(resp.response_id, resp.item_id, pcm, OUTPUT_RATE))
+
+    def begin_call(self, resp: Response, name: str) -> None:
+        if resp.cancelled:
+            return
+        call = FunctionCall(new_id("item"), new_id("call"), name)
+        resp.calls.append(call)
+        self._emit_for(resp, FunctionCallStarted(resp.response_id, call))
+
+    def call_arguments(self, resp: Response, index: int, delta: str) -> None:
+        if resp.cancelled or index >= len(resp.calls):
+            return
+        call = resp.calls[index]
+        call = resp.calls[index] = replace(call, arguments=call.arguments + delta)
+        self._emit_for(resp, FunctionCallDelta(resp.response_id, call, delta))
+
+    def end_call(self, resp: Response, index: int) -> None:
+        if resp.cancelled or index >= len(resp.calls):
+            return
+        self._emit_for(resp, FunctionCallDone(resp.response_id, resp.calls[index]))
 
     async def cancel_response(self, reason: str = "client_cancelled") -> CancelResult:
         """Stop the active reply now; raises ``NoActiveResponseError`` if there is none."""

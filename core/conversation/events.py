@@ -77,6 +77,40 @@ class AudioChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class FunctionCall:
+    """One function call a reply made: its own item, the call id the client answers with."""
+
+    item_id: str
+    call_id: str
+    name: str
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallStarted:
+    response_id: str
+    call: FunctionCall
+    type: Literal["function_call_started"] = "function_call_started"
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallDelta:
+    response_id: str
+    call: FunctionCall
+    delta: str
+    type: Literal["function_call_delta"] = "function_call_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallDone:
+    """The call's complete arguments (a JSON string)."""
+
+    response_id: str
+    call: FunctionCall
+    type: Literal["function_call_done"] = "function_call_done"
+
+
+@dataclass(frozen=True, slots=True)
 class ResponseDone:
     """Final event of a response. ``text``/``audio_ms`` count only what was emitted."""
 
@@ -91,6 +125,7 @@ class ResponseDone:
     in_conversation: bool = True
     metadata: dict[str, str] | None = None
     output_audio: bool = True
+    calls: tuple[FunctionCall, ...] = ()
     type: Literal["response_done"] = "response_done"
 
 
@@ -111,6 +146,9 @@ ConversationEvent = (
     | ResponseStarted
     | TextDelta
     | AudioChunk
+    | FunctionCallStarted
+    | FunctionCallDelta
+    | FunctionCallDone
     | ResponseDone
     | ConversationError
 )

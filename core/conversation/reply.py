@@ -65,6 +65,7 @@ class Response:
     spec: int | None = None
     held_events: list = field(default_factory=list)
     pending_finish: tuple | None = None
+    calls: list = field(default_factory=list)  # FunctionCall, in the order made
 
     @property
     def audio_ms(self) -> float:
@@ -81,6 +82,9 @@ class ReplyOwner(Protocol):
     def emit_text(self, resp: Response, delta: str) -> None: ...
     def add_segment(self, resp: Response, segment: Segment) -> None: ...
     def emit_audio(self, resp: Response, index: int, pcm: bytes) -> None: ...
+    def begin_call(self, resp: Response, name: str) -> None: ...
+    def call_arguments(self, resp: Response, index: int, delta: str) -> None: ...
+    def end_call(self, resp: Response, index: int) -> None: ...
 
 
 class ReplyJob:
@@ -95,9 +99,13 @@ class ReplyJob:
         system: str,
         cfg: ConversationConfig,
     ) -> None:
-        # Messages only until the backends render function calls (function calling lands later).
-        self.items = [i for i in items if i.type == "message"]
+        self.items = items
         self.frames = frames
+        # The functions this reply may call; ``tool_choice``: "auto", "required" or one name.
+        self.tools = [] if cfg.tool_choice == "none" else list(cfg.tools)
+        if cfg.tool_choice not in ("auto", "none", "required"):
+            self.tools = [t for t in self.tools if t.name == cfg.tool_choice]
+        self.tool_choice = cfg.tool_choice if self.tools else "none"
         self.system = system
         self.config = cfg
         self.output_audio = resp.output_audio
@@ -114,6 +122,7 @@ class ReplyJob:
         self._rate = OUTPUT_RATE
         self._pending = np.zeros(0, dtype=np.float32)
         self._segments = 0
+        self._calls = 0
         self._lock = threading.Lock()
 
     @property
@@ -123,6 +132,27 @@ class ReplyJob:
     def text(self, delta: str) -> None:
         if delta and not self.cancel.is_set():
             self._conv.call_soon(self._conv.emit_text, self._resp, delta)
+
+    def function_call(self, name: str, arguments: str) -> None:
+        """The reply calls ``name`` with ``arguments`` (a JSON string); any thread. A backend
+        that streams arguments calls ``begin_call`` / ``call_arguments`` / ``end_call`` instead."""
+        index = self.begin_call(name)
+        self.call_arguments(index, arguments)
+        self.end_call(index)
+
+    def begin_call(self, name: str) -> int:
+        with self._lock:
+            index = self._calls
+            self._calls += 1
+        self._conv.call_soon(self._conv.begin_call, self._resp, name)
+        return index
+
+    def call_arguments(self, index: int, delta: str) -> None:
+        if delta:
+            self._conv.call_soon(self._conv.call_arguments, self._resp, index, delta)
+
+    def end_call(self, index: int) -> None:
+        self._conv.call_soon(self._conv.end_call, self._resp, index)
 
     def begin_segment(self, text: str) -> None:
         with self._lock:

@@ -83,6 +83,8 @@ class Backend(abc.ABC):
     # A text model reads the user's words: each turn is transcribed before the reply (and a
     # turn with no words dropped). An omni model hears the clip itself.
     transcript_first: bool = False
+    # Can its replies call functions (``session.tools``)? Backends that cannot refuse tools.
+    supports_tools: bool = False
     conversation_class: type[Conversation] = Conversation
     vad_model: Any = None
     io_pool: concurrent.futures.Executor

@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.audio import OUTPUT_RATE
 from core.cascade.chunker import SpeechChunker
-from core.cascade.llm import KvState
+from core.cascade.llm import GenerationStats, KvState
+from core.cascade.tool_calls import ToolGrammar, parse_choice, tool_instructions
 from core.conversation import ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
 from core.errors import BackendNotLoadedError, InvalidInputError, InvalidTextError
@@ -70,6 +71,7 @@ class CascadeBackend(Backend):
     name = "cascade"
     capabilities = frozenset(Capability)
     transcript_first = True  # SmolLM2 reads text: every turn is transcribed before the reply
+    supports_tools = True  # the model picks call or answer under a grammar (core/cascade/tool_calls.py)
 
     def __init__(self, options: CascadeOptions | None = None) -> None:
         self.options = options or CascadeOptions()
@@ -234,10 +236,11 @@ class CascadeBackend(Backend):
         except RuntimeError:  # the backend is shutting down
             state.release()
 
-    def _prompt(self, job: ReplyJob) -> list[dict[str, str]]:
+    def _prompt(self, job: ReplyJob, system: str | None = None) -> list[dict[str, str]]:
         """The chat prompt: system, then the history's text (the latest camera frame's note goes
-        with the last user turn), oldest turns dropped to fit ``max_prompt_tokens``."""
-        messages = [{"role": i.role, "content": i.text} for i in job.items if i.text]
+        with the last user turn), oldest turns dropped to fit ``max_prompt_tokens``. Function
+        calls and their results are written out as text (a small model has no tool role)."""
+        messages = [m for m in (_as_message(i, job.items) for i in job.items) if m["content"]]
         if job.frames and messages and messages[-1]["role"] == "user":
             messages[-1]["content"] = (
                 f"[Camera frame, described by simple image analysis, not real vision: {job.frames[-1]}]\n"
@@ -246,7 +249,24 @@ class CascadeBackend(Backend):
         budget = self.options.max_prompt_tokens - job.config.max_output_tokens
         while len(messages) > 1 and sum(self.llm.count_tokens(m["content"]) + 4 for m in messages) > budget:
             messages.pop(0)
-        return [{"role": "system", "content": job.system}, *messages]
+        return [{"role": "system", "content": job.system if system is None else system}, *messages]
+
+    def _tool_step(self, job: ReplyJob) -> bool:
+        """LLM thread: let the model call a function or choose to answer; True if it called.
+        After a function's result the reply answers (it does not call again)."""
+        if not job.tools or (job.items and job.items[-1].type == "function_call_output"
+                             and job.tool_choice == "auto"):
+            return False
+        required = job.tool_choice != "auto"
+        grammar = ToolGrammar(self.llm.ll_tokenizer(), job.tools, required)
+        pieces: list[str] = []
+        self.llm.generate(self._prompt(job, tool_instructions(job.system, job.tools, required)), job.state,
+                          pieces.append, job.cancel, max_tokens=256, constraint=grammar)
+        choice = parse_choice("".join(pieces))
+        if choice is None or job.cancelled:
+            return False
+        job.function_call(*choice)
+        return True
 
     async def generate_reply(self, job: ReplyJob) -> ReplyStats:
         """LLM and TTS on their own threads: speakable pieces go to Piper while SmolLM2 goes on."""
@@ -279,6 +299,8 @@ class CascadeBackend(Backend):
 
         def run_llm():
             try:
+                if self._tool_step(job):
+                    return GenerationStats(stop_reason="stop")
                 return self.llm.generate(
                     self._prompt(job), job.state, on_text, job.cancel,
                     max_tokens=cfg.max_output_tokens, temperature=cfg.temperature,
@@ -324,6 +346,15 @@ class CascadeBackend(Backend):
         return ReplyStats(stats.output_tokens, stats.prompt_tokens,
                           "length" if stats.stop_reason == "length" else "stop",
                           stats.prefill_ms, stats.reused_tokens)
+
+
+def _as_message(item, items) -> dict[str, str]:
+    if item.type == "function_call":
+        return {"role": "assistant", "content": f"CALL {item.name} {item.arguments}"}
+    if item.type == "function_call_output":
+        name = next((i.name for i in items if i.type == "function_call" and i.call_id == item.call_id), "the function")
+        return {"role": "user", "content": f"[Result of {name}: {item.output}]"}
+    return {"role": item.role, "content": item.text}
 
 
 def _compression_ratio(text: str) -> float:
