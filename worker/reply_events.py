@@ -165,7 +165,7 @@ class ReplyEvents:
             r = _Reply(ResponseStarted(e.response_id, e.item_id, e.output_audio), time.monotonic(), None,
                        OutputEncoder(self.output_format))
         started = r.started
-        output = [_call_item(c, item["status"]) for c in e.calls]
+        output = [_call_item(c, "completed" if c.complete else "incomplete") for c in e.calls]
         if r.message_index is not None or not e.calls:  # a reply with no output at all still has its message
             self._open_message(r)
             ids = {"response_id": e.response_id, "item_id": e.item_id, "output_index": r.message_index,

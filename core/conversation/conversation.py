@@ -393,7 +393,7 @@ class Conversation(TurnTaking):
             text = history_text.strip()
             self._remember(Item("assistant", text, item_id=resp.item_id,
                                 parts=[Part("audio" if resp.output_audio else "text", text)], status=item_status))
-        for call in resp.calls if resp.in_conversation else ():
+        for call in (c for c in resp.calls if c.complete and resp.in_conversation):
             self._remember(Item("assistant", item_id=call.item_id, type="function_call", call_id=call.call_id,
                                 name=call.name, arguments=call.arguments, parts=[], status=item_status))
         self._emit_for(resp, ResponseDone(resp.response_id, resp.item_id, status, reason, resp.text,
@@ -442,7 +442,8 @@ class Conversation(TurnTaking):
     def end_call(self, resp: Response, index: int) -> None:
         if resp.cancelled or index >= len(resp.calls):
             return
-        self._emit_for(resp, FunctionCallDone(resp.response_id, resp.calls[index]))
+        call = resp.calls[index] = replace(resp.calls[index], complete=True)
+        self._emit_for(resp, FunctionCallDone(resp.response_id, call))
 
     async def cancel_response(self, reason: str = "client_cancelled") -> CancelResult:
         """Stop the active reply now; raises ``NoActiveResponseError`` if there is none."""

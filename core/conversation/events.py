@@ -84,6 +84,7 @@ class FunctionCall:
     call_id: str
     name: str
     arguments: str = ""
+    complete: bool = False  # all arguments made (a cancelled reply may leave a call unfinished)
 
 
 @dataclass(frozen=True, slots=True)
