@@ -7,7 +7,9 @@ text on the way through: only the worker decodes it, in a thread.
 Chat replies come back as NDJSON lines (``ChatEvent`` dicts):
 ``{"type": "text", "delta"}``, ``{"type": "audio", "data"}`` (base64 PCM16 24 kHz, streamed
 jobs), ``{"type": "audio_file", "data", "format"}`` (whole encoded reply, non-streamed jobs),
-``{"type": "error", "code", "message"}``, then always one final ``{"type": "done", ...}``.
+``{"type": "error", "code", "message"}``, function calls as ``{"type": "call", "index", "call_id",
+"name"}`` then ``{"type": "call_arguments", "index", "delta"}`` pieces, then always one final
+``{"type": "done", ..., "calls": [{"call_id", "name", "arguments"}]}``.
 Errors found before the reply starts are an HTTP 4xx with ``{"error": {...}}`` instead.
 """
 
@@ -41,9 +43,30 @@ class ChatPart(_Job):
     param: str = "messages"
 
 
+class ChatToolCall(_Job):
+    """A function call an earlier assistant message made (``arguments``: a JSON string)."""
+
+    call_id: str = Field(min_length=1, max_length=256)
+    name: str = Field(min_length=1, max_length=64)
+    arguments: str = Field("", max_length=64 * 1024)
+
+
+class ChatTool(_Job):
+    """A function the reply may call (``parameters``: its arguments' JSON schema)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field("", max_length=4096)
+    parameters: dict = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
 class ChatMessage(_Job):
-    role: Literal["system", "user", "assistant"]
-    parts: list[ChatPart]
+    """A message; an assistant's may carry ``tool_calls``; a ``tool`` message is the output
+    (its text parts) of the call ``call_id``."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    parts: list[ChatPart] = Field(default_factory=list)
+    tool_calls: list[ChatToolCall] = Field(default_factory=list)
+    call_id: str | None = None
 
 
 class ChatJob(_Job):
@@ -55,6 +78,8 @@ class ChatJob(_Job):
     stream: bool = False
     max_output_tokens: int = Field(160, ge=1, le=4096)
     temperature: float = Field(0.3, ge=0.0, le=2.0)
+    tools: list[ChatTool] = Field(default_factory=list, max_length=64)
+    tool_choice: str = "auto"  # "auto" | "none" | "required" | the name of one function
 
 
 class SpeechJob(_Job):

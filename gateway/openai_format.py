@@ -3,7 +3,9 @@
 Streamed chat chunks carry text in ``delta.content`` (text-only replies) or in
 ``delta.audio.transcript`` (audio replies, as OpenAI does), audio in ``delta.audio.data``
 (base64 PCM16 24 kHz); each content chunk also says what it carries in an extension field
-``modality`` (``"text"`` or ``"audio"``), which standard clients ignore.
+``modality`` (``"text"`` or ``"audio"``), which standard clients ignore. Function calls stream
+as ``delta.tool_calls``: a first piece with the call's index, id, type and name (arguments
+``""``), then pieces of its arguments; the final chunk's ``finish_reason`` is ``"tool_calls"``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,13 @@ class ChatContext:
     def audio_chunk(self, data_b64: str) -> dict[str, Any]:
         return self.chunk({"audio": {"id": self.audio_id, "data": data_b64}}, modality="audio")
 
+    def call_chunk(self, index: int, call_id: str, name: str) -> dict[str, Any]:
+        return self.chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                           "function": {"name": name, "arguments": ""}}]})
+
+    def call_arguments_chunk(self, index: int, delta: str) -> dict[str, Any]:
+        return self.chunk({"tool_calls": [{"index": index, "function": {"arguments": delta}}]})
+
     def final_chunk(self, done: dict[str, Any]) -> dict[str, Any]:
         delta: dict[str, Any] = {}
         if self.audio:
@@ -67,8 +76,13 @@ class ChatContext:
         return out
 
     def completion(self, text: str, done: dict[str, Any], audio_b64: str | None) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": None if self.audio else text, "refusal": None}
-        if self.audio:
+        calls = done.get("calls") or []
+        content = None if self.audio or (calls and not text) else text
+        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+        if calls:
+            message["tool_calls"] = [{"id": c["call_id"], "type": "function",
+                                      "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]
+        if self.audio and not (calls and not text):  # a bare function call has no audio
             message["audio"] = {"id": self.audio_id, "data": audio_b64 or "", "transcript": text,
                                 "expires_at": self.created + AUDIO_TTL_S}
         return {
@@ -80,6 +94,8 @@ class ChatContext:
 
 
 def finish_reason(done: dict[str, Any]) -> str:
+    if done.get("calls"):
+        return "tool_calls"
     return "length" if done.get("reason") == "max_output_tokens" else "stop"
 
 

@@ -20,7 +20,7 @@ from gateway.openai_models import ApiError
 M = TypeVar("M", bound=BaseModel)
 THREAD_PARSE_BYTES = 256 * 1024
 _UNION_LABELS = {"str", "int", "float", "bool", "list", "dict", "none"}
-_TAGS = {"system", "developer", "user", "assistant", "text", "image_url", "input_audio"}
+_TAGS = {"system", "developer", "user", "assistant", "tool", "text", "image_url", "input_audio"}
 
 
 def _mib(n: int) -> str:

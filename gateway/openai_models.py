@@ -1,10 +1,15 @@
 """Pydantic models of the OpenAI REST requests the gateway accepts, and their translation into
 the internal worker jobs (``core/rest_jobs.py``).
 
-Fields OpenAI defines but this server cannot honour in a way that changes the answer (tools,
-stop sequences, logprobs, n > 1, JSON response formats) are refused with a 400 naming the
-field; fields that only tune sampling or bookkeeping (``top_p``, ``seed``, ``user``,
-``metadata``, ``store``, penalties) are accepted and ignored, as are unknown fields.
+Fields OpenAI defines but this server cannot honour in a way that changes the answer (stop
+sequences, logprobs, n > 1, JSON response formats, tools on a backend that cannot call them)
+are refused with a 400 naming the field; fields that only tune sampling or bookkeeping
+(``top_p``, ``seed``, ``user``, ``metadata``, ``store``, penalties, ``parallel_tool_calls``:
+the models make at most one call per reply) are accepted and ignored, as are unknown fields.
+
+Function calling: ``tools`` (function tools; ``strict`` is accepted, and arguments always
+validate against the schema anyway), ``tool_choice``; an assistant message's ``tool_calls``
+and the ``tool`` messages answering them become the conversation's function call items.
 """
 
 from __future__ import annotations
@@ -14,7 +19,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.rest_jobs import ChatAudioFormat, ChatJob, ChatMessage, ChatPart, SpeechFormat
+from core.rest_jobs import (
+    ChatAudioFormat,
+    ChatJob,
+    ChatMessage,
+    ChatPart,
+    ChatTool,
+    ChatToolCall,
+    SpeechFormat,
+)
 
 MAX_TOKENS = 4096  # ConversationConfig.max_output_tokens' ceiling
 DEFAULT_CHAT_TOKENS = 512  # when the request names no limit; replies end earlier on their own
@@ -78,12 +91,51 @@ class UserMessage(_Model):
     content: str | list[ContentPart]
 
 
+class CalledFunction(_Model):
+    name: str = Field(min_length=1, max_length=64)
+    arguments: str = Field("", max_length=64 * 1024, description="a JSON string")
+
+
+class ToolCall(_Model):
+    id: str = Field(min_length=1, max_length=256)
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class AssistantMessage(_Model):
     role: Literal["assistant"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
-Message = Annotated[SystemMessage | UserMessage | AssistantMessage, Field(discriminator="role")]
+class ToolMessage(_Model):
+    role: Literal["tool"]
+    content: str | list[TextPart]
+    tool_call_id: str = Field(min_length=1, max_length=256)
+
+
+Message = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
+
+
+class FunctionDefinition(_Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field("", max_length=4096)
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = Field(None, description="accepted: arguments always validate against the schema")
+
+
+class Tool(_Model):
+    type: str = Field(description="only 'function'")
+    function: FunctionDefinition | None = None
+
+
+class NamedFunction(_Model):
+    name: str = Field(min_length=1, max_length=64)
+
+
+class NamedToolChoice(_Model):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class VoiceId(_Model):
@@ -116,7 +168,9 @@ class ChatCompletionRequest(_Model):
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     n: int | None = Field(None, ge=1, le=1, description="only 1")
     stop: str | list[str] | None = Field(None, description="not supported: must be empty")
-    tools: list[dict[str, Any]] | None = Field(None, description="not supported: must be empty")
+    tools: list[Tool] | None = Field(None, max_length=64)
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = Field(None, description="accepted; replies make at most one call")
     logprobs: bool | None = Field(None, description="not supported: must be false")
     response_format: ResponseFormat | None = Field(None, description="only {\"type\": \"text\"}")
 
@@ -128,8 +182,7 @@ class ChatCompletionRequest(_Model):
         """Rules that span fields, or refuse what this server cannot do."""
         if self.stop:
             raise ApiError(400, "stop sequences are not supported", "unsupported_parameter", "stop")
-        if self.tools:
-            raise ApiError(400, "tools are not supported by this model", "unsupported_parameter", "tools")
+        self._check_tools()
         if self.logprobs:
             raise ApiError(400, "logprobs are not supported", "unsupported_parameter", "logprobs")
         if self.response_format is not None and self.response_format.type != "text":
@@ -148,6 +201,35 @@ class ChatCompletionRequest(_Model):
                     raise ApiError(400, "image_url must be a data URL (data:image/...;base64,...); this server "
                                    "does not fetch remote images", "invalid_image_url",
                                    f"messages[{i}].content[{j}].image_url.url")
+
+    def _check_tools(self) -> None:
+        names: set[str] = set()
+        for i, tool in enumerate(self.tools or []):
+            if tool.type != "function":
+                raise ApiError(400, f"tools[{i}] has type {tool.type!r}; only 'function' tools are supported",
+                               "invalid_value", f"tools[{i}].type")
+            if tool.function is None:
+                raise ApiError(400, f"Missing required parameter: 'tools[{i}].function'.",
+                               "missing_required_parameter", f"tools[{i}].function")
+            if tool.function.name in names:
+                raise ApiError(400, f"tools[{i}] repeats the function name {tool.function.name!r}", "invalid_value",
+                               f"tools[{i}].function.name")
+            names.add(tool.function.name)
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise ApiError(400, f"tool_choice names the function {choice.function.name!r}, which is not among the "
+                           f"tools ({', '.join(sorted(names)) or 'none given'})", "invalid_value", "tool_choice")
+        if choice == "required" and not names:
+            raise ApiError(400, "tool_choice 'required' needs at least one tool in 'tools'", "invalid_value",
+                           "tool_choice")
+        calls: set[str] = set()
+        for i, message in enumerate(self.messages):
+            if isinstance(message, AssistantMessage):
+                calls.update(call.id for call in message.tool_calls or [])
+            elif isinstance(message, ToolMessage) and message.tool_call_id not in calls:
+                raise ApiError(400, f"messages[{i}] is a tool message whose tool_call_id {message.tool_call_id!r} "
+                               "answers no tool call of an earlier assistant message", "invalid_value",
+                               f"messages[{i}].tool_call_id")
 
     def requirements(self) -> frozenset[str]:
         caps = {"text_output"}
@@ -169,6 +251,11 @@ class ChatCompletionRequest(_Model):
                 texts = [message.content] if isinstance(message.content, str) else [p.text for p in message.content]
                 instructions += [t.strip() for t in texts if t.strip()]
                 continue
+            if isinstance(message, ToolMessage):
+                texts = [message.content] if isinstance(message.content, str) else [p.text for p in message.content]
+                messages.append(ChatMessage(role="tool", call_id=message.tool_call_id, parts=[
+                    ChatPart(type="text", text="".join(texts), param=f"messages[{i}].content")]))
+                continue
             parts = [ChatPart(type="text", text=message.content, param=f"messages[{i}].content")] \
                 if isinstance(message.content, str) else []
             for j, part in enumerate([] if isinstance(message.content, str | None) else message.content):
@@ -180,7 +267,9 @@ class ChatCompletionRequest(_Model):
                                           param=param + ".image_url.url"))
                 else:
                     parts.append(ChatPart(type="audio", data=part.input_audio.data, param=param + ".input_audio"))
-            messages.append(ChatMessage(role=message.role, parts=parts))
+            calls = [ChatToolCall(call_id=c.id, name=c.function.name, arguments=c.function.arguments)
+                     for c in message.tool_calls or []] if isinstance(message, AssistantMessage) else []
+            messages.append(ChatMessage(role=message.role, parts=parts, tool_calls=calls))
         if not messages:
             raise ApiError(400, "messages must include at least one user or assistant message",
                            "invalid_value", "messages")
@@ -196,6 +285,10 @@ class ChatCompletionRequest(_Model):
             stream=bool(self.stream),
             max_output_tokens=self.max_completion_tokens or self.max_tokens or DEFAULT_CHAT_TOKENS,
             temperature=0.3 if self.temperature is None else self.temperature,
+            tools=[ChatTool(name=t.function.name, description=t.function.description, parameters=t.function.parameters)
+                   for t in self.tools or [] if t.function is not None],
+            tool_choice=self.tool_choice.function.name if isinstance(self.tool_choice, NamedToolChoice)
+            else self.tool_choice or "auto",
         )
 
 

@@ -1,5 +1,5 @@
 """OpenAI-compatible REST API on the gateway: models, chat completions (text and audio, streamed
-or not), speech and transcriptions.
+or not, with function calling), speech and transcriptions.
 
 Every model request takes a short lease from the same ``WorkerPool`` as realtime sessions
 (FIFO among both; while queued the HTTP client simply waits) and calls the leased worker's
@@ -256,7 +256,7 @@ def openai_router(pool: WorkerPool, transport: httpx.AsyncBaseTransport | None =
             return JSONResponse(error.body(), status_code=404)
         return JSONResponse(_model_card(model_id, models[model_id]))
 
-    @router.post("/v1/chat/completions", summary="Chat completion (text, image, audio in; text, audio out)",
+    @router.post("/v1/chat/completions", summary="Chat completion (text, image, audio in; text, audio, function calls out)",
                  openapi_extra=_body(ChatCompletionRequest), responses={k: _ERRORS[k] for k in (400, 404, 413, 429, 503)})
     async def chat_completions(request: Request) -> Response:
         async def handle(call: WorkerCall) -> Response:
@@ -378,6 +378,10 @@ async def _chat_sse(call: WorkerCall, upstream: httpx.Response, ctx: ChatContext
         kind = event.get("type")
         if kind == "text":
             yield sse(ctx.text_chunk(event["delta"]))
+        elif kind == "call":
+            yield sse(ctx.call_chunk(event["index"], event["call_id"], event["name"]))
+        elif kind == "call_arguments":
+            yield sse(ctx.call_arguments_chunk(event["index"], event["delta"]))
         elif kind == "audio":
             yield sse(ctx.audio_chunk(event["data"]))
         elif kind == "error":

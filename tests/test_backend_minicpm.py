@@ -122,6 +122,11 @@ async def test_loads_through_remote_code_and_answers_a_mixed_turn(mini_stack, do
             "input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None},
             "output": {"voice": "ben"}}}}))
         assert (await recv_until(ws, "session.updated"))["session"]["audio"]["output"]["voice"] == "Ben"
+        # no function calling on this backend: tools are refused, naming it
+        await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "tools": [
+            {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}}]}}))
+        error = (await recv_until(ws, "error"))["error"]
+        assert "minicpm_o" in error["message"] and error["param"].endswith("tools")
         await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
             "content": [{"type": "input_audio", "audio": b64(clip)},
                         {"type": "input_image", "image_url": "data:image/jpeg;base64," + b64(jpeg.getvalue())},

@@ -344,3 +344,167 @@ def test_supervisor_plans_one_worker_per_visible_gpu(tmp_path):
     cpu = AppConfig.model_validate({"backend": {"name": "qwen_omni", "options": {"device": "cpu"}}})
     assert gpu_plan(cpu, None, {"CUDA_VISIBLE_DEVICES": "0"}) == (None, {})
     assert gpu_plan(AppConfig(), None, {"CUDA_VISIBLE_DEVICES": "0"}) == (None, {})
+
+
+# --------------------------------------------------------------------------- function calling
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+class _CallJob:
+    """What ``ToolCallFilter`` needs of a ``ReplyJob``: the tools and ``function_call``."""
+
+    def __init__(self, *names: str) -> None:
+        from core.conversation.config import FunctionTool
+
+        self.tools = [FunctionTool(name=n) for n in names]
+        self.calls: list[tuple[str, dict]] = []
+
+    def function_call(self, name: str, arguments: str) -> None:
+        self.calls.append((name, json.loads(arguments)))
+
+
+def _filtered(pieces: list[str], job: _CallJob, prefill: str = "") -> str:
+    from core.processors.qwen_omni import ToolCallFilter
+
+    f = ToolCallFilter(job, prefill)
+    return "".join(f.push(p) for p in pieces) + f.finish()
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 1000])
+def test_tool_call_parser_on_streamed_pieces(size):
+    """A ``<tool_call>`` block, however it is cut into pieces, is held back from the text and
+    becomes one call; text before it goes out, nothing after it is spoken."""
+    text = "Let me check. " + CALL_TEXT + "\n" + CALL_TEXT.replace("Paris", "Rome") + " trailing words"
+    job = _CallJob("get_weather")
+    out = _filtered([text[i:i + size] for i in range(0, len(text), size)], job)
+    assert out == "Let me check. "
+    assert job.calls == [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})]
+    # a plain reply (with a '<' that is no tool call) passes whole
+    job = _CallJob("get_weather")
+    plain = "Two < three, and <tool is not a call. <tool_cal"
+    assert _filtered([plain[i:i + size] for i in range(0, len(plain), size)], job) == plain and not job.calls
+
+
+def test_tool_call_parser_edge_cases(caplog):
+    # an unterminated block at the end is parsed; arguments given as a JSON string are accepted
+    job = _CallJob("get_weather")
+    assert _filtered(['<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}'], job) == ""
+    assert job.calls == [("get_weather", {"city": "Oslo"})]
+    # forced calls: the prompt's prefill is the block's start
+    job = _CallJob("get_weather")
+    assert _filtered(['"city": "Paris"}}\n</tool_call>'], job,
+                     prefill='<tool_call>\n{"name": "get_weather", "arguments": {') == ""
+    assert job.calls == [("get_weather", {"city": "Paris"})]
+    # invalid JSON, an unknown tool: no call, a warning, the text before stays
+    for bad in ('<tool_call>\n{"name": "get_weather", "arguments": {"city": </tool_call>',
+                '<tool_call>\n{"name": "launch", "arguments": {}}\n</tool_call>'):
+        job = _CallJob("get_weather")
+        caplog.clear()
+        assert _filtered(["Sure. ", bad, " more"], job) == "Sure. " and not job.calls
+        assert "malformed tool call" in caplog.text
+
+
+def _prompt_backend(path):
+    from core.processors.qwen_omni import QwenOmniBackend, QwenOmniOptions, load_processor
+    from transformers import Qwen2_5OmniProcessor
+
+    backend = QwenOmniBackend(QwenOmniOptions(**options(path)))
+    backend.processor = load_processor(path, Qwen2_5OmniProcessor)
+    return backend
+
+
+def test_prompt_renders_tools_calls_and_results(qwen25_model):
+    """Tools are in the templated prompt (the template's own rendering when it has one, else
+    Qwen's tool block in the system turn); past calls are assistant <tool_call> text, results
+    a user turn of <tool_response>s; "required" and a named choice prefill the call."""
+    from types import SimpleNamespace
+
+    from core.conversation import Item
+    from core.conversation.config import FunctionTool
+    from core.processors.qwen_omni import tool_prefill
+
+    backend = _prompt_backend(qwen25_model)
+    try:
+        tool = FunctionTool(**WEATHER)
+        items = [Item("user", "Weather in Paris?"),
+                 Item("assistant", type="function_call", call_id="c1", name="get_weather",
+                      arguments='{"city": "Paris"}'),
+                 Item("user", type="function_call_output", call_id="c1", output='{"temp": 21}')]
+        job = SimpleNamespace(system="Be brief.", items=items, frames=[])
+        messages = backend._messages(job)[0]
+        assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+        text = backend.prompt_text(messages, [tool])
+        system = text.split("<|im_end|>")[0]
+        assert "# Tools" in system and '"name": "get_weather"' in system and "Be brief." in system
+        assert "<|im_start|>assistant\n" + CALL_TEXT + "<|im_end|>" in text
+        assert '<|im_start|>user\n<tool_response>\n{"temp": 21}\n</tool_response><|im_end|>' in text
+        assert "# Tools" not in backend.prompt_text(messages, [])
+        # a template that renders tools itself is used as it is
+        backend.processor.chat_template = (
+            "{% if tools %}<tools>{% for t in tools %}{{ t['function']['name'] }};{% endfor %}</tools>{% endif %}"
+            + backend.processor.chat_template)
+        text = backend.prompt_text(messages, [tool])
+        assert text.startswith("<tools>get_weather;</tools>") and "# Tools" not in text
+        assert tool_prefill("auto") == "" and tool_prefill("required") == "<tool_call>\n"
+        assert backend.prompt_text(messages, [tool], tool_prefill("get_weather")).endswith(
+            '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": ')
+    finally:
+        backend.close()
+
+
+async def test_streamed_tool_call_becomes_a_function_call(qwen25_model):
+    """In-process, the real streamer: the Thinker's tokens (scripted here: random weights write
+    no calls) carry a <tool_call>; the reply's text stops before it and the call is made."""
+    from core.conversation import ConversationConfig
+    from core.conversation.config import FunctionTool
+    from core.processors import create_backend
+    from tests.helpers import Collector
+
+    backend = create_backend("qwen_omni", options(qwen25_model) | {"warm_up": False})
+    await asyncio.to_thread(backend.load)
+    tokenizer = backend.processor.tokenizer
+    scripted = tokenizer.encode("Let me look. " + CALL_TEXT, add_special_tokens=False)
+
+    def thinker(inputs, *, streamer, **kwargs):
+        import torch
+
+        streamer.put(inputs["input_ids"])
+        for token in scripted:
+            streamer.put(torch.tensor([token]))
+        streamer.put(torch.tensor([tokenizer.convert_tokens_to_ids("<|im_end|>")]))
+        streamer.end()
+
+    backend._thinker_generate = thinker
+    try:
+        conv = backend.open_conversation(ConversationConfig(turn_detection=None, tools=[FunctionTool(**WEATHER)]))
+        events = Collector(conv)
+        await conv.add_text("Weather in Paris?")
+        await conv.create_response(output_audio=False)
+        done = await events.wait_for("response_done", timeout=60)
+        assert done.status == "completed" and done.text == "Let me look. "
+        assert [(c.name, json.loads(c.arguments)) for c in done.calls] == [("get_weather", {"city": "Paris"})]
+        assert "".join(e.delta for e in events.of("text_delta")) == "Let me look. "
+        await conv.close()
+    finally:
+        backend.close()
+
+
+async def test_session_update_with_tools_is_accepted(qwen_stack):
+    """qwen_omni takes tools (minicpm_o refuses them); a forced call on random weights writes
+    no valid call, so the reply ends without one and the session goes on."""
+    async with websockets.connect(ws_url(qwen_stack), max_size=None) as ws:
+        await turn_based(ws)
+        await send(ws, "session.update", session={"type": "realtime", "tools": [WEATHER], "tool_choice": "required"})
+        updated = await recv_until(ws, "session.updated")
+        assert [t["name"] for t in updated["session"]["tools"]] == ["get_weather"]
+        assert updated["session"]["tool_choice"] == "required"
+        await send(ws, "conversation.item.create", item={
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]})
+        await send(ws, "response.create", response={"max_output_tokens": 12})
+        events: list[dict] = []
+        done = await recv_until(ws, "response.done", seen=events)
+    assert done["response"]["status"] in ("completed", "incomplete")
+    assert not audio_of(events), "a forced call is not spoken"

@@ -81,6 +81,8 @@ class OmniEngineDouble:
             if not body.get("stream"):
                 return {"choices": [{"index": 0, "message": {"role": "assistant", "content": "double transcript"}}]}
             slow = "slow" in text
+            if body.get("tools") and body["messages"][-1]["role"] != "tool":
+                return StreamingResponse(self._tool_call(body), media_type="text/event-stream")
             gen = self._vllm(body, slow) if flavor == "vllm" else self._openai(body, slow)
             return StreamingResponse(self._watch(request, gen), media_type="text/event-stream")
 
@@ -125,6 +127,19 @@ class OmniEngineDouble:
                                                                   "finish_reason": "stop"}]})
         yield self._sse({**base, "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 9,
                                                           "total_tokens": 20}})
+        yield "data: [DONE]\n\n"
+
+    async def _tool_call(self, body: dict):
+        """A request with tools (and no tool result last): a call to the first tool, streamed as
+        vLLM's tool parser does: id and name first, then the arguments in pieces."""
+        base = {"id": "chatcmpl-double", "object": "chat.completion.chunk", "created": 0, "model": body["model"]}
+        name = body["tools"][0]["function"]["name"]
+        yield self._sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None, "tool_calls": [
+            {"index": 0, "id": "chatcmpl-tool-1", "type": "function", "function": {"name": name, "arguments": ""}}]}}]})
+        for piece in ('{"city": ', '"Paris", ', '"unit": "c"}'):
+            yield self._sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "function": {"arguments": piece}}]}}]})
+        yield self._sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
         yield "data: [DONE]\n\n"
 
     async def _openai(self, body: dict, slow: bool):
@@ -241,6 +256,55 @@ async def test_vllm_omni_stream_through_our_worker_gateway_and_recording(engine,
         while not list(stack.sessions_dir.glob(f"*{session_id}*/meta.json")) and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         assert list(stack.sessions_dir.glob(f"*{session_id}*"))
+    finally:
+        stack.stop()
+
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                           "unit": {"type": "string", "enum": ["c", "f"]}},
+                          "required": ["city", "unit"]}}
+
+
+async def test_function_call_round_trip_through_the_engine(engine, tmp_path):
+    """Tools go up as chat-completions ``tools``; the engine's streamed ``delta.tool_calls``
+    come back as function call events and a ``function_call`` output item; the call and its
+    result go up again as assistant ``tool_calls`` and a ``tool`` message."""
+    from tests.realtime_client import Client
+
+    stack = Stack(tmp_path, workers=1, backend={"name": "remote_omni", "options": remote(engine, "openai")}).start()
+    try:
+        url = f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-remote_omni"
+        c = Client(await websockets.connect(url, max_size=None), beta=False)
+        await c.until("session.created")
+        s = await c.update(tools=[WEATHER], tool_choice="required", audio={"input": {"turn_detection": None}})
+        assert s["tool_choice"] == "required"
+        await c.typed("What is the weather in Paris?")
+        r = await c.respond(output_modalities=["text"])
+        body = engine.requests[-1]
+        assert body["tools"] == [{"type": "function", "function": {k: WEATHER[k] for k in
+                                                                   ("name", "description", "parameters")}}]
+        assert body["tool_choice"] == "required"
+        assert r["status"] == "completed" and [o["type"] for o in r["output"]] == ["function_call"]
+        call = r["output"][0]
+        assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Paris", "unit": "c"}
+        deltas = [e["delta"] for e in c.of("response.function_call_arguments.delta")]
+        assert len(deltas) >= 3 and "".join(deltas) == call["arguments"]
+        done = c.of("response.function_call_arguments.done")[-1]
+        assert done["call_id"] == call["call_id"] and done["arguments"] == call["arguments"]
+        # the client answers; the next request carries the call and its result
+        await c.send("conversation.item.create", item={"type": "function_call_output", "call_id": call["call_id"],
+                                                       "output": '{"temp": 21}'})
+        await c.until(c.added(), count=len(c.of(c.added())) + 1)
+        reply = await c.respond(output_modalities=["text"], tool_choice="auto")
+        assert reply["status"] == "completed" and reply["output"][0]["type"] == "message"
+        messages = engine.requests[-1]["messages"]
+        assert messages[-2] == {"role": "assistant", "content": None, "tool_calls": [{
+            "id": call["call_id"], "type": "function",
+            "function": {"name": "get_weather", "arguments": call["arguments"]}}]}
+        assert messages[-1] == {"role": "tool", "tool_call_id": call["call_id"], "content": '{"temp": 21}'}
+        assert engine.requests[-1]["tool_choice"] == "auto"
+        await c.close()
     finally:
         stack.stop()
 

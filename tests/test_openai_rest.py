@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import socket
 import threading
 import time
@@ -16,6 +17,7 @@ import wave
 
 import av
 import httpx
+import jsonschema
 import numpy as np
 import openai
 import pytest
@@ -223,6 +225,88 @@ def _red_png() -> bytes:
     return cv2.imencode(".png", img)[1].tobytes()
 
 
+# --------------------------------------------------------------------------- function calling
+
+WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+                  "required": ["city", "unit"], "additionalProperties": False}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city.",
+                                      "parameters": WEATHER_PARAMS, "strict": True}},
+    {"type": "function", "function": {"name": "get_time", "description": "The current time.",
+                                      "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+                                      "strict": True}},
+]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_chat_tool_call(client, stack):
+    reply = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, tools=TOOLS, tool_choice="required",
+                                           parallel_tool_calls=False, max_tokens=60)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_") and call.function.name in SCHEMAS
+    jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])  # valid by construction
+    named = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, tools=TOOLS, max_tokens=60,
+                                           tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    (call,) = named.choices[0].message.tool_calls
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_PARAMS)
+    spoken = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, tools=TOOLS, tool_choice="required",
+                                            modalities=["text", "audio"], audio={"voice": "alloy", "format": "mp3"},
+                                            max_tokens=60)
+    message = spoken.choices[0].message  # a bare call says nothing: no audio, no text
+    assert message.tool_calls[0].function.name in SCHEMAS and message.audio is None and message.content is None
+    wait_idle(stack)
+
+
+def test_chat_tool_call_streaming(client, stack):
+    # the SDK's stream helper accumulates delta.tool_calls and parses strict tools' arguments
+    with client.chat.completions.stream(model=MODEL, messages=ASK_WEATHER, tools=TOOLS, max_tokens=60,
+                                        tool_choice={"type": "function", "function": {"name": "get_weather"}}
+                                        ) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_completion()
+    assert "tool_calls.function.arguments.delta" in kinds and "tool_calls.function.arguments.done" in kinds
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and call.id.startswith("call_")
+    jsonschema.validate(call.function.parsed_arguments, WEATHER_PARAMS)
+    assert call.function.parsed_arguments == json.loads(call.function.arguments)
+    wait_idle(stack)
+
+
+def test_chat_tool_round_trip(client, stack):
+    first = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, tools=TOOLS, max_tokens=60,
+                                           tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    call = first.choices[0].message.tool_calls[0]
+    history = [*ASK_WEATHER, first.choices[0].message.model_dump(exclude_none=True),
+               {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temp": 21, "sky": "sunny"})}]
+    reply = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, max_tokens=40, temperature=0)
+    choice = reply.choices[0]
+    assert choice.message.tool_calls is None and choice.finish_reason in ("stop", "length")
+    assert any(w in choice.message.content.lower() for w in ("21", "sunny")), choice.message.content
+    wait_idle(stack)
+
+
+def test_chat_tool_errors(client, stack):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, tools=TOOLS,
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert err.value.body["param"] == "tool_choice" and "nope" in err.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=[
+            *ASK_WEATHER, {"role": "tool", "tool_call_id": "call_x", "content": "21"}], tools=TOOLS)
+    assert err.value.body["param"] == "messages[1].tool_call_id"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=ASK_WEATHER,
+                                       tools=[{"type": "custom", "custom": {"name": "x"}}])
+    assert err.value.body["param"] == "tools[0].type"
+    wait_idle(stack)
+
+
 # --------------------------------------------------------------------------- speech
 
 
@@ -296,7 +380,8 @@ def test_transcription_wav_ogg_webm(client, fox_pcm, stack):
 def test_bad_input_gets_precise_4xx(client, stack):
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model=MODEL, messages=[{"role": "tool", "content": "x", "tool_call_id": "1"}])
-    assert err.value.body["param"] == "messages[0]" and err.value.body["type"] == "invalid_request_error"
+    assert err.value.body["param"] == "messages[0].tool_call_id"
+    assert err.value.body["type"] == "invalid_request_error"
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], modalities=["audio"])
     assert err.value.body["param"] == "audio"

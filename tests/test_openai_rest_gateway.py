@@ -99,6 +99,77 @@ async def test_chat_formats_worker_events():
         assert idle(pool)
 
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+CALL = {"call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+
+
+def sse_events(text: str) -> list:
+    return [json.loads(line[6:]) for line in text.split("\n\n") if line.startswith("data: {")]
+
+
+async def test_chat_tools_become_a_job_and_calls_come_back():
+    worker = WorkerDouble()
+    worker.answers[CHAT_PATH] = lambda: httpx.Response(200, content=ndjson(
+        {"type": "call", "index": 0, "call_id": "call_1", "name": "get_weather"},
+        {"type": "call_arguments", "index": 0, "delta": '{"city": '},
+        {"type": "call_arguments", "index": 0, "delta": '"Paris"}'},
+        {**DONE, "text": "", "calls": [CALL]}))
+    history = [{"role": "user", "content": "Weather in Paris?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "call_0", "content": [{"type": "text", "text": "sunny"}]},
+               {"role": "user", "content": "And again?"}]
+    async with gateway(worker) as (client, pool):
+        r = await client.post("/v1/chat/completions", json={
+            **CHAT, "messages": history, "tools": [WEATHER], "parallel_tool_calls": False,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+        assert choice["message"]["tool_calls"] == [{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city": "Paris"}'}}]
+        job = json.loads(worker.requests[0].content)
+        assert job["tool_choice"] == "get_weather"
+        assert job["tools"] == [{"name": "get_weather", "description": "Current weather in a city.",
+                                 "parameters": WEATHER["function"]["parameters"]}]
+        assert job["messages"][1]["tool_calls"] == [{"call_id": "call_0", "name": "get_weather", "arguments": "{}"}]
+        assert job["messages"][2]["role"] == "tool" and job["messages"][2]["call_id"] == "call_0"
+        assert job["messages"][2]["parts"][0]["text"] == "sunny"
+
+        r = await client.post("/v1/chat/completions", json={**CHAT, "tools": [WEATHER], "stream": True})
+        events = sse_events(r.text)
+        deltas = [e["choices"][0]["delta"] for e in events]
+        assert deltas[1]["tool_calls"] == [{"index": 0, "id": "call_1", "type": "function",
+                                            "function": {"name": "get_weather", "arguments": ""}}]
+        assert "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas[2:4]) == CALL["arguments"]
+        assert events[-1]["choices"][0]["finish_reason"] == "tool_calls" and r.text.endswith("data: [DONE]\n\n")
+        assert idle(pool)
+
+
+@pytest.mark.parametrize(("extra", "param"), [
+    ({"tools": [{"type": "mcp", "server_label": "x"}]}, "tools[0].type"),
+    ({"tools": [{"type": "function"}]}, "tools[0].function"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools[0].function.name"),
+    ({"tools": [WEATHER, WEATHER]}, "tools[1].function.name"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tool_choice": "sometimes"}, "tool_choice"),
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "x", "content": "1"}]},
+     "messages[1].tool_call_id"),
+    ({"messages": [{"role": "tool", "content": "1"}]}, "messages[0].tool_call_id"),
+])
+async def test_bad_tool_input_is_a_400_naming_the_parameter(extra, param):
+    worker = WorkerDouble()
+    async with gateway(worker) as (client, pool):
+        r = await client.post("/v1/chat/completions", json={**CHAT, **extra})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == param and error["type"] == "invalid_request_error", error
+        assert not worker.requests and idle(pool)
+
+
 async def test_stream_cut_mid_way_reports_the_worker_and_frees_the_slot():
     worker = WorkerDouble()
     worker.answers[CHAT_PATH] = lambda: httpx.Response(200, stream=CutStreamDouble([ndjson({"type": "text", "delta": "Hel"})]))

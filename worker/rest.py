@@ -25,6 +25,8 @@ from core.audio import float_to_pcm16
 from core.errors import OmniDuplexError
 from core.media import CONTENT_TYPES, decode_audio, encode_audio, encode_stream
 from core.conversation import ConversationConfig
+from core.conversation.config import FunctionTool
+from core.conversation.items import Item
 from core.ids import new_id
 from core.rest_jobs import (
     CHAT_PATH,
@@ -129,6 +131,9 @@ def rest_router(state: WorkerState) -> APIRouter:
             conv = state.backend.open_conversation(ConversationConfig(
                 turn_detection=None, input_sample_rate=16000, output_audio=job.output_audio, voice=job.voice,
                 temperature=job.temperature, max_output_tokens=job.max_output_tokens, max_history_messages=256,
+                tools=[FunctionTool(name=t.name, description=t.description, parameters=t.parameters)
+                       for t in job.tools],
+                tool_choice=job.tool_choice,
             ))
             await _load_messages(conv, job)
             await conv.create_response(output_audio=job.output_audio, instructions=job.instructions)
@@ -246,6 +251,11 @@ async def _unless_disconnected(request: Request, work: asyncio.Future) -> bool:
 async def _load_messages(conv, job: ChatJob) -> None:
     """Feed the request's history into the conversation, in order; media is decoded in threads."""
     for message in job.messages:
+        if message.role == "tool":
+            output = "".join(p.text or "" for p in message.parts if p.type == "text")
+            conv.insert_item(Item("user", type="function_call_output", call_id=message.call_id, output=output,
+                                  parts=[]))
+            continue
         for part in message.parts:
             if part.type == "text":
                 if part.text and part.text.strip():
@@ -260,6 +270,9 @@ async def _load_messages(conv, job: ChatJob) -> None:
                     await conv.add_audio_item(await asyncio.to_thread(_pcm16k, part))
                 except OmniDuplexError as exc:
                     raise _input_error(exc, part.param) from None
+        for call in message.tool_calls:
+            conv.insert_item(Item("assistant", type="function_call", call_id=call.call_id, name=call.name,
+                                  arguments=call.arguments, parts=[]))
     if not any(m.role != "system" for m in conv.history):
         raise RestError(400, "the messages hold no text, image or recognisable speech to answer",
                         "invalid_value", "messages")
@@ -268,6 +281,7 @@ async def _load_messages(conv, job: ChatJob) -> None:
 async def _chat_events(conv, job: ChatJob) -> AsyncIterator[bytes]:
     """Conversation events -> NDJSON lines; a non-streamed job gets its audio as one encoded file."""
     pcm: list[bytes] = []
+    calls: dict[str, int] = {}  # call_id -> its index in the reply
     async for event in conv.events():
         if event.type == "text_delta":
             yield _line({"type": "text", "delta": event.delta})
@@ -276,10 +290,15 @@ async def _chat_events(conv, job: ChatJob) -> AsyncIterator[bytes]:
                 yield _line({"type": "audio", "data": base64.b64encode(event.pcm).decode()})
             else:
                 pcm.append(event.pcm)
+        elif event.type == "function_call_started":
+            index = calls.setdefault(event.call.call_id, len(calls))
+            yield _line({"type": "call", "index": index, "call_id": event.call.call_id, "name": event.call.name})
+        elif event.type == "function_call_delta":
+            yield _line({"type": "call_arguments", "index": calls[event.call.call_id], "delta": event.delta})
         elif event.type == "error":
             yield _line({"type": "error", "code": event.code, "message": event.message})
         elif event.type == "response_done":
-            if job.output_audio and not job.stream:
+            if job.output_audio and not job.stream and (pcm or not event.calls):  # a bare call has no audio
                 fmt = "pcm" if job.audio_format == "pcm16" else job.audio_format
                 data = await asyncio.to_thread(_encoded_b64, b"".join(pcm), fmt)
                 yield _line({"type": "audio_file", "data": data, "format": job.audio_format})
@@ -287,6 +306,7 @@ async def _chat_events(conv, job: ChatJob) -> AsyncIterator[bytes]:
                 "type": "done", "status": event.status, "reason": event.reason, "text": event.text,
                 "audio_ms": round(event.audio_ms, 1), "output_tokens": event.output_tokens,
                 "prompt_tokens": event.prompt_tokens,
+                "calls": [{"call_id": c.call_id, "name": c.name, "arguments": c.arguments} for c in event.calls],
             })
             return
 

@@ -89,6 +89,9 @@ class QwenOmniBackend(OmniBackendBase):
     name = "qwen_omni"
     capabilities = frozenset({Capability.AUDIO_INPUT, Capability.AUDIO_OUTPUT, Capability.TEXT_OUTPUT,
                               Capability.IMAGE_INPUT, Capability.VIDEO_INPUT, Capability.DUPLEX})
+    # Qwen's own tool format: tools listed in the system turn, calls as <tool_call> JSON blocks
+    # in the reply (parsed while streaming by ``ToolCallFilter``), results as <tool_response>.
+    supports_tools = True
 
     def __init__(self, options: QwenOmniOptions) -> None:
         super().__init__(options)
@@ -198,6 +201,23 @@ class QwenOmniBackend(OmniBackendBase):
         if system:
             messages.append({"role": "system", "content": [{"type": "text", "text": system}]})
         for item in job.items:
+            if item.type == "function_call":
+                text = tool_call_text(item.name or "", item.arguments or "{}")
+                if messages and messages[-1]["role"] == "assistant" and messages[-1].get("tool_turn"):
+                    messages[-1]["content"][0]["text"] += "\n" + text  # parallel calls: one turn
+                else:
+                    messages.append({"role": "assistant", "content": [{"type": "text", "text": text}],
+                                     "tool_turn": True})
+                continue
+            if item.type == "function_call_output":
+                # What Qwen's templates make of a ``tool`` message: a user turn of <tool_response>s.
+                part = {"type": "text", "text": f"<tool_response>\n{item.output or ''}\n</tool_response>"}
+                if messages and messages[-1]["role"] == "user" and messages[-1].get("tool_turn"):
+                    messages[-1]["content"].append({"type": "text", "text": "\n"})
+                    messages[-1]["content"].append(part)
+                else:
+                    messages.append({"role": "user", "content": [part], "tool_turn": True})
+                continue
             content: list[dict] = []
             if item.audio is not None:
                 content.append({"type": "audio"})
@@ -225,12 +245,38 @@ class QwenOmniBackend(OmniBackendBase):
                 for frame in job.frames:
                     last_user["content"].append({"type": "image"})
                     images.append(frame)
+        for message in messages:
+            message.pop("tool_turn", None)
         return messages, audios, images, videos
 
-    def _inputs(self, messages: list[dict], audios: list, images: list, videos: list):
+    def prompt_text(self, messages: list[dict], tools: list | None = None, prefill: str = "") -> str:
+        """The templated prompt. ``tools`` (``FunctionTool``s) go to the template as OpenAI
+        function specs; a template that ignores them (Qwen2.5-Omni's own renders no tools) gets
+        Qwen's standard tool block appended to its system turn instead. ``prefill`` starts the
+        reply (a forced ``<tool_call>``)."""
+        template = self.processor.apply_chat_template
+        text = template(messages, add_generation_prompt=True, tokenize=False)
+        if tools:
+            specs = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                       "parameters": t.parameters}} for t in tools]
+            with_tools = template(messages, tools=specs, add_generation_prompt=True, tokenize=False)
+            if with_tools != text:
+                text = with_tools
+            else:
+                block = tools_block(specs)
+                messages = [dict(m) for m in messages]
+                if messages and messages[0]["role"] == "system":
+                    messages[0]["content"] = [*messages[0]["content"], {"type": "text", "text": block}]
+                else:
+                    messages.insert(0, {"role": "system", "content": [{"type": "text", "text": block.lstrip()}]})
+                text = template(messages, add_generation_prompt=True, tokenize=False)
+        return text + prefill
+
+    def _inputs(self, messages: list[dict], audios: list, images: list, videos: list,
+                tools: list | None = None, prefill: str = ""):
         import torch
 
-        text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = self.prompt_text(messages, tools, prefill)
         kwargs: dict[str, Any] = {"text": text, "return_tensors": "pt", "padding": True}
         if audios:
             kwargs["audio"] = audios
@@ -271,8 +317,9 @@ class QwenOmniBackend(OmniBackendBase):
 
     def run_model(self, job: ReplyJob) -> ReplyStats:
         messages, audios, images, videos = self._messages(job)
-        inputs = self._inputs(messages, audios, images, videos)
-        speak = job.output_audio and self.speaks
+        prefill = tool_prefill(job.tool_choice) if job.tools else ""
+        inputs = self._inputs(messages, audios, images, videos, job.tools, prefill)
+        speak = job.output_audio and self.speaks and not prefill
         voice = job.voice if job.voice in self.voices else self.default_voice
         eos = set(_as_list(self.model.thinker.generation_config.eos_token_id))
         eos |= {self.processor.tokenizer.eos_token_id} - {None}
@@ -291,6 +338,7 @@ class QwenOmniBackend(OmniBackendBase):
             stop = "cancelled"
         elif not streamer.ended and len(streamer.ids) >= job.config.max_output_tokens:
             stop = "length"
+        streamer.finish()
         if speech is not None:
             speech.wait()
         return ReplyStats(len(streamer.ids), int(inputs["input_ids"].shape[1]), stop)
@@ -560,6 +608,7 @@ class _ReplyStreamer:
         self.pending: list[tuple[int, int, str]] = []
         self.prompt_seen = False
         self.ended = False
+        self.tools = ToolCallFilter(job, tool_prefill(job.tool_choice)) if job.tools else None
 
     def put(self, value) -> None:
         if not self.prompt_seen:  # the first call carries the prompt
@@ -584,6 +633,8 @@ class _ReplyStreamer:
         # tokenizer cleanup) keeps what was already sent.
         if not full.endswith("\ufffd") and full.startswith(self.text):
             delta, self.text = full[len(self.text):], full
+        if delta and self.tools is not None:
+            delta = self.tools.push(delta)  # a <tool_call> is neither shown nor spoken
         if not delta:
             self.token_end.append(len(self.stream))
             return
@@ -610,9 +661,26 @@ class _ReplyStreamer:
             start, end, text = self.pending.pop(0)
             speech.submit(start, end, text, self.ids)
 
-    def end(self) -> None:
-        if self.speech is None or self.job.cancelled:
+    def finish(self) -> None:
+        """After generation (with tools): held-back text goes out, an unterminated call is
+        parsed, then the last pieces are spoken."""
+        if self.tools is None or self.job.cancelled:
             return
+        rest = self.tools.finish()
+        if rest:
+            self.job.text(rest)
+            if self.speech is not None:
+                from core.cascade.chunker import _NEWLINE
+
+                self.stream += _NEWLINE.sub(" ", rest)
+                for piece in self.chunker.push(rest):
+                    self._piece(piece)
+        self.tools = None
+        self.end()
+
+    def end(self) -> None:
+        if self.speech is None or self.job.cancelled or self.tools is not None:
+            return  # with tools, ``finish`` ends (after the held-back text)
         for piece in self.chunker.flush():
             self._piece(piece)
         self._dispatch(final=True)
@@ -659,3 +727,110 @@ def load_processor(path: Path, proc_cls):
         tokenizer=tokenizer,
         chat_template=template or getattr(tokenizer, "chat_template", None),
     )
+
+
+# --------------------------------------------------------------------------- function calling
+
+TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+
+
+def tools_block(specs: list[dict]) -> str:
+    """Qwen2.5's tool instructions (its chat template's words), for templates that render none."""
+    listed = "\n".join(json.dumps(spec, ensure_ascii=False) for spec in specs)
+    return ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            "You are provided with function signatures within <tools></tools> XML tags:\n"
+            f"<tools>\n{listed}\n</tools>\n\n"
+            "For each function call, return a json object with function name and arguments within "
+            "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+            '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+
+
+def tool_call_text(name: str, arguments: str) -> str:
+    """A past call as the model writes one."""
+    try:
+        args: Any = json.loads(arguments)
+    except ValueError:
+        args = arguments
+    return f"{TOOL_OPEN}\n{json.dumps({'name': name, 'arguments': args}, ensure_ascii=False)}\n{TOOL_CLOSE}"
+
+
+def tool_prefill(tool_choice: str) -> str:
+    """The reply's forced start: "required" opens a call, a function's name opens a call to it."""
+    if tool_choice == "required":
+        return TOOL_OPEN + "\n"
+    if tool_choice not in ("auto", "none"):
+        return f'{TOOL_OPEN}\n{{"name": {json.dumps(tool_choice)}, "arguments": '
+    return ""
+
+
+class ToolCallFilter:
+    """Streamed reply text in, the text to show and speak out; ``<tool_call>`` blocks are held
+    back and become ``job.function_call`` as each closes (or at the end). Text that may be the
+    start of ``<tool_call>`` waits for the next piece. After the first call nothing more is
+    spoken. A block that is not ``{"name": ..., "arguments": {...}}`` JSON naming one of the
+    job's tools is dropped with a warning (the reply keeps the text before it)."""
+
+    def __init__(self, job: ReplyJob, prefill: str = "") -> None:
+        self.job = job
+        self.names = {t.name for t in job.tools}
+        self.pending = prefill  # text not yet passed on or parsed
+        self.in_call = prefill.startswith(TOOL_OPEN)
+        self.called = self.in_call
+        self.calls = 0
+
+    def push(self, delta: str) -> str:
+        self.pending += delta
+        out = ""
+        while True:
+            if self.in_call:
+                end = self.pending.find(TOOL_CLOSE)
+                if end < 0:
+                    return out
+                self._call(self.pending[len(TOOL_OPEN):end])
+                self.pending = self.pending[end + len(TOOL_CLOSE):]
+                self.in_call = False
+                continue
+            start = self.pending.find(TOOL_OPEN)
+            if start >= 0:
+                if not self.called:
+                    out += self.pending[:start]
+                self.pending = self.pending[start:]
+                self.in_call = self.called = True
+                continue
+            keep = _partial_suffix(self.pending, TOOL_OPEN)
+            passed, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
+            if not self.called:
+                out += passed
+            return out
+
+    def finish(self) -> str:
+        """The end of the reply: an open block is parsed; other held text is returned."""
+        rest, self.pending = self.pending, ""
+        if self.in_call:
+            self.in_call = False
+            self._call(rest[len(TOOL_OPEN):])
+            return ""
+        return "" if self.called else rest
+
+    def _call(self, body: str) -> None:
+        try:
+            call = json.loads(body.strip())
+            name, args = call["name"], call.get("arguments", {})
+            if isinstance(args, str):
+                args = json.loads(args)
+            if name not in self.names or not isinstance(args, dict):
+                raise ValueError(f"{name!r} is not one of the tools" if name not in self.names
+                                 else "arguments are not an object")
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("qwen_omni: dropped a malformed tool call (%s): %.200r", exc, body)
+            return
+        self.calls += 1
+        self.job.function_call(name, json.dumps(args, ensure_ascii=False))
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest end of ``text`` that ``marker`` starts with."""
+    for n in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0

@@ -80,6 +80,9 @@ class RemoteOmniBackend(OmniBackendBase):
     name = "remote_omni"
     capabilities = frozenset({Capability.AUDIO_INPUT, Capability.AUDIO_OUTPUT, Capability.TEXT_OUTPUT,
                               Capability.IMAGE_INPUT, Capability.VIDEO_INPUT, Capability.DUPLEX})
+    # Tools go to the engine as chat-completions ``tools``; its streamed ``delta.tool_calls``
+    # become the reply's function calls (the engine must be started with tool parsing on).
+    supports_tools = True
 
     def __init__(self, options: RemoteOmniOptions) -> None:
         super().__init__(options)
@@ -134,7 +137,9 @@ class RemoteOmniBackend(OmniBackendBase):
             message = self._message(item)
             if message is None:
                 continue
-            if message["role"] == "user" and messages and messages[-1]["role"] == "user":
+            if message.get("tool_calls") and messages and messages[-1].get("tool_calls"):
+                messages[-1]["tool_calls"].extend(message["tool_calls"])  # parallel calls: one turn
+            elif message["role"] == "user" and messages and messages[-1]["role"] == "user":
                 messages[-1]["content"].extend(message["content"])  # one turn: audio, image, text together
             else:
                 messages.append(message)
@@ -152,6 +157,11 @@ class RemoteOmniBackend(OmniBackendBase):
             "max_tokens": job.config.max_output_tokens, "temperature": job.config.temperature,
             "stream_options": {"include_usage": True},
         }
+        if job.tools:
+            body["tools"] = [{"type": "function", "function": {
+                "name": t.name, "description": t.description, "parameters": t.parameters}} for t in job.tools]
+            body["tool_choice"] = job.tool_choice if job.tool_choice in ("auto", "required") else {
+                "type": "function", "function": {"name": job.tool_choice}}
         if job.output_audio:
             voice = job.voice or self.default_voice or "default"
             body["audio"] = {"voice": voice, "format": opts.audio_format}
@@ -161,6 +171,12 @@ class RemoteOmniBackend(OmniBackendBase):
         return body
 
     def _message(self, item: Item) -> dict[str, Any] | None:
+        if item.type == "function_call":
+            return {"role": "assistant", "content": None, "tool_calls": [{
+                "id": item.call_id, "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments or "{}"}}]}
+        if item.type == "function_call_output":
+            return {"role": "tool", "tool_call_id": item.call_id, "content": item.output or ""}
         if item.role != "user":
             return {"role": item.role, "content": item.text} if item.text else None
         parts: list[dict[str, Any]] = []
@@ -196,6 +212,7 @@ class RemoteOmniBackend(OmniBackendBase):
         stats = ReplyStats()
         url = f"{self.options.base_url}/chat/completions"
         body = self.request_body(job)
+        calls = _ToolCalls(job)
         client = httpx.AsyncClient(timeout=self._timeout(), headers=self._headers(), trust_env=False)
         async with client, client.stream("POST", url, json=body) as r:
             if r.status_code != 200:
@@ -206,11 +223,13 @@ class RemoteOmniBackend(OmniBackendBase):
                 data = line[5:].strip()
                 if data == "[DONE]":
                     break
-                self._chunk(job, json.loads(data), stats)
+                self._chunk(job, json.loads(data), stats, calls)
+        calls.end()
         job.end_segment()
         return stats
 
-    def _chunk(self, job: ReplyJob, chunk: dict[str, Any], stats: ReplyStats) -> None:
+    def _chunk(self, job: ReplyJob, chunk: dict[str, Any], stats: ReplyStats,
+               calls: _ToolCalls | None = None) -> None:
         if "error" in chunk or chunk.get("object") == "error":
             err = chunk.get("error", chunk)
             raise RemoteEngineError(f"engine error: {err.get('message') if isinstance(err, dict) else err}")
@@ -231,6 +250,10 @@ class RemoteOmniBackend(OmniBackendBase):
                     self._audio(job, audio["data"])
                 if audio.get("transcript"):
                     job.text(audio["transcript"])
+            if calls is not None and isinstance(delta.get("tool_calls"), list):
+                for call in delta["tool_calls"]:
+                    if isinstance(call, dict):
+                        calls.delta(call)
             if isinstance(content, str) and content:
                 if modality == "audio":
                     self._audio(job, content)
@@ -264,6 +287,46 @@ class RemoteOmniBackend(OmniBackendBase):
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+class _ToolCalls:
+    """Streamed ``delta.tool_calls`` of one reply -> ``job.begin_call`` / ``call_arguments`` /
+    ``end_call``. The engine's ``index`` tells calls apart; the name comes in a call's first
+    piece (arguments seen before it wait), the arguments in pieces; calls end with the stream."""
+
+    def __init__(self, job: ReplyJob) -> None:
+        self.job = job
+        self.open: dict[int, dict[str, Any]] = {}  # engine index -> {"name", "args", "index"}
+
+    def delta(self, call: dict[str, Any]) -> None:
+        key = call.get("index", 0) if isinstance(call.get("index"), int) else len(self.open)
+        entry = self.open.setdefault(key, {"name": "", "args": "", "index": None, "sent": False})
+        fn = call.get("function") or {}
+        if fn.get("name") and entry["index"] is None:
+            entry["name"] = fn["name"]
+            entry["index"] = self.job.begin_call(fn["name"])
+        args = fn.get("arguments")
+        if isinstance(args, dict):  # some engines send the arguments whole, as an object
+            args = json.dumps(args)
+        if isinstance(args, str) and args:
+            if entry["index"] is None:
+                entry["args"] += args
+            else:
+                self.job.call_arguments(entry["index"], entry["args"] + args)
+                entry["args"], entry["sent"] = "", True
+
+    def end(self) -> None:
+        for key in sorted(self.open):
+            entry = self.open[key]
+            if entry["index"] is None:
+                log.warning("remote_omni: the engine streamed a tool call with no name (%.200r); dropped",
+                            entry["args"])
+                continue
+            if entry["args"] or not entry["sent"]:
+                self.job.call_arguments(entry["index"], entry["args"] or "{}")
+            self.job.end_call(entry["index"])
+        self.open.clear()
+
 
 
 async def _wait_event(event) -> None:

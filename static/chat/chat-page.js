@@ -4,6 +4,7 @@ import { renderNav } from "/static/shared/app-nav.js";
 import { PresetSelector } from "/static/shared/preset-selector.js";
 import { loadShare, mountSaveShare } from "/static/shared/save-share.js";
 import { ChatSession } from "/static/chat/chat-session.js";
+import { DEMO_TOOLS, runDemoTool } from "/static/chat/demo-tools.js";
 import { ImageError, prepareImage } from "/static/chat/image-input.js";
 import { VoiceRecorder } from "/static/chat/voice-recorder.js";
 
@@ -13,6 +14,7 @@ const HOLD_MS = 350; // a press longer than this is push-to-talk; shorter toggle
 const MIN_CLIP_MS = 400;
 
 const chat = new ChatSession();
+chat.toolHandler = runDemoTool;
 const recorder = new VoiceRecorder();
 let attachment = null; // a prepared image waiting for Send
 let shared = null; // the saved conversation in read-only view
@@ -23,7 +25,11 @@ let pageError = null;
 // Test hooks: read-only views of the page (the browser tests poll these).
 window.omni = Object.freeze({
   get state() { return shared ? "shared" : recorder.recording ? "recording" : chat.state; },
-  get messages() { return (shared ? shared.messages : chat.messages).map(({ role, text }) => ({ role, text })); },
+  get messages() {
+    return (shared ? shared.messages : chat.messages).map(({ role, text, kind, name, arguments: args, output }) =>
+      (role === "tool" ? { role, text: toolLine({ kind, name, arguments: args, output }), kind, name, arguments: args, output }
+        : { role, text }));
+  },
   get playedMs() { return chat.playedMs; },
   get error() { return pageError || chat.error; },
   get queue() { return chat.queue; },
@@ -91,6 +97,43 @@ function scrollToEnd() {
   window.scrollTo({ top: document.documentElement.scrollHeight });
 }
 
+// ------------------------------------------------------------------ function calls (demo tools)
+
+/** A value as the card shows it: strings quoted, everything else as JSON, never a raw JSON object. */
+function shortValue(v) {
+  if (v && typeof v === "object") {
+    return Array.isArray(v) ? v.map(shortValue).join(", ") : Object.entries(v).map(([k, x]) => `${k}: ${shortValue(x)}`).join(", ");
+  }
+  return typeof v === "string" ? v : String(v);
+}
+
+function toolLine(entry) {
+  if (entry.kind === "call") {
+    let args = null;
+    try {
+      args = entry.arguments ? JSON.parse(entry.arguments) : {};
+    } catch { /* still streaming */ }
+    if (!args || typeof args !== "object") return `${entry.name || "function"}(…)`;
+    const list = Object.entries(args).map(([k, v]) => `${k}: ${typeof v === "string" ? JSON.stringify(v) : shortValue(v)}`);
+    return `${entry.name}(${list.join(", ")})`;
+  }
+  const out = entry.output;
+  if (out && typeof out === "object" && "error" in out) return `Error: ${shortValue(out.error)}`;
+  return shortValue(out);
+}
+
+function renderTool(entry, el) {
+  el.className = `bubble tool ${entry.kind} status-${entry.status || "done"}${entry.isError ? " tool-error" : ""}`;
+  const text = el.querySelector(".text");
+  text.textContent = toolLine(entry);
+  text.hidden = false;
+  el.querySelector(".thumb").hidden = true;
+  const label = entry.kind === "call" ? `function call${entry.status === "streaming" ? "…" : ""}`
+    : entry.status === "sending" ? `${entry.name} result, sending…` : `${entry.name} result`;
+  el.querySelector(".meta").textContent = label;
+  return el;
+}
+
 function renderEntry(entry) {
   let el = bubbles.get(entry.id);
   if (!el) {
@@ -99,6 +142,7 @@ function renderEntry(entry) {
     bubbles.set(entry.id, el);
     $("messages").appendChild(el);
   }
+  if (entry.role === "tool") return renderTool(entry, el);
   el.className = `bubble ${entry.role} status-${entry.status || "done"}`;
   const img = el.querySelector(".thumb");
   if (entry.image && img.getAttribute("src") !== entry.image) {
@@ -130,7 +174,11 @@ function renderAll(entries) {
 chat.addEventListener("message", (e) => {
   const pinned = isPinned();
   if (e.detail.reset) renderAll(chat.messages);
-  else renderEntry(e.detail.entry);
+  else if (e.detail.removed) {
+    const el = bubbles.get(e.detail.entry.id);
+    if (el) el.remove();
+    bubbles.delete(e.detail.entry.id);
+  } else renderEntry(e.detail.entry);
   $("empty").hidden = chat.messages.length > 0;
   if (pinned || (e.detail.added && e.detail.entry.role === "user")) scrollToEnd();
   refreshControls();
@@ -164,15 +212,67 @@ window.addEventListener("resize", () => {
 
 const presets = new PresetSelector($("preset"));
 
+// Demo tools: two functions run by this page (static/chat/demo-tools.js). Not part of a preset;
+// kept per browser. The controls are added here so the page's markup stays as it is.
+const TOOLS_KEY = "omni.chat.demoTools";
+
+function mountToolSettings() {
+  const box = document.createElement("div");
+  box.className = "tool-settings";
+  box.innerHTML = `<label class="check"><input id="demo-tools" type="checkbox"> Demo tools (time, calculator)</label>
+    <label>Tool use <select id="tool-choice">
+      <option value="auto">The model decides</option>
+      <option value="required">Always call a tool first</option>
+    </select></label>`;
+  $("settings-fields").appendChild(box);
+  let saved = {};
+  try {
+    saved = JSON.parse(localStorage.getItem(TOOLS_KEY) || "{}") || {};
+  } catch { /* private mode or a bad value: defaults */ }
+  $("demo-tools").checked = Boolean(saved.on);
+  $("tool-choice").value = saved.choice === "required" ? "required" : "auto";
+  const sync = () => {
+    $("tool-choice").disabled = !$("demo-tools").checked;
+    try {
+      localStorage.setItem(TOOLS_KEY, JSON.stringify({ on: $("demo-tools").checked, choice: $("tool-choice").value }));
+    } catch { /* private mode: not kept */ }
+  };
+  sync();
+  for (const id of ["demo-tools", "tool-choice"]) $(id).addEventListener("change", sync);
+}
+
+const TOOL_STYLE = `
+.bubble.tool { align-self: flex-start; background: #1b2430; border: 1px solid #2e3d52; font-size: .85rem;
+  font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; padding: 6px 10px; }
+.bubble.tool.call .text::before { content: "\\2192  "; color: #7fb2ff; }
+.bubble.tool.result .text::before { content: "\\2190  "; color: #8fd19e; }
+.bubble.tool.tool-error { border-color: var(--danger, #e5484d); }
+.bubble.tool.tool-error .text::before { color: #ff9aa2; }
+.bubble.tool .meta { font-family: inherit; }
+.tool-settings { display: flex; flex-direction: column; gap: 8px; }
+`;
+function mountToolStyle() {
+  const style = document.createElement("style");
+  style.textContent = TOOL_STYLE;
+  document.head.appendChild(style);
+}
+mountToolStyle();
+mountToolSettings();
+
 function settingsFromFields() {
   const tokens = Math.round(Number($("max-tokens").value));
+  const tools = $("demo-tools").checked;
   return {
     instructions: $("instructions").value,
     temperature: Number($("temperature").value),
     maxOutputTokens: Number.isFinite(tokens) ? Math.min(4096, Math.max(1, tokens)) : 160,
     outputAudio: $("voice").checked,
+    tools: tools ? DEMO_TOOLS : [],
+    toolChoice: tools ? $("tool-choice").value : "auto",
   };
 }
+// The tool settings are kept per browser, so they apply before any preset arrives.
+chat.applySettings({ tools: settingsFromFields().tools, toolChoice: settingsFromFields().toolChoice });
 
 function applyFields() {
   $("temperature-value").textContent = Number($("temperature").value).toFixed(2);
@@ -190,7 +290,7 @@ presets.addEventListener("change", (e) => {
   applyFields();
 });
 presets.addEventListener("error", (e) => showAlert(e.detail.message));
-for (const id of ["instructions", "max-tokens", "temperature", "voice"]) {
+for (const id of ["instructions", "max-tokens", "temperature", "voice", "demo-tools", "tool-choice"]) {
   $(id).addEventListener(id === "temperature" ? "input" : "change", applyFields);
 }
 $("max-tokens").addEventListener("blur", () => {

@@ -9,6 +9,7 @@ import { AudioPlayer } from "../duplex/lib/audio-player.js";
 export const RATE = 24000; // PCM16 mono, both directions
 const CLIP_CHUNK_BYTES = RATE * 2; // one second per input_audio_buffer.append
 const REPLAY_MAX = 16; // the worker keeps 16 history messages by default
+const MAX_TOOL_ROUNDS = 3; // answers to function calls in a row; the next reply may not call again
 
 // Friendly text for the server's error codes; anything else shows the server's own message.
 const ERROR_TEXT = {
@@ -49,8 +50,14 @@ export class ChatSession extends EventTarget {
     super();
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}&extensions=all`;
-    this.settings = { instructions: "", temperature: 0.3, maxOutputTokens: 160, outputAudio: true, voice: "joe" };
-    this.messages = []; // {id, role: user|assistant, text, at, kind, image, status, note, itemId, clipMs}
+    // tools: function declarations for session.update; toolChoice: auto | required | none.
+    this.settings = { instructions: "", temperature: 0.3, maxOutputTokens: 160, outputAudio: true, voice: "joe",
+      tools: [], toolChoice: "auto" };
+    // Runs a function call: (name, argumentsJson) -> output object (or a promise of one).
+    this.toolHandler = null;
+    // {id, role: user|assistant|tool, text, at, kind, image, status, note, itemId, clipMs};
+    // tool entries: kind "call" ({name, callId, arguments}) or "result" ({name, callId, output, isError})
+    this.messages = [];
     this.state = "idle";
     this.queue = null; // {position, queue_length, eta_s} while queued
     this.error = null; // last error {code, message} (raw, for tests and logs)
@@ -66,6 +73,7 @@ export class ChatSession extends EventTarget {
     this._muted = new Set(); // assistant items whose audio the user stopped
     this._audible = false;
     this._byItem = new Map(); // server item id -> message entry
+    this._toolRounds = 0; // function outputs answered since the user's last message
   }
 
   // ------------------------------------------------------------------ public
@@ -138,7 +146,11 @@ export class ChatSession extends EventTarget {
   async stop() {
     if (this._response) {
       this._send({ type: "response.cancel" });
-      this._muted.add(this._response.entry.itemId);
+      if (this._response.entry) this._muted.add(this._response.entry.itemId);
+    }
+    if (this._turn && this._turn.kind === "tool") {
+      this._turn = null; // function outputs not sent yet stay unsent; no answer is asked for
+      this._emitState();
     }
     await this._silence();
   }
@@ -163,7 +175,7 @@ export class ChatSession extends EventTarget {
   /** The conversation as shown, minus turns that never reached the model: what Save & share posts. */
   transcript() {
     return this.messages
-      .filter((m) => m.status !== "failed" && ((m.text && m.text.trim()) || m.image))
+      .filter((m) => m.role !== "tool" && m.status !== "failed" && ((m.text && m.text.trim()) || m.image))
       .map((m) => ({ role: m.role, text: m.text || "", at: m.at, ...(m.image ? { image: m.image } : {}) }));
   }
 
@@ -172,6 +184,7 @@ export class ChatSession extends EventTarget {
   async _beginTurn(entry, kind) {
     if (this.player && this._audible) await this._silence(); // the user moved on
     this.deltaCount = 0;
+    this._toolRounds = 0;
     this.error = null;
     this._turn = { entry, kind, eventId: `evt_${Date.now().toString(36)}_${nextLocalId++}` };
     this._ensureConnected();
@@ -179,25 +192,74 @@ export class ChatSession extends EventTarget {
   }
 
   _failTurn(err) {
-    if (this._turn) this._update(this._turn.entry, { status: "failed", note: friendlyError(err) });
+    if (this._turn && this._turn.entry) this._update(this._turn.entry, { status: "failed", note: friendlyError(err) });
     this._turn = null;
     this._emitState();
   }
 
   _createItem(role, content) {
+    return this._createRawItem({ type: "message", role, content });
+  }
+
+  _createRawItem(item) {
     const eventId = `evt_${Date.now().toString(36)}_${nextLocalId++}`;
     return new Promise((resolve, reject) => {
       this._acks.push({ eventId, resolve, reject });
-      this._send({ type: "conversation.item.create", event_id: eventId, item: { type: "message", role, content } });
+      this._send({ type: "conversation.item.create", event_id: eventId, item });
     });
   }
 
-  _createResponse() {
+  _createResponse(extra = {}) {
     const s = this.settings;
     this._send({
       type: "response.create",
-      response: { output_modalities: [s.outputAudio ? "audio" : "text"], max_output_tokens: s.maxOutputTokens },
+      response: { output_modalities: [s.outputAudio ? "audio" : "text"], max_output_tokens: s.maxOutputTokens, ...extra },
     });
+  }
+
+  // ------------------------------------------------------------------ function calls
+
+  /** The reply called functions: run each, send its function_call_output, then ask for the answer. */
+  async _runCalls(calls) {
+    const turn = (this._turn = { entry: null, kind: "tool" });
+    this._emitState();
+    for (const call of calls) {
+      const entry = this._byItem.get(call.id) || this._addCall(call);
+      this._update(entry, { name: call.name, arguments: call.arguments || "", status: "done" });
+      let output;
+      try {
+        output = this.toolHandler ? await this.toolHandler(call.name, call.arguments || "") : { error: "this page has no tools" };
+      } catch (e) {
+        output = { error: String((e && e.message) || e) };
+      }
+      if (output === undefined || output === null) output = {};
+      if (this._turn !== turn) return; // Stop, New chat or a closed socket while it ran
+      const isError = Boolean(output && typeof output === "object" && "error" in output);
+      const result = this._add({ role: "tool", kind: "result", name: call.name, callId: call.call_id, output, isError,
+        text: "", status: "sending" });
+      turn.entry = result;
+      try {
+        await this._createRawItem({ type: "function_call_output", call_id: call.call_id, output: JSON.stringify(output) });
+      } catch (err) {
+        if (this._turn === turn) this._failTurn(err);
+        return;
+      }
+      this._update(result, { status: "done" });
+    }
+    if (this._turn !== turn) return;
+    this._toolRounds++;
+    // After a forced call the answer may use the result; after a few rounds it must answer in words.
+    let choice = null;
+    if (this._toolRounds >= MAX_TOOL_ROUNDS) choice = "none";
+    else if (this.settings.toolChoice === "required") choice = "auto";
+    this._createResponse(choice ? { tool_choice: choice } : {});
+  }
+
+  _addCall(item) {
+    const entry = this._add({ role: "tool", kind: "call", name: item.name || "", callId: item.call_id,
+      arguments: item.arguments || "", itemId: item.id, text: "", status: "streaming" });
+    if (item.id) this._byItem.set(item.id, entry);
+    return entry;
   }
 
   _onTranscript(ev) {
@@ -220,7 +282,8 @@ export class ChatSession extends EventTarget {
   _ensureConnected() {
     if (this.ws) return;
     const replay = this.messages
-      .filter((m) => m.text && m.status !== "failed" && m !== (this._turn && this._turn.entry))
+      .filter((m) => (m.role === "user" || m.role === "assistant") && m.text && m.status !== "failed"
+        && m !== (this._turn && this._turn.entry))
       .slice(-REPLAY_MAX);
     this.sessions++;
     this._conn = "connecting";
@@ -255,6 +318,8 @@ export class ChatSession extends EventTarget {
         temperature: s.temperature,
         max_output_tokens: s.maxOutputTokens,
         output_modalities: [s.outputAudio ? "audio" : "text"],
+        tools: s.tools || [],
+        tool_choice: s.tools && s.tools.length ? s.toolChoice || "auto" : "auto",
         audio: {
           input: { format: { type: "audio/pcm", rate: RATE }, turn_detection: null },
           output: { voice: s.voice || "joe" },
@@ -276,7 +341,7 @@ export class ChatSession extends EventTarget {
     this.queue = null;
     this._outbox = [];
     for (const a of this._acks.splice(0)) a.reject({ code: "closed", message: "the session closed" });
-    if (this._response) this._update(this._response.entry, { status: "stopped" });
+    if (this._response && this._response.entry) this._update(this._response.entry, { status: "stopped" });
     this._response = null;
     this._turn = null;
   }
@@ -337,16 +402,29 @@ export class ChatSession extends EventTarget {
       case "response.created": {
         const entry = this._add({ role: "assistant", text: "", kind: "text", status: "streaming" });
         this._response = { id: ev.response && ev.response.id, entry };
-        if (this._turn) this._update(this._turn.entry, { status: "sent" });
+        if (this._turn && this._turn.kind !== "tool") this._update(this._turn.entry, { status: "sent" });
         this._turn = null;
         break;
       }
       case "response.output_item.added":
-        if (this._response && ev.item && ev.item.id) {
+        if (this._response && ev.item && ev.item.type === "function_call") {
+          this._onCallAdded(ev.item);
+        } else if (this._response && ev.item && ev.item.id) {
+          if (!this._response.entry) this._response.entry = this._add({ role: "assistant", text: "", kind: "text", status: "streaming" });
           this._response.entry.itemId = ev.item.id;
           this._byItem.set(ev.item.id, this._response.entry);
         }
         break;
+      case "response.function_call_arguments.delta": {
+        const entry = this._byItem.get(ev.item_id);
+        if (entry && entry.kind === "call") this._update(entry, { arguments: entry.arguments + (ev.delta || "") });
+        break;
+      }
+      case "response.function_call_arguments.done": {
+        const entry = this._byItem.get(ev.item_id);
+        if (entry && entry.kind === "call") this._update(entry, { name: ev.name || entry.name, arguments: ev.arguments ?? entry.arguments, status: "done" });
+        break;
+      }
       case "response.output_audio_transcript.delta":
       case "response.output_text.delta": {
         const entry = this._byItem.get(ev.item_id) || (this._response && this._response.entry);
@@ -378,11 +456,29 @@ export class ChatSession extends EventTarget {
     this._emitState();
   }
 
+  _onCallAdded(item) {
+    // The placeholder bubble opened at response.created belongs after the call: drop it while
+    // it is still empty (a message that follows opens a new one).
+    const placeholder = this._response.entry;
+    if (placeholder && !placeholder.text && !placeholder.itemId) {
+      this._remove(placeholder);
+      this._response.entry = null;
+    }
+    this._addCall(item);
+  }
+
   _onResponseDone(r) {
     const entry = this._response ? this._response.entry : null;
     this._response = null;
+    const calls = (r.output || []).filter((o) => o.type === "function_call");
+    for (const call of calls) {
+      const callEntry = this._byItem.get(call.id);
+      if (callEntry) this._update(callEntry, { status: r.status === "completed" ? "done" : r.status || "done" });
+    }
+    if (r.status === "completed" && calls.length) this._runCalls(calls);
     if (!entry) return;
-    const part = ((r.output || [])[0] || {}).content || [];
+    const message = (r.output || []).find((o) => o.type === "message") || {};
+    const part = message.content || [];
     const final = part.length ? (part[0].transcript ?? part[0].text) : null;
     const reason = r.status_details && r.status_details.reason;
     const patch = { status: r.status === "completed" ? "done" : r.status || "done" };
@@ -436,6 +532,12 @@ export class ChatSession extends EventTarget {
     this.messages.push(entry);
     this._emit("message", { entry, added: true });
     return entry;
+  }
+
+  _remove(entry) {
+    const i = this.messages.indexOf(entry);
+    if (i >= 0) this.messages.splice(i, 1);
+    this._emit("message", { entry, removed: true });
   }
 
   _update(entry, patch) {
