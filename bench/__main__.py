@@ -7,6 +7,7 @@
     python -m bench pipeline    # the embedded models in-process (TTFT, TTFP, V2V, RTF)
     python -m bench recording   # V2V with recording on vs off
     python -m bench rest        # OpenAI REST chat completions with audio at concurrency 1, 2, 4
+    python -m bench tools       # function calling via the realtime API: right decisions, valid arguments, latency
 
 Each prints a markdown table; ``--json`` prints one JSON object instead; ``--out DIR`` also
 writes JSON (and PNG plots where there are any) into DIR.
@@ -25,6 +26,7 @@ COMMANDS = {
     "relay": "bench.relay",
     "throughput": "bench.throughput",
     "capacity": "bench.capacity",
+    "tools": "bench.tools",
 }
 DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording", "rest": "bench.rest"}
 

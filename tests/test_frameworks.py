@@ -105,3 +105,14 @@ def test_pipecat_typed_question(stack):
     assert s["reply_done"], show(s)
     assert s["audio_frames"] > 0 and s["empty_audio_frames"] == 0, show(s)
     assert s["sample_rates"] == [RATE] and s["audio_s"] > 0.5, show(s)
+
+
+def test_pipecat_registered_function_gets_the_call_and_a_spoken_follow_up(stack):
+    wait_idle(stack)
+    s = run_client("pipecat_tools.py", "--base-url", f"ws://127.0.0.1:{stack.port}/v1/realtime",
+                   "--model", "omniduplex-cascade", "--timeout", "60")
+    assert not s["error_frames"] and not s["log_errors"] and not s["problems"], (
+        "Pipecat reported errors:\n" + show({k: s[k] for k in ("error_frames", "log_errors", "problems")}))
+    assert [c["name"] for c in s["calls"]] == ["get_weather"], show(s)
+    assert isinstance(s["calls"][0]["arguments"].get("city"), str), show(s)
+    assert s["reply_done"] and s["audio_s"] > 0.5, show(s)

@@ -77,6 +77,9 @@ async def test_required_choice_and_bad_tools(stack):
     assert err["param"] == "session.tools.0.type"
     err = await c.error("session.update", session={"type": "realtime", "tools": [{"name": "bad name!"}]})
     assert err["param"].startswith("session.tools.0.name")
+    bad_schema = {**CLOCK, "parameters": {"type": "object", "properties": {"x": {"type": "no-such-type"}}}}
+    err = await c.error("session.update", session={"type": "realtime", "tools": [bad_schema]})
+    assert err["param"] == "tools" and "cannot be enforced" in err["message"]
     # per response: required with the clock only
     await c.typed("Hello!")
     r = await c.respond(tools=[CLOCK], tool_choice="required")

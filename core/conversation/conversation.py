@@ -127,6 +127,7 @@ class Conversation(TurnTaking):
                 t.name for t in config.tools}:
             raise InvalidInputError(f"tool_choice names {config.tool_choice!r}, which is not among the tools",
                                     param="tool_choice")
+        self.backend.check_tools(config.tools)
         voice = self.backend.resolve_voice(config.voice)
         return config if voice == config.voice else config.model_copy(update={"voice": voice})
 

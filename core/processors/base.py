@@ -142,6 +142,9 @@ class Backend(abc.ABC):
         """The text an image item stands for in the history (a text model's note on it)."""
         return ""
 
+    def check_tools(self, tools: list) -> None:
+        """Raise ``InvalidInputError`` for tools this backend cannot honour (checked on update)."""
+
     def resolve_voice(self, voice: str | None) -> str | None:
         """A voice this model has: case-insensitive match, else the default (clients such as the
         official SDK send OpenAI voice names like 'alloy'; refusing them would break the session)."""

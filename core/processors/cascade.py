@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.audio import OUTPUT_RATE
 from core.cascade.chunker import SpeechChunker
 from core.cascade.llm import GenerationStats, KvState
-from core.cascade.tool_calls import ToolGrammar, parse_choice, tool_instructions
+from core.cascade.tool_calls import ToolGrammar, grammar_error, parse_choice, tool_instructions
 from core.conversation import ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
 from core.errors import BackendNotLoadedError, InvalidInputError, InvalidTextError
@@ -253,20 +253,40 @@ class CascadeBackend(Backend):
 
     def _tool_step(self, job: ReplyJob) -> bool:
         """LLM thread: let the model call a function or choose to answer; True if it called.
-        After a function's result the reply answers (it does not call again)."""
+        With ``tool_choice: "auto"`` the choice is the model's likelihood of each candidate start
+        (``tool_calls.choose_tool``: few-shot examples, calibrated against an empty message);
+        the arguments are then greedy under the chosen tool's grammar. After a function's result
+        the reply answers (it does not call again)."""
         if not job.tools or (job.items and job.items[-1].type == "function_call_output"
                              and job.tool_choice == "auto"):
             return False
+        from core.cascade.tool_calls import choose_tool, tool_examples
+
         required = job.tool_choice != "auto"
-        grammar = ToolGrammar(self.llm.ll_tokenizer(), job.tools, required)
+        prompt = self._prompt(job, tool_instructions(job.system, job.tools, required))
+        examples = tool_examples(job.tools)
+        messages = [prompt[0], *examples, *prompt[1:]]
+        tools = job.tools
+        if not required:
+            name, cache, tokens = choose_tool(self.llm, messages, job.tools, 1 + len(examples))
+            if name is None or job.cancelled:
+                return False
+            tools = [t for t in job.tools if t.name == name]
+            job.state.cache, job.state.tokens = cache, tokens  # the arguments go on from this prefill
+        grammar = ToolGrammar(self.llm.ll_tokenizer(), tools, True)
         pieces: list[str] = []
-        self.llm.generate(self._prompt(job, tool_instructions(job.system, job.tools, required)), job.state,
-                          pieces.append, job.cancel, max_tokens=256, constraint=grammar)
+        stats = self.llm.generate(messages, job.state, pieces.append, job.cancel, max_tokens=256, constraint=grammar)
         choice = parse_choice("".join(pieces))
-        if choice is None or job.cancelled:
-            return False
+        if choice is None or job.cancelled or stats.stop_reason != "stop":
+            return False  # out of tokens mid-call: an unfinished call is never sent
         job.function_call(*choice)
         return True
+
+    def check_tools(self, tools: list) -> None:
+        """Refuse at ``session.update`` a schema the grammar cannot enforce (not mid-reply)."""
+        error = grammar_error(tools) if tools else None
+        if error:
+            raise InvalidInputError(f"tools: a parameters schema cannot be enforced: {error}", param="tools")
 
     async def generate_reply(self, job: ReplyJob) -> ReplyStats:
         """LLM and TTS on their own threads: speakable pieces go to Piper while SmolLM2 goes on."""

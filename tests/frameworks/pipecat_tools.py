@@ -102,7 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base-url", required=True, help="ws://HOST:PORT/v1/realtime (no query)")
     parser.add_argument("--model", default="omniduplex-cascade")
-    parser.add_argument("--question", default="What is the weather in Paris?")
+    parser.add_argument("--question", default="What's the weather like in London today?")
     parser.add_argument("--timeout", type=float, default=60.0)
     args = parser.parse_args()
     print(json.dumps(asyncio.run(run(args.base_url, args.model, args.question, args.timeout))), flush=True)
