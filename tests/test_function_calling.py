@@ -61,7 +61,8 @@ async def test_call_round_trip(stack, beta):
     await c.update(tool_choice="auto")
     reply = await c.respond(max_output_tokens=24)
     message = reply["output"][0]
-    assert reply["status"] == "completed" and message["type"] == "message"
+    assert reply["status"] == "completed" or reply["status_details"]["reason"] == "max_output_tokens"
+    assert message["type"] == "message" and message["content"][0]["transcript"]
     delta = "response.audio.delta" if beta else "response.output_audio.delta"
     assert any(e["response_id"] == reply["id"] for e in c.of(delta))
     await c.close()

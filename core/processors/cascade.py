@@ -369,11 +369,14 @@ class CascadeBackend(Backend):
 
 
 def _as_message(item, items) -> dict[str, str]:
+    """A history item as a chat message. A call is not written out (a small model copies the
+    form into its answer); its result, with the call, goes in as a note in the user's turn."""
     if item.type == "function_call":
-        return {"role": "assistant", "content": f"CALL {item.name} {item.arguments}"}
+        return {"role": "assistant", "content": ""}
     if item.type == "function_call_output":
-        name = next((i.name for i in items if i.type == "function_call" and i.call_id == item.call_id), "the function")
-        return {"role": "user", "content": f"[Result of {name}: {item.output}]"}
+        call = next((i for i in items if i.type == "function_call" and i.call_id == item.call_id), None)
+        what = f"{call.name}({call.arguments})" if call is not None else "a function"
+        return {"role": "user", "content": f"[{what} returned: {item.output}]"}
     return {"role": item.role, "content": item.text}
 
 
