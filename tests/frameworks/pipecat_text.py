@@ -83,12 +83,48 @@ class ErrorFrames(BaseObserver):
             self.failed.set()  # the service ends its receive loop on a server error: no reply follows
 
 
-async def run(base_url: str, model: str, question: str, timeout: float) -> dict:
+def capture_logs() -> list[str]:
+    """Pipecat's log to stderr; its warnings and errors also into the returned list."""
     logged: list[str] = []
     logger.remove()
     logger.add(sys.stderr, level="INFO")
     logger.add(lambda m: logged.append(f"{m.record['level'].name} {m.record['name']}: {m.record['message']}"[:2000]),
                level="WARNING")
+    return logged
+
+
+async def run_until_reply(processors: list, context: LLMContext, collector: Collector, observer: ErrorFrames,
+                          timeout: float) -> list[str]:
+    """Run ``processors`` under Pipecat's own worker and runner, send ``context``, wait for a
+    spoken reply (or an error frame); returns the problems met."""
+    worker = PipelineWorker(
+        Pipeline(processors),
+        params=PipelineParams(audio_out_sample_rate=24000),
+        observers=[observer],
+        enable_rtvi=False,
+        idle_timeout_secs=None,
+    )
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    running = asyncio.create_task(runner.run())
+    await worker.queue_frame(LLMContextFrame(context=context))
+    problems: list[str] = []
+    waits = [asyncio.create_task(collector.done.wait()), asyncio.create_task(observer.failed.wait())]
+    finished, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    for w in pending:
+        w.cancel()
+    if not finished:
+        problems.append(f"no complete spoken reply within {timeout}s")
+    await worker.cancel(reason="test done")
+    try:
+        await asyncio.wait_for(running, 15)
+    except Exception as e:  # noqa: BLE001
+        problems.append(f"runner: {e!r}")
+    return problems
+
+
+async def run(base_url: str, model: str, question: str, timeout: float) -> dict:
+    logged = capture_logs()
 
     llm = OpenAIRealtimeLLMService(
         api_key="unused",
@@ -106,30 +142,8 @@ async def run(base_url: str, model: str, question: str, timeout: float) -> dict:
     )
     collector = Collector()
     observer = ErrorFrames()
-    worker = PipelineWorker(
-        Pipeline([llm, collector]),
-        params=PipelineParams(audio_out_sample_rate=24000),
-        observers=[observer],
-        enable_rtvi=False,
-        idle_timeout_secs=None,
-    )
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
-    running = asyncio.create_task(runner.run())
     context = LLMContext(messages=[{"role": "user", "content": question}])
-    await worker.queue_frame(LLMContextFrame(context=context))
-    problems: list[str] = []
-    waits = [asyncio.create_task(collector.done.wait()), asyncio.create_task(observer.failed.wait())]
-    finished, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    for w in pending:
-        w.cancel()
-    if not finished:
-        problems.append(f"no complete spoken reply within {timeout}s")
-    await worker.cancel(reason="test done")
-    try:
-        await asyncio.wait_for(running, 15)
-    except Exception as e:  # noqa: BLE001
-        problems.append(f"runner: {e!r}")
+    problems = await run_until_reply([llm, collector], context, collector, observer, timeout)
     return {
         "framework": "pipecat",
         "reply_done": collector.done.is_set(),

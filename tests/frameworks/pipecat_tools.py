@@ -12,29 +12,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 
-from loguru import logger
 from pipecat.adapters.schemas.function_schema import FunctionSchema
 from pipecat.adapters.schemas.tools_schema import ToolsSchema
-from pipecat.frames.frames import LLMContextFrame
-from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.services.openai.realtime import events
 from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
-from pipecat.workers.runner import WorkerRunner
 
-from pipecat_text import Collector, ErrorFrames  # same folder
+from pipecat_text import Collector, ErrorFrames, capture_logs, run_until_reply  # same folder
 
 
 async def run(base_url: str, model: str, question: str, timeout: float) -> dict:
-    logged: list[str] = []
-    logger.remove()
-    logger.add(sys.stderr, level="INFO")
-    logger.add(lambda m: logged.append(f"{m.record['level'].name} {m.record['name']}: {m.record['message']}"[:2000]),
-               level="WARNING")
+    logged = capture_logs()
     llm = OpenAIRealtimeLLMService(
         api_key="unused",
         base_url=base_url,
@@ -63,29 +53,8 @@ async def run(base_url: str, model: str, question: str, timeout: float) -> dict:
     aggregators = LLMContextAggregatorPair(context)
     collector = Collector()
     observer = ErrorFrames()
-    worker = PipelineWorker(
-        Pipeline([aggregators.user(), llm, collector, aggregators.assistant()]),
-        params=PipelineParams(audio_out_sample_rate=24000),
-        observers=[observer],
-        enable_rtvi=False,
-        idle_timeout_secs=None,
-    )
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
-    running = asyncio.create_task(runner.run())
-    await worker.queue_frame(LLMContextFrame(context=context))
-    problems: list[str] = []
-    waits = [asyncio.create_task(collector.done.wait()), asyncio.create_task(observer.failed.wait())]
-    finished, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    for w in pending:
-        w.cancel()
-    if not finished:
-        problems.append(f"no complete spoken reply within {timeout}s")
-    await worker.cancel(reason="test done")
-    try:
-        await asyncio.wait_for(running, 15)
-    except Exception as e:  # noqa: BLE001
-        problems.append(f"runner: {e!r}")
+    problems = await run_until_reply([aggregators.user(), llm, collector, aggregators.assistant()], context,
+                                     collector, observer, timeout)
     return {
         "framework": "pipecat",
         "calls": calls,
