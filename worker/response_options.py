@@ -80,8 +80,9 @@ async def parse_response_options(ev: ResponseCreate, session: RealtimeSession) -
                                         code="item_not_found", param=f"{param}.id", event_id=eid)
                 items.append(ref)
                 continue
-            if isinstance(data, dict) and data.get("id") is not None and session.conv.item(data["id"]) is not None:
-                items.append(session.conv.item(data["id"]))  # an item of the conversation, by its id
+            known = session.conv.item(data["id"]) if isinstance(data, dict) and isinstance(data.get("id"), str) else None
+            if known is not None:  # an item of the conversation, named by its id
+                items.append(known)
                 continue
             item, _ = await session.new_item(data, eid, param)
             items.append(item)
