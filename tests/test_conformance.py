@@ -113,6 +113,31 @@ async def test_spoken_turn_with_server_vad_validates(stack, speech16k, beta):
     await c.close()
 
 
+@pytest.mark.parametrize("beta", [False, True], ids=["ga", "beta"])
+async def test_spoken_turn_with_semantic_vad_validates(stack, speech16k, beta):
+    c = await Client.open(stack, beta)
+
+    async def set_td(td: dict) -> dict:
+        s = await (c.update(turn_detection=td) if beta else c.update(audio={"input": {"turn_detection": td}}))
+        return s["turn_detection"] if beta else s["audio"]["input"]["turn_detection"]
+
+    assert await set_td({"type": "semantic_vad"}) == {
+        "type": "semantic_vad", "eagerness": "auto", "create_response": True, "interrupt_response": True}
+    assert (await set_td({"type": "semantic_vad", "eagerness": "high"}))["eagerness"] == "high"
+    bad = {"type": "semantic_vad", "eagerness": "eager"}
+    err = await c.error("session.update", session={"turn_detection": bad} if beta else {
+        "type": "realtime", "audio": {"input": {"turn_detection": bad}}})
+    assert "eagerness" in err["message"] and err["param"].endswith("turn_detection.eagerness")
+    await c.send("input_audio_buffer.append", audio=b64(_to24k(speech16k)))
+    await c.until("response.done", timeout=90)
+    stopped = c.of("input_audio_buffer.speech_stopped")[0]
+    transcript = c.of("conversation.item.input_audio_transcription.completed")[0]
+    assert "capital" in transcript["transcript"].lower()
+    # the audio ends 1.2 s after the question: the scored wait, not a fallback, ended the turn
+    assert stopped["audio_end_ms"] < len(speech16k) // 32 - 900
+    await c.close()
+
+
 async def test_client_item_ids_and_placement(stack):
     c = await Client.open(stack)
     await c.turn_based()

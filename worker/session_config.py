@@ -201,7 +201,7 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
 def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, model: str,
                    settings: SessionSettings | None = None) -> dict[str, Any]:
     settings = settings or SessionSettings()
-    td = cfg.turn_detection.model_dump() if cfg.turn_detection else None
+    td = cfg.turn_detection.wire() if cfg.turn_detection else None
     if settings.kind == "transcription":
         return _transcription_object(td, dialect, session_id, settings)
     if dialect.beta:

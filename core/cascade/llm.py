@@ -117,6 +117,10 @@ class _HfRunner:
             clone.crop(-(clone.get_seq_length() - n))
         return clone
 
+    def rewind(self, cache, n: int) -> None:
+        if cache.get_seq_length() > n:
+            cache.crop(n)
+
 
 class _FastRunner:
     def __init__(self, fast) -> None:
@@ -132,6 +136,9 @@ class _FastRunner:
         clone = self.fast.new_cache()
         clone.copy_prefix_from(cache, n)
         return clone
+
+    def rewind(self, cache, n: int) -> None:
+        cache.length = min(cache.length, n)
 
 
 class SmolLm:
@@ -214,8 +221,23 @@ class SmolLm:
             ids = ids["input_ids"]
         return list(ids)
 
-    def prompt_tokens(self, messages: list[dict[str, str]]) -> list[int]:
-        return self._template(messages)
+    def prompt_tokens(self, messages: list[dict[str, str]], generation_prompt: bool = True) -> list[int]:
+        return self._template(messages, generation_prompt)
+
+    @torch.inference_mode()
+    def next_token_probabilities(self, prefix: list[int], rest: list[int], holder: dict) -> torch.Tensor:
+        """Softmax of the next token after ``prefix + rest`` for a short side question (the
+        end-of-turn scorer's): ``holder`` keeps a cache of ``prefix`` between calls, so each call
+        runs only ``rest``. Serialised with ``generate`` (one model, one thread at a time)."""
+        with self._lock:
+            if holder.get("prefix") != prefix:
+                holder["cache"] = self.runner.new_cache()
+                self.runner.forward(prefix, holder["cache"])
+                holder["prefix"] = prefix
+            cache = holder["cache"]
+            self.runner.rewind(cache, len(prefix))
+            logits = self.runner.forward(rest, cache)
+            return torch.softmax(logits.float(), dim=-1)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))

@@ -52,7 +52,8 @@ class StreamingVad:
     pause: ``pause_ms`` of silence inside speech (a speculation point; shorter gaps between
     words would only churn the CPU).
     resume: speech came back before the hangover ran out.
-    end: ``silence_ms`` of silence passed; reported at the end of the last voiced window.
+    end: ``silence_ms`` of silence passed (or the wait ``end_within`` set for this pause);
+    reported at the end of the last voiced window.
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class StreamingVad:
         self._last_voiced_end = 0
         self._paused = False
         self._silent = False
+        self.end_wait_samples: int | None = None  # this pause's scored wait (semantic_vad)
 
     def configure(self, threshold: float, silence_ms: int) -> None:
         self.threshold = threshold
@@ -115,6 +117,7 @@ class StreamingVad:
                 if end - self._candidate_start >= self.min_speech_samples:
                     self.in_speech = True
                     self._paused = False
+                    self.end_wait_samples = None
                     self._speech_start = self._candidate_start
                     events.append(VadEvent("start", self._ms(self._speech_start)))
             elif prob < self.neg_threshold:
@@ -125,6 +128,7 @@ class StreamingVad:
             self._silent = False
             if self._paused:
                 self._paused = False
+                self.end_wait_samples = None
                 events.append(VadEvent("resume", self._ms(start)))
             return
         if prob >= self.neg_threshold and not self._silent:
@@ -136,12 +140,29 @@ class StreamingVad:
         if not self._paused and end - self._last_voiced_end >= self.pause_samples:
             self._paused = True
             events.append(VadEvent("pause", self._ms(self._last_voiced_end)))
-        if end - self._last_voiced_end >= self.silence_samples:
-            self.in_speech = False
-            self._paused = False
-            self._silent = False
-            self._candidate_start = None
-            events.append(VadEvent("end", self._ms(self._last_voiced_end)))
+        if end - self._last_voiced_end >= self._end_silence():
+            events.append(self._end())
+
+    def _end_silence(self) -> int:
+        return self.silence_samples if self.end_wait_samples is None else self.end_wait_samples
+
+    def _end(self) -> VadEvent:
+        self.in_speech = False
+        self._paused = False
+        self._silent = False
+        self._candidate_start = None
+        self.end_wait_samples = None
+        return VadEvent("end", self._ms(self._last_voiced_end))
+
+    def end_within(self, wait_samples: int) -> VadEvent | None:
+        """Shorten (or lengthen) this pause's wait (semantic turn detection scored what was
+        said); returns the end event at once when the silence so far already covers it."""
+        if not self.in_speech or not self._paused:
+            return None
+        self.end_wait_samples = wait_samples
+        if self.processed - self._last_voiced_end >= wait_samples:
+            return self._end()
+        return None
 
     @property
     def speech_start_samples(self) -> int:

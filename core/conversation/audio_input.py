@@ -32,7 +32,7 @@ class AudioInput:
 
     def _new_vad(self) -> StreamingVad | None:
         td = self.turn_detection
-        return None if td is None else StreamingVad(self.vad_model, td.threshold, td.silence_duration_ms)
+        return None if td is None else StreamingVad(self.vad_model, td.threshold, td.end_silence_ms)
 
     @property
     def pad(self) -> int:
@@ -43,7 +43,7 @@ class AudioInput:
         """New VAD settings mid-stream: buffered audio and the VAD's state are kept."""
         self.turn_detection = td
         if self.vad is not None:
-            self.vad.configure(td.threshold, td.silence_duration_ms)
+            self.vad.configure(td.threshold, td.end_silence_ms)
 
     def process(self, samples: np.ndarray) -> tuple[np.ndarray, list[VadReport]]:
         """Resample, buffer, detect; returns the 16 kHz audio and the VAD reports it caused."""
@@ -56,22 +56,33 @@ class AudioInput:
         if self.vad is None:
             return audio, out
         for ev in self.vad.process(audio):
-            segment = None
-            if ev.kind in ("pause", "end"):
-                start = self.vad.speech_start_samples - self.pad
-                end = self.vad.last_voiced_end_samples + TAIL_SAMPLES
-                segment = self._slice(start, end)
-                # At a pause only ~100 ms after the last word has arrived; Whisper hears the
-                # last word worse without a tail ("France" -> "friends"), so pad with silence.
-                want = end - max(start, self.buffer_start)
-                if segment.size < want:
-                    segment = np.concatenate([segment, np.zeros(want - segment.size, dtype=np.float32)])
-            if ev.kind == "end":
-                self.trim(self.vad.last_voiced_end_samples)
-            out.append((ev.kind, ev.ms, segment))
+            out.append(self._report(ev))
         if not self.vad.in_speech:
             self.trim(self.stream_samples - self.pad - VAD_RATE)
         return audio, out
+
+    def end_within(self, wait_ms: int) -> VadReport | None:
+        """Set the wait that ends the current pause (semantic turn detection); the ``end``
+        report at once when the silence already lasted that long."""
+        if self.vad is None:
+            return None
+        ev = self.vad.end_within(wait_ms * VAD_RATE // 1000)
+        return None if ev is None else self._report(ev)
+
+    def _report(self, ev) -> VadReport:
+        segment = None
+        if ev.kind in ("pause", "end"):
+            start = self.vad.speech_start_samples - self.pad
+            end = self.vad.last_voiced_end_samples + TAIL_SAMPLES
+            segment = self._slice(start, end)
+            # At a pause only ~100 ms after the last word has arrived; Whisper hears the
+            # last word worse without a tail ("France" -> "friends"), so pad with silence.
+            want = end - max(start, self.buffer_start)
+            if segment.size < want:
+                segment = np.concatenate([segment, np.zeros(want - segment.size, dtype=np.float32)])
+        if ev.kind == "end":
+            self.trim(self.vad.last_voiced_end_samples)
+        return ev.kind, ev.ms, segment
 
     def _slice(self, start: int, end: int) -> np.ndarray:
         a = max(0, start - self.buffer_start)

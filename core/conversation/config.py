@@ -7,19 +7,44 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+# semantic_vad: the longest wait after speech per eagerness (OpenAI's documented 8/4/2 s).
+EAGERNESS_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "high": 2000, "auto": 4000}
+
+
 class TurnDetection(BaseModel):
-    """Server-side voice activity detection (``server_vad``), or ``model_duplex``: the model hears
-    the stream continuously and decides itself when to speak (MiniCPM-o); VAD then only reports
-    speech start/stop. Backends list what they support in ``turn_detection_types``."""
+    """How a turn ends. ``server_vad``: a fixed silence after speech. ``semantic_vad``: the same
+    VAD, but the wait follows an end-of-turn score of what was said (short when the words are a
+    complete turn, up to the eagerness's maximum when not; see ``end_of_turn.py``).
+    ``model_duplex``: the model hears the stream continuously and decides itself when to speak
+    (MiniCPM-o); VAD then only reports speech start/stop. Backends list what they support in
+    ``turn_detection_types`` (every one with ``server_vad`` has ``semantic_vad`` too)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["server_vad", "model_duplex"] = "server_vad"
+    type: Literal["server_vad", "semantic_vad", "model_duplex"] = "server_vad"
     threshold: float = Field(0.5, ge=0.05, le=0.95)
     prefix_padding_ms: int = Field(300, ge=0, le=2000)
     silence_duration_ms: int = Field(500, ge=100, le=5000)
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
     create_response: bool = True
     interrupt_response: bool = True
+
+    @property
+    def vad_turns(self) -> bool:
+        """Turns end (and are committed) by the server's VAD, with a fixed or a scored wait."""
+        return self.type in ("server_vad", "semantic_vad")
+
+    @property
+    def end_silence_ms(self) -> int:
+        """The silence that ends a turn when nothing shortens it (semantic: the eagerness max)."""
+        return EAGERNESS_MAX_WAIT_MS[self.eagerness] if self.type == "semantic_vad" else self.silence_duration_ms
+
+    def wire(self) -> dict:
+        """The protocol's object: OpenAI's semantic_vad carries no VAD tuning fields."""
+        if self.type == "semantic_vad":
+            return {"type": self.type, "eagerness": self.eagerness, "create_response": self.create_response,
+                    "interrupt_response": self.interrupt_response}
+        return self.model_dump(exclude={"eagerness"})
 
 
 class FunctionTool(BaseModel):

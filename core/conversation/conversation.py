@@ -79,6 +79,9 @@ class ConversationStats:
     speculative_misses: int = 0
     speculative_replies_used: int = 0
     speculative_replies_dropped: int = 0
+    turn_scores: int = 0  # semantic_vad: pauses scored
+    last_turn_score: float | None = None
+    turn_score_ms: float | None = None  # the last score's time on the model thread, queue included
 
 
 class Conversation(TurnTaking):

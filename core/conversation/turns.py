@@ -12,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 from dataclasses import replace
 
 import numpy as np
 
 from core.audio import pcm16_to_float
 from core.conversation.audio_input import VAD_RATE
+from core.conversation.end_of_turn import end_of_turn_probability
+from core.conversation.end_of_turn import wait_ms as end_of_turn_wait_ms
 from core.conversation.events import (
     ConversationError,
     InputCommitted,
@@ -58,7 +61,7 @@ class TurnTaking:
             self._drop_held()
             self._speech_item = new_id("item")
             self._emit(SpeechStarted(self._speech_item, ms))
-            barge_in = td is not None and td.type == "server_vad" and td.interrupt_response
+            barge_in = td is not None and td.vad_turns and td.interrupt_response
             if self.response_active and barge_in:
                 await self.cancel_response("turn_detected")
         elif kind == "pause":
@@ -70,7 +73,7 @@ class TurnTaking:
             item_id = self._speech_item or new_id("item")
             self._speech_item = None
             self._emit(SpeechStopped(item_id, ms))
-            if td is None or td.type != "server_vad":
+            if td is None or not td.vad_turns:
                 return  # model_duplex: the model hears everything itself; nothing to commit
             spec, self._speculation = self._speculation, None
             valid = spec is not None and spec[0] == self._spec_generation
@@ -107,14 +110,69 @@ class TurnTaking:
 
     def _speculate(self, segment: np.ndarray) -> None:
         """At a pause inside speech, transcribe what was said so far; if the turn then ends with
-        no more speech, that transcript (and the reply already started on it) is used."""
+        no more speech, that transcript (and the reply already started on it) is used. Under
+        ``semantic_vad`` the transcript is also scored to set how long this pause may last."""
         self._spec_generation += 1
-        if not self.backend.transcript_first:
-            return
         generation = self._spec_generation
+        if not self.backend.transcript_first:
+            if self._semantic():
+                self._on_turn_score(generation, "", None)  # no words yet: the neutral wait
+            return
         fut = self.backend.transcribe_pool.submit(self.backend.transcribe_turn, segment)
         self._speculation = (generation, fut)
-        fut.add_done_callback(lambda f: self.call_soon(self._speculate_reply, generation, f))
+        fut.add_done_callback(lambda f: self.call_soon(self._on_partial_transcript, generation, f))
+
+    def _semantic(self) -> bool:
+        td = self.config.turn_detection
+        return td is not None and td.type == "semantic_vad"
+
+    def _on_partial_transcript(self, generation: int, fut: concurrent.futures.Future) -> None:
+        if self._semantic() and generation == self._spec_generation and not self._closed:
+            text = "" if fut.exception() is not None else (fut.result() or "")
+            self._score_turn(generation, text)
+        self._speculate_reply(generation, fut)
+
+    # ------------------------------------------------------------------ semantic_vad
+
+    def _score_turn(self, generation: int, text: str) -> None:
+        """Ask the backend's language model how complete ``text`` is (queued on its thread ahead
+        of the speculative reply); the pause's wait follows when it answers."""
+        if not text.strip():
+            self._on_turn_score(generation, text, None)
+            return
+        t0 = time.perf_counter()
+        fut = self.backend.turn_scorer_pool.submit(self.backend.end_of_message_probability, text)
+
+        def done(f: concurrent.futures.Future) -> None:
+            self.stats.turn_score_ms = (time.perf_counter() - t0) * 1000
+            self.call_soon(self._on_turn_score, generation, text, f)
+
+        fut.add_done_callback(done)
+
+    def _on_turn_score(self, generation: int, text: str, fut: concurrent.futures.Future | None) -> None:
+        td = self.config.turn_detection
+        if self._closed or generation != self._spec_generation or td is None or td.type != "semantic_vad":
+            return
+        lm = None
+        if fut is not None:
+            if fut.exception() is not None:
+                log.warning("end-of-turn scoring failed: %s", fut.exception())
+            else:
+                lm = fut.result()
+        p = end_of_turn_probability(text, lm)
+        wait = end_of_turn_wait_ms(p, td.eagerness)
+        self.stats.turn_scores += 1
+        self.stats.last_turn_score = p
+        log.debug("end of turn %r: lm %s -> p %s, wait %d ms", text, lm, p, wait)
+        self._spawn(self._end_pause_after(generation, wait))
+
+    async def _end_pause_after(self, generation: int, wait: int) -> None:
+        async with self._audio_lock:
+            if generation != self._spec_generation or self._closed:
+                return
+            report = self._input.end_within(wait)
+            if report is not None:
+                await self._on_vad(*report)
 
     def _forget_speculation(self) -> None:
         self._spec_generation += 1

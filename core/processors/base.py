@@ -79,7 +79,7 @@ class Backend(abc.ABC):
     capabilities: frozenset[Capability]
     voices: tuple[str, ...] = ()
     default_voice: str | None = None
-    turn_detection_types: tuple[str, ...] = ("server_vad",)
+    turn_detection_types: tuple[str, ...] = ("server_vad", "semantic_vad")
     # A text model reads the user's words: each turn is transcribed before the reply (and a
     # turn with no words dropped). An omni model hears the clip itself.
     transcript_first: bool = False
@@ -133,6 +133,16 @@ class Backend(abc.ABC):
         """Transcript of one user utterance (16 kHz float32), or None when this backend gives
         none. Blocking: the core runs it in ``transcribe_pool``."""
         return None
+
+    def end_of_message_probability(self, text: str) -> float | None:
+        """The model's probability that a user message ending with ``text`` is complete
+        (``semantic_vad``), or None without a language model to ask. Blocking: the core runs it
+        in ``turn_scorer_pool``."""
+        return None
+
+    @property
+    def turn_scorer_pool(self) -> concurrent.futures.Executor:
+        return self.transcribe_pool
 
     def prepare_image(self, data: bytes) -> Any:
         """An image (JPEG/PNG bytes) as the model takes it. Blocking: runs in ``io_pool``."""

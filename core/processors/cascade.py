@@ -80,6 +80,7 @@ class CascadeBackend(Backend):
         self.llm = None
         self.tts = None
         self.describer = None
+        self.turn_scorer = None
         self._loaded = False
         # One thread per stage: stages overlap with each other, never with themselves.
         self.io_pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="vad")
@@ -129,6 +130,9 @@ class CascadeBackend(Backend):
                 progress=lambda d: report("llm", 0.35, d),
             ),
         )
+        from core.cascade.turn_scorer import EndOfMessageScorer
+
+        self.turn_scorer = EndOfMessageScorer(self.llm)
         if opts.warm_up:
             timed("warm_up", 0.9, self._warm_up)
         self._loaded = True
@@ -150,6 +154,7 @@ class CascadeBackend(Backend):
             threading.Event(),
             max_tokens=2,
         )
+        self.turn_scorer.probability("Hi")
 
     @property
     def speculative_reply(self) -> bool:
@@ -217,6 +222,13 @@ class CascadeBackend(Backend):
         if result.no_speech_prob > self.options.no_speech_threshold and result.avg_logprob < -0.7:
             return ""
         return text
+
+    def end_of_message_probability(self, text: str) -> float:
+        return self.turn_scorer.probability(text)
+
+    @property
+    def turn_scorer_pool(self) -> concurrent.futures.Executor:
+        return self.llm_pool  # the scorer is the LLM: queued ahead of the reply it may release
 
     def prepare_image(self, data: bytes) -> str:
         return self.describer.describe(data)

@@ -91,7 +91,7 @@ class MiniCpmOBackend(OmniBackendBase):
     name = "minicpm_o"
     capabilities = frozenset({Capability.AUDIO_INPUT, Capability.AUDIO_OUTPUT, Capability.TEXT_OUTPUT,
                               Capability.IMAGE_INPUT, Capability.VIDEO_INPUT, Capability.DUPLEX})
-    turn_detection_types = ("server_vad", "model_duplex")
+    turn_detection_types = ("server_vad", "semantic_vad", "model_duplex")
 
     def __init__(self, options: MiniCpmOOptions) -> None:
         super().__init__(options)

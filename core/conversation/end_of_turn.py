@@ -1,0 +1,82 @@
+"""``semantic_vad``: how likely the user has finished their turn, and how long to wait for more.
+
+The score joins three cues in log-odds:
+- the language model's own probability that the message ends here (its end-of-message token or
+  terminal punctuation right after the words, as LiveKit's turn detector reads a transcript),
+  when the backend has one (``Backend.end_of_message_probability``);
+- the transcript's last word: a conjunction, preposition, article, auxiliary or filler ("the
+  capital of", "and", "um") leaves the sentence open;
+- Whisper's punctuation: a closing "?" leans complete, a trailing "..." or "," leans open.
+
+The wait after speech then runs from almost nothing (clearly complete) up to the eagerness's
+maximum (clearly open), so a finished question is answered at once and a mid-sentence pause
+is not cut into; speech that resumes during the wait cancels the held reply as before.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from core.conversation.config import EAGERNESS_MAX_WAIT_MS
+
+# Words that leave an English sentence open when they come last.
+OPEN_ENDINGS = frozenset(
+    """
+    a an the my your his her its our their this these those some any every each no
+    and or but so because if than then when while although though unless until whether nor yet
+    of to in on at for with from about by into onto over under after before between through
+    as per via without within during against toward towards
+    is are was were be been being am can could would will should shall may might must does
+    have has had i we they what which who whom whose where why how
+    um uh uhm umm er erm ah hmm mm
+    """.split()
+)  # not "it", "you", "do", "like", "well": sentences end on them often ("What time is it?")
+FILLERS = frozenset("um uh uhm umm er erm ah hmm mm".split())
+
+LM_CENTER = -2.7  # log10 of the LM probability that reads as a coin toss (complete vs open)
+LM_SLOPE = 1.5  # log-odds per decade of LM probability
+OPEN_WORD = -3.0
+QUESTION_MARK = 1.5
+TRAILING_OFF = -2.0  # "...", ",", "-" at the end
+NO_LM_PRIOR = 0.5  # without a language model: lean slightly towards complete
+
+
+def strip_trailing_punctuation(text: str) -> str:
+    """The words as the language model should read them: trailing punctuation is Whisper's guess."""
+    return re.sub(r"[\s.,;:!?…\-–—]+$", "", text.strip())
+
+
+def last_word(text: str) -> str:
+    words = re.findall(r"[a-z']+", text.lower())
+    return words[-1] if words else ""
+
+
+def end_of_turn_probability(text: str, lm_probability: float | None = None) -> float | None:
+    """P(the user has finished) from the transcript and, when given, the LM's end-of-message
+    probability; None when there are no words to judge."""
+    text = text.strip()
+    if not any(ch.isalnum() for ch in text):
+        return None
+    if lm_probability is not None:
+        p = min(max(lm_probability, 1e-7), 1.0)
+        z = (math.log10(p) - LM_CENTER) * LM_SLOPE
+    else:
+        z = NO_LM_PRIOR
+    word = last_word(text)
+    if word in OPEN_ENDINGS:
+        z += OPEN_WORD
+    if text.endswith("?"):
+        z += QUESTION_MARK
+    elif text.endswith(("...", "…", ",", "-", "–", "—")):
+        z += TRAILING_OFF
+    z = min(max(z, -30.0), 30.0)
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def wait_ms(probability: float | None, eagerness: str) -> int:
+    """Silence to wait after speech before the turn ends: the eagerness maximum scaled by how
+    open the turn still is (quadratic, so a likely-complete turn waits very little)."""
+    longest = EAGERNESS_MAX_WAIT_MS[eagerness]
+    p = 0.5 if probability is None else probability
+    return int(round(longest * (1.0 - p) ** 2))

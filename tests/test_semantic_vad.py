@@ -1,0 +1,200 @@
+"""semantic_vad: the end-of-turn score and the wait it sets, on the conversation core.
+
+The scorer's cues are checked directly; turn-taking runs on the scripted backend with the
+energy "VAD" (tests/scripted_backend.py), a scripted transcript per ASR call and a scripted
+end-of-message probability, so each case is deterministic: a finished question ends its turn
+long before server_vad's 500 ms, a pause after an open phrase is waited out until speech
+resumes, and eagerness bounds the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from core.conversation import ConversationConfig, TurnDetection
+from core.conversation.end_of_turn import end_of_turn_probability, wait_ms
+from tests.helpers import Collector
+from tests.scripted_backend import ScriptedBackend, quiet, tone
+
+WORDS = ["one", "two", "three"]
+
+
+class ScriptedTurnBackend(ScriptedBackend):
+    """Transcripts in order, one per ASR call (the last repeats); the language model's
+    end-of-message probability looked up by transcript."""
+
+    def __init__(self, transcripts: list[str], lm: dict[str, float] | None = None, *, lm_fails: bool = False,
+                 transcript_first: bool = True) -> None:
+        super().__init__(WORDS, transcript_first=transcript_first)
+        self.transcripts = list(transcripts)
+        self.lm = lm or {}
+        self.lm_fails = lm_fails
+        self.scored: list[str] = []
+
+    def transcribe_turn(self, audio) -> str:
+        return self.transcripts.pop(0) if len(self.transcripts) > 1 else self.transcripts[0]
+
+    def end_of_message_probability(self, text: str) -> float | None:
+        self.scored.append(text)
+        if self.lm_fails:
+            raise RuntimeError("scorer broke")
+        return self.lm.get(text)
+
+
+def semantic(eagerness: str = "auto", **kw) -> ConversationConfig:
+    return ConversationConfig(input_sample_rate=16000,
+                              turn_detection=TurnDetection(type="semantic_vad", eagerness=eagerness, **kw))
+
+
+async def feed_until(conv, col: Collector, kind: str, seconds: float) -> float | None:
+    """Stream silence in real time until an event of ``kind`` arrives; the seconds fed then."""
+    step = 16000 * 20 // 1000 * 2
+    t0 = time.monotonic()
+    for i in range(int(seconds / 0.02)):
+        await conv.append_audio(quiet(0.02))
+        if col.of(kind):
+            return (i + 1) * 0.02
+        await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.02 - time.monotonic()))
+    del step
+    return None
+
+
+async def feed(conv, pcm: bytes) -> None:
+    step = 16000 * 20 // 1000 * 2
+    for i in range(0, len(pcm), step):
+        await conv.append_audio(pcm[i:i + step])
+
+
+# ---------------------------------------------------------------------------- the score
+
+
+@pytest.mark.parametrize("text,lm", [
+    ("What is the capital of France?", 0.93),
+    ("Tell me a joke.", 0.009),
+    ("Can you recommend a good book?", 0.0007),
+    ("I'd like to book a table for two.", 0.09),
+])
+def test_complete_turns_score_high_and_wait_little(text, lm):
+    p = end_of_turn_probability(text, lm)
+    assert p > 0.65
+    assert wait_ms(p, "auto") < 500  # answered sooner than server_vad's 500 ms silence
+
+
+@pytest.mark.parametrize("text,lm", [
+    ("I would like to know the capital of...", 1e-5),
+    ("My favourite food is, um,", 0.04),
+    ("Well, I was wondering if", 1e-5),
+    ("Can you tell me how many", 3e-5),
+    ("The thing is.", 0.026),
+])
+def test_open_turns_score_low_and_wait_past_a_long_pause(text, lm):
+    p = end_of_turn_probability(text, lm)
+    assert p < 0.25
+    assert wait_ms(p, "auto") > 1500  # a 1.5 s pause mid-sentence is not cut into
+    assert wait_ms(p, "high") <= 2000 and wait_ms(p, "low") <= 8000
+
+
+def test_without_a_language_model_the_words_still_count():
+    assert end_of_turn_probability("Tell me about the history of") < 0.1
+    assert end_of_turn_probability("What time is it?") > 0.8
+    assert end_of_turn_probability("  ...  ") is None
+    assert wait_ms(None, "auto") == 1000 and wait_ms(None, "high") == 500 and wait_ms(None, "low") == 2000
+
+
+def test_eagerness_maxima_are_openais():
+    for eagerness, longest in (("low", 8000), ("medium", 4000), ("high", 2000), ("auto", 4000)):
+        assert wait_ms(0.0, eagerness) == longest and wait_ms(1.0, eagerness) == 0
+    td = TurnDetection(type="semantic_vad")
+    assert td.wire() == {"type": "semantic_vad", "eagerness": "auto", "create_response": True,
+                         "interrupt_response": True}
+    assert "eagerness" not in TurnDetection().wire()
+
+
+# ---------------------------------------------------------------------------- turn-taking
+
+
+async def test_a_complete_question_ends_the_turn_at_once_with_the_held_reply():
+    backend = ScriptedTurnBackend(["What is the capital of France?"], {"What is the capital of France?": 0.9})
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    await feed(conv, tone(0.6))
+    fed = await feed_until(conv, col, "speech_stopped", 2.0)
+    assert fed is not None and fed < 0.4, fed  # server_vad would wait 0.5 s of silence
+    done = await col.wait_for("response_done")
+    assert done.status == "completed"
+    assert conv.stats.speculative_replies_used == 1 and conv.stats.turn_scores == 1
+    assert backend.scored == ["What is the capital of France?"]
+    assert conv.stats.last_turn_score > 0.9
+    await conv.close()
+    backend.close()
+
+
+async def test_a_pause_after_an_open_phrase_is_waited_out_and_the_whole_turn_answered():
+    backend = ScriptedTurnBackend(
+        ["I would like to know the capital of", "I would like to know the capital of Australia."],
+        {"I would like to know the capital of": 1e-5, "I would like to know the capital of Australia.": 0.5})
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    await feed(conv, tone(0.6))
+    assert await feed_until(conv, col, "speech_stopped", 1.5) is None  # a 1.5 s pause: still the user's turn
+    assert not col.of("response_started") and not col.of("input_committed")
+    await feed(conv, tone(0.4))  # "... Australia."
+    assert await feed_until(conv, col, "speech_stopped", 2.0) is not None
+    done = await col.wait_for("response_done")
+    assert done.status == "completed"
+    assert len(col.of("response_started")) == 1 and len(col.of("input_committed")) == 1
+    assert [e.transcript for e in col.of("input_transcript")] == ["I would like to know the capital of Australia."]
+    await conv.close()
+    backend.close()
+
+
+async def test_high_eagerness_bounds_the_wait_at_two_seconds():
+    backend = ScriptedTurnBackend(["So I was thinking that"], {"So I was thinking that": 1e-6})
+    conv = backend.open_conversation(semantic("high"))
+    col = Collector(conv)
+    await feed(conv, tone(0.5))
+    fed = await feed_until(conv, col, "speech_stopped", 3.0)
+    assert fed is not None and 1.5 < fed <= 2.3, fed
+    await col.wait_for("response_done")
+    await conv.close()
+    backend.close()
+
+
+async def test_a_failing_scorer_falls_back_to_the_words_alone():
+    backend = ScriptedTurnBackend(["What time is it?"], lm_fails=True)
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    await feed(conv, tone(0.5))
+    fed = await feed_until(conv, col, "speech_stopped", 2.0)
+    assert fed is not None and fed < 0.6, fed
+    await col.wait_for("response_done")
+    await conv.close()
+    backend.close()
+
+
+async def test_an_audio_first_backend_takes_semantic_vad_with_the_neutral_wait():
+    backend = ScriptedTurnBackend(["hello"], transcript_first=False)
+    conv = backend.open_conversation(semantic("high"))
+    col = Collector(conv)
+    await feed(conv, tone(0.5))
+    fed = await feed_until(conv, col, "speech_stopped", 2.0)
+    assert fed is not None and 0.4 <= fed <= 0.8, fed  # no words to score: half of high's 2 s, squared
+    await col.wait_for("response_done")
+    await conv.close()
+    backend.close()
+
+
+async def test_switching_between_server_and_semantic_vad_mid_session():
+    backend = ScriptedTurnBackend(["Tell me about the history of"], {"Tell me about the history of": 1e-5})
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    conv.update(ConversationConfig(input_sample_rate=16000, turn_detection=TurnDetection(silence_duration_ms=300)))
+    await feed(conv, tone(0.5))
+    fed = await feed_until(conv, col, "speech_stopped", 2.0)
+    assert fed is not None and fed < 0.5, fed  # server_vad: the fixed 300 ms, whatever the words
+    await col.wait_for("response_done")
+    await conv.close()
+    backend.close()
