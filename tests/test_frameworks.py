@@ -96,6 +96,18 @@ def test_openai_agents_sdk_spoken_question(stack, question_pcm):
     assert s["audio_s"] > 0.5, show(s)
 
 
+def test_openai_agents_sdk_default_settings_hold_a_spoken_turn(stack, question_pcm):
+    """RealtimeRunner with no settings at all: the SDK asks for semantic_vad, its own model name
+    and voice, and gpt-4o-mini-transcribe; the turn must go through with no error."""
+    wait_idle(stack)
+    s = run_client("agents_voice.py", "--url", f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-cascade",
+                   "--audio", question_pcm, "--timeout", "40", "--defaults")
+    assert not s["errors"] and not s["exceptions"], (
+        "the Agents SDK reported errors:\n" + show({k: s[k] for k in ("errors", "exceptions", "log_warnings")}))
+    assert s["turn_detection"] and s["turn_detection"][-1]["type"] == "semantic_vad", show(s)
+    assert s["reply_done"] and s["audio_s"] > 0.5, show(s)
+
+
 def test_pipecat_typed_question(stack):
     wait_idle(stack)
     s = run_client("pipecat_text.py", "--base-url", f"ws://127.0.0.1:{stack.port}/v1/realtime",

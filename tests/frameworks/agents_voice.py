@@ -2,7 +2,7 @@
 
 Runs in ``.venv-frameworks`` (see ``requirements-frameworks.txt``), launched by
 ``tests/test_frameworks.py``. It connects a ``RealtimeRunner`` to the gateway with
-``server_vad`` turn detection, streams PCM16 24 kHz mono speech from ``--audio`` at real-time
+``server_vad`` turn detection (or, with ``--defaults``, the SDK's default settings: semantic_vad), streams PCM16 24 kHz mono speech from ``--audio`` at real-time
 pace followed by silence, and waits for the spoken reply. Every error the SDK reports is kept:
 ``RealtimeError`` events (server ``error`` events and the SDK's own failures to validate a
 server event), exceptions the session raises (``RealtimeModelExceptionEvent``: failures to
@@ -65,9 +65,10 @@ async def stream(session, pcm: bytes, trailing_silence_s: float) -> None:
             await asyncio.sleep(ahead)
 
 
-async def run(url: str, pcm: bytes, timeout: float, drain_s: float = 1.5) -> dict:
+async def run(url: str, pcm: bytes, timeout: float, defaults: bool = False, drain_s: float = 1.5) -> dict:
     agent = RealtimeAgent(name="Assistant", instructions="You are a helpful voice assistant. Answer briefly.")
-    runner = RealtimeRunner(agent, config={
+    # --defaults: the SDK's own session settings (semantic_vad, its default model name and voice).
+    runner = RealtimeRunner(agent, config={"tracing_disabled": True}) if defaults else RealtimeRunner(agent, config={
         "tracing_disabled": True,
         "model_settings": {
             "model_name": "omniduplex-cascade",
@@ -89,6 +90,7 @@ async def run(url: str, pcm: bytes, timeout: float, drain_s: float = 1.5) -> dic
     audio = bytearray()
     counts = {"audio_events": 0, "empty_audio_events": 0}
     transcript: list[str] = []
+    turn_detection: list = []  # as each session.updated reported it
     reply_done = False
     t0 = time.monotonic()
     first_audio_s: list[float] = []
@@ -111,6 +113,9 @@ async def run(url: str, pcm: bytes, timeout: float, drain_s: float = 1.5) -> dic
                 exceptions.append({"context": data.context, "exception": repr(data.exception)[:2000]})
             elif data.type == "raw_server_event":
                 raw_server.append(str(data.data.get("type")))
+                if data.data.get("type") == "session.updated":
+                    session = data.data.get("session") or {}
+                    turn_detection.append(((session.get("audio") or {}).get("input") or {}).get("turn_detection"))
             elif data.type == "transcript_delta":
                 transcript.append(data.delta)
         # agent_end follows response.done: the reply is complete.
@@ -154,6 +159,7 @@ async def run(url: str, pcm: bytes, timeout: float, drain_s: float = 1.5) -> dic
         "exceptions": exceptions,
         "event_types": dict(kinds),
         "server_event_types": dict(Counter(raw_server)),
+        "turn_detection": turn_detection,
     }
 
 
@@ -162,13 +168,14 @@ def main() -> None:
     parser.add_argument("--url", required=True, help="ws://HOST:PORT/v1/realtime?model=...")
     parser.add_argument("--audio", required=True, help="raw PCM16 24 kHz mono speech")
     parser.add_argument("--timeout", type=float, default=40.0)
+    parser.add_argument("--defaults", action="store_true", help="RealtimeRunner with its default settings")
     args = parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO)
     collect = _Collect()
     logging.getLogger().addHandler(collect)
     with open(args.audio, "rb") as f:
         pcm = f.read()
-    summary = asyncio.run(run(args.url, pcm, args.timeout))
+    summary = asyncio.run(run(args.url, pcm, args.timeout, args.defaults))
     summary["log_warnings"] = collect.records
     print(json.dumps(summary), flush=True)
 
