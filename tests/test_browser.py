@@ -25,6 +25,7 @@ from tests.browser import (
 require_browser()
 
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.select import Select  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -42,8 +43,9 @@ def question_wav(tmp_path, tts) -> Path:
 def barge_in_wav(tmp_path, tts) -> Path:
     """A request for a long answer, then the user talks over the reply ~BARGE_AFTER_S after asking.
 
-    The reply starts playing about 1 s after the question ends (500 ms of silence for the turn,
-    then the voice-to-voice latency and the player's prebuffer), so the second utterance lands
+    The reply starts playing about 1 s after the question ends (the page's default semantic turn
+    detection waits little after a finished request, then the voice-to-voice latency and the
+    player's prebuffer), so the second utterance lands
     while the assistant is speaking. Long trailing silence keeps the file's loop out of the way.
     """
     ask = speech_48k(tts, "Please tell me a long story about a brave little dragon.")
@@ -150,6 +152,54 @@ def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
     assert measured, "the user's speech never overlapped audible reply audio in three attempts"
     print(f"barge-in stop: {measured['stopMs']} ms via {measured['via']}")
     assert 0 < measured["stopMs"] <= 300, measured
+
+
+def turn_detection(browser) -> dict | None:
+    """The turn_detection the server last reported to the page (session.updated)."""
+    return browser.execute_script("return window.omni && window.omni.turnDetection")
+
+
+def test_duplex_turn_detection_is_semantic_by_default_and_silence_is_selectable(stack, launch, tmp_path):
+    """The page asks for semantic_vad (eagerness auto) by default; choosing "Silence (server VAD)"
+    mid-session sends server_vad with the 500 ms silence in a session.update, and the choice is
+    kept per browser, so the next session starts with it."""
+    quiet = silence_wav(tmp_path / "quiet.wav")
+    browser = launch(quiet)
+    browser.get(f"{stack.url}/audio_duplex.html")
+    try:
+        select = Select(browser.find_element(By.ID, "turn-detection"))
+        assert select.first_selected_option.text == "Semantic — auto"
+        assert [o.text for o in select.options] == [
+            "Semantic — auto", "Semantic — eager (high)", "Semantic — patient (low)", "Silence (server VAD)"]
+        browser.find_element(By.ID, "start").click()
+        td = wait_until(lambda: turn_detection(browser), timeout=30)
+        assert td == {"type": "semantic_vad", "eagerness": "auto", "create_response": True,
+                      "interrupt_response": True}, td
+        assert browser.execute_script("return window.omni.turnMode") == "semantic:auto"
+
+        select.select_by_visible_text("Silence (server VAD)")
+        td = wait_until(lambda: (turn_detection(browser) or {}).get("type") == "server_vad" and turn_detection(browser),
+                        timeout=10)
+        assert td and td["type"] == "server_vad" and td["silence_duration_ms"] == 500, td
+        assert "eagerness" not in td
+        browser.find_element(By.ID, "stop").click()
+        assert wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=10)
+
+        # Kept in this browser: after a reload the next session starts with server_vad.
+        browser.get(f"{stack.url}/audio_duplex.html")
+        select = Select(browser.find_element(By.ID, "turn-detection"))
+        assert select.first_selected_option.text == "Silence (server VAD)"
+        browser.find_element(By.ID, "start").click()
+        td = wait_until(lambda: turn_detection(browser), timeout=30)
+        assert td and td["type"] == "server_vad" and td["silence_duration_ms"] == 500, td
+        assert browser.execute_script("return window.omni.turnDetectionSent") == {
+            "type": "server_vad", "silence_duration_ms": 500}
+    except BaseException:
+        dump_console(browser)
+        raise
+    finally:
+        browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
+        wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=10)
 
 
 def test_mic_denied_explains_what_to_do(stack, launch, question_wav):

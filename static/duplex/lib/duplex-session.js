@@ -10,6 +10,13 @@ import { QueueChimes } from "./queue-chimes.js";
 const RATE = 24000; // the wire rate, both directions
 const FRAME_MS = 40;
 
+/** The `turn_detection` object for a mode: "semantic_vad" (a wait that follows an end-of-turn
+ * score of what was said; `eagerness` low/medium/high/auto) or "server_vad" (a fixed silence). */
+export function turnDetectionFor({ turnDetection = "semantic_vad", eagerness = "auto", silenceMs = 500 } = {}) {
+  if (turnDetection === "server_vad") return { type: "server_vad", silence_duration_ms: silenceMs };
+  return { type: "semantic_vad", eagerness, create_response: true, interrupt_response: true };
+}
+
 // Echo guard (simple ducking gate). Even with the browser's echo cancellation, the assistant's
 // own voice coming out of the speakers can reach the mic loud enough for server VAD to call it
 // a barge-in, and the assistant would interrupt itself. So while the assistant is audibly
@@ -38,8 +45,8 @@ export class MicError extends Error {
 }
 
 export class DuplexSession extends EventTarget {
-  constructor({ url, model = "omniduplex-cascade", silenceMs = 500, chimes = true, app = "audio_duplex",
-                record = true } = {}) {
+  constructor({ url, model = "omniduplex-cascade", turnDetection = "semantic_vad", eagerness = "auto",
+                silenceMs = 500, chimes = true, app = "audio_duplex", record = true } = {}) {
     super();
     this.chimesEnabled = chimes;
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
@@ -47,7 +54,10 @@ export class DuplexSession extends EventTarget {
     const query = new URLSearchParams({ model, app, record: record ? "true" : "false", extensions: "all" });
     this.url = url || `${proto}//${location.host}/v1/realtime?${query}`;
     this.recording = null; // {session_id, share_url} when the server records this session
-    this.silenceMs = silenceMs;
+    this.turnDetection = turnDetection; // "semantic_vad" | "server_vad"
+    this.eagerness = eagerness; // semantic_vad only
+    this.silenceMs = silenceMs; // server_vad only
+    this.serverTurnDetection = null; // turn_detection as the server last reported it (session.updated)
     this.state = "idle";
     this.queue = null; // {position, queue_length, eta_s}
     this.transcripts = []; // {role, text, item}
@@ -175,6 +185,21 @@ export class DuplexSession extends EventTarget {
     micGain.connect(this.capture);
     this.micMeter = new LufsMeter(cctx, micGain);
     this.outMeter = new LufsMeter(this.ctx, this.mixer.output);
+  }
+
+  /** The `turn_detection` this session asks for. */
+  turnDetectionConfig() {
+    return turnDetectionFor({ turnDetection: this.turnDetection, eagerness: this.eagerness, silenceMs: this.silenceMs });
+  }
+
+  /** Change how turns end; a live session is told at once with a `session.update`. */
+  setTurnDetection({ turnDetection = this.turnDetection, eagerness = this.eagerness, silenceMs = this.silenceMs } = {}) {
+    Object.assign(this, { turnDetection, eagerness, silenceMs });
+    if (!this.live) return false; // sent with the first session.update
+    return this._send({
+      type: "session.update",
+      session: { type: "realtime", audio: { input: { turn_detection: this.turnDetectionConfig() } } },
+    });
   }
 
   /** Mixer setting: "mic" 0..2 or "output" 0..1. */
@@ -323,7 +348,7 @@ export class DuplexSession extends EventTarget {
             type: "realtime",
             audio: { input: {
               format: { type: "audio/pcm", rate: RATE },
-              turn_detection: { type: "server_vad", silence_duration_ms: this.silenceMs },
+              turn_detection: this.turnDetectionConfig(),
             } },
           },
         });
@@ -332,6 +357,14 @@ export class DuplexSession extends EventTarget {
         this._set("listening");
         this._emit("live", {});
         break;
+      case "session.updated": {
+        const sess = ev.session || {};
+        const input = (sess.audio && sess.audio.input) || {};
+        if ("turn_detection" in input) this.serverTurnDetection = input.turn_detection;
+        else if ("turn_detection" in sess) this.serverTurnDetection = sess.turn_detection;
+        this._emit("session", sess);
+        break;
+      }
       case "input_audio_buffer.speech_started": {
         this._userSpeaking = true;
         const wasAudible = this._audible();

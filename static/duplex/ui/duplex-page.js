@@ -8,6 +8,30 @@ import { rememberSession } from "../lib/recent-sessions.js";
 import { LevelMeters } from "./level-meters.js";
 import { MetricsPanel } from "./metrics-panel.js";
 
+// The "Turn detection" choices: select value -> DuplexSession options. Kept per browser.
+const TURN_KEY = "omniduplex.turnDetection";
+const SILENCE_MS = 500; // server_vad's silence, as before semantic turn detection
+const TURN_MODES = {
+  "semantic:auto": { turnDetection: "semantic_vad", eagerness: "auto" },
+  "semantic:high": { turnDetection: "semantic_vad", eagerness: "high" },
+  "semantic:low": { turnDetection: "semantic_vad", eagerness: "low" },
+  server_vad: { turnDetection: "server_vad" },
+};
+const TURN_DEFAULT = "semantic:auto";
+
+function savedTurnMode() {
+  try {
+    const v = localStorage.getItem(TURN_KEY);
+    return v && Object.hasOwn(TURN_MODES, v) ? v : TURN_DEFAULT;
+  } catch {
+    return TURN_DEFAULT;
+  }
+}
+
+function turnOptions(mode) {
+  return { eagerness: "auto", silenceMs: SILENCE_MS, ...(TURN_MODES[mode] || TURN_MODES[TURN_DEFAULT]) };
+}
+
 const LABELS = {
   idle: () => "Idle",
   starting: () => "Opening the microphone…",
@@ -52,7 +76,22 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
     get levels() { return levels.values; },
     get recording() { return session ? session.recording : null; },
     get error() { return session ? session.error : null; },
+    get turnMode() { return turnSelect ? turnSelect.value : TURN_DEFAULT; },
+    get turnDetectionSent() { return session ? session.turnDetectionConfig() : null; },
+    get turnDetection() { return session ? session.serverTurnDetection : null; },
   });
+
+  // Turn detection: applies to the next session and, through session.update, to a live one.
+  const turnSelect = $("turn-detection");
+  if (turnSelect) {
+    turnSelect.value = savedTurnMode();
+    turnSelect.addEventListener("change", () => {
+      try { localStorage.setItem(TURN_KEY, turnSelect.value); } catch { /* private mode: not kept */ }
+      if (session && session.setTurnDetection(turnOptions(turnSelect.value))) {
+        log(`turn detection: ${turnSelect.selectedOptions[0].textContent}`);
+      }
+    });
+  }
 
   function setStatus(state, detail = {}) {
     $("status").dataset.state = state;
@@ -132,6 +171,7 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
     startedAt = 0;
     const s = (session = new DuplexSession({
       chimes: !$("chimes") || $("chimes").checked, app: appId, record: !$("record") || $("record").checked,
+      ...turnOptions(turnSelect ? turnSelect.value : TURN_DEFAULT),
     }));
     $("replay").hidden = true;
     s.addEventListener("recording", (e) => {
