@@ -198,3 +198,27 @@ async def test_switching_between_server_and_semantic_vad_mid_session():
     await col.wait_for("response_done")
     await conv.close()
     backend.close()
+
+
+# ---------------------------------------------------------------------------- the embedded model
+
+
+def test_the_embedded_llm_tells_finished_words_from_open_ones(cascade_backend):
+    """SmolLM2's end-of-message probability, asked directly and as a by-product of a reply's
+    prefill (what a held speculative reply reports), agree and separate the two kinds."""
+    import threading
+
+    from core.cascade.llm import KvState
+
+    llm, scorer = cascade_backend.llm, cascade_backend.turn_scorer
+    complete = ["What is the capital of France?", "How many legs does a spider have", "Why is the sky blue?"]
+    open_ = ["I would like to know the capital of", "Can you tell me how many...", "Well, I was wondering if"]
+    direct = {t: scorer.probability(t) for t in complete + open_}
+    assert min(direct[t] for t in complete) > 100 * max(direct[t] for t in open_), direct
+    for text in (complete[0], open_[0]):
+        got: list[float | None] = []
+        messages = [{"role": "system", "content": cascade_backend.options.instructions},
+                    {"role": "user", "content": text}]
+        llm.generate(messages, KvState(), lambda _t: None, threading.Event(), max_tokens=1,
+                     end_of_message=got.append)
+        assert got and got[0] == pytest.approx(direct[text], rel=0.05, abs=1e-6), (text, got, direct[text])

@@ -170,8 +170,9 @@ class FastLlama:
         return x * cos + rotated * sin
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], cache: FastCache) -> torch.Tensor:
-        """Run ``ids`` after the cached positions; returns float32 logits of the last one."""
+    def forward(self, ids: list[int], cache: FastCache, also: int | None = None):
+        """Run ``ids`` after the cached positions; returns float32 logits of the last one (and,
+        with ``also``, a pair: those and the logits after ``ids[also]``)."""
         real = len(ids)
         start = cache.length
         if start + real > cache.max_len:
@@ -212,4 +213,7 @@ class FastLlama:
             x = x + F.linear(F.silu(gate) * up, layer.down)
         cache.length = start + real
         last = self._rms(x[:, real - 1], wts.norm)
-        return F.linear(last, wts.lm_head)[0].float()
+        logits = F.linear(last, wts.lm_head)[0].float()
+        if also is None:
+            return logits
+        return logits, F.linear(self._rms(x[:, also], wts.norm), wts.lm_head)[0].float()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -102,12 +103,14 @@ class _HfRunner:
 
         return DynamicCache()
 
-    def forward(self, ids: list[int], cache) -> torch.Tensor:
+    def forward(self, ids: list[int], cache, also: int | None = None):
+        keep = 1 if also is None else len(ids) - also
         out = self.model(
             input_ids=torch.tensor([ids], dtype=torch.long), past_key_values=cache, use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=keep,
         )
-        return out.logits[0, -1].float()
+        logits = out.logits[0, -1].float()
+        return logits if also is None else (logits, out.logits[0, 0].float())
 
     def copy_cache(self, cache, n: int):
         import copy
@@ -129,8 +132,8 @@ class _FastRunner:
     def new_cache(self):
         return self.fast.new_cache()
 
-    def forward(self, ids: list[int], cache) -> torch.Tensor:
-        return self.fast.forward(ids, cache)
+    def forward(self, ids: list[int], cache, also: int | None = None):
+        return self.fast.forward(ids, cache, also)
 
     def copy_cache(self, cache, n: int):
         clone = self.fast.new_cache()
@@ -187,6 +190,10 @@ class SmolLm:
             if isinstance(tid, int) and tid >= 0 and tid != self.tokenizer.unk_token_id:
                 stop.add(tid)
         self.stop_ids = {t for t in stop if t is not None}
+        # What "the user's message is complete" looks like as a next token: the end-of-message
+        # token, or terminal punctuation (Whisper's own is stripped before asking).
+        self.end_id = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.final_ids = [i for t, i in self.tokenizer.get_vocab().items() if re.fullmatch(r"[.?!]+", t)]
         self._lock = threading.Lock()
         self._prefixes: dict[tuple[int, ...], object] = {}
         self._ll_tokenizer: Any = None
@@ -224,9 +231,29 @@ class SmolLm:
     def prompt_tokens(self, messages: list[dict[str, str]], generation_prompt: bool = True) -> list[int]:
         return self._template(messages, generation_prompt)
 
+    def end_probability(self, logits: torch.Tensor) -> float:
+        probs = torch.softmax(logits.float(), dim=-1)
+        return float(probs[self.end_id] + probs[self.final_ids].sum())
+
+    def _last_words_position(self, messages: list[dict[str, str]], prompt: list[int]) -> int | None:
+        """Where in ``prompt`` the last user message's last word token sits (before Whisper's
+        trailing punctuation): the logits after it say whether the message ends there."""
+        from core.conversation.end_of_turn import strip_trailing_punctuation
+
+        if not messages or messages[-1]["role"] != "user":
+            return None
+        words = strip_trailing_punctuation(messages[-1]["content"])
+        if not words:
+            return None
+        bare = self._template([*messages[:-1], {"role": "user", "content": words}])
+        ends = [i for i, t in enumerate(bare) if t == self.end_id]
+        if not ends or _common_prefix(prompt, bare) < ends[-1]:
+            return None  # the punctuation merged into the last word's token: no clean cut
+        return ends[-1] - 1
+
     @torch.inference_mode()
-    def next_token_probabilities(self, prefix: list[int], rest: list[int], holder: dict) -> torch.Tensor:
-        """Softmax of the next token after ``prefix + rest`` for a short side question (the
+    def next_token_logits(self, prefix: list[int], rest: list[int], holder: dict) -> torch.Tensor:
+        """Logits of the next token after ``prefix + rest`` for a short side question (the
         end-of-turn scorer's): ``holder`` keeps a cache of ``prefix`` between calls, so each call
         runs only ``rest``. Serialised with ``generate`` (one model, one thread at a time)."""
         with self._lock:
@@ -236,8 +263,7 @@ class SmolLm:
                 holder["prefix"] = prefix
             cache = holder["cache"]
             self.runner.rewind(cache, len(prefix))
-            logits = self.runner.forward(rest, cache)
-            return torch.softmax(logits.float(), dim=-1)
+            return self.runner.forward(rest, cache)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
@@ -255,11 +281,15 @@ class SmolLm:
         repetition_penalty: float = 1.15,
         before_step: Callable[[], None] | None = None,
         constraint: Any = None,
+        end_of_message: Callable[[float | None], None] | None = None,
     ) -> GenerationStats:
         """Stream decoded text pieces into ``on_text`` until a stop token, the budget or cancel.
-        ``constraint`` (``tool_calls.ToolGrammar``): greedy decoding under a grammar."""
+        ``constraint`` (``tool_calls.ToolGrammar``): greedy decoding under a grammar.
+        ``end_of_message`` gets, from the prefill itself, the model's probability that the last
+        user message is complete after its words (``semantic_vad``; None when it cannot tell)."""
         with self._lock:
             prompt = self.prompt_tokens(messages)
+            score_at = self._last_words_position(messages, prompt) if end_of_message is not None else None
             stats = GenerationStats(prompt_tokens=len(prompt))
             t0 = time.perf_counter()
             if cancelled.is_set():
@@ -278,7 +308,13 @@ class SmolLm:
             stats.reused_tokens = reuse
             state.cache = cache
             state.tokens = prompt[:reuse]
-            logits = self.runner.forward(prompt[reuse:], cache)
+            if score_at is not None and score_at >= reuse:
+                logits, after_words = self.runner.forward(prompt[reuse:], cache, also=score_at - reuse)
+                end_of_message(self.end_probability(after_words))
+            else:
+                logits = self.runner.forward(prompt[reuse:], cache)
+                if end_of_message is not None:
+                    end_of_message(None)
             state.tokens = list(prompt)
             if reuse == 0:
                 self._store_prefix(messages, cache)

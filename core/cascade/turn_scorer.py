@@ -8,8 +8,6 @@ forward over the transcript's tokens (the chat prefix stays cached), ~70-90 ms o
 
 from __future__ import annotations
 
-import re
-
 from core.cascade.llm import SmolLm
 from core.conversation.end_of_turn import strip_trailing_punctuation
 
@@ -20,8 +18,6 @@ class EndOfMessageScorer:
     def __init__(self, lm: SmolLm) -> None:
         self.lm = lm
         tok = lm.tokenizer
-        self.end_id = tok.convert_tokens_to_ids("<|im_end|>")
-        self.final_ids = [i for t, i in tok.get_vocab().items() if re.fullmatch(r"[.?!]+", t)]
         ids = lm.prompt_tokens([{"role": "user", "content": PLACEHOLDER}], generation_prompt=False)
         marker = tok.encode(PLACEHOLDER, add_special_tokens=False)
         at = _find(ids, marker)
@@ -34,8 +30,7 @@ class EndOfMessageScorer:
         if not words:
             return 0.0
         rest = self.lm.tokenizer.encode(words, add_special_tokens=False)
-        probs = self.lm.next_token_probabilities(self.prefix, rest, self._holder)
-        return float(probs[self.end_id] + probs[self.final_ids].sum())
+        return self.lm.end_probability(self.lm.next_token_logits(self.prefix, rest, self._holder))
 
 
 def _find(ids: list[int], marker: list[int]) -> int:

@@ -82,10 +82,12 @@ class StreamingVad:
         self._silent = False
         self.end_wait_samples: int | None = None  # this pause's scored wait (semantic_vad)
 
-    def configure(self, threshold: float, silence_ms: int) -> None:
+    def configure(self, threshold: float, silence_ms: int, pause_ms: int | None = None) -> None:
         self.threshold = threshold
         self.neg_threshold = max(threshold - 0.15, 0.01)
         self.silence_samples = silence_ms * RATE // 1000
+        if pause_ms is not None:
+            self.pause_samples = pause_ms * RATE // 1000
 
     @staticmethod
     def _ms(samples: int) -> int:

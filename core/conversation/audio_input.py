@@ -32,7 +32,9 @@ class AudioInput:
 
     def _new_vad(self) -> StreamingVad | None:
         td = self.turn_detection
-        return None if td is None else StreamingVad(self.vad_model, td.threshold, td.end_silence_ms)
+        if td is None:
+            return None
+        return StreamingVad(self.vad_model, td.threshold, td.end_silence_ms, pause_ms=td.pause_ms)
 
     @property
     def pad(self) -> int:
@@ -43,7 +45,7 @@ class AudioInput:
         """New VAD settings mid-stream: buffered audio and the VAD's state are kept."""
         self.turn_detection = td
         if self.vad is not None:
-            self.vad.configure(td.threshold, td.end_silence_ms)
+            self.vad.configure(td.threshold, td.end_silence_ms, td.pause_ms)
 
     def process(self, samples: np.ndarray) -> tuple[np.ndarray, list[VadReport]]:
         """Resample, buffer, detect; returns the 16 kHz audio and the VAD reports it caused."""

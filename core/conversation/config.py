@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # semantic_vad: the longest wait after speech per eagerness (OpenAI's documented 8/4/2 s).
 EAGERNESS_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "high": 2000, "auto": 4000}
+SEMANTIC_PAUSE_MS = 32
 
 
 class TurnDetection(BaseModel):
@@ -38,6 +39,12 @@ class TurnDetection(BaseModel):
     def end_silence_ms(self) -> int:
         """The silence that ends a turn when nothing shortens it (semantic: the eagerness max)."""
         return EAGERNESS_MAX_WAIT_MS[self.eagerness] if self.type == "semantic_vad" else self.silence_duration_ms
+
+    @property
+    def pause_ms(self) -> int:
+        """Silence after which the words so far are transcribed (and, semantic, scored): early
+        under semantic_vad, where the score, not a fixed hangover, decides when the turn ends."""
+        return SEMANTIC_PAUSE_MS if self.type == "semantic_vad" else 96
 
     def wire(self) -> dict:
         """The protocol's object: OpenAI's semantic_vad carries no VAD tuning fields."""

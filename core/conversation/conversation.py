@@ -104,6 +104,7 @@ class Conversation(TurnTaking):
         self._closed = False
         self._speech_item: str | None = None
         self._speculation: tuple[int, concurrent.futures.Future] | None = None
+        self._spec_text = ""  # the words the latest speculation heard (semantic_vad scores them)
         self._spec_generation = 0
         self._idle = asyncio.Event()  # no reply running: display transcripts wait for this
         self._idle.set()
@@ -359,7 +360,11 @@ class Conversation(TurnTaking):
     async def _generate(self, resp: Response, job: ReplyJob) -> None:
         status, reason = "completed", None
         try:
-            stats = await self.backend.generate_reply(job)
+            try:
+                stats = await self.backend.generate_reply(job)
+            finally:
+                if resp.scores_turn and not resp.turn_scored:
+                    job.end_of_message(None)  # the turn's wait must not hang on a reply that never scored
             resp.output_tokens, resp.prompt_tokens = stats.output_tokens, stats.prompt_tokens
             if stats.prefill_ms is not None:
                 self.stats.last_prefill_ms = stats.prefill_ms

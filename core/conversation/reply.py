@@ -63,6 +63,10 @@ class Response:
     # nothing sent) until the turn really ends; ``spec`` names the speculation it belongs to.
     held: bool = False
     spec: int | None = None
+    # semantic_vad: the backend scores the user's words while it prefills this held reply
+    # (``ReplyJob.end_of_message``) instead of a separate scoring pass.
+    scores_turn: bool = False
+    turn_scored: bool = False
     held_events: list = field(default_factory=list)
     pending_finish: tuple | None = None
     calls: list = field(default_factory=list)  # FunctionCall, in the order made
@@ -85,6 +89,7 @@ class ReplyOwner(Protocol):
     def begin_call(self, resp: Response, name: str) -> None: ...
     def call_arguments(self, resp: Response, index: int, delta: str) -> None: ...
     def end_call(self, resp: Response, index: int) -> None: ...
+    def turn_scored(self, resp: Response, probability: float | None) -> None: ...
 
 
 class ReplyJob:
@@ -116,6 +121,7 @@ class ReplyJob:
         self.state = conv.model_state  # the backend's per-conversation state (a KV cache, say)
         self._conv = conv
         self._resp = resp
+        self.wants_end_of_message = resp.scores_turn
         self._chunk_samples = OUTPUT_RATE * conv.backend.audio_chunk_ms // 1000
         self._segment: int | None = None
         self._resampler: StreamResampler | None = None
@@ -128,6 +134,14 @@ class ReplyJob:
     @property
     def cancelled(self) -> bool:
         return self.cancel.is_set()
+
+    def end_of_message(self, probability: float | None) -> None:
+        """The model's probability that the user's last message is complete (None: it could
+        not tell), made while prefilling this reply (``semantic_vad``). Any thread; once."""
+        if self._resp.turn_scored:
+            return
+        self._resp.turn_scored = True
+        self._conv.call_soon(self._conv.turn_scored, self._resp, probability)
 
     def text(self, delta: str) -> None:
         if delta and not self.cancel.is_set():

@@ -127,10 +127,12 @@ class TurnTaking:
         return td is not None and td.type == "semantic_vad"
 
     def _on_partial_transcript(self, generation: int, fut: concurrent.futures.Future) -> None:
+        resp = self._speculate_reply(generation, fut)
         if self._semantic() and generation == self._spec_generation and not self._closed:
             text = "" if fut.exception() is not None else (fut.result() or "")
-            self._score_turn(generation, text)
-        self._speculate_reply(generation, fut)
+            self._spec_text = text
+            if resp is None or not resp.scores_turn:
+                self._score_turn(generation, text)
 
     # ------------------------------------------------------------------ semantic_vad
 
@@ -145,20 +147,24 @@ class TurnTaking:
 
         def done(f: concurrent.futures.Future) -> None:
             self.stats.turn_score_ms = (time.perf_counter() - t0) * 1000
-            self.call_soon(self._on_turn_score, generation, text, f)
+            lm = None
+            if f.exception() is not None:
+                log.warning("end-of-turn scoring failed: %s", f.exception())
+            else:
+                lm = f.result()
+            self.call_soon(self._on_turn_score, generation, text, lm)
 
         fut.add_done_callback(done)
 
-    def _on_turn_score(self, generation: int, text: str, fut: concurrent.futures.Future | None) -> None:
+    def turn_scored(self, resp: Response, probability: float | None) -> None:
+        """The held reply's prefill scored the words it answers (``ReplyJob.end_of_message``)."""
+        if resp.spec is not None:
+            self._on_turn_score(resp.spec, self._spec_text, probability)
+
+    def _on_turn_score(self, generation: int, text: str, lm: float | None) -> None:
         td = self.config.turn_detection
         if self._closed or generation != self._spec_generation or td is None or td.type != "semantic_vad":
             return
-        lm = None
-        if fut is not None:
-            if fut.exception() is not None:
-                log.warning("end-of-turn scoring failed: %s", fut.exception())
-            else:
-                lm = fut.result()
         p = end_of_turn_probability(text, lm)
         wait = end_of_turn_wait_ms(p, td.eagerness)
         self.stats.turn_scores += 1
@@ -178,7 +184,7 @@ class TurnTaking:
         self._spec_generation += 1
         self._speculation = None
 
-    def _speculate_reply(self, generation: int, fut: concurrent.futures.Future) -> None:
+    def _speculate_reply(self, generation: int, fut: concurrent.futures.Future) -> Response | None:
         """Start the reply to a speculative transcript while the hangover runs; hold its output."""
         td = self.config.turn_detection
         if (
@@ -190,12 +196,14 @@ class TurnTaking:
             or self._response is not None
             or fut.exception() is not None
         ):
-            return
+            return None
         text = fut.result()
         if not text:
-            return
-        resp = Response(new_id("resp"), new_id("item"), self.config.output_audio, held=True, spec=generation)
+            return None
+        resp = Response(new_id("resp"), new_id("item"), self.config.output_audio, held=True, spec=generation,
+                        scores_turn=td.type == "semantic_vad" and self.backend.scores_turn_in_reply)
         self._run(resp, self.config, None, pending=Item("user", text))
+        return resp
 
     def _drop_held(self) -> None:
         resp = self._response

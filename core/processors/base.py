@@ -144,6 +144,10 @@ class Backend(abc.ABC):
     def turn_scorer_pool(self) -> concurrent.futures.Executor:
         return self.transcribe_pool
 
+    # Scores the user's words as a by-product of a held speculative reply's prefill (the reply's
+    # generator calls ``job.end_of_message``), so semantic_vad costs no extra model pass.
+    scores_turn_in_reply: bool = False
+
     def prepare_image(self, data: bytes) -> Any:
         """An image (JPEG/PNG bytes) as the model takes it. Blocking: runs in ``io_pool``."""
         raise NotImplementedError(f"backend {self.name} takes no images")

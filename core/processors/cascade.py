@@ -72,6 +72,7 @@ class CascadeBackend(Backend):
     capabilities = frozenset(Capability)
     transcript_first = True  # SmolLM2 reads text: every turn is transcribed before the reply
     supports_tools = True  # the model picks call or answer under a grammar (core/cascade/tool_calls.py)
+    scores_turn_in_reply = True  # semantic_vad: the reply's prefill yields SmolLM2's end-of-message probability
 
     def __init__(self, options: CascadeOptions | None = None) -> None:
         self.options = options or CascadeOptions()
@@ -331,12 +332,15 @@ class CascadeBackend(Backend):
 
         def run_llm():
             try:
+                if job.wants_end_of_message and job.tools and job.items:
+                    job.end_of_message(self.turn_scorer.probability(job.items[-1].text))  # before the tool step
                 if self._tool_step(job):
                     return GenerationStats(stop_reason="stop")
                 return self.llm.generate(
                     self._prompt(job), job.state, on_text, job.cancel,
                     max_tokens=cfg.max_output_tokens, temperature=cfg.temperature,
                     before_step=lambda: llm_may_run.wait(timeout=2.0),
+                    end_of_message=job.end_of_message if job.wants_end_of_message else None,
                 )
             finally:
                 if job.output_audio:
