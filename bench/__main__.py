@@ -8,6 +8,7 @@
     python -m bench recording   # V2V with recording on vs off
     python -m bench rest        # OpenAI REST chat completions with audio at concurrency 1, 2, 4
     python -m bench tools       # function calling via the realtime API: right decisions, valid arguments, latency
+    python -m bench turns       # turn-taking: spoken V2V and mid-sentence cut-ins per turn-detection mode
 
 Each prints a markdown table; ``--json`` prints one JSON object instead; ``--out DIR`` also
 writes JSON (and PNG plots where there are any) into DIR.
@@ -27,6 +28,7 @@ COMMANDS = {
     "throughput": "bench.throughput",
     "capacity": "bench.capacity",
     "tools": "bench.tools",
+    "turns": "bench.turns",
 }
 DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording", "rest": "bench.rest"}
 
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1, help="serve: workers to start")
     parser.add_argument("--events", type=int, default=400, help="relay: probes per direction")
     parser.add_argument("--seconds", type=float, default=5.0, help="throughput: seconds of streaming")
+    parser.add_argument("--modes", nargs="+", help="turns: turn-detection modes (default: all)")
+    parser.add_argument("--limit", type=int, help="turns: the first N items of each kind")
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.what])
     result = module.run_cli(args) if hasattr(module, "run_cli") else module.run(args.clients, args.hold)

@@ -182,6 +182,8 @@ class TurnTaking:
 
     def _forget_speculation(self) -> None:
         self._spec_generation += 1
+        if self._speculation is not None:
+            self._speculation[1].cancel()  # still queued: the next pause's ASR must not wait behind it
         self._speculation = None
 
     def _speculate_reply(self, generation: int, fut: concurrent.futures.Future) -> Response | None:
