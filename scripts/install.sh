@@ -2,8 +2,9 @@
 # Installs everything OmniDuplex needs into ./.venv (idempotent; skips work when up to date).
 # CPU build of torch pinned for this environment; see docs/operations.md for CUDA hosts.
 #   scripts/install.sh                  Python environment only (what start_all.sh needs)
-#   scripts/install.sh --with-browser   also Debian chromium + chromium-driver (browser tests) and
-#                                       iproute2 (`ip netns`, tests/test_netns.py), when missing, and
+#   scripts/install.sh --with-browser   also Debian chromium + chromium-driver (browser tests),
+#                                       iproute2 (`ip netns`, tests/test_netns.py) and espeak-ng
+#                                       (the turn-taking set's voices), when missing, and
 #                                       .venv-frameworks (tests/test_frameworks.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ if [ "${1:-}" = "--with-browser" ]; then
   missing=()
   { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || missing+=(chromium chromium-driver)
   { command -v ip >/dev/null || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ]; } || missing+=(iproute2)
+  command -v espeak-ng >/dev/null || missing+=(espeak-ng)  # other voices: bench/turn_set.py
   if [ ${#missing[@]} -gt 0 ]; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
       echo "[install] installing Debian ${missing[*]} for the browser / network namespace tests"
