@@ -18,9 +18,12 @@ microphone keeps sending) until the run is decided.
 - complete: V2V = first ``response.output_audio.delta`` minus the time the chunk holding the last
   voiced sample was sent; no audio within 10 s of streamed silence is "no answer". Then
   ``response.cancel`` and close.
-- paused: a cut-in is audio of a response that arrives before the chunk where speech resumes is
-  sent. The rest is streamed regardless; then the answer to the whole utterance (audio of a
-  response created after the speech resumed) is awaited up to 10 s; its V2V is reported apart.
+- paused: a cut-in is a response created inside the pause (the server took the turn before the
+  chunk where speech resumes was sent: its audio is on the way and starts over the speaker even
+  when it lands just after they resume); "audio in pause" counts only those whose first audio
+  arrived before the resume. The rest is streamed regardless; then the answer to the whole
+  utterance (audio of a response created after the speech resumed) is awaited up to 10 s; its
+  V2V is reported apart.
 
 Goal: semantic_auto V2V p50 <= 0.75x server_vad's with <= 10 % cut-ins. A mode the server refuses
 (an ``error`` on ``session.update``) is reported as "refused: <message>" and skipped.
@@ -224,7 +227,7 @@ async def run_all(url: str, modes: list[str], clips: list[Clip], log) -> tuple[l
 def _row_line(r: dict[str, Any]) -> str:
     if "error" in r:
         return f"{r['mode']:16s} {r['item']} error {r['error']}"
-    extra = f" cut_in={r['cut_in']}" if r["kind"] == "paused" else ""
+    extra = f" cut_in={r['created_in_pause']} audio_in_pause={r['cut_in']}" if r["kind"] == "paused" else ""
     return f"{r['mode']:16s} {r['item']} v2v={r['v2v_ms']}{extra} {r['transcripts']}"
 
 
@@ -244,12 +247,12 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
         paused = [r for r in mine if r["kind"] == "paused" and "error" not in r]
         v2v = _nan_none(summary([r["v2v_ms"] for r in comp if r["v2v_ms"] is not None]))
         full = _nan_none(summary([r["v2v_ms"] for r in paused if r["v2v_ms"] is not None]))
-        cuts = sum(r["cut_in"] for r in paused)
+        cuts = sum(r["created_in_pause"] for r in paused)
         out[mode] = {
             "complete": len(comp), "v2v_p50_ms": v2v["p50"], "v2v_p90_ms": v2v["p90"],
             "no_answer": sum(not r["answered"] for r in comp), "early_audio": sum(r["early_audio"] for r in comp),
             "paused": len(paused), "cut_ins": cuts, "cut_in_share": round(cuts / len(paused), 3) if paused else None,
-            "created_in_pause": sum(r["created_in_pause"] for r in paused),
+            "audio_in_pause": sum(r["cut_in"] for r in paused),
             "paused_answered": sum(r["answered"] for r in paused), "paused_v2v_p50_ms": full["p50"],
             "errors": sum("error" in r for r in mine),
         }
@@ -271,6 +274,40 @@ def goal(modes: dict[str, Any]) -> dict[str, Any]:
                                 f"cut-ins {share:.0%} (goal <= {GOAL_CUT_INS:.0%})"}
 
 
+def scorer_cost(texts: list[str], repeats: int = 3) -> dict[str, Any]:
+    """In-process: what the end-of-turn score costs on this CPU. ``standalone``: the scorer's own
+    forward over a transcript (cached chat prefix), as the core runs it when no held reply
+    scores the words; ``in_reply``: the extra time a reply's prefill takes to also yield the
+    score (the path a held speculative reply takes), from the same prompts with and without."""
+    import threading
+
+    from core.cascade.llm import KvState, SmolLm
+    from core.cascade.turn_scorer import EndOfMessageScorer
+    from core.processors.cascade import DEFAULT_INSTRUCTIONS
+
+    lm = SmolLm(Path("data"))
+    scorer = EndOfMessageScorer(lm)
+    for t in texts[:3]:
+        scorer.probability(t)
+    standalone: list[float] = []
+    for _ in range(repeats):
+        for t in texts:
+            t0 = time.perf_counter()
+            scorer.probability(t)
+            standalone.append((time.perf_counter() - t0) * 1000)
+    plain: list[float] = []
+    scored: list[float] = []
+    for _ in range(repeats):
+        for t in texts:
+            messages = [{"role": "system", "content": DEFAULT_INSTRUCTIONS}, {"role": "user", "content": t}]
+            for out, hook in ((plain, None), (scored, lambda _p: None)):
+                stats = lm.generate(messages, KvState(), lambda _d: None, threading.Event(), max_tokens=1,
+                                    end_of_message=hook)
+                out.append(stats.prefill_ms)
+    return {"standalone_ms": summary(standalone), "prefill_ms": summary(plain), "prefill_scored_ms": summary(scored),
+            "calls": len(standalone)}
+
+
 def run_cli(args) -> dict[str, Any]:
     import sys
 
@@ -288,6 +325,7 @@ def run_cli(args) -> dict[str, Any]:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    cost = scorer_cost([clip.item.parts[0] for clip in clips])
     with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
         with Launched(Path(tmp), workers=1, recording={"enabled": False},
                       auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}) as launched:
@@ -298,7 +336,7 @@ def run_cli(args) -> dict[str, Any]:
             wall = time.monotonic() - t0
     per_mode = summarise(rows, modes, refused)
     return {"modes": per_mode, "goal": goal(per_mode), "complete_items": len(complete), "paused_items": len(paused),
-            "wall_s": round(wall, 1), "rows": rows}
+            "wall_s": round(wall, 1), "scorer": cost, "rows": rows}
 
 
 def report(r: dict[str, Any]) -> str:
@@ -307,18 +345,26 @@ def report(r: dict[str, Any]) -> str:
 
     lines = [f"{r['complete_items']} complete questions, {r['paused_items']} paused utterances; "
              f"wall {r['wall_s']:.0f} s", "",
-             "| mode | V2V p50 / p90 ms | x server_vad | no answer | cut-ins | paused: answered, V2V p50 ms |",
-             "|---|---|---|---|---|---|"]
+             "| mode | V2V p50 / p90 ms | x server_vad | no answer | cut-ins | audio in pause "
+             "| paused: answered, V2V p50 ms |",
+             "|---|---|---|---|---|---|---|"]
     for mode, s in r["modes"].items():
         if "refused" in s:
-            lines.append(f"| {mode} | refused: {s['refused']} | | | | |")
+            lines.append(f"| {mode} | refused: {s['refused']} | | | | | |")
             continue
         ratio = "-" if s["ratio_to_server_vad"] is None else f"{s['ratio_to_server_vad']:.2f}"
         share = "-" if s["cut_in_share"] is None else f"{s['cut_in_share']:.0%}"
         errors = f" ({s['errors']} errors)" if s["errors"] else ""
         lines.append(f"| {mode}{errors} | {ms(s['v2v_p50_ms'])} / {ms(s['v2v_p90_ms'])} | {ratio} | "
                      f"{s['no_answer']}/{s['complete']} | {share} ({s['cut_ins']}/{s['paused']}) | "
+                     f"{s['audio_in_pause']}/{s['paused']} | "
                      f"{s['paused_answered']}/{s['paused']}, {ms(s['paused_v2v_p50_ms'])} |")
+    c = r.get("scorer")
+    if c:
+        lines += ["", f"End-of-turn score on this CPU ({c['calls']} calls): standalone {ms(c['standalone_ms']['p50'])} ms "
+                      f"p50 ({ms(c['standalone_ms']['p90'])} p90); inside a reply's prefill "
+                      f"{ms(c['prefill_scored_ms']['p50'])} ms vs {ms(c['prefill_ms']['p50'])} ms without "
+                      f"(p50 prefill of the same prompts)"]
     g = r["goal"]
     lines += ["", f"Goal {'MET' if g['met'] else 'not met' if g['met'] is False else 'not measured'}: {g['why']}"]
     return "\n".join(lines)
