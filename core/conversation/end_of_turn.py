@@ -34,11 +34,11 @@ OPEN_ENDINGS = frozenset(
 )  # not "it", "you", "do", "like", "well": sentences end on them often ("What time is it?")
 FILLERS = frozenset("um uh uhm umm er erm ah hmm mm".split())
 
-# Weights fitted on a development set of 60 espeak-spoken phrases that are not in the benchmark's
-# set (30 complete, 30 cut off; transcribed by the cascade's Whisper as at a pause), for no
-# slower complete turns and the fewest open phrases answered within a 1 s pause. Whisper's
-# closing "?" carried nothing beyond the LM's reading of the words (it puts one on any
-# question-shaped fragment: "Why is the ocean?"), so it counts only when there is no LM.
+# Weights fitted (``python -m bench.turn_fit``) on a development set of 60 espeak-spoken phrases
+# not in the benchmark's set (30 complete, 30 cut off; transcribed by the cascade's Whisper as at
+# a pause), for no slower complete turns and the fewest open phrases answered within a 1 s
+# pause. Whisper's closing "?" carried nothing beyond the LM's reading of the words (it puts one
+# on any question-shaped fragment: "Why is the ocean?"), so it counts only when there is no LM.
 LM_CENTER = -2.7  # log10 of the LM probability that reads as a coin toss (complete vs open)
 LM_SLOPE = 2.5  # log-odds per decade of LM probability
 OPEN_WORD = -4.0
