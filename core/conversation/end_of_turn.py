@@ -6,7 +6,7 @@ The score joins three cues in log-odds:
   when the backend has one (``Backend.end_of_message_probability``);
 - the transcript's last word: a conjunction, preposition, article, auxiliary or filler ("the
   capital of", "and", "um") leaves the sentence open;
-- Whisper's punctuation: a trailing "..." or "," leans open (and, with no LM, a "?" closed).
+- Whisper's punctuation: a closing "?" leans complete, a trailing "..." or "," leans open.
 
 The wait after speech then runs from almost nothing (clearly complete) up to the eagerness's
 maximum (clearly open), so a finished question is answered at once and a mid-sentence pause
@@ -37,14 +37,14 @@ FILLERS = frozenset("um uh uhm umm er erm ah hmm mm".split())
 # Weights fitted (``python -m bench.turn_fit``) on a development set of 60 espeak-spoken phrases
 # not in the benchmark's set (30 complete, 30 cut off; transcribed by the cascade's Whisper as at
 # a pause), for no slower complete turns and the fewest open phrases answered within a 1 s
-# pause. Whisper's closing "?" carried nothing beyond the LM's reading of the words (it puts one
-# on any question-shaped fragment: "Why is the ocean?"), so it counts only when there is no LM.
+# pause; among the weights that tied there, the ones that keep question-shaped complete turns
+# whose words alone the LM finds unfinished ("Can you recommend a notebook?") from waiting long.
 LM_CENTER = -2.7  # log10 of the LM probability that reads as a coin toss (complete vs open)
-LM_SLOPE = 2.5  # log-odds per decade of LM probability
+LM_SLOPE = 2.0  # log-odds per decade of LM probability
 OPEN_WORD = -4.0
+QUESTION_MARK = 1.5
 TRAILING_OFF = -3.0  # "...", ",", "-" at the end
 NO_LM_PRIOR = 0.5  # without a language model: lean slightly towards complete
-QUESTION_MARK = 1.5  # without a language model: the words are question-shaped
 WAIT_EXPONENT = 1.5
 NO_WORDS_SHARE = 0.125  # nothing to judge (no words yet): an eighth of the maximum, auto = 500 ms
 
@@ -75,7 +75,7 @@ def end_of_turn_probability(text: str, lm_probability: float | None = None) -> f
         z += OPEN_WORD
     if text.endswith(("...", "…", ",", "-", "–", "—")):
         z += TRAILING_OFF
-    elif text.endswith("?") and lm_probability is None:
+    elif text.endswith("?"):
         z += QUESTION_MARK
     z = min(max(z, -30.0), 30.0)
     return 1.0 / (1.0 + math.exp(-z))
