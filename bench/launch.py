@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -9,7 +10,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +143,14 @@ class Launched:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def cascade_realtime_url() -> Iterator[str]:
+    """A fresh gateway + one cascade worker (no recording, no per-client limits) for the duration;
+    yields the realtime URL a bench session connects to."""
+    with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
+        with Launched(Path(tmp), workers=1, recording={"enabled": False},
+                      auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}) as launched:
+            launched.wait_ready()
+            yield launched.ws_url + "?model=omniduplex-cascade&record=false&app=bench"

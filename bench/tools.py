@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import websockets
 
-from bench.launch import Launched, raise_fd_limit
+from bench.launch import cascade_realtime_url, raise_fd_limit
 
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "name": "get_weather", "description": "Current weather for a city.",
@@ -189,14 +187,10 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_cli(args) -> dict[str, Any]:
     raise_fd_limit()
-    with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
-        with Launched(Path(tmp), workers=1, recording={"enabled": False},
-                      auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}) as launched:
-            launched.wait_ready()
-            url = launched.ws_url + "?model=omniduplex-cascade&record=false&app=bench"
-            t0 = time.monotonic()
-            rows = asyncio.run(run_all(url))
-            wall = time.monotonic() - t0
+    with cascade_realtime_url() as url:
+        t0 = time.monotonic()
+        rows = asyncio.run(run_all(url))
+        wall = time.monotonic() - t0
     return {"summary": {**summarise(rows), "wall_s": round(wall, 1)}, "rows": rows}
 
 

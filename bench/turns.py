@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from typing import Any
 import numpy as np
 import websockets
 
-from bench.launch import Launched, raise_fd_limit
+from bench.launch import cascade_realtime_url, raise_fd_limit
 from bench.stats import summary
 from bench.turn_set import RATE, Clip, items, synthesize
 
@@ -326,14 +325,10 @@ def run_cli(args) -> dict[str, Any]:
         print(line, file=sys.stderr, flush=True)
 
     cost = scorer_cost([clip.item.parts[0] for clip in clips])
-    with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
-        with Launched(Path(tmp), workers=1, recording={"enabled": False},
-                      auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}) as launched:
-            launched.wait_ready()
-            url = launched.ws_url + "?model=omniduplex-cascade&record=false&app=bench"
-            t0 = time.monotonic()
-            rows, refused = asyncio.run(run_all(url, modes, clips, log))
-            wall = time.monotonic() - t0
+    with cascade_realtime_url() as url:
+        t0 = time.monotonic()
+        rows, refused = asyncio.run(run_all(url, modes, clips, log))
+        wall = time.monotonic() - t0
     per_mode = summarise(rows, modes, refused)
     return {"modes": per_mode, "goal": goal(per_mode), "complete_items": len(complete), "paused_items": len(paused),
             "wall_s": round(wall, 1), "scorer": cost, "rows": rows}
