@@ -137,8 +137,8 @@ class TurnTaking:
     # ------------------------------------------------------------------ semantic_vad
 
     def _score_turn(self, generation: int, text: str) -> None:
-        """Ask the backend's language model how complete ``text`` is (queued on its thread ahead
-        of the speculative reply); the pause's wait follows when it answers."""
+        """Ask the backend's language model how complete ``text`` is, in a pass of its own (when
+        no held reply scores the words in its prefill); the pause's wait follows the answer."""
         if not text.strip():
             self._on_turn_score(generation, text, None)
             return
