@@ -104,7 +104,6 @@ class Conversation(TurnTaking):
         self._closed = False
         self._speech_item: str | None = None
         self._speculation: tuple[int, concurrent.futures.Future] | None = None
-        self._spec_text = ""  # the words the latest speculation heard (semantic_vad scores them)
         self._spec_generation = 0
         self._idle = asyncio.Event()  # no reply running: display transcripts wait for this
         self._idle.set()

@@ -63,6 +63,7 @@ class Response:
     # nothing sent) until the turn really ends; ``spec`` names the speculation it belongs to.
     held: bool = False
     spec: int | None = None
+    spec_text: str = ""  # the words the speculation heard (what the reply answers)
     # semantic_vad: the backend scores the user's words while it prefills this held reply
     # (``ReplyJob.end_of_message``) instead of a separate scoring pass.
     scores_turn: bool = False

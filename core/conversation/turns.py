@@ -129,10 +129,8 @@ class TurnTaking:
     def _on_partial_transcript(self, generation: int, fut: concurrent.futures.Future) -> None:
         resp = self._speculate_reply(generation, fut)
         if self._semantic() and generation == self._spec_generation and not self._closed:
-            text = "" if fut.exception() is not None else (fut.result() or "")
-            self._spec_text = text
             if resp is None or not resp.scores_turn:
-                self._score_turn(generation, text)
+                self._score_turn(generation, "" if fut.exception() is not None else (fut.result() or ""))
 
     # ------------------------------------------------------------------ semantic_vad
 
@@ -159,7 +157,7 @@ class TurnTaking:
     def turn_scored(self, resp: Response, probability: float | None) -> None:
         """The held reply's prefill scored the words it answers (``ReplyJob.end_of_message``)."""
         if resp.spec is not None:
-            self._on_turn_score(resp.spec, self._spec_text, probability)
+            self._on_turn_score(resp.spec, resp.spec_text, probability)
 
     def _on_turn_score(self, generation: int, text: str, lm: float | None) -> None:
         td = self.config.turn_detection
@@ -203,7 +201,7 @@ class TurnTaking:
         if not text:
             return None
         resp = Response(new_id("resp"), new_id("item"), self.config.output_audio, held=True, spec=generation,
-                        scores_turn=td.type == "semantic_vad" and self.backend.scores_turn_in_reply)
+                        spec_text=text, scores_turn=td.type == "semantic_vad" and self.backend.scores_turn_in_reply)
         self._run(resp, self.config, None, pending=Item("user", text))
         return resp
 
