@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime
 
 RATE = 16000
+PAUSE_MS = 96  # silence that marks a speculation point (shorter gaps between words would churn the CPU)
 WINDOW = 512  # samples per model step at 16 kHz (32 ms)
 CONTEXT = 64
 
@@ -62,7 +63,7 @@ class StreamingVad:
         threshold: float = 0.5,
         silence_ms: int = 500,
         min_speech_ms: int = 96,
-        pause_ms: int = 96,
+        pause_ms: int = PAUSE_MS,
     ) -> None:
         self.model = model
         self.threshold = threshold

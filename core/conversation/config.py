@@ -6,9 +6,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.cascade.vad import PAUSE_MS
+
 
 # semantic_vad: the longest wait after speech per eagerness (OpenAI's documented 8/4/2 s).
 EAGERNESS_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "high": 2000, "auto": 4000}
+# Under semantic_vad the words are transcribed after a shorter silence than the VAD's usual
+# speculation point: the score, not a fixed hangover, ends the turn.
 SEMANTIC_PAUSE_MS = 32
 
 
@@ -42,9 +46,8 @@ class TurnDetection(BaseModel):
 
     @property
     def pause_ms(self) -> int:
-        """Silence after which the words so far are transcribed (and, semantic, scored): early
-        under semantic_vad, where the score, not a fixed hangover, decides when the turn ends."""
-        return SEMANTIC_PAUSE_MS if self.type == "semantic_vad" else 96
+        """Silence after which the words so far are transcribed (and, semantic, scored)."""
+        return SEMANTIC_PAUSE_MS if self.type == "semantic_vad" else PAUSE_MS
 
     def wire(self) -> dict:
         """The protocol's object: OpenAI's semantic_vad carries no VAD tuning fields."""
