@@ -8,6 +8,7 @@ page's transcripts and the session.metrics latencies visible through ``window.om
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -57,6 +58,20 @@ def barge_in_wav(tmp_path, tts) -> Path:
     return write_wav(tmp_path / "barge_in.wav", audio)
 
 
+@contextlib.contextmanager
+def duplex_page(browser, stack=None):
+    """Around a duplex page's session: the browser console on failure, and the session stopped
+    after (with ``stack``, until its slot is free again, so the next test is not queued)."""
+    try:
+        yield
+    except BaseException:
+        dump_console(browser)
+        raise
+    finally:
+        browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
+        if stack is not None:
+            wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=10)
+
 def snapshot(driver) -> dict:
     return driver.execute_script(
         "const o = window.omni; return o ? {state: o.state, playedMs: o.playedMs, bufferedMs: o.bufferedMs,"
@@ -101,7 +116,7 @@ def wait_for_snapshot(browser, predicate, timeout: float = 90.0) -> dict | None:
 def test_duplex_page_voice_exchange(stack, launch, question_wav, screenshot_dir):
     browser = start_duplex(launch, stack, question_wav)
     snap = None
-    try:
+    with duplex_page(browser):
         heard = wait_until(lambda: ((snapshot(browser) or {}).get("levels", {}).get("mic") or -999) > -50, timeout=30)
         snap = wait_for_snapshot(browser, done)
         assert done(snap), f"page never completed a voice exchange: {json.dumps(snap, indent=1)}"
@@ -111,11 +126,6 @@ def test_duplex_page_voice_exchange(stack, launch, question_wav, screenshot_dir)
         problems = screenshot_both(browser, screenshot_dir, "audio_duplex_in_call")
         assert not problems, problems
         print(f"screenshots in {screenshot_dir}; final state {json.dumps(snap)}")
-    except BaseException:
-        dump_console(browser)
-        raise
-    finally:
-        browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
 
 
 def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
@@ -129,7 +139,7 @@ def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
     measured = None
     for attempt in range(3):
         browser = start_duplex(launch, stack, barge_in_wav)
-        try:
+        with duplex_page(browser, stack):
             snap = wait_for_snapshot(browser, lambda s: bool(s and s["truncates"] and any(
                 "germany" in t["text"].lower() for t in s["transcripts"] if t["role"] == "user")))
             assert snap and snap["truncates"], f"no barge-in happened: {json.dumps(snap, indent=1)}"
@@ -143,12 +153,6 @@ def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
             if snap["bargeIns"]:
                 measured = snap["bargeIns"][0]
                 break
-        except BaseException:
-            dump_console(browser)
-            raise
-        finally:
-            browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
-            wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=10)
     assert measured, "the user's speech never overlapped audible reply audio in three attempts"
     print(f"barge-in stop: {measured['stopMs']} ms via {measured['via']}")
     assert 0 < measured["stopMs"] <= 300, measured
@@ -166,7 +170,7 @@ def test_duplex_turn_detection_is_semantic_by_default_and_silence_is_selectable(
     quiet = silence_wav(tmp_path / "quiet.wav")
     browser = launch(quiet)
     browser.get(f"{stack.url}/audio_duplex.html")
-    try:
+    with duplex_page(browser, stack):
         select = Select(browser.find_element(By.ID, "turn-detection"))
         assert select.first_selected_option.text == "Semantic — auto"
         assert [o.text for o in select.options] == [
@@ -194,12 +198,6 @@ def test_duplex_turn_detection_is_semantic_by_default_and_silence_is_selectable(
         assert td and td["type"] == "server_vad" and td["silence_duration_ms"] == 500, td
         assert browser.execute_script("return window.omni.turnDetectionSent") == {
             "type": "server_vad", "silence_duration_ms": 500}
-    except BaseException:
-        dump_console(browser)
-        raise
-    finally:
-        browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
-        wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=10)
 
 
 def test_mic_denied_explains_what_to_do(stack, launch, question_wav):
