@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import difflib
 import io
 import json
 import socket
@@ -64,6 +65,14 @@ def words(text: str) -> list[str]:
 def overlap(expected: str, heard: str) -> float:
     want, got = words(expected), set(words(heard))
     return sum(w in got for w in want) / len(want)
+
+
+def sounds_like(expected: str, heard: str) -> float:
+    """How alike two texts' letters are (0..1). Speech with Piper's natural noise is sometimes
+    heard with word boundaries moved ("France is Paris" -> "Francis, Arris"); the letters still agree."""
+    def letters(text: str) -> str:
+        return "".join(ch.lower() for ch in text if ch.isalnum())
+    return difflib.SequenceMatcher(None, letters(expected), letters(heard)).ratio()
 
 
 def decoded_seconds(data: bytes) -> float:
@@ -162,7 +171,7 @@ def test_chat_text_and_audio(client, stack):
     assert 0.15 * n < seconds < 1.0 * n + 1, (seconds, message.audio.transcript)
     assert reply.usage.output_audio_seconds == pytest.approx(seconds, abs=0.05)
     heard = client.audio.transcriptions.create(model=MODEL, file=("reply.wav", base64.b64decode(message.audio.data)))
-    assert overlap(message.audio.transcript, heard.text) >= 0.6, (message.audio.transcript, heard.text)
+    assert sounds_like(message.audio.transcript, heard.text) >= 0.8, (message.audio.transcript, heard.text)
     wait_idle(stack)
 
 
@@ -344,7 +353,7 @@ def test_speech_streaming_response(client, stack):
     assert arrivals[0] < arrivals[-1] - 0.05, "the first bytes came before the synthesis ended"
     assert 3.0 < decoded_seconds(data) < 12.0
     heard = client.audio.transcriptions.create(model=MODEL, file=("speech.ogg", data))
-    assert overlap(text, heard.text) >= 0.7, heard.text
+    assert sounds_like(text, heard.text) >= 0.8, heard.text
     wait_idle(stack)
 
 

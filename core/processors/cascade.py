@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.audio import OUTPUT_RATE
 from core.cascade.chunker import SpeechChunker
 from core.cascade.llm import GenerationStats, KvState
+from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
 from core.cascade.tool_calls import ToolGrammar, grammar_error, parse_choice, tool_instructions
 from core.conversation import ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
@@ -41,7 +42,6 @@ from core.processors.base import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INSTRUCTIONS = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 HURRY_AHEAD_S = 1.2  # less audio than this ahead of the listener: cut the next piece early
 
 
@@ -273,7 +273,8 @@ class CascadeBackend(Backend):
         if not job.tools or (job.items and job.items[-1].type == "function_call_output"
                              and job.tool_choice == "auto"):
             return False
-        from core.cascade.tool_calls import choose_tool, tool_examples
+        from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
+from core.cascade.tool_calls import choose_tool, tool_examples
 
         required = job.tool_choice != "auto"
         prompt = self._prompt(job, tool_instructions(job.system, job.tools, required))
@@ -338,7 +339,7 @@ class CascadeBackend(Backend):
                     return GenerationStats(stop_reason="stop")
                 return self.llm.generate(
                     self._prompt(job), job.state, on_text, job.cancel,
-                    max_tokens=cfg.max_output_tokens, temperature=cfg.temperature,
+                    **generation_settings(cfg.temperature, cfg.max_output_tokens),
                     before_step=lambda: llm_may_run.wait(timeout=2.0),
                     end_of_message=job.end_of_message if job.wants_end_of_message else None,
                 )
