@@ -273,8 +273,7 @@ class CascadeBackend(Backend):
         if not job.tools or (job.items and job.items[-1].type == "function_call_output"
                              and job.tool_choice == "auto"):
             return False
-        from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
-from core.cascade.tool_calls import choose_tool, tool_examples
+        from core.cascade.tool_calls import choose_tool, tool_examples
 
         required = job.tool_choice != "auto"
         prompt = self._prompt(job, tool_instructions(job.system, job.tools, required))
