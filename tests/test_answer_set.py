@@ -1,0 +1,67 @@
+"""The answer quality set (bench/answer_set.py): sizes, disjointness, and how answers are scored."""
+
+from __future__ import annotations
+
+from bench.answer_set import DEV, EVAL, SHORT_WORDS, Question, num, number_words, score, words
+
+
+def test_sets_are_big_enough_and_disjoint():
+    assert len(EVAL) >= 50 and len(DEV) >= 25
+    eval_texts, dev_texts = {x.text.lower() for x in EVAL}, {x.text.lower() for x in DEV}
+    assert len(eval_texts) == len(EVAL) and len(dev_texts) == len(DEV)
+    assert not eval_texts & dev_texts
+    assert all(isinstance(x, Question) and x.keys and all(x.keys) for x in EVAL + DEV)
+    assert SHORT_WORDS == 40
+
+
+def test_number_words():
+    assert number_words(8) == ["eight"]
+    assert {"twenty-one", "twenty one"} <= set(number_words(21))
+    assert {"one hundred", "a hundred"} <= set(number_words(100))
+    assert {"one thousand", "a thousand"} <= set(number_words(1000))
+    assert "three hundred and sixty-six" in number_words(366)
+    assert {"1000", "1,000", "one thousand"} <= set(num(1000))
+
+
+def test_digits_and_number_words_both_score():
+    item = Question("How many legs does a spider have?", (num(8),))
+    assert score("A spider has 8 legs.", item)
+    assert score("Spiders have EIGHT legs.", item)
+    assert score("Eight-legged, of course.", item)
+    assert score("**8**", item)
+    sum_ = Question("What is 12 plus 7?", (num(19),))
+    assert score("12 plus 7 is 19.", sum_) and score("It is nineteen.", sum_)
+
+
+def test_wrong_numbers_and_parts_of_words_fail():
+    item = Question("How many legs does a spider have?", (num(8),))
+    for wrong in ("A spider has six legs.", "eighteen", "twenty-eight", "eighty", "88",
+                  "1.8 legs", "180", "weight"):
+        assert not score(wrong, item), wrong
+    sum_ = Question("What is 12 plus 7?", (num(19),))
+    assert not score("12 plus 7 is 18.", sum_)
+    assert not score("It is 190.", sum_)
+    assert score("The answer is 19. Nice!", sum_)
+
+
+def test_phrases_and_groups():
+    item = Question("x", (("carbon dioxide", "CO2"), ("leaves",)))
+    assert score("Plants take in Carbon\n dioxide through their leaves.", item)
+    assert not score("Plants take in carbon dioxide.", item)  # the second group is missing
+    assert not score("carbonated dioxides in the leaves", item)
+
+
+def test_an_echo_of_the_question_does_not_score():
+    for item in EVAL + DEV:
+        assert not score(item.text, item), item.text
+        assert not score(f"You asked: {item.text} Let me think about that.", item), item.text
+
+
+def test_every_item_can_score():
+    for item in EVAL + DEV:
+        assert score(" and ".join(group[0] for group in item.keys), item), item.text
+
+
+def test_words():
+    assert words("A spider has eight legs.") == 5
+    assert words("  ") == 0
