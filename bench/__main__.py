@@ -9,6 +9,7 @@
     python -m bench rest        # OpenAI REST chat completions with audio at concurrency 1, 2, 4
     python -m bench tools       # function calling via the realtime API: right decisions, valid arguments, latency
     python -m bench turns       # turn-taking: spoken V2V and mid-sentence cut-ins per turn-detection mode
+    python -m bench answers     # answer quality via REST: simple questions answered right and short
 
 Each prints a markdown table; ``--json`` prints one JSON object instead; ``--out DIR`` also
 writes JSON (and PNG plots where there are any) into DIR.
@@ -29,6 +30,7 @@ COMMANDS = {
     "capacity": "bench.capacity",
     "tools": "bench.tools",
     "turns": "bench.turns",
+    "answers": "bench.answers",
 }
 DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording", "rest": "bench.rest"}
 
@@ -52,7 +54,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=400, help="relay: probes per direction")
     parser.add_argument("--seconds", type=float, default=5.0, help="throughput: seconds of streaming")
     parser.add_argument("--modes", nargs="+", help="turns: turn-detection modes (default: all)")
-    parser.add_argument("--limit", type=int, help="turns: the first N items of each kind")
+    parser.add_argument("--limit", type=int, help="turns: the first N items of each kind; answers: the first N questions")
+    parser.add_argument("--set", choices=["eval", "dev"], default="eval", help="answers: which question set")
+    parser.add_argument("--llm-url", help="answers: also run the cascade with this OpenAI-compatible LLM")
+    parser.add_argument("--llm-model", help="answers: the model name at --llm-url")
+    parser.add_argument("--llm-api-key", help="answers: the API key for --llm-url")
+    parser.add_argument("--temperature", type=float, help="answers: sampling temperature (default: the server's)")
+    parser.add_argument("--max-tokens", type=int, help="answers: reply token budget (default: the server's)")
+    parser.add_argument("--verbose", action="store_true", help="answers: list every answer, not only wrong/long")
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.what])
     result = module.run_cli(args) if hasattr(module, "run_cli") else module.run(args.clients, args.hold)

@@ -65,3 +65,22 @@ def test_every_item_can_score():
 def test_words():
     assert words("A spider has eight legs.") == 5
     assert words("  ") == 0
+
+
+def test_answers_report_lists_wrong_and_long_answers():
+    from bench.answers import questions, report, summarise
+
+    assert len(questions("eval")) == len(EVAL) and len(questions("dev", limit=5)) == 5
+    rows = [{"question": "What do bees make?", "answer": "Bees make honey.", "right": True, "words": 3,
+             "short": True, "latency_ms": 100.0},
+            {"question": "What is 12 plus 7?", "answer": "It is 18.", "right": False, "words": 3, "short": True,
+             "latency_ms": 300.0},
+            {"question": "What colour is snow?", "answer": "", "right": False, "words": 0, "short": False,
+             "error": "APITimeoutError: timed out"}]
+    s = summarise(rows)
+    assert (s["questions"], s["right"], s["errors"], s["latency_ms_p50"]) == (3, 0.333, 1, 200.0)
+    text = report({"set": "eval", "commit": "abc", "temperature": None, "max_tokens": None, "verbose": False,
+                   "targets": [{"target": "embedded", "summary": s, "rows": rows}]})
+    assert "| embedded | 3 | 0.333 |" in text
+    assert "What is 12 plus 7? -> It is 18. [WRONG]" in text and "bees" not in text
+    assert "error: APITimeoutError" in text
