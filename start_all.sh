@@ -5,7 +5,7 @@
 # (https:// when the gateway serves TLS: see "HTTPS" in docs/operations.md).
 # With a GPU backend (qwen_omni, minicpm_o; docs/backends.md) it runs one worker per visible GPU
 # (CUDA_VISIBLE_DEVICES, else nvidia-smi), each pinned to its GPU; on a CPU machine nothing changes.
-#   ./start_all.sh [--config F] [--workers N] [--port P] [--tls auto|on|off]
+#   ./start_all.sh [--config F] [--workers N] [--port P] [--tls auto|on|off] [--llm-url URL [--llm-model M]]
 # --config defaults to config.json; paths are relative to this directory.
 set -euo pipefail
 cd "$(dirname "$0")"

@@ -216,6 +216,9 @@ def add_cli_arguments(parser) -> None:
     parser.add_argument(
         "--tls", choices=("auto", "on", "off"), help="gateway HTTPS (overrides gateway.tls.mode)"
     )
+    parser.add_argument("--llm-url", help="cascade: OpenAI-compatible LLM server base URL "
+                        "(overrides backend.options.llm_url)")
+    parser.add_argument("--llm-model", help="cascade: model name on that server (overrides backend.options.llm_model)")
 
 
 def config_from_cli(args) -> AppConfig:
@@ -225,6 +228,8 @@ def config_from_cli(args) -> AppConfig:
     try:
         return load_config(args.config, {
             "workers.count": args.workers, "gateway.port": args.port, "gateway.tls.mode": args.tls,
+            "backend.options.llm_url": getattr(args, "llm_url", None),
+            "backend.options.llm_model": getattr(args, "llm_model", None),
         })
     except ConfigError as exc:
         print(f"omniduplex: {exc}", file=sys.stderr)

@@ -116,7 +116,9 @@ def create_app(config: AppConfig) -> FastAPI:
             "slots_busy": snap["busy"],
             "queue_length": snap["queue_length"],
             "workers": [
-                {k: w[k] for k in ("id", "url", "health", "slots", "busy", "capabilities")} for w in snap["workers"]
+                {**{k: w[k] for k in ("id", "url", "health", "slots", "busy", "capabilities")},
+                 **({"upstream": w["last_probe"]["upstream"]} if (w["last_probe"] or {}).get("upstream") else {})}
+                for w in snap["workers"]
             ],
         }
 

@@ -353,9 +353,18 @@ async def _events(call: WorkerCall, upstream: httpx.Response) -> AsyncIterator[d
     yield {"type": "done", "status": "failed", "reason": "worker_failed", "text": ""}
 
 
+def _reply_failed(reported: dict[str, Any] | None) -> ApiError:
+    """A failed reply; the worker's own reason when it gave one (an LLM server that is down,
+    say), since "please retry" alone tells the user nothing they can act on."""
+    if reported and reported.get("message"):
+        return ApiError(502, f"the model failed while answering: {reported['message']}", "response_failed")
+    return ApiError(502, "the model failed while answering; please retry", "worker_failed")
+
+
 async def _collect_chat(call: WorkerCall, upstream: httpx.Response) -> tuple[str, str | None, dict[str, Any]]:
     text: list[str] = []
     audio: str | None = None
+    reported: dict[str, Any] | None = None
     async for event in _events(call, upstream):
         kind = event.get("type")
         if kind == "text":
@@ -363,10 +372,11 @@ async def _collect_chat(call: WorkerCall, upstream: httpx.Response) -> tuple[str
         elif kind == "audio_file":
             audio = event["data"]
         elif kind == "error":
+            reported = event
             log.warning("chat %s: worker reported %s: %s", call.ticket, event.get("code"), event.get("message"))
         elif kind == "done":
             if event.get("status") == "failed":
-                raise ApiError(502, "the model failed while answering; please retry", "worker_failed")
+                raise _reply_failed(reported)
             return "".join(text), audio, event
     raise ApiError(502, "the model failed while answering; please retry", "worker_failed")
 
@@ -374,6 +384,7 @@ async def _collect_chat(call: WorkerCall, upstream: httpx.Response) -> tuple[str
 async def _chat_sse(call: WorkerCall, upstream: httpx.Response, ctx: ChatContext, include_usage: bool
                     ) -> AsyncIterator[bytes]:
     yield sse(ctx.role_chunk())
+    reported: dict[str, Any] | None = None
     async for event in _events(call, upstream):
         kind = event.get("type")
         if kind == "text":
@@ -385,11 +396,11 @@ async def _chat_sse(call: WorkerCall, upstream: httpx.Response, ctx: ChatContext
         elif kind == "audio":
             yield sse(ctx.audio_chunk(event["data"]))
         elif kind == "error":
+            reported = event
             log.warning("chat %s: worker reported %s: %s", call.ticket, event.get("code"), event.get("message"))
         elif kind == "done":
             if event.get("status") == "failed":
-                error = ApiError(502, "the model failed while answering; please retry", "worker_failed")
-                yield sse(error.body())
+                yield sse(_reply_failed(reported).body())
                 return
             yield sse(ctx.final_chunk(event))
             if include_usage:

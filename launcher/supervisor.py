@@ -401,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         passthrough += ["--port", str(args.port)]
     if args.tls is not None:
         passthrough += ["--tls", args.tls]
+    for flag, value in (("--llm-url", args.llm_url), ("--llm-model", args.llm_model)):
+        if value is not None:
+            passthrough += [flag, value]
     return serve(Supervisor(config, child_commands(config, args.config, passthrough), child_env=child_env))
 
 

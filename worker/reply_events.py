@@ -187,7 +187,9 @@ class ReplyEvents:
                 self.send(server_event("conversation.item.done", item=item))
             output.insert(r.message_index, item)
         details = None
-        if e.status != "completed":
+        if e.status == "failed":  # OpenAI's shape: the why is an error object, not a reason
+            details = {"type": "failed", "error": {"type": "server_error", "code": e.reason or "server_error"}}
+        elif e.status != "completed":
             details = {"type": e.status, "reason": e.reason}
         usage = {"total_tokens": e.prompt_tokens + e.output_tokens, "input_tokens": e.prompt_tokens,
                  "output_tokens": e.output_tokens}

@@ -26,6 +26,7 @@ class WorkerState:
     def health(self) -> dict[str, Any]:
         backend = self.backend
         return {
+            **(backend.health_detail() if backend is not None else {}),
             "worker_id": self.worker_id,
             "state": self.state,
             "model_loaded": bool(backend is not None and backend.loaded and self.state != "ERROR"),

@@ -106,6 +106,10 @@ class Backend(abc.ABC):
     def close(self) -> None:  # pragma: no cover - default no-op
         """Release threads and memory."""
 
+    def health_detail(self) -> dict[str, Any]:
+        """Extra fields for the worker's ``/health`` (a remote server's state, say). Cheap: no I/O."""
+        return {}
+
     # What the conversation core asks of a backend.
 
     options: Any  # the backend's own validated ``backend.options``

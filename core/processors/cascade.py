@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.audio import OUTPUT_RATE
+from core.chat_completions import check_base_url, until_cancelled
 from core.cascade.chunker import SpeechChunker
 from core.cascade.llm import GenerationStats, KvState
 from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
@@ -65,6 +66,27 @@ class CascadeOptions(BaseModel):
     max_prompt_tokens: int = Field(1536, ge=128, le=8192)
     speculative_reply: bool = True
     warm_up: bool = True
+    # The LLM stage on an OpenAI-compatible server instead of the embedded SmolLM2
+    # (VAD, Whisper and Piper stay local; SmolLM2 still scores turns for semantic_vad).
+    llm_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://localhost:11434/v1")
+    llm_model: str | None = Field(None, min_length=1, description="model name; default: the first the server lists")
+    llm_api_key: str | None = Field(None, description="sent as 'Authorization: Bearer ...'")
+    llm_headers: dict[str, str] = Field(default_factory=dict, description="extra HTTP headers on every request")
+    llm_extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every request body")
+    llm_connect_timeout_s: float = Field(5.0, gt=0, le=600)
+    llm_read_timeout_s: float = Field(20.0, gt=0, le=3600, description="longest wait for the next streamed piece")
+    llm_wait_for_server_s: float = Field(300.0, ge=0, description="start-up waits this long for GET /models")
+
+    @field_validator("llm_url")
+    @classmethod
+    def _llm_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_base_url(value, "http://localhost:11434/v1")
+
+    @model_validator(mode="after")
+    def _llm_pairs(self) -> CascadeOptions:
+        if self.llm_url is None and (self.llm_model or self.llm_api_key or self.llm_headers or self.llm_extra_body):
+            raise ValueError("llm_model, llm_api_key, llm_headers and llm_extra_body need llm_url")
+        return self
 
 
 class CascadeBackend(Backend):
@@ -72,10 +94,20 @@ class CascadeBackend(Backend):
     capabilities = frozenset(Capability)
     transcript_first = True  # SmolLM2 reads text: every turn is transcribed before the reply
     supports_tools = True  # the model picks call or answer under a grammar (core/cascade/tool_calls.py)
-    scores_turn_in_reply = True  # semantic_vad: the reply's prefill yields SmolLM2's end-of-message probability
 
     def __init__(self, options: CascadeOptions | None = None) -> None:
         self.options = options or CascadeOptions()
+        self.remote_llm = None
+        if self.options.llm_url:
+            from core.cascade.remote_llm import RemoteLlm
+
+            o = self.options
+            self.remote_llm = RemoteLlm(o.llm_url, o.llm_model, api_key=o.llm_api_key, headers=o.llm_headers,
+                                        extra_body=o.llm_extra_body, connect_timeout_s=o.llm_connect_timeout_s,
+                                        read_timeout_s=o.llm_read_timeout_s)
+        # semantic_vad: the embedded reply's prefill yields SmolLM2's end-of-message probability;
+        # a remote LLM's does not, so SmolLM2 scores turns on its own pass then.
+        self.scores_turn_in_reply = self.remote_llm is None
         self.vad_model = None
         self.asr = None
         self.llm = None
@@ -134,6 +166,9 @@ class CascadeBackend(Backend):
         from core.cascade.turn_scorer import EndOfMessageScorer
 
         self.turn_scorer = EndOfMessageScorer(self.llm)
+        if self.remote_llm is not None:
+            timed("llm_server", 0.85, lambda: self.remote_llm.wait_until_up(
+                opts.llm_wait_for_server_s, lambda d: report("llm_server", 0.85, d)))
         if opts.warm_up:
             timed("warm_up", 0.9, self._warm_up)
         self._loaded = True
@@ -163,6 +198,9 @@ class CascadeBackend(Backend):
 
     def resolve_voice(self, voice: str | None) -> str | None:
         return None  # one fixed Piper voice (``voice_path``); the session reports its name
+
+    def health_detail(self) -> dict[str, Any]:
+        return {"upstream": self.remote_llm.server.health()} if self.remote_llm is not None else {}
 
     def close(self) -> None:
         for pool in (self.io_pool, self.asr_pool, self.llm_pool, self.tts_pool):
@@ -237,6 +275,10 @@ class CascadeBackend(Backend):
     def image_text(self, prepared: Any) -> str:
         return f"[The user shared an image. Simple image analysis, not real vision, says: {prepared}]"
 
+    @staticmethod
+    def frame_note(description: str) -> str:
+        return f"[Camera frame, described by simple image analysis, not real vision: {description}]"
+
     def new_model_state(self) -> KvState:
         return KvState()
 
@@ -255,10 +297,7 @@ class CascadeBackend(Backend):
         calls and their results are written out as text (a small model has no tool role)."""
         messages = [m for m in (_as_message(i, job.items) for i in job.items) if m["content"]]
         if job.frames and messages and messages[-1]["role"] == "user":
-            messages[-1]["content"] = (
-                f"[Camera frame, described by simple image analysis, not real vision: {job.frames[-1]}]\n"
-                + messages[-1]["content"]
-            )
+            messages[-1]["content"] = self.frame_note(job.frames[-1]) + "\n" + messages[-1]["content"]
         budget = self.options.max_prompt_tokens - job.config.max_output_tokens
         while len(messages) > 1 and sum(self.llm.count_tokens(m["content"]) + 4 for m in messages) > budget:
             messages.pop(0)
@@ -296,8 +335,9 @@ class CascadeBackend(Backend):
         return True
 
     def check_tools(self, tools: list) -> None:
-        """Refuse at ``session.update`` a schema the grammar cannot enforce (not mid-reply)."""
-        error = grammar_error(tools) if tools else None
+        """Refuse at ``session.update`` a schema the grammar cannot enforce (not mid-reply).
+        A remote LLM server takes any schema: it is passed through."""
+        error = grammar_error(tools) if tools and self.remote_llm is None else None
         if error:
             raise InvalidInputError(f"tools: a parameters schema cannot be enforced: {error}", param="tools")
 
@@ -330,6 +370,12 @@ class CascadeBackend(Backend):
                         llm_may_run.clear()
                     segments.put(piece)
 
+        def end_text() -> None:
+            if job.output_audio:
+                for piece in chunker.flush():
+                    segments.put(piece)
+                segments.put(None)
+
         def run_llm():
             try:
                 if job.wants_end_of_message and job.tools and job.items:
@@ -343,10 +389,7 @@ class CascadeBackend(Backend):
                     end_of_message=job.end_of_message if job.wants_end_of_message else None,
                 )
             finally:
-                if job.output_audio:
-                    for piece in chunker.flush():
-                        segments.put(piece)
-                    segments.put(None)
+                end_text()
 
         def run_tts() -> None:
             while True:
@@ -374,6 +417,8 @@ class CascadeBackend(Backend):
                 finally:
                     llm_may_run.set()
 
+        if self.remote_llm is not None:
+            return await self._remote_reply(job, on_text, end_text, run_tts)
         llm_future = loop.run_in_executor(self.llm_pool, run_llm)
         tts_future = loop.run_in_executor(self.tts_pool, run_tts) if job.output_audio else None
         stats = await llm_future
@@ -382,6 +427,19 @@ class CascadeBackend(Backend):
         return ReplyStats(stats.output_tokens, stats.prompt_tokens,
                           "length" if stats.stop_reason == "length" else "stop",
                           stats.prefill_ms, stats.reused_tokens)
+
+    async def _remote_reply(self, job: ReplyJob, on_text, end_text, run_tts) -> ReplyStats:
+        """The reply's text streams from the LLM server (in the event loop: no model thread to
+        wait on); a cancel drops the HTTP stream at once, and Piper speaks what has come."""
+        loop = asyncio.get_running_loop()
+        tts_future = loop.run_in_executor(self.tts_pool, run_tts) if job.output_audio else None
+        try:
+            stats = await until_cancelled(job, self.remote_llm.reply(job, on_text, self.frame_note))
+        finally:
+            end_text()
+        if tts_future is not None:
+            await tts_future
+        return stats
 
 
 def _as_message(item, items) -> dict[str, str]:

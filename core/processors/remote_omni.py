@@ -17,10 +17,8 @@ asked for. A cancel closes the HTTP stream, which both engines take as an abort.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
-import json
 import logging
 import time
 import wave
@@ -30,6 +28,18 @@ import httpx
 import numpy as np
 from pydantic import Field, field_validator
 
+from core.chat_completions import (
+    ChatServer,
+    ChatServerError,
+    ToolCallStream,
+    append_message,
+    call_message,
+    check_base_url,
+    error_text,
+    tool_fields,
+    until_cancelled,
+    usage_into,
+)
 from core.conversation import Item, ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
 from core.media import wav_bytes
@@ -66,14 +76,10 @@ class RemoteOmniOptions(OmniOptions):
     @field_validator("base_url")
     @classmethod
     def _url(cls, value: str) -> str:
-        url = httpx.URL(value)
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError("base_url must be an http(s) URL such as http://gpu-host:8091/v1")
-        return value.rstrip("/")
+        return check_base_url(value, "http://gpu-host:8091/v1")
 
 
-class RemoteEngineError(RuntimeError):
-    """The engine answered with an error (HTTP status or an error chunk)."""
+RemoteEngineError = ChatServerError  # the engine answered with an error, or did not answer
 
 
 class RemoteOmniBackend(OmniBackendBase):
@@ -89,42 +95,23 @@ class RemoteOmniBackend(OmniBackendBase):
         self.options: RemoteOmniOptions = options
         self.voices = tuple(options.voices)
         self.default_voice = options.default_voice or (self.voices[0] if self.voices else None)
+        self.server = ChatServer(options.base_url, options.model, api_key=options.api_key, headers=options.headers,
+                                 connect_timeout_s=options.connect_timeout_s, read_timeout_s=options.read_timeout_s,
+                                 label="engine")
 
-    def _headers(self) -> dict[str, str]:
-        headers = dict(self.options.headers)
-        if self.options.api_key:
-            headers["Authorization"] = f"Bearer {self.options.api_key}"
-        return headers
-
-    def _timeout(self) -> httpx.Timeout:
-        o = self.options
-        return httpx.Timeout(o.read_timeout_s, connect=o.connect_timeout_s)
+    def health_detail(self) -> dict[str, Any]:
+        return {"upstream": self.server.health()}
 
     def load_model(self, progress: ProgressCallback | None) -> None:
         """Wait for the engine to answer ``GET /models`` (it may still be loading its weights)."""
         opts = self.options
-        url = f"{opts.base_url}/models"
-        deadline = time.monotonic() + opts.wait_for_server_s
-        last = ""
-        with httpx.Client(timeout=self._timeout(), headers=self._headers(), trust_env=False) as client:
-            while True:
-                try:
-                    r = client.get(url)
-                    if r.status_code == 200:
-                        ids = [m.get("id") for m in (r.json().get("data") or []) if isinstance(m, dict)]
-                        if ids and opts.model not in ids:
-                            log.warning("engine at %s lists %s, not %r; requests name %r anyway",
-                                        opts.base_url, ids, opts.model, opts.model)
-                        self.load_seconds["engine"] = opts.wait_for_server_s - (deadline - time.monotonic())
-                        return
-                    last = f"HTTP {r.status_code}"
-                except (httpx.HTTPError, ValueError) as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                if time.monotonic() >= deadline:
-                    raise RemoteEngineError(f"the engine at {url} did not answer in "
-                                            f"{opts.wait_for_server_s:g} s (last: {last})")
-                self.report(progress, "engine", 0.5, f"waiting for {url} ({last})")
-                time.sleep(1.0)
+        t0 = time.monotonic()
+        ids = self.server.wait_until_up(opts.wait_for_server_s,
+                                        lambda detail: self.report(progress, "engine", 0.5, detail))
+        if ids and opts.model not in ids:
+            log.warning("engine at %s lists %s, not %r; requests name %r anyway",
+                        opts.base_url, ids, opts.model, opts.model)
+        self.load_seconds["engine"] = time.monotonic() - t0
 
     # ------------------------------------------------------------------ requests
 
@@ -137,12 +124,7 @@ class RemoteOmniBackend(OmniBackendBase):
             message = self._message(item)
             if message is None:
                 continue
-            if message.get("tool_calls") and messages and messages[-1].get("tool_calls"):
-                messages[-1]["tool_calls"].extend(message["tool_calls"])  # parallel calls: one turn
-            elif message["role"] == "user" and messages and messages[-1]["role"] == "user":
-                messages[-1]["content"].extend(message["content"])  # one turn: audio, image, text together
-            else:
-                messages.append(message)
+            append_message(messages, message)
         if job.frames:
             if not messages or messages[-1]["role"] != "user":
                 messages.append({"role": "user", "content": []})
@@ -157,11 +139,7 @@ class RemoteOmniBackend(OmniBackendBase):
             "max_tokens": job.config.max_output_tokens, "temperature": job.config.temperature,
             "stream_options": {"include_usage": True},
         }
-        if job.tools:
-            body["tools"] = [{"type": "function", "function": {
-                "name": t.name, "description": t.description, "parameters": t.parameters}} for t in job.tools]
-            body["tool_choice"] = job.tool_choice if job.tool_choice in ("auto", "required") else {
-                "type": "function", "function": {"name": job.tool_choice}}
+        body.update(tool_fields(job))
         if job.output_audio:
             voice = job.voice or self.default_voice or "default"
             body["audio"] = {"voice": voice, "format": opts.audio_format}
@@ -171,12 +149,8 @@ class RemoteOmniBackend(OmniBackendBase):
         return body
 
     def _message(self, item: Item) -> dict[str, Any] | None:
-        if item.type == "function_call":
-            return {"role": "assistant", "content": None, "tool_calls": [{
-                "id": item.call_id, "type": "function",
-                "function": {"name": item.name, "arguments": item.arguments or "{}"}}]}
-        if item.type == "function_call_output":
-            return {"role": "tool", "tool_call_id": item.call_id, "content": item.output or ""}
+        if item.type != "message":
+            return call_message(item)
         if item.role != "user":
             return {"role": item.role, "content": item.text} if item.text else None
         parts: list[dict[str, Any]] = []
@@ -193,51 +167,20 @@ class RemoteOmniBackend(OmniBackendBase):
         return {"role": "user", "content": parts} if parts else None
 
     async def generate_reply(self, job: ReplyJob) -> ReplyStats:
-        stream = asyncio.ensure_future(self._stream(job))
-        watcher = asyncio.ensure_future(_wait_event(job.cancel))
-        try:
-            done, _ = await asyncio.wait({stream, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            stream.cancel()
-            raise
-        finally:
-            watcher.cancel()
-        if stream not in done:  # cancelled by the client: dropping the stream aborts the request
-            stream.cancel()
-            await asyncio.gather(stream, return_exceptions=True)
-            return ReplyStats(stop_reason="cancelled")
-        return stream.result()
+        return await until_cancelled(job, self._stream(job))
 
     async def _stream(self, job: ReplyJob) -> ReplyStats:
         stats = ReplyStats()
-        url = f"{self.options.base_url}/chat/completions"
-        body = self.request_body(job)
-        calls = _ToolCalls(job)
-        client = httpx.AsyncClient(timeout=self._timeout(), headers=self._headers(), trust_env=False)
-        async with client, client.stream("POST", url, json=body) as r:
-            if r.status_code != 200:
-                raise RemoteEngineError(f"engine answered HTTP {r.status_code}: {_error_text(await r.aread())}")
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                self._chunk(job, json.loads(data), stats, calls)
+        calls = ToolCallStream(job)
+        async for chunk in self.server.stream(self.request_body(job)):
+            self._chunk(job, chunk, stats, calls)
         calls.end()
         job.end_segment()
         return stats
 
     def _chunk(self, job: ReplyJob, chunk: dict[str, Any], stats: ReplyStats,
-               calls: _ToolCalls | None = None) -> None:
-        if "error" in chunk or chunk.get("object") == "error":
-            err = chunk.get("error", chunk)
-            raise RemoteEngineError(f"engine error: {err.get('message') if isinstance(err, dict) else err}")
-        usage = chunk.get("usage") or {}
-        if usage.get("completion_tokens"):
-            stats.output_tokens = int(usage["completion_tokens"])
-        if usage.get("prompt_tokens"):
-            stats.prompt_tokens = int(usage["prompt_tokens"])
+               calls: ToolCallStream | None = None) -> None:
+        usage_into(chunk, stats)
         modality = chunk.get("modality")
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
@@ -250,10 +193,8 @@ class RemoteOmniBackend(OmniBackendBase):
                     self._audio(job, audio["data"])
                 if audio.get("transcript"):
                     job.text(audio["transcript"])
-            if calls is not None and isinstance(delta.get("tool_calls"), list):
-                for call in delta["tool_calls"]:
-                    if isinstance(call, dict):
-                        calls.delta(call)
+            if calls is not None:
+                calls.feed(delta)
             if isinstance(content, str) and content:
                 if modality == "audio":
                     self._audio(job, content)
@@ -278,60 +219,15 @@ class RemoteOmniBackend(OmniBackendBase):
                                                             "transcript only."})
         body = {"model": self.options.model, "messages": [message], "modalities": ["text"], "max_tokens": 200,
                 "temperature": 0.0, "stream": False, **self.options.extra_body}
-        with httpx.Client(timeout=self._timeout(), headers=self._headers(), trust_env=False) as client:
-            r = client.post(f"{self.options.base_url}/chat/completions", json=body)
+        with httpx.Client(timeout=self.server.timeout, headers=self.server.headers, trust_env=False) as client:
+            r = client.post(self.server.url, json=body)
         if r.status_code != 200:
-            raise RemoteEngineError(f"engine answered HTTP {r.status_code}: {_error_text(r.content)}")
+            raise RemoteEngineError(f"engine answered HTTP {r.status_code}: {error_text(r.content)}")
         choices = r.json().get("choices") or [{}]
         return (choices[0].get("message") or {}).get("content") or ""
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class _ToolCalls:
-    """Streamed ``delta.tool_calls`` of one reply -> ``job.begin_call`` / ``call_arguments`` /
-    ``end_call``. The engine's ``index`` tells calls apart; the name comes in a call's first
-    piece (arguments seen before it wait), the arguments in pieces; calls end with the stream."""
-
-    def __init__(self, job: ReplyJob) -> None:
-        self.job = job
-        self.open: dict[int, dict[str, Any]] = {}  # engine index -> {"name", "args", "index"}
-
-    def delta(self, call: dict[str, Any]) -> None:
-        key = call.get("index", 0) if isinstance(call.get("index"), int) else len(self.open)
-        entry = self.open.setdefault(key, {"name": "", "args": "", "index": None, "sent": False})
-        fn = call.get("function") or {}
-        if fn.get("name") and entry["index"] is None:
-            entry["name"] = fn["name"]
-            entry["index"] = self.job.begin_call(fn["name"])
-        args = fn.get("arguments")
-        if isinstance(args, dict):  # some engines send the arguments whole, as an object
-            args = json.dumps(args)
-        if isinstance(args, str) and args:
-            if entry["index"] is None:
-                entry["args"] += args
-            else:
-                self.job.call_arguments(entry["index"], entry["args"] + args)
-                entry["args"], entry["sent"] = "", True
-
-    def end(self) -> None:
-        for key in sorted(self.open):
-            entry = self.open[key]
-            if entry["index"] is None:
-                log.warning("remote_omni: the engine streamed a tool call with no name (%.200r); dropped",
-                            entry["args"])
-                continue
-            if entry["args"] or not entry["sent"]:
-                self.job.call_arguments(entry["index"], entry["args"] or "{}")
-            self.job.end_call(entry["index"])
-        self.open.clear()
-
-
-
-async def _wait_event(event) -> None:
-    while not event.is_set():
-        await asyncio.sleep(0.02)
 
 
 def _pcm16(samples: np.ndarray) -> bytes:
@@ -343,15 +239,6 @@ def _pcm16(samples: np.ndarray) -> bytes:
 def _image_part(raw: bytes) -> dict[str, Any]:
     mime = "image/png" if raw[:8] == b"\x89PNG\r\n\x1a\n" else "image/jpeg"
     return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{base64.b64encode(raw).decode()}"}}
-
-
-def _error_text(body: bytes) -> str:
-    try:
-        data = json.loads(body)
-        err = data.get("error", data)
-        return str(err.get("message", err)) if isinstance(err, dict) else str(err)
-    except (ValueError, AttributeError):
-        return body[:300].decode(errors="replace")
 
 
 def decode_audio_payload(raw: bytes, fmt: str, pcm_rate: int) -> tuple[np.ndarray, int]:
