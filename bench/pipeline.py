@@ -2,6 +2,7 @@
 
     python -m bench.pipeline            # table, 10 runs of each kind
     python -m bench.pipeline --json     # one JSON object (keys below)
+    python -m bench pipeline --compare-instructions "You are ..."   # the default prompt vs another
 
 Text runs: a fresh conversation gets a one-sentence question; times are measured from
 ``create_response``. Spoken runs: a question spoken by the pipeline's own TTS is streamed in
@@ -52,10 +53,10 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-async def text_run(backend, prompt: str) -> dict[str, float]:
+async def text_run(backend, prompt: str, instructions: str | None = None) -> dict[str, float]:
     from core.conversation import ConversationConfig
 
-    conv = backend.open_conversation(ConversationConfig(turn_detection=None))
+    conv = backend.open_conversation(ConversationConfig(turn_detection=None, instructions=instructions))
     await conv.add_text(prompt)
     start = time.perf_counter()
     await conv.create_response()
@@ -81,7 +82,7 @@ async def text_run(backend, prompt: str) -> dict[str, float]:
     }
 
 
-async def spoken_run(backend, prompt: str) -> dict[str, float]:
+async def spoken_run(backend, prompt: str, instructions: str | None = None) -> dict[str, float]:
     from core.audio import float_to_pcm16, resample
     from core.conversation import ConversationConfig
 
@@ -93,7 +94,7 @@ async def spoken_run(backend, prompt: str) -> dict[str, float]:
     pcm = float_to_pcm16(np.concatenate([np.zeros(lead, np.float32), speech, np.zeros(int(1.5 * rate), np.float32)]))
     last_voiced_sample = lead + voiced[-1]
 
-    conv = backend.open_conversation(ConversationConfig(input_sample_rate=rate))
+    conv = backend.open_conversation(ConversationConfig(input_sample_rate=rate, instructions=instructions))
     marks: dict[str, float] = {}
 
     async def read() -> None:
@@ -168,18 +169,28 @@ async def main(args: argparse.Namespace) -> dict:
     result["load_stages_s"] = {k: round(v, 2) for k, v in backend.load_seconds.items()}
     rss = [proc.memory_info().rss / 2**20]
 
-    text_runs = []
-    for i in range(args.runs):
+    text_runs, spoken_runs = [], []
+    other = args.compare_instructions
+    other_text, other_spoken = [], []
+    for i in range(args.runs):  # with --compare-instructions the two prompts alternate run by run
         r = await text_run(backend, TEXT_PROMPTS[i % len(TEXT_PROMPTS)])
         text_runs.append(r)
         rss.append(proc.memory_info().rss / 2**20)
         log(f"  text {i + 1}/{args.runs}: ttfp {r['ttfp_ms']:.0f} ms")
-    spoken_runs = []
+        if other:
+            other_text.append(await text_run(backend, TEXT_PROMPTS[i % len(TEXT_PROMPTS)], other))
+            log(f"  text {i + 1}/{args.runs} (compared prompt): ttfp {other_text[-1]['ttfp_ms']:.0f} ms")
     for i in range(args.runs):
         r = await spoken_run(backend, SPOKEN_PROMPTS[i % len(SPOKEN_PROMPTS)])
         spoken_runs.append(r)
         rss.append(proc.memory_info().rss / 2**20)
         log(f"  spoken {i + 1}/{args.runs}: v2v {r['v2v_ms']:.0f} ms")
+        if other:
+            other_spoken.append(await spoken_run(backend, SPOKEN_PROMPTS[i % len(SPOKEN_PROMPTS)], other))
+            log(f"  spoken {i + 1}/{args.runs} (compared prompt): v2v {other_spoken[-1]['v2v_ms']:.0f} ms")
+    if other:
+        result["compared"] = {key: summary([r[key] for r in other_text]) for key in ("ttft_ms", "ttfp_ms", "rtf", "e2e_ms")}
+        result["compared"].update({key: summary([r[key] for r in other_spoken]) for key in ("v2v_ms", "v2v_from_voice_ms")})
     cancels = [await cancel_run(backend) for _ in range(max(1, args.runs // 3))]
 
     for key in ("ttft_ms", "ttfp_ms", "rtf", "e2e_ms"):
@@ -206,10 +217,19 @@ def table(result: dict) -> str:
         ("cancel -> generation stopped", "cancel_stop_ms", "ms"),
         ("RSS", "rss_mb", "MB"),
     ]
-    lines = ["| metric | median | p90 |", "|---|---|---|"]
+    other = result.get("compared")
+    if other:
+        lines = ["| metric | median | p90 | compared prompt: median | p90 | median ratio |", "|---|---|---|---|---|---|"]
+    else:
+        lines = ["| metric | median | p90 |", "|---|---|---|"]
     for label, key, unit in rows:
         s = result[key]
-        lines.append(f"| {label} | {s['p50']:.2f} {unit} | {s['p90']:.2f} {unit} |")
+        line = f"| {label} | {s['p50']:.2f} {unit} | {s['p90']:.2f} {unit} |"
+        if other:
+            o = other.get(key)
+            line += (f" {o['p50']:.2f} {unit} | {o['p90']:.2f} {unit} | {s['p50'] / o['p50']:.2f} |" if o
+                     else " | | |")
+        lines.append(line)
     lines.append(f"| cold start from cache | {result['cold_start_s']:.2f} s | |")
     return "\n".join(lines)
 
@@ -219,6 +239,9 @@ def cli() -> None:
     parser.add_argument("--runs", type=int, default=10, help="runs per kind (default 10)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--data-dir", default="data")
+    parser.add_argument("--compare-instructions", metavar="TEXT",
+                        help="also run every text and spoken prompt under this system prompt, alternating with "
+                             "the default one, and print both (e.g. an old prompt against the new default)")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
