@@ -276,17 +276,27 @@ class SmolLm:
         on_text: Callable[[str], None],
         cancelled: threading.Event,
         max_tokens: int = 160,
-        temperature: float = 0.3,
+        temperature: float = 0.0,
         top_p: float = 0.9,
-        repetition_penalty: float = 1.15,
+        repetition_penalty: float = 1.0,
         before_step: Callable[[], None] | None = None,
         constraint: Any = None,
         end_of_message: Callable[[float | None], None] | None = None,
+        no_repeat_ngram: int = 4,
+        stop_after_words: int = 0,
+        max_words: int = 0,
     ) -> GenerationStats:
         """Stream decoded text pieces into ``on_text`` until a stop token, the budget or cancel.
         ``constraint`` (``tool_calls.ToolGrammar``): greedy decoding under a grammar.
         ``end_of_message`` gets, from the prefill itself, the model's probability that the last
-        user message is complete after its words (``semantic_vad``; None when it cannot tell)."""
+        user message is complete after its words (``semantic_vad``; None when it cannot tell).
+
+        Decoding (``voice_prompt.generation_settings`` picks the values for a spoken reply):
+        ``temperature`` 0 is greedy. ``no_repeat_ngram`` n: a token that would repeat an n-gram
+        the reply already holds is never chosen (the loop guard; safe for greedy, unlike a
+        repetition penalty, which also pushes away the words an answer needs twice).
+        ``stop_after_words``: the reply ends (reason "stop") at the first sentence end once it
+        holds that many words; ``max_words``: a hard cap on the words (reason "length")."""
         with self._lock:
             prompt = self.prompt_tokens(messages)
             score_at = self._last_words_position(messages, prompt) if end_of_message is not None else None
@@ -329,10 +339,17 @@ class SmolLm:
                 if constraint is not None:
                     token = int(torch.argmax(constraint.mask(logits)))
                 else:
+                    if no_repeat_ngram > 0:
+                        logits = _ban_repeats(logits, generated, no_repeat_ngram)
                     token = _sample(logits, generated, temperature, top_p, repetition_penalty, generator)
                 if token in self.stop_ids:
                     stats.stop_reason = "stop"
                     break
+                if (stop_after_words or max_words) and constraint is None:
+                    reason = _speech_cap(emitted, self.tokenizer.decode([token]), stop_after_words, max_words)
+                    if reason is not None:
+                        stats.stop_reason = reason
+                        break
                 generated.append(token)
                 complete = constraint is not None and constraint.consume(token)
                 text = self.tokenizer.decode(generated, skip_special_tokens=True)
@@ -436,3 +453,35 @@ def _sample(
     sorted_probs = sorted_probs * keep
     choice = torch.multinomial(sorted_probs / sorted_probs.sum(), 1, generator=generator)
     return int(order[choice])
+
+
+def _ban_repeats(logits: torch.Tensor, previous: list[int], n: int) -> torch.Tensor:
+    """``logits`` with every token that would complete an n-gram already in ``previous`` at
+    -inf (the no-repeat-ngram rule): a reply cannot loop over the same words."""
+    if len(previous) < n:
+        return logits
+    tail = previous[len(previous) - n + 1 :] if n > 1 else []
+    banned = {previous[i + n - 1] for i in range(len(previous) - n + 1) if previous[i : i + n - 1] == tail}
+    if not banned:
+        return logits
+    logits = logits.clone()
+    logits[torch.tensor(sorted(banned), dtype=torch.long)] = float("-inf")
+    return logits
+
+
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
+
+
+def _speech_cap(text: str, piece: str, stop_after_words: int, max_words: int) -> str | None:
+    """Whether a spoken reply ends before ``piece`` (the next token's text) is added to
+    ``text``: "stop" when ``text`` ends a sentence of a reply of ``stop_after_words`` words or
+    more and ``piece`` starts a new word (so "3.5" or "e.g" are not cut), "length" when
+    ``piece`` would begin a word past ``max_words``; None to go on."""
+    if not piece[:1].isspace():
+        return None
+    n = len(text.split())
+    if stop_after_words and n >= stop_after_words and _SENTENCE_END.search(text.rstrip()):
+        return "stop"
+    if max_words and n >= max_words:
+        return "length"
+    return None
