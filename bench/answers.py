@@ -147,8 +147,11 @@ def _one_line(text: str, limit: int | None) -> str:
 
 
 def report(r: dict[str, Any]) -> str:
-    lines = [f"Set: {r['set']}; commit {r['commit']}; temperature {r['temperature'] or 'default'}; "
-             f"max_tokens {r['max_tokens'] or 'default'}", "",
+    def given(value: Any) -> Any:
+        return "default" if value is None else value
+
+    lines = [f"Set: {r['set']}; commit {r['commit']}; temperature {given(r['temperature'])}; "
+             f"max_tokens {given(r['max_tokens'])}", "",
              f"| target | questions | right | short (<= {SHORT_WORDS} words) | right and short | mean words | "
              "latency p50 ms | latency p90 ms | errors |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -84,3 +84,6 @@ def test_answers_report_lists_wrong_and_long_answers():
     assert "| embedded | 3 | 0.333 |" in text
     assert "What is 12 plus 7? -> It is 18. [WRONG]" in text and "bees" not in text
     assert "error: APITimeoutError" in text
+    greedy = report({"set": "dev", "commit": "abc", "temperature": 0.0, "max_tokens": None, "verbose": True,
+                     "targets": [{"target": "embedded", "summary": s, "rows": rows}]})
+    assert "temperature 0.0; max_tokens default" in greedy and "Bees make honey." in greedy
