@@ -152,7 +152,7 @@ EVAL: list[Question] = [
     q("What gas do humans need to breathe to stay alive?", "oxygen"),
     q("What is the chemical formula H2O better known as?", "water"),
     q("What star is at the centre of our solar system?", "sun"),
-    q("What do you use to cut paper?", ("scissors", "knife", "blade")),
+    q("What do you use to cut paper?", ("scissors", "knife", "blade", "paper cutter", "cutter", "guillotine")),
     q("Which body part do you use to smell?", ("nose", "noses")),
     q("Who wrote Romeo and Juliet?", "Shakespeare"),
     q("How many continents are there on Earth?", num(7)),
