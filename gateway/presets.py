@@ -18,11 +18,15 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS
+
 log = logging.getLogger(__name__)
 
 PRESETS_FILE = "presets.json"
-# The embedded SmolLM2 was tuned on this system prompt; a 135M model follows it best.
-_BASE = "You are a helpful AI assistant named SmolLM, trained by Hugging Face."
+# The embedded model's default instructions (one short spoken sentence, with examples): a 135M
+# model answers far better under them (bench/answer_fit.py). Presets that ask for a different
+# style start from a neutral line instead, since the examples would pull every reply to one sentence.
+_BASE = "You are a friendly voice assistant. Your replies are read aloud, so use plain words: no lists, no markdown."
 
 
 class Preset(BaseModel):
@@ -44,13 +48,13 @@ class PresetList(BaseModel):
 
 
 BUILTIN_PRESETS: tuple[Preset, ...] = (
-    Preset(id="assistant", name="Helpful assistant", instructions=_BASE, temperature=0.3, max_output_tokens=160),
-    Preset(id="concise", name="Concise", temperature=0.2, max_output_tokens=60,
-           instructions=f"{_BASE} Answer in one or two short sentences."),
+    Preset(id="assistant", name="Helpful assistant", instructions=DEFAULT_INSTRUCTIONS, temperature=0.3,
+           max_output_tokens=160),
+    Preset(id="concise", name="Concise", temperature=0.2, max_output_tokens=60, instructions=DEFAULT_INSTRUCTIONS),
     Preset(id="tutor", name="Tutor", temperature=0.4, max_output_tokens=240,
            instructions=f"{_BASE} You are a patient tutor: explain step by step with a simple example, "
                         "then ask one short question to check understanding."),
-    Preset(id="text-only", name="Text only (no speech)", instructions=_BASE, temperature=0.3,
+    Preset(id="text-only", name="Text only (no speech)", instructions=DEFAULT_INSTRUCTIONS, temperature=0.3,
            max_output_tokens=200, output_audio=False),
 )
 

@@ -113,7 +113,7 @@ def test_the_session_default_temperature_decodes_greedily_and_an_asked_one_sampl
     assert generation_settings(0.3, 40)["max_tokens"] == 40
     spoken, text = generation_settings(0.3, 160), generation_settings(0.3, 160, spoken=False)
     assert spoken["stop_after_words"] > 0 and spoken["max_words"] <= 40
-    assert text["stop_after_words"] == 0 and text["max_words"] == 0
+    assert text.get("stop_after_words", 0) == 0 and text.get("max_words", 0) == 0
 
 
 def test_the_default_instructions_are_one_neutral_system_text():

@@ -9,16 +9,23 @@ forward over the transcript's tokens (the chat prefix stays cached), ~70-90 ms o
 from __future__ import annotations
 
 from core.cascade.llm import SmolLm
+from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS
 from core.conversation.end_of_turn import strip_trailing_punctuation
 
 PLACEHOLDER = "\u2063"  # marks where the user's words go in the chat template
 
 
 class EndOfMessageScorer:
-    def __init__(self, lm: SmolLm) -> None:
+    """``system``: the system prompt the words are read under, the embedded model's default
+    instructions unless named, so that the score agrees with the one a default reply's own
+    prefill yields (``SmolLm.generate``'s ``end_of_message``)."""
+
+    def __init__(self, lm: SmolLm, system: str | None = None) -> None:
         self.lm = lm
         tok = lm.tokenizer
-        ids = lm.prompt_tokens([{"role": "user", "content": PLACEHOLDER}], generation_prompt=False)
+        system = DEFAULT_INSTRUCTIONS if system is None else system
+        ids = lm.prompt_tokens([{"role": "system", "content": system}, {"role": "user", "content": PLACEHOLDER}],
+                               generation_prompt=False)
         marker = tok.encode(PLACEHOLDER, add_special_tokens=False)
         at = _find(ids, marker)
         self.prefix = ids[:at]  # the system prompt and "<|im_start|>user\n", cached once

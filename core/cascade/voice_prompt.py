@@ -1,17 +1,71 @@
 """What the embedded LLM is told and how it decodes when the session says nothing else.
 
 A 135M model answers far better with a prompt made for voice; the default instructions live
-here (one system message, so the shared system-prompt KV cache holds all of it) together with
-the decoding settings a spoken reply uses.
+here (one system message, so the shared system-prompt KV cache holds all of it, examples
+included, and they cost nothing per turn) together with the decoding settings a spoken reply
+uses. Chosen with ``python -m bench.answer_fit`` on the DEV questions of ``bench/answer_set.py``
+(the figures per candidate are in that module's docstring).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-DEFAULT_INSTRUCTIONS = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+# The examples are quoted speech, not "Q:"/"A:" lines: with those the model began its own reply
+# with "A:". Four examples did as well as six or eight on DEV; chat turns written into the
+# system text did worse.
+DEFAULT_INSTRUCTIONS = (
+    "You are a friendly voice assistant. Your replies are read aloud, so answer every question with "
+    "one short, correct sentence in plain words: no lists, no markdown, no emoji.\n\n"
+    "For example:\n"
+    'Asked "What is the capital of Spain?", you say: "The capital of Spain is Madrid."\n'
+    'Asked "How many wheels does a bicycle have?", you say: "A bicycle has two wheels."\n'
+    'Asked "What is 9 plus 6?", you say: "9 plus 6 is 15."\n'
+    'Asked "What do cows drink?", you say: "Cows drink water."'
+)
+
+# The temperature every layer sends when its client names none: the realtime session
+# (core/conversation/config.py), the REST job (core/rest_jobs.py) and chat completions
+# (gateway/openai_models.py) all default to 0.3.
+SESSION_DEFAULT_TEMPERATURE = 0.3
+TOP_P = 0.9
+NO_REPEAT_NGRAM = 4
+# Spoken budget per 160 tokens of max_output_tokens (the default): the reply ends at the first
+# sentence end after 20 words, and is cut at 40 words whatever happens.
+WORDS_PER_TOKEN_TO_SENTENCE_END = 20 / 160
+WORDS_PER_TOKEN_HARD = 40 / 160
 
 
-def generation_settings(temperature: float, max_tokens: int) -> dict[str, Any]:
-    """Keyword arguments for ``SmolLm.generate`` for one reply, from the session's settings."""
-    return {"temperature": temperature, "max_tokens": max_tokens}
+def voice_temperature(temperature: float) -> float:
+    """The sampling temperature for the session's ``temperature``.
+
+    A 135M model answers simple questions right far more often greedily (DEV: 72 % greedy,
+    53 % sampling at 0.5), so the default path is greedy: any temperature up to the layers'
+    default (0.3) decodes greedily. A client that asks for more still gets sampling, at its
+    temperature less 0.3 (OpenAI clients' usual 0.8 samples at 0.5, 1.3 at 1.0): the scale is
+    shifted so the default is the greedy end of it. A client cannot ask for 0.3 sampling apart
+    from the default; it gets greedy decoding.
+    """
+    return max(0.0, temperature - SESSION_DEFAULT_TEMPERATURE)
+
+
+def generation_settings(temperature: float, max_tokens: int, spoken: bool = True) -> dict[str, Any]:
+    """Keyword arguments for ``SmolLm.generate`` for one reply, from the session's settings.
+
+    - ``temperature``: see ``voice_temperature`` (greedy by default), top-p 0.9 when sampling.
+    - No repetition penalty (with greedy decoding it pushed away words an answer needs twice,
+      "9 plus 6 is 15" after "What is 9 plus 6?"); the loop guard is a no-repeat-4-gram rule
+      instead: a reply never repeats four tokens in a row it already said.
+    - ``spoken``: the reply ends at the first sentence end after ``max_tokens / 8`` words (20
+      for the default 160) and is cut at ``max_tokens / 4`` words (40); a session that raises
+      ``max_output_tokens`` gets longer replies. A text-only reply (``spoken=False``) has only
+      the token budget.
+    """
+    settings: dict[str, Any] = {
+        "temperature": voice_temperature(temperature), "top_p": TOP_P, "repetition_penalty": 1.0,
+        "no_repeat_ngram": NO_REPEAT_NGRAM, "max_tokens": max_tokens,
+    }
+    if spoken:
+        settings["stop_after_words"] = max(1, round(max_tokens * WORDS_PER_TOKEN_TO_SENTENCE_END))
+        settings["max_words"] = max(1, round(max_tokens * WORDS_PER_TOKEN_HARD))
+    return settings
