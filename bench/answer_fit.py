@@ -35,6 +35,9 @@ Also tried and dropped: a penalty on tokens already seen twice in the question a
 ("The day before Sunday is Sunday"): 66 % at 2 and at 4. The prompts plateau near 70 %: what
 is left wrong is what the 4-bit 135M model does not know (7 times 4, the freezing point, the
 day before Sunday), not the form of the answer.
+
+EVAL (62 questions), the shipped defaults, run once after the choice: 74 % right, 100 % at most
+40 words, 11.4 words on average.
 """
 
 from __future__ import annotations
