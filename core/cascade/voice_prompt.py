@@ -30,10 +30,11 @@ DEFAULT_INSTRUCTIONS = (
 SESSION_DEFAULT_TEMPERATURE = 0.3
 TOP_P = 0.9
 NO_REPEAT_NGRAM = 4
-# Spoken budget per 160 tokens of max_output_tokens (the default): the reply ends at the first
-# sentence end after 20 words, and is cut at 40 words whatever happens.
-WORDS_PER_TOKEN_TO_SENTENCE_END = 20 / 160
-WORDS_PER_TOKEN_HARD = 40 / 160
+# A spoken reply ends at the first sentence end after 20 words and is cut at 40 whatever happens;
+# a session with a bigger max_output_tokens than the default 160 gets proportionally more.
+SPOKEN_SENTENCE_END_WORDS = 20
+SPOKEN_MAX_WORDS = 40
+DEFAULT_MAX_TOKENS = 160
 
 
 def voice_temperature(temperature: float) -> float:
@@ -56,16 +57,18 @@ def generation_settings(temperature: float, max_tokens: int, spoken: bool = True
     - No repetition penalty (with greedy decoding it pushed away words an answer needs twice,
       "9 plus 6 is 15" after "What is 9 plus 6?"); the loop guard is a no-repeat-4-gram rule
       instead: a reply never repeats four tokens in a row it already said.
-    - ``spoken``: the reply ends at the first sentence end after ``max_tokens / 8`` words (20
-      for the default 160) and is cut at ``max_tokens / 4`` words (40); a session that raises
-      ``max_output_tokens`` gets longer replies. A text-only reply (``spoken=False``) has only
-      the token budget.
+    - ``spoken``: the reply ends at the first sentence end after 20 words and is cut at 40
+      (a sentence that long is a run-on the listener would not follow); a session that raises
+      ``max_output_tokens`` above the default 160 gets proportionally more, and one that lowers
+      it is bound by its token budget first. A text-only reply (``spoken=False``) has only the
+      token budget: a text client can read a longer answer.
     """
     settings: dict[str, Any] = {
         "temperature": voice_temperature(temperature), "top_p": TOP_P, "repetition_penalty": 1.0,
         "no_repeat_ngram": NO_REPEAT_NGRAM, "max_tokens": max_tokens,
     }
     if spoken:
-        settings["stop_after_words"] = max(1, round(max_tokens * WORDS_PER_TOKEN_TO_SENTENCE_END))
-        settings["max_words"] = max(1, round(max_tokens * WORDS_PER_TOKEN_HARD))
+        scale = max(1.0, max_tokens / DEFAULT_MAX_TOKENS)
+        settings["stop_after_words"] = round(SPOKEN_SENTENCE_END_WORDS * scale)
+        settings["max_words"] = round(SPOKEN_MAX_WORDS * scale)
     return settings

@@ -165,7 +165,7 @@ class CascadeBackend(Backend):
         )
         from core.cascade.turn_scorer import EndOfMessageScorer
 
-        self.turn_scorer = EndOfMessageScorer(self.llm)
+        self.turn_scorer = EndOfMessageScorer(self.llm, system=opts.instructions)
         if self.remote_llm is not None:
             timed("llm_server", 0.85, lambda: self.remote_llm.wait_until_up(
                 opts.llm_wait_for_server_s, lambda d: report("llm_server", 0.85, d)))
@@ -384,7 +384,7 @@ class CascadeBackend(Backend):
                     return GenerationStats(stop_reason="stop")
                 return self.llm.generate(
                     self._prompt(job), job.state, on_text, job.cancel,
-                    **generation_settings(cfg.temperature, cfg.max_output_tokens),
+                    **generation_settings(cfg.temperature, cfg.max_output_tokens, spoken=job.output_audio),
                     before_step=lambda: llm_may_run.wait(timeout=2.0),
                     end_of_message=job.end_of_message if job.wants_end_of_message else None,
                 )
