@@ -357,7 +357,7 @@ def _reply_failed(reported: dict[str, Any] | None) -> ApiError:
     """A failed reply; the worker's own reason when it gave one (an LLM server that is down,
     say), since "please retry" alone tells the user nothing they can act on."""
     if reported and reported.get("message"):
-        return ApiError(502, f"the model failed while answering: {reported['message']}", "response_failed")
+        return ApiError(502, str(reported["message"]), "response_failed")
     return ApiError(502, "the model failed while answering; please retry", "worker_failed")
 
 
