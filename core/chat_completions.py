@@ -149,8 +149,11 @@ class ChatServer:
         try:
             async with self.client() as client, client.stream("POST", self.url, json=body) as r:
                 if r.status_code != 200:
-                    raise ChatServerError(f"the {self.label} at {self.base_url} answered HTTP {r.status_code}: "
-                                          f"{error_text(await r.aread())}")
+                    reason = (f"the {self.label} at {self.base_url} answered HTTP {r.status_code}: "
+                              f"{error_text(await r.aread())}")
+                    if r.status_code >= 500:  # the server's trouble, not the request's: /health says so
+                        self.record_failure(reason)
+                    raise ChatServerError(reason)
                 self.record_ok()
                 async for line in r.aiter_lines():
                     if not line.startswith("data:"):
@@ -172,10 +175,6 @@ class ChatServer:
             reason = describe_failure(exc, self)
             self.record_failure(reason)
             raise ChatServerError(reason) from None
-        except ChatServerError as exc:
-            if "answered HTTP 5" in str(exc):
-                self.record_failure(str(exc))
-            raise
 
 
 def describe_failure(exc: httpx.HTTPError, server: ChatServer) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.conversation.config import ConversationConfig
+
 # The examples are quoted speech, not "Q:"/"A:" lines: with those the model began its own reply
 # with "A:". Four examples did as well as six or eight on DEV; chat turns written into the
 # system text did worse.
@@ -24,10 +26,10 @@ DEFAULT_INSTRUCTIONS = (
     'Asked "What do cows drink?", you say: "Cows drink water."'
 )
 
-# The temperature every layer sends when its client names none: the realtime session
-# (core/conversation/config.py), the REST job (core/rest_jobs.py) and chat completions
-# (gateway/openai_models.py) all default to 0.3.
-SESSION_DEFAULT_TEMPERATURE = 0.3
+# The temperature a client that names none gets: the realtime session's default
+# (core/conversation/config.py); the REST job (core/rest_jobs.py) and chat completions
+# (gateway/openai_models.py) default to the same 0.3.
+SESSION_DEFAULT_TEMPERATURE: float = ConversationConfig.model_fields["temperature"].default
 TOP_P = 0.9
 NO_REPEAT_NGRAM = 4
 # A spoken reply ends at the first sentence end after 20 words and is cut at 40 whatever happens;
