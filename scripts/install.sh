@@ -4,7 +4,8 @@
 #   scripts/install.sh                  Python environment only (what start_all.sh needs)
 #   scripts/install.sh --with-browser   also Debian chromium + chromium-driver (browser tests),
 #                                       iproute2 (`ip netns`, tests/test_netns.py) and espeak-ng
-#                                       (the turn-taking set's voices), when missing, and
+#                                       (the turn-taking set's voices) and redis-server (the
+#                                       shared queue's tests), when missing, and
 #                                       .venv-frameworks (tests/test_frameworks.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,7 @@ if [ "${1:-}" = "--with-browser" ]; then
   { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || missing+=(chromium chromium-driver)
   { command -v ip >/dev/null || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ]; } || missing+=(iproute2)
   command -v espeak-ng >/dev/null || missing+=(espeak-ng)  # other voices: bench/turn_set.py
+  command -v redis-server >/dev/null || missing+=(redis-server)  # the shared queue: tests/test_redis_queue.py
   if [ ${#missing[@]} -gt 0 ]; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
       echo "[install] installing Debian ${missing[*]} for the browser / network namespace tests"

@@ -1,0 +1,342 @@
+"""One FIFO queue and one set of slot leases shared by several gateways, kept in Redis.
+
+Every decision that hands out a slot runs inside one Lua script (``_DISPATCH``), so Redis
+executes it atomically: a slot is never given twice, and the head of the queue is served first
+whichever gateway it waits on. Enqueue, release, leave, worker changes and the reaping of dead
+gateways all end by dispatching, so there is one dispatch point per event, wherever it happens.
+
+Keys (under ``prefix``):
+
+* ``seq``: a counter giving each entry its place; ``queue``: ZSET ticket -> place;
+  ``entry:<ticket>``: HASH gateway, req (sorted comma list), at (ms);
+* ``workers``: SET of ids; ``worker:<id>``: HASH url, slots, busy, caps, health, order;
+* ``lease:<ticket>``: HASH worker, gateway, started, queued_ms;
+* ``gateways``: SET of ids; ``gw:<id>:alive`` (expires unless the gateway renews it);
+  ``gw:<id>:leases`` and ``gw:<id>:queued``: SETs of tickets;
+* channel ``events``: ``assigned <gateway> <ticket> <worker>`` per assignment, ``queue`` when
+  places moved.
+
+Not yet the gateway's pool: ``gateway/worker_pool.py`` is still what the gateway runs (issue
+20 wires this in behind ``cluster.redis_url``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+_LIB = r"""
+local p = KEYS[1]
+local function split(s)
+  local t = {}
+  for x in string.gmatch(s or '', '[^,]+') do t[#t + 1] = x end
+  return t
+end
+local function can_serve(caps, req)
+  if req == nil or req == '' then return true end
+  local have = {}
+  for _, c in ipairs(split(caps)) do have[c] = true end
+  for _, r in ipairs(split(req)) do if not have[r] then return false end end
+  return true
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function release(ticket)
+  local l = redis.call('HMGET', p .. ':lease:' .. ticket, 'worker', 'gateway')
+  if not l[1] then return 0 end
+  local key = p .. ':worker:' .. l[1]
+  if redis.call('EXISTS', key) == 1 and tonumber(redis.call('HGET', key, 'busy') or '0') > 0 then
+    redis.call('HINCRBY', key, 'busy', -1)
+  end
+  redis.call('DEL', p .. ':lease:' .. ticket)
+  redis.call('SREM', p .. ':gw:' .. l[2] .. ':leases', ticket)
+  return 1
+end
+local function leave_queue(ticket)
+  local g = redis.call('HGET', p .. ':entry:' .. ticket, 'gateway')
+  if redis.call('ZREM', p .. ':queue', ticket) == 0 then return 0 end
+  redis.call('DEL', p .. ':entry:' .. ticket)
+  if g then redis.call('SREM', p .. ':gw:' .. g .. ':queued', ticket) end
+  return 1
+end
+local function dispatch()
+  local assigned = {}
+  local info, free = {}, 0
+  for _, id in ipairs(redis.call('SMEMBERS', p .. ':workers')) do
+    local w = redis.call('HMGET', p .. ':worker:' .. id, 'slots', 'busy', 'caps', 'health', 'order')
+    local slots, busy = tonumber(w[1]) or 0, tonumber(w[2]) or 0
+    if w[4] == 'healthy' and busy < slots then
+      free = free + slots - busy
+      info[#info + 1] = {id = id, slots = slots, busy = busy, caps = w[3] or '', ncaps = #split(w[3]),
+                         order = tonumber(w[5]) or 0}
+    end
+  end
+  if free == 0 then return assigned end
+  local now = now_ms()
+  for _, t in ipairs(redis.call('ZRANGE', p .. ':queue', 0, -1)) do
+    if free <= 0 then break end
+    local e = redis.call('HMGET', p .. ':entry:' .. t, 'gateway', 'req', 'at')
+    local best = nil
+    for _, w in ipairs(info) do
+      if w.busy < w.slots and can_serve(w.caps, e[2]) then
+        -- least loaded, then least over-qualified (rarer capabilities stay free), then oldest
+        local load, bload = w.busy / w.slots, best and best.busy / best.slots
+        if best == nil or load < bload or (load == bload and (w.ncaps < best.ncaps or
+            (w.ncaps == best.ncaps and w.order < best.order))) then
+          best = w
+        end
+      end
+    end
+    if best then
+      best.busy = best.busy + 1
+      free = free - 1
+      redis.call('HINCRBY', p .. ':worker:' .. best.id, 'busy', 1)
+      leave_queue(t)
+      redis.call('HSET', p .. ':lease:' .. t, 'worker', best.id, 'gateway', e[1], 'started', now,
+                 'queued_ms', now - (tonumber(e[3]) or now))
+      redis.call('SADD', p .. ':gw:' .. e[1] .. ':leases', t)
+      redis.call('PUBLISH', p .. ':events', 'assigned ' .. e[1] .. ' ' .. t .. ' ' .. best.id)
+      assigned[#assigned + 1] = t
+    end
+  end
+  if #assigned > 0 then redis.call('PUBLISH', p .. ':events', 'queue') end
+  return assigned
+end
+"""
+
+# ARGV: ticket, gateway, requirements, capacity. -> {"full"} | {"dup"} | {"lease", worker} | {"queued", place}
+_ENQUEUE = _LIB + r"""
+local ticket, gw, req, capacity = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+if redis.call('EXISTS', p .. ':entry:' .. ticket) == 1 or redis.call('EXISTS', p .. ':lease:' .. ticket) == 1 then
+  return {'dup'}
+end
+if redis.call('ZCARD', p .. ':queue') >= capacity then return {'full'} end
+local place = redis.call('INCR', p .. ':seq')
+redis.call('ZADD', p .. ':queue', place, ticket)
+redis.call('HSET', p .. ':entry:' .. ticket, 'gateway', gw, 'req', req, 'at', now_ms())
+redis.call('SADD', p .. ':gw:' .. gw .. ':queued', ticket)
+dispatch()
+local w = redis.call('HGET', p .. ':lease:' .. ticket, 'worker')
+if w then return {'lease', w} end
+redis.call('PUBLISH', p .. ':events', 'queue')
+return {'queued', tostring(redis.call('ZRANK', p .. ':queue', ticket) + 1)}
+"""
+
+# ARGV: ticket. Leaves the queue, or gives the lease back. -> 'left' | 'released' | 'none'
+_LEAVE = _LIB + r"""
+local ticket = ARGV[1]
+local what = 'none'
+if leave_queue(ticket) == 1 then
+  what = 'left'
+  redis.call('PUBLISH', p .. ':events', 'queue')
+elseif release(ticket) == 1 then
+  what = 'released'
+end
+dispatch()
+return what
+"""
+
+# ARGV: id, url, slots, caps, health. Adds or updates a worker (keeps its busy count).
+_UPSERT_WORKER = _LIB + r"""
+local id = ARGV[1]
+local key = p .. ':worker:' .. id
+if redis.call('SADD', p .. ':workers', id) == 1 then
+  redis.call('HSET', key, 'busy', 0, 'order', redis.call('INCR', p .. ':worker_seq'))
+end
+redis.call('HSET', key, 'url', ARGV[2], 'slots', ARGV[3], 'caps', ARGV[4], 'health', ARGV[5])
+dispatch()
+return 1
+"""
+
+# ARGV: id. Removes a worker; its leases stay until released (they free nothing then).
+_REMOVE_WORKER = _LIB + r"""
+redis.call('SREM', p .. ':workers', ARGV[1])
+redis.call('DEL', p .. ':worker:' .. ARGV[1])
+return 1
+"""
+
+# ARGV: gateway, ttl_ms. The gateway is alive for ttl_ms more.
+_HEARTBEAT = r"""
+local p = KEYS[1]
+redis.call('SADD', p .. ':gateways', ARGV[1])
+redis.call('SET', p .. ':gw:' .. ARGV[1] .. ':alive', '1', 'PX', tonumber(ARGV[2]))
+return 1
+"""
+
+# Gateways whose heartbeat expired lose their leases and their queue entries. -> reaped ids
+_REAP = _LIB + r"""
+local reaped = {}
+for _, g in ipairs(redis.call('SMEMBERS', p .. ':gateways')) do
+  if redis.call('EXISTS', p .. ':gw:' .. g .. ':alive') == 0 then
+    for _, t in ipairs(redis.call('SMEMBERS', p .. ':gw:' .. g .. ':leases')) do release(t) end
+    for _, t in ipairs(redis.call('SMEMBERS', p .. ':gw:' .. g .. ':queued')) do leave_queue(t) end
+    redis.call('DEL', p .. ':gw:' .. g .. ':leases', p .. ':gw:' .. g .. ':queued')
+    redis.call('SREM', p .. ':gateways', g)
+    reaped[#reaped + 1] = g
+  end
+end
+if #reaped > 0 then
+  redis.call('PUBLISH', p .. ':events', 'queue')
+  dispatch()
+end
+return reaped
+"""
+
+
+class QueueFull(Exception):
+    """The shared queue holds ``capacity`` entries."""
+
+
+@dataclass(frozen=True)
+class SharedLease:
+    ticket: str
+    worker_id: str
+
+
+class RedisQueue:
+    """One gateway's view of the shared queue. ``start()`` before use, ``close()`` after.
+
+    The gateway renews its heartbeat every ``lease_ttl_s / 3``; if it stops (killed), any
+    gateway's reaper frees its slots and drops its queue entries within ``lease_ttl_s``.
+    """
+
+    def __init__(self, client, gateway_id: str | None = None, prefix: str = "omniduplex",
+                 lease_ttl_s: float = 10.0, capacity: int = 1000) -> None:
+        self.redis = client
+        self.gateway_id = gateway_id or uuid.uuid4().hex[:12]
+        self.prefix = prefix
+        self.lease_ttl_s = lease_ttl_s
+        self.capacity = capacity
+        self._scripts = {name: client.register_script(src) for name, src in (
+            ("enqueue", _ENQUEUE), ("leave", _LEAVE), ("upsert", _UPSERT_WORKER), ("remove", _REMOVE_WORKER),
+            ("heartbeat", _HEARTBEAT), ("reap", _REAP))}
+        self._waiters: dict[str, tuple[asyncio.Future, Callable[[int], None] | None]] = {}
+        self._places: dict[str, int] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._pubsub = None
+
+    async def _run(self, name: str, *args) -> object:
+        return await self._scripts[name](keys=[self.prefix], args=list(args))
+
+    # ------------------------------------------------------------------ life cycle
+
+    async def start(self) -> None:
+        await self.heartbeat()
+        self._pubsub = self.redis.pubsub()
+        await self._pubsub.subscribe(f"{self.prefix}:events")
+        self._tasks = [asyncio.create_task(self._listen(), name="redis-queue-events"),
+                       asyncio.create_task(self._keep_alive(), name="redis-queue-heartbeat")]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()
+
+    async def heartbeat(self) -> None:
+        await self._run("heartbeat", self.gateway_id, int(self.lease_ttl_s * 1000))
+
+    async def reap(self) -> list[str]:
+        return [g.decode() if isinstance(g, bytes) else g for g in await self._run("reap")]
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl_s / 3)
+            try:
+                await self.heartbeat()
+                await self.reap()
+            except Exception as exc:  # Redis away: the next beat tries again
+                log.warning("redis heartbeat failed: %s", exc)
+
+    # ------------------------------------------------------------------ workers
+
+    async def upsert_worker(self, worker_id: str, url: str, slots: int, capabilities: frozenset[str],
+                            health: str) -> None:
+        await self._run("upsert", worker_id, url, slots, ",".join(sorted(capabilities)), health)
+
+    async def remove_worker(self, worker_id: str) -> None:
+        await self._run("remove", worker_id)
+
+    async def busy(self, worker_id: str) -> int:
+        return int(await self.redis.hget(f"{self.prefix}:worker:{worker_id}", "busy") or 0)
+
+    # ------------------------------------------------------------------ queue
+
+    async def acquire(self, requirements: frozenset[str] = frozenset(), ticket: str | None = None,
+                      on_place: Callable[[int], None] | None = None) -> SharedLease:
+        """A slot for ``ticket``, waiting in the shared FIFO if none is free. Cancelling the
+        caller leaves the queue (or gives back a lease granted in that instant)."""
+        ticket = ticket or uuid.uuid4().hex
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiters[ticket] = (future, on_place)
+        enqueued = False
+        try:
+            kind, *rest = [x.decode() if isinstance(x, bytes) else x for x in await self._run(
+                "enqueue", ticket, self.gateway_id, ",".join(sorted(requirements)), self.capacity)]
+            if kind == "full":
+                raise QueueFull(f"the queue is full ({self.capacity} waiting)")
+            if kind == "dup":
+                raise ValueError(f"ticket {ticket} already in use")
+            enqueued = True
+            if kind == "lease":
+                return SharedLease(ticket, rest[0])
+            self._place(ticket, int(rest[0]))
+            while True:  # the event is the fast path; the check covers a message lost on the way
+                with contextlib.suppress(TimeoutError):
+                    return await asyncio.wait_for(asyncio.shield(future), 1.0)
+                worker = await self.redis.hget(f"{self.prefix}:lease:{ticket}", "worker")
+                if worker is not None:
+                    return SharedLease(ticket, worker.decode() if isinstance(worker, bytes) else worker)
+        except BaseException:
+            if enqueued:  # leave the queue, or give back a lease granted in this same instant
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._run("leave", ticket))
+            raise
+        finally:
+            self._waiters.pop(ticket, None)
+            self._places.pop(ticket, None)
+
+    async def release(self, lease: SharedLease) -> None:
+        await self._run("leave", lease.ticket)
+
+    async def queue_length(self) -> int:
+        return int(await self.redis.zcard(f"{self.prefix}:queue"))
+
+    def _place(self, ticket: str, place: int) -> None:
+        waiter = self._waiters.get(ticket)
+        if waiter is None or self._places.get(ticket) == place:
+            return
+        self._places[ticket] = place
+        if waiter[1] is not None:
+            waiter[1](place)
+
+    async def _listen(self) -> None:
+        async for message in self._pubsub.listen():
+            if message.get("type") != "message":
+                continue
+            data = message["data"].decode() if isinstance(message["data"], bytes) else message["data"]
+            parts = data.split()
+            if parts[0] == "assigned" and len(parts) == 4 and parts[1] == self.gateway_id:
+                waiter = self._waiters.get(parts[2])
+                if waiter is not None and not waiter[0].done():
+                    waiter[0].set_result(SharedLease(parts[2], parts[3]))
+            elif parts[0] == "queue" and self._waiters:
+                tickets = [t for t, (f, cb) in self._waiters.items() if cb is not None and not f.done()]
+                if tickets:
+                    async with self.redis.pipeline(transaction=False) as pipe:
+                        for t in tickets:
+                            pipe.zrank(f"{self.prefix}:queue", t)
+                        ranks = await pipe.execute()
+                    for t, rank in zip(tickets, ranks, strict=True):
+                        if rank is not None:
+                            self._place(t, int(rank) + 1)
