@@ -12,22 +12,35 @@ import time
 
 import pytest
 
-from gateway.cluster.redis_queue import QueueFull, RedisQueue
+from gateway.cluster.redis_queue import ClusterUnavailable, QueueFull, RedisQueue
 from tests.stack import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian redis-server not installed")
 
 
+def start_redis(port: int, folder) -> subprocess.Popen:
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(folder)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 10
+    while not _pong(port):
+        assert time.monotonic() < deadline and proc.poll() is None, "redis-server did not start"
+        time.sleep(0.05)
+    return proc
+
+
+def _pong(port: int) -> bool:
+    try:
+        out = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, timeout=2).stdout
+    except subprocess.TimeoutExpired:
+        return False
+    return out.strip() == b"PONG"
+
+
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory):
     port = free_port()
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp_path_factory.mktemp("redis"))],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 10
-    while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout.strip() != b"PONG":
-        assert time.monotonic() < deadline, "redis-server did not start"
-        time.sleep(0.05)
+    proc = start_redis(port, tmp_path_factory.mktemp("redis"))
     yield f"redis://127.0.0.1:{port}/0"
     proc.terminate()
     proc.wait(5)
@@ -47,10 +60,10 @@ async def gateways(redis_url, request):
         clients.append(client)
         queues.append(q)
     yield queues
-    for q in queues:
-        await q.close()
+    for q in queues:  # bounded: a teardown that hangs must fail the test, not the run
+        await asyncio.wait_for(q.close(), 5)
     for c in clients:
-        await c.aclose()
+        await asyncio.wait_for(c.aclose(), 5)
 
 
 async def test_fifo_across_gateways(gateways):
@@ -135,3 +148,37 @@ async def test_a_gateway_that_stops_beating_loses_its_slot(gateways):
     assert time.monotonic() - started < 1.5 + 1.0, "freed within the lease time (+ one beat)"
     await a.release(lease)
     assert await a.busy("w0") == 0
+
+
+async def test_redis_away_gives_clear_errors_and_comes_back(tmp_path):
+    """Redis stops: a queued waiter and a new request get ``ClusterUnavailable`` (not a hang);
+    once it is back the queue works again (its state starts empty: no persistence here)."""
+    import redis.asyncio as aioredis
+
+    port = free_port()
+    proc = start_redis(port, tmp_path)
+    client = aioredis.from_url(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=1)
+    q = RedisQueue(client, gateway_id="a", lease_ttl_s=1.5)
+    try:
+        await q.start()
+        await q.upsert_worker("w0", "http://w0", 1, frozenset(), "healthy")
+        held = await q.acquire()
+        waiting = asyncio.create_task(q.acquire())
+        await asyncio.sleep(0.1)
+        proc.kill()
+        proc.wait(5)
+        with pytest.raises(ClusterUnavailable, match="unreachable"):
+            await asyncio.wait_for(waiting, 5)
+        with pytest.raises(ClusterUnavailable):
+            await asyncio.wait_for(q.acquire(), 5)
+        proc = start_redis(port, tmp_path)
+        await q.upsert_worker("w0", "http://w0", 1, frozenset(), "healthy")
+        again = await asyncio.wait_for(q.acquire(), 5)
+        assert again.worker_id == "w0" and again.ticket != held.ticket
+        await q.release(again)
+        assert await q.busy("w0") == 0 and await q.queue_length() == 0
+    finally:
+        await asyncio.wait_for(q.close(), 5)
+        await asyncio.wait_for(client.aclose(), 5)
+        proc.kill()
+        proc.wait(5)

@@ -195,6 +195,10 @@ class QueueFull(Exception):
     """The shared queue holds ``capacity`` entries."""
 
 
+class ClusterUnavailable(Exception):
+    """Redis cannot be reached: no new session can be queued or assigned until it is back."""
+
+
 @dataclass(frozen=True)
 class SharedLease:
     ticket: str
@@ -224,7 +228,13 @@ class RedisQueue:
         self._pubsub = None
 
     async def _run(self, name: str, *args) -> object:
-        return await self._scripts[name](keys=[self.prefix], args=list(args))
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        try:
+            return await self._scripts[name](keys=[self.prefix], args=list(args))
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise ClusterUnavailable(f"the shared queue's Redis is unreachable ({exc})") from None
 
     # ------------------------------------------------------------------ life cycle
 
@@ -236,12 +246,16 @@ class RedisQueue:
                        asyncio.create_task(self._keep_alive(), name="redis-queue-heartbeat")]
 
     async def close(self) -> None:
-        for task in self._tasks:
+        """Stop beating and listening (idempotent). Leases are not given back: a gateway that
+        closes with sessions running leaves them to the reaper, as a killed one would."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._pubsub is not None:
+        await asyncio.gather(*tasks, return_exceptions=True)
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
             with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
+                await asyncio.wait_for(pubsub.aclose(), 2.0)
 
     async def heartbeat(self) -> None:
         await self._run("heartbeat", self.gateway_id, int(self.lease_ttl_s * 1000))
@@ -294,7 +308,7 @@ class RedisQueue:
             while True:  # the event is the fast path; the check covers a message lost on the way
                 with contextlib.suppress(TimeoutError):
                     return await asyncio.wait_for(asyncio.shield(future), 1.0)
-                worker = await self.redis.hget(f"{self.prefix}:lease:{ticket}", "worker")
+                worker = await self._lease_worker(ticket)
                 if worker is not None:
                     return SharedLease(ticket, worker.decode() if isinstance(worker, bytes) else worker)
         except BaseException:
@@ -305,6 +319,14 @@ class RedisQueue:
         finally:
             self._waiters.pop(ticket, None)
             self._places.pop(ticket, None)
+
+    async def _lease_worker(self, ticket: str) -> bytes | str | None:
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
+        try:
+            return await self.redis.hget(f"{self.prefix}:lease:{ticket}", "worker")
+        except (RedisConnectionError, OSError) as exc:
+            raise ClusterUnavailable(f"the shared queue's Redis is unreachable ({exc})") from None
 
     async def release(self, lease: SharedLease) -> None:
         await self._run("leave", lease.ticket)
@@ -321,22 +343,39 @@ class RedisQueue:
             waiter[1](place)
 
     async def _listen(self) -> None:
-        async for message in self._pubsub.listen():
-            if message.get("type") != "message":
-                continue
-            data = message["data"].decode() if isinstance(message["data"], bytes) else message["data"]
-            parts = data.split()
-            if parts[0] == "assigned" and len(parts) == 4 and parts[1] == self.gateway_id:
-                waiter = self._waiters.get(parts[2])
-                if waiter is not None and not waiter[0].done():
-                    waiter[0].set_result(SharedLease(parts[2], parts[3]))
-            elif parts[0] == "queue" and self._waiters:
-                tickets = [t for t, (f, cb) in self._waiters.items() if cb is not None and not f.done()]
-                if tickets:
-                    async with self.redis.pipeline(transaction=False) as pipe:
-                        for t in tickets:
-                            pipe.zrank(f"{self.prefix}:queue", t)
-                        ranks = await pipe.execute()
-                    for t, rank in zip(tickets, ranks, strict=True):
-                        if rank is not None:
-                            self._place(t, int(rank) + 1)
+        """Assignments and queue moves from every gateway; resubscribes after Redis comes back
+        (a message missed meanwhile is caught by the waiters' own check)."""
+        channel = f"{self.prefix}:events"
+        while True:
+            try:
+                if not self._pubsub.subscribed:
+                    await self._pubsub.subscribe(channel)
+                async for message in self._pubsub.listen():
+                    if message.get("type") == "message":
+                        data = message["data"]
+                        await self._on_event(data.decode() if isinstance(data, bytes) else data)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("redis events: %s; resubscribing", exc)
+                with contextlib.suppress(Exception):
+                    await self._pubsub.aclose()
+                self._pubsub = self.redis.pubsub()
+            await asyncio.sleep(0.5)  # listen() ends at once when not subscribed: never spin
+
+    async def _on_event(self, data: str) -> None:
+        parts = data.split()
+        if parts[0] == "assigned" and len(parts) == 4 and parts[1] == self.gateway_id:
+            waiter = self._waiters.get(parts[2])
+            if waiter is not None and not waiter[0].done():
+                waiter[0].set_result(SharedLease(parts[2], parts[3]))
+        elif parts[0] == "queue" and self._waiters:
+            tickets = [t for t, (f, cb) in self._waiters.items() if cb is not None and not f.done()]
+            if tickets:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for t in tickets:
+                        pipe.zrank(f"{self.prefix}:queue", t)
+                    ranks = await pipe.execute()
+                for t, rank in zip(tickets, ranks, strict=True):
+                    if rank is not None:
+                        self._place(t, int(rank) + 1)
