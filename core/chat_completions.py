@@ -94,7 +94,7 @@ class ChatServer:
         try:
             while self.error is not None:
                 time.sleep(RECHECK_S)
-                status, reason = self.probe()
+                status, reason, _ = self.probe()
                 if status is not None and status < 500:
                     self.record_ok()
                 else:
@@ -105,41 +105,50 @@ class ChatServer:
 
     # ------------------------------------------------------------------ start-up
 
-    def probe(self) -> tuple[int | None, str]:
-        """``GET /models`` once: (HTTP status or None, what went wrong or the listed ids)."""
+    def probe(self) -> tuple[int | None, str, list[str]]:
+        """``GET /models`` once: (HTTP status or None, what went wrong, the model ids listed)."""
         try:
             with httpx.Client(timeout=self.timeout, headers=self.headers, trust_env=False) as client:
                 r = client.get(f"{self.base_url}/models")
         except httpx.HTTPError as exc:
-            return None, describe_failure(exc, self)
+            return None, describe_failure(exc, self), []
         if r.status_code != 200:
-            return r.status_code, f"HTTP {r.status_code} from {self.base_url}/models: {error_text(r.content)}"
+            return r.status_code, f"HTTP {r.status_code} from {self.base_url}/models: {error_text(r.content)}", []
         try:
             ids = [m.get("id") for m in (r.json().get("data") or []) if isinstance(m, dict)]
         except (ValueError, AttributeError):
             ids = []
-        return 200, json.dumps([i for i in ids if isinstance(i, str)])
+        return 200, "", [i for i in ids if isinstance(i, str)]
 
-    def wait_until_up(self, wait_s: float, progress: Callable[[str], None] | None = None) -> list[str]:
-        """Block until the server answers ``GET /models`` (it may still be loading weights);
-        returns the model ids it lists (empty when it lists none or has no such route).
-        503 means loading (llama.cpp); another answer means it is up without a model list."""
+    def wait_until_up(self, wait_s: float, progress: Callable[[str], None] | None = None) -> None:
+        """Block until the server answers ``GET /models`` (it may still be loading weights).
+        503 means loading (llama.cpp); another answer means it is up without a model list.
+        Without a model name, the first model it lists is used."""
         deadline = time.monotonic() + wait_s
         while True:
-            status, detail = self.probe()
-            if status == 200:
-                self.record_ok()
-                return json.loads(detail)
+            status, detail, ids = self.probe()
             if status is not None and status != 503:
-                log.warning("%s: %s; taking the server as up", self.label, detail)
+                if status != 200:
+                    log.warning("%s: %s; taking the server as up", self.label, detail)
                 self.record_ok()
-                return []
+                self._choose_model(ids)
+                return
             if time.monotonic() >= deadline:
                 raise ChatServerError(f"the {self.label} at {self.base_url} did not answer in {wait_s:g} s "
                                       f"(last: {detail})")
             if progress:
                 progress(f"waiting for {self.base_url}/models ({detail})")
             time.sleep(1.0)
+
+    def _choose_model(self, ids: list[str]) -> None:
+        if self.model is None:
+            if not ids:
+                raise ChatServerError(f"the {self.label} at {self.base_url} lists no models: name one in the options")
+            self.model = ids[0]
+            log.info("%s at %s: using model %r (first of %s)", self.label, self.base_url, ids[0], ids)
+        elif ids and self.model not in ids:
+            log.warning("%s at %s lists %s, not %r; requests name %r anyway",
+                        self.label, self.base_url, ids, self.model, self.model)
 
     # ------------------------------------------------------------------ streaming
 

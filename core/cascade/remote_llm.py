@@ -15,7 +15,6 @@ from typing import Any
 
 from core.chat_completions import (
     ChatServer,
-    ChatServerError,
     ToolCallStream,
     append_message,
     call_message,
@@ -40,16 +39,7 @@ class RemoteLlm:
 
     def wait_until_up(self, wait_s: float, progress: Callable[[str], None] | None = None) -> None:
         """Block until the server answers; without ``llm_model``, take the first model it lists."""
-        ids = self.server.wait_until_up(wait_s, progress)
-        if self.server.model is None:
-            if not ids:
-                raise ChatServerError(f"the LLM server at {self.server.base_url} lists no models: "
-                                      "set backend.options.llm_model")
-            self.server.model = ids[0]
-            log.info("LLM server at %s: using model %r (first of %s)", self.server.base_url, ids[0], ids)
-        elif ids and self.server.model not in ids:
-            log.warning("LLM server at %s lists %s, not %r; requests name %r anyway",
-                        self.server.base_url, ids, self.server.model, self.server.model)
+        self.server.wait_until_up(wait_s, progress)
 
     def messages(self, job: ReplyJob, frame_note: Callable[[str], str]) -> list[dict[str, Any]]:
         """System, then the history as chat messages; the latest camera frame's description
