@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -191,6 +191,18 @@ return reaped
 """
 
 
+@contextlib.contextmanager
+def _reachable() -> Iterator[None]:
+    """Redis connection failures, as the one error callers handle."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        raise ClusterUnavailable(f"the shared queue's Redis is unreachable ({exc})") from None
+
+
 class QueueFull(Exception):
     """The shared queue holds ``capacity`` entries."""
 
@@ -228,13 +240,8 @@ class RedisQueue:
         self._pubsub = None
 
     async def _run(self, name: str, *args) -> object:
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
-
-        try:
+        with _reachable():
             return await self._scripts[name](keys=[self.prefix], args=list(args))
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise ClusterUnavailable(f"the shared queue's Redis is unreachable ({exc})") from None
 
     # ------------------------------------------------------------------ life cycle
 
@@ -321,12 +328,8 @@ class RedisQueue:
             self._places.pop(ticket, None)
 
     async def _lease_worker(self, ticket: str) -> bytes | str | None:
-        from redis.exceptions import ConnectionError as RedisConnectionError
-
-        try:
+        with _reachable():
             return await self.redis.hget(f"{self.prefix}:lease:{ticket}", "worker")
-        except (RedisConnectionError, OSError) as exc:
-            raise ClusterUnavailable(f"the shared queue's Redis is unreachable ({exc})") from None
 
     async def release(self, lease: SharedLease) -> None:
         await self._run("leave", lease.ticket)
