@@ -101,6 +101,33 @@ class HealthConfig(_Strict):
     unhealthy_after: int = Field(3, ge=1)
 
 
+class ClusterConfig(_Strict):
+    """Several gateways sharing one FIFO queue, the slot leases and the worker registry in Redis
+    (docs/operations.md, "Several gateways"). ``redis_url`` null: the in-process pool."""
+
+    redis_url: str | None = Field(None, description="redis://host:port/db, rediss://… or unix://…; "
+                                  "'local' = the private redis-server the launcher starts on local_port")
+    local_port: int = Field(6390, ge=1, le=65535, description="port of the private redis-server ('local')")
+    prefix: str = Field("omniduplex", pattern=r"^[A-Za-z0-9_.:-]{1,64}$",
+                        description="key prefix; gateways with the same Redis and prefix share one queue")
+    lease_ttl_s: float = Field(10.0, ge=1, le=300, description="a gateway that stops renewing its heartbeat "
+                               "for this long loses its slots and queue entries")
+    gateway_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,40}$",
+                                   description="this gateway's name in the shared state (default: host-port)")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _url_scheme(cls, value: str | None) -> str | None:
+        if value is None or value == "local":
+            return value
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix:// (or be 'local')")
+        return value
+
+    def resolved_url(self) -> str | None:
+        return f"redis://127.0.0.1:{self.local_port}/0" if self.redis_url == "local" else self.redis_url
+
+
 class LimitsConfig(_Strict):
     """Enforced by the server; clients cannot choose them (docs/protocol.md, "Errors and close codes")."""
 
@@ -171,6 +198,7 @@ class AppConfig(_Strict):
     health: HealthConfig = Field(default_factory=HealthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     recording: RecordingConfig = Field(default_factory=RecordingConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @model_validator(mode="after")
     def _ports_do_not_collide(self) -> AppConfig:
@@ -219,6 +247,11 @@ def add_cli_arguments(parser) -> None:
     parser.add_argument("--llm-url", help="cascade: OpenAI-compatible LLM server base URL "
                         "(overrides backend.options.llm_url)")
     parser.add_argument("--llm-model", help="cascade: model name on that server (overrides backend.options.llm_model)")
+    parser.add_argument("--redis", metavar="URL", help="share the queue and workers with other gateways through "
+                        "this Redis ('local': a private redis-server; overrides cluster.redis_url)")
+    parser.add_argument("--gateway-only", action="store_true", default=None,
+                        help="start no local workers (workers.count 0): workers come from workers.urls or "
+                        "the shared registry")
 
 
 def config_from_cli(args) -> AppConfig:
@@ -227,9 +260,11 @@ def config_from_cli(args) -> AppConfig:
 
     try:
         return load_config(args.config, {
-            "workers.count": args.workers, "gateway.port": args.port, "gateway.tls.mode": args.tls,
+            "gateway.port": args.port, "gateway.tls.mode": args.tls,
             "backend.options.llm_url": getattr(args, "llm_url", None),
             "backend.options.llm_model": getattr(args, "llm_model", None),
+            "cluster.redis_url": getattr(args, "redis", None),
+            "workers.count": 0 if getattr(args, "gateway_only", None) else args.workers,
         })
     except ConfigError as exc:
         print(f"omniduplex: {exc}", file=sys.stderr)

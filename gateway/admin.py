@@ -225,11 +225,18 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
         probe = w.last_probe or {}
         now = time.monotonic()
         by_ticket = st.live
+        remote = {s["ticket"]: s for s in pool.remote_sessions}
         sessions = []
         for ticket, since in w.sessions.items():
             proxy = by_ticket.get(ticket)
-            sessions.append({"ticket": ticket, "session_id": proxy.session_id if proxy else None,
-                             "app": proxy.app_name if proxy else "rest", "running_s": round(now - since, 1)})
+            if proxy is not None:
+                sessions.append({"ticket": ticket, "session_id": proxy.session_id, "app": proxy.app_name,
+                                 "running_s": round(now - since, 1), "gateway": pool.gateway_id})
+            else:
+                other = remote.get(ticket, {})
+                sessions.append({"ticket": ticket, "session_id": other.get("session_id"),
+                                 "app": other.get("app", "rest"), "running_s": round(now - since, 1),
+                                 "gateway": other.get("gateway", pool.gateway_id)})
         return {
             "id": w.id, "url": w.url, "health": w.health.value, "available": w.available,
             "state": probe.get("state"), "load_progress": probe.get("load_progress"),
@@ -242,19 +249,26 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
 
     def queue_view() -> list[dict[str, Any]]:
         snap = pool.snapshot()["queue"]
+        remote = {s["ticket"]: s for s in pool.remote_sessions}
         for entry in snap:
             proxy = st.live.get(entry["ticket"])
-            entry["app"] = proxy.app_name if proxy else "rest"
-            entry["client"] = proxy.client_ip if proxy else None
+            other = remote.get(entry["ticket"], {})
+            entry["app"] = proxy.app_name if proxy else other.get("app", "rest")
+            entry["client"] = proxy.client_ip if proxy else other.get("client")
+            entry.setdefault("gateway", pool.gateway_id)
         return snap
 
     def live_view() -> list[dict[str, Any]]:
+        """This gateway's sessions, then those other gateways list in the shared state."""
         now = time.time()
         out = []
         for proxy in list(st.live.values()):
             info = proxy.info()
             info["age_s"] = round(now - info["created_at"], 1)
+            info["gateway"] = pool.gateway_id
             out.append(info)
+        for info in pool.remote_sessions:
+            out.append({**info, "age_s": round(now - info["created_at"], 1)})
         return out
 
     def eta_view() -> dict[str, Any]:
@@ -291,7 +305,7 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
     @guarded.post("/api/admin/workers", status_code=201)
     async def add_worker(body: AddWorker) -> dict[str, Any]:
         try:
-            worker = pool.add_worker(body.url, worker_id=body.id, slots=body.slots)
+            worker = await pool.admin_add_worker(body.url, worker_id=body.id, slots=body.slots)
         except ValueError as exc:
             raise HTTPException(409, str(exc)) from None
         await st.checker.start()  # no-op if running; its supervisor starts the probe loop
@@ -308,7 +322,7 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
     async def remove_worker(worker_id: str) -> dict[str, Any]:
         worker = get_worker(worker_id)
         running = list(worker.sessions)
-        pool.remove_worker(worker_id)
+        await pool.admin_remove_worker(worker_id)
         return {"removed": worker_id, "sessions_still_running": running}
 
     @guarded.post("/api/admin/workers/{worker_id}/{action}")
@@ -317,12 +331,12 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
             raise HTTPException(404, f"unknown action {action!r}; use one of {', '.join(WORKER_ACTIONS)}")
         get_worker(worker_id)
         if action == "disable":
-            pool.set_disabled(worker_id, True)
+            await pool.admin_set_disabled(worker_id, True)
         elif action == "enable":
-            pool.set_disabled(worker_id, False)
+            await pool.admin_set_disabled(worker_id, False)
             probe_now(get_worker(worker_id))
         else:
-            pool.mark_dead(worker_id)
+            await pool.admin_mark_dead(worker_id)
         return worker_view(get_worker(worker_id))
 
     # ---------------------------------------------------------------- queue and sessions
@@ -333,7 +347,7 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
 
     @guarded.delete("/api/admin/queue/{ticket}")
     async def cancel_queued(ticket: str) -> dict[str, Any]:
-        if not pool.cancel(ticket):
+        if not await pool.admin_cancel(ticket):
             raise HTTPException(404, f"no queued entry {ticket!r} (already assigned or gone)")
         return {"cancelled": ticket}
 
@@ -343,10 +357,15 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
 
     @guarded.post("/api/admin/sessions/{session_id}/end")
     async def end_session(session_id: str, body: EndSession | None = None) -> dict[str, Any]:
+        reason = (body or EndSession()).reason
         proxy = next((p for p in st.live.values() if session_id in (p.session_id, p.ticket)), None)
         if proxy is None or proxy.state == "ended":
-            raise HTTPException(404, f"no live session {session_id!r}")
-        proxy.end_by_operator((body or EndSession()).reason)
+            remote = await pool.admin_end_remote(session_id, reason)  # on another gateway?
+            if remote is None:
+                raise HTTPException(404, f"no live session {session_id!r}")
+            return {"ending": session_id, "ticket": remote["ticket"], "state": remote["state"],
+                    "gateway": remote["gateway"]}
+        proxy.end_by_operator(reason)
         return {"ending": session_id, "ticket": proxy.ticket, "state": proxy.state}
 
     # ---------------------------------------------------------------- apps and ETA
@@ -370,7 +389,7 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
     @guarded.put("/api/admin/eta")
     async def set_eta(body: EtaSettings) -> dict[str, Any]:
         settings.settings.eta_session_s = body.session_s
-        pool.set_eta_session_s(body.session_s)
+        await pool.admin_set_eta(body.session_s)
         await asyncio.to_thread(settings.save)
         return eta_view()
 

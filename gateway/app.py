@@ -11,6 +11,7 @@ import collections
 import contextlib
 import json
 import logging
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from urllib.parse import urlencode
 
 import websockets
 from fastapi import FastAPI, Response, WebSocket
+from fastapi.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocketState
 
@@ -31,6 +33,7 @@ from gateway.admin import admin_router, api_access_middleware, public_router
 from gateway.apps import SettingsStore, app_of
 from gateway.auth import load_admin_token
 from gateway.cleanup import cleanup_loop
+from gateway.cluster.redis_queue import ClusterUnavailable
 from gateway.health import HealthChecker
 from gateway.metrics import CONTENT_TYPE_LATEST, METRICS_PREFIX, GatewayMetrics
 from gateway.openai_rest import openai_router
@@ -60,16 +63,28 @@ CLOSE_OPERATOR = 4004  # ended or removed from the queue by the operator
 CLOSE_RATE_LIMITED = 4029  # per-IP / per-key limits; retry after the time in the message
 
 
+def make_pool(config: AppConfig) -> WorkerPool:
+    """The in-process pool, or with ``cluster.redis_url`` the one shared through Redis."""
+    settings = {"capacity": config.queue.capacity, "max_wait_s": config.queue.max_wait_s,
+                "default_session_s": config.queue.default_session_s,
+                "healthy_after": config.health.healthy_after, "unhealthy_after": config.health.unhealthy_after}
+    url = config.cluster.resolved_url()
+    if url is None:
+        pool = WorkerPool(**settings)
+        for worker_url in config.worker_urls():
+            pool.add_worker(worker_url, slots=config.workers.slots)
+        return pool
+    from gateway.cluster.shared_pool import SharedPool
+
+    gateway_id = config.cluster.gateway_id or f"{socket.gethostname()}-{config.gateway.port}"
+    pool = SharedPool(url, prefix=config.cluster.prefix, lease_ttl_s=config.cluster.lease_ttl_s,
+                      gateway_id=gateway_id.replace(" ", "_")[:40], **settings)
+    pool.configure_workers(config.worker_urls(), config.workers.slots)
+    return pool
+
+
 def create_app(config: AppConfig) -> FastAPI:
-    pool = WorkerPool(
-        capacity=config.queue.capacity,
-        max_wait_s=config.queue.max_wait_s,
-        default_session_s=config.queue.default_session_s,
-        healthy_after=config.health.healthy_after,
-        unhealthy_after=config.health.unhealthy_after,
-    )
-    for url in config.worker_urls():
-        pool.add_worker(url, slots=config.workers.slots)
+    pool = make_pool(config)
     checker = HealthChecker(
         pool, interval_s=config.health.interval_s, timeout_s=config.health.timeout_s, jitter=config.health.jitter
     )
@@ -82,8 +97,12 @@ def create_app(config: AppConfig) -> FastAPI:
     metrics = GatewayMetrics(pool)
     live: dict[str, RealtimeProxy] = {}  # ticket -> open realtime session (queued or relaying)
 
+    pool.local_sessions = lambda: [p.info() for p in live.values()]
+    pool.end_local = lambda ticket, reason: _end_local(live, ticket, reason)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
+        await pool.start()
         await checker.start()
         await metrics.start()
         cleaner = asyncio.create_task(cleanup_loop(config))
@@ -93,6 +112,7 @@ def create_app(config: AppConfig) -> FastAPI:
             cleaner.cancel()
             await metrics.stop()
             await checker.stop()
+            await pool.close()
 
     app = FastAPI(title="OmniDuplex gateway", lifespan=lifespan)
     app.state.pool = pool
@@ -105,11 +125,16 @@ def create_app(config: AppConfig) -> FastAPI:
     app.state.checker = checker
     app.add_middleware(api_access_middleware(access, settings))
 
+    @app.exception_handler(ClusterUnavailable)
+    async def cluster_unavailable(request, exc: ClusterUnavailable) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health() -> Response:
         snap = pool.snapshot()
-        return {
-            "status": "ok",
+        cluster = pool.cluster_health()
+        body = {
+            "status": "ok" if cluster is None or cluster["ok"] else "unavailable",
             "workers_total": len(snap["workers"]),
             "workers_healthy": snap["healthy"],
             "slots_total": snap["slots_total"],
@@ -121,6 +146,10 @@ def create_app(config: AppConfig) -> FastAPI:
                 for w in snap["workers"]
             ],
         }
+        if cluster is not None:  # several gateways: 503 while the shared state is out of reach
+            body["cluster"] = cluster
+            return JSONResponse(body, status_code=200 if cluster["ok"] else 503)
+        return JSONResponse(body)
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:
@@ -181,6 +210,15 @@ def create_app(config: AppConfig) -> FastAPI:
     app.include_router(openai_router(pool))
     install_pages(app, ROOT / "static")
     return app
+
+
+def _end_local(live: dict[str, RealtimeProxy], session: str, reason: str) -> bool:
+    """Another gateway's operator ended a session that runs here."""
+    proxy = next((p for p in live.values() if session in (p.session_id, p.ticket)), None)
+    if proxy is None or proxy.state == "ended":
+        return False
+    proxy.end_by_operator(reason)
+    return True
 
 
 class RealtimeProxy:
@@ -327,6 +365,10 @@ class RealtimeProxy:
                     except NoCapableWorkerError as exc:
                         await self._send(error_event(str(exc), "no_capable_worker"))
                         await self._close(1008, str(exc))
+                    except ClusterUnavailable as exc:
+                        await self._send(error_event(f"no session can start now: {exc}", "cluster_unavailable",
+                                                     kind="server_error"))
+                        await self._close(CLOSE_TRY_AGAIN, "the shared queue is unreachable; try again")
                     return None
         finally:
             receive.cancel()

@@ -37,6 +37,7 @@ from gateway.openai_models import (
     TranscriptionForm,
     inline_schema,
 )
+from gateway.cluster.redis_queue import ClusterUnavailable
 from gateway.worker_pool import Lease, NoCapableWorkerError, QueueFullError, QueueTimeoutError, WorkerPool
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ _ERRORS = {status: {"description": text, "content": {"application/json": {"schem
                                                "param": {"type": ["string", "null"]},
                                                "code": {"type": ["string", "null"]}}}}}}}}
     for status, text in ((400, "invalid request"), (404, "unknown model"), (413, "body too large"),
-                         (429, "queue full"), (503, "no worker in time / worker unavailable"))}
+                         (429, "queue full"), (503, "no worker in time / worker unavailable / the shared queue's Redis unreachable"))}
 
 
 class ClientGone(Exception):
@@ -126,6 +127,8 @@ class WorkerCall:
         except NoCapableWorkerError as exc:
             raise ApiError(400, f"{exc}; this request needs {', '.join(sorted(requirements))}",
                            "unsupported_capability") from None
+        except ClusterUnavailable as exc:
+            raise ApiError(503, str(exc), "cluster_unavailable") from None
 
     def worker_failed(self, reason: str) -> None:
         if self.lease is not None:

@@ -149,6 +149,10 @@ class WorkerPool:
         self.length_update_s = LENGTH_UPDATE_S
         self._length_flush: asyncio.TimerHandle | None = None
         self._status_scheduled = False
+        self.gateway_id: str | None = None  # set where several gateways share the pool
+        self.remote_sessions: list[dict] = []  # other gateways' live sessions (shared pool only)
+        self.local_sessions: Callable[[], list[dict]] = list  # the app's, for the shared pool
+        self.end_local: Callable[[str, str], bool] = lambda session, reason: False
 
     # ------------------------------------------------------------------ workers
 
@@ -386,6 +390,42 @@ class WorkerPool:
         ``record=False`` keeps the lease out of the session-length average behind the ETA
         (one-shot REST requests last a second and would make realtime ETAs far too short)."""
         self._release(lease, record=record)
+
+    # ------------------------------------------------------------------ operator actions
+    # What the admin API awaits. Here they act at once; the shared pool (gateway/cluster) acts in
+    # Redis, so an action on any gateway reaches all of them.
+
+    async def start(self) -> None:
+        """Nothing to connect to in-process (the shared pool connects to Redis here)."""
+
+    async def close(self) -> None:
+        pass
+
+    def cluster_health(self) -> dict | None:
+        """The shared state's reachability (shared pool only)."""
+        return None
+
+    async def admin_add_worker(self, url: str, worker_id: str | None = None, slots: int = 1) -> Worker:
+        return self.add_worker(url, worker_id=worker_id, slots=slots)
+
+    async def admin_remove_worker(self, worker_id: str) -> None:
+        self.remove_worker(worker_id)
+
+    async def admin_set_disabled(self, worker_id: str, disabled: bool) -> None:
+        self.set_disabled(worker_id, disabled)
+
+    async def admin_mark_dead(self, worker_id: str) -> None:
+        self.mark_dead(worker_id)
+
+    async def admin_cancel(self, ticket: str, reason: str = "removed from the queue by the operator") -> bool:
+        return self.cancel(ticket, reason)
+
+    async def admin_end_remote(self, session: str, reason: str) -> dict | None:
+        """End a session running on another gateway (none here); its info, or None."""
+        return None
+
+    async def admin_set_eta(self, seconds: float | None) -> None:
+        self.set_eta_session_s(seconds)
 
     # ------------------------------------------------------------------ introspection
 

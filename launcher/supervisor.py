@@ -1,12 +1,20 @@
 """Supervisor: one command starts the workers and the gateway, shows model loading, keeps them up.
 
-``python -m launcher [--config F] [--workers N] [--port P] [--tls auto|on|off]``
+``python -m launcher [--config F] [--workers N] [--port P] [--tls auto|on|off]
+[--llm-url URL [--llm-model M]] [--redis URL|local] [--gateway-only]``
+
+``--gateway-only`` starts no local workers (only the gateway: its workers come from ``workers.urls``
+or the shared registry). ``--redis local`` (or ``cluster.redis_url: "local"``) shares the queue
+through a private Redis on ``127.0.0.1:<cluster.local_port>``: when nothing answers PING there, the
+supervisor runs Debian's ``redis-server`` as its child "redis" (started first, its data in
+``<data_dir>/redis``, stopped last); when one already answers (another launcher's on this host),
+it is reused.
 
 Why a supervisor: a worker loads its model for a long time and may crash; the operator wants one
 process to start, one log to read, progress while models load, automatic restarts, and Ctrl-C
 that stops everything without leaving processes behind. Children run in their own process
 groups, so a terminal's Ctrl-C reaches only the supervisor, which then stops them in order
-(gateway first, so it stops taking sessions, then the workers).
+(gateway first, so it stops taking sessions, then the workers, then a private redis-server).
 """
 
 from __future__ import annotations
@@ -14,9 +22,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import sys
+from pathlib import Path
 from typing import TextIO
 
 import httpx
@@ -24,6 +34,9 @@ import httpx
 from core.config import AppConfig, add_cli_arguments, config_from_cli
 
 GATEWAY = "gateway"
+REDIS = "redis"  # the private redis-server of ``--redis local``: started first, stopped last
+
+_PING = b"*1\r\n$4\r\nPING\r\n"
 
 
 def worker_name(index: int) -> str:
@@ -40,6 +53,38 @@ def child_commands(config: AppConfig, config_path: str, passthrough: list[str]) 
     }
     commands[GATEWAY] = [sys.executable, "-m", "gateway", "--config", config_path, *passthrough]
     return commands
+
+
+def redis_command(config: AppConfig, executable: str) -> list[str]:
+    """The private redis-server of ``--redis local``: loopback only, its append-only file in
+    ``<data_dir>/redis`` (made here), no RDB snapshots."""
+    data = Path(config.data_dir) / "redis"
+    data.mkdir(parents=True, exist_ok=True)
+    return [
+        executable, "--port", str(config.cluster.local_port), "--bind", "127.0.0.1",
+        "--dir", str(data.resolve()), "--appendonly", "yes", "--save", "", "--protected-mode", "yes",
+    ]
+
+
+def redis_ping(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> str | None:
+    """The first reply line to a RESP ``PING`` on ``host:port``: ``"+PONG"``; an error such as
+    ``"-NOAUTH …"`` or ``"-LOADING …"`` (a Redis, not ready for us); ``""`` when something accepts
+    the connection but answers nothing Redis-like; None when nothing listens."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(_PING)
+            reply = b""
+            while b"\r\n" not in reply and len(reply) < 512:
+                chunk = sock.recv(512)
+                if not chunk:
+                    break
+                reply += chunk
+    except (ConnectionRefusedError, socket.gaierror):
+        return None
+    except OSError:  # accepted, then silent or reset: not a Redis we can use
+        return ""
+    line = reply.split(b"\r\n", 1)[0].decode(errors="replace")
+    return line if line[:1] in ("+", "-") else ""
 
 
 _ANY_HOST = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
@@ -65,8 +110,9 @@ class Supervisor:
     """Runs ``commands`` (name -> argv), restarting each with backoff, until :meth:`stop`.
 
     Children named ``worker <i>`` get their ``/health`` watched on ``workers.base_port + i``;
-    a child named ``gateway`` gets the final "ready" line. Tests pass their own commands and
-    tiny delays.
+    a child named ``gateway`` gets the final "ready" line. A child named ``redis`` starts first:
+    the others start once Redis answers PING on ``cluster.local_port``; it is stopped last.
+    Tests pass their own commands and tiny delays.
     """
 
     def __init__(
@@ -97,6 +143,7 @@ class Supervisor:
         self._out, self._err = out, err
         self._procs: dict[str, asyncio.subprocess.Process] = {}
         self._watchers: dict[str, asyncio.Task] = {}
+        self._tasks: list[asyncio.Task] = []  # the keepers, the starter and the announcer
         self._ready: dict[str, asyncio.Event] = {}
         self._pumps: set[asyncio.Task] = set()
         self._stop_requested = asyncio.Event()
@@ -120,12 +167,32 @@ class Supervisor:
         self._client = httpx.AsyncClient(timeout=2.0, trust_env=False, verify=False)
         workers = [name for name in self.commands if self._worker_index(name) is not None]
         self._ready = {name: asyncio.Event() for name in workers}
-        keepers = [asyncio.create_task(self._keep_running(name)) for name in self.commands]
-        announce = asyncio.create_task(self._announce()) if GATEWAY in self.commands else None
+        self._tasks.append(asyncio.create_task(self._start_children()))
         try:
             await self._stop_requested.wait()
         finally:
-            await self._shutdown(keepers, announce)
+            await self._shutdown()
+
+    async def _start_children(self) -> None:
+        """A private redis-server first, and the rest once it answers PING (the gateway needs it)."""
+        if REDIS in self.commands:
+            self._tasks.append(asyncio.create_task(self._keep_running(REDIS)))
+            await self._wait_for_redis()
+        self._tasks += [asyncio.create_task(self._keep_running(name)) for name in self.commands if name != REDIS]
+        if GATEWAY in self.commands:
+            self._tasks.append(asyncio.create_task(self._announce()))
+
+    async def _wait_for_redis(self) -> None:
+        port = self.config.cluster.local_port
+        loop = asyncio.get_running_loop()
+        warn_at = loop.time() + min(30.0, self.ready_timeout_s)
+        while (await asyncio.to_thread(redis_ping, port)) != "+PONG":
+            if warn_at is not None and loop.time() >= warn_at:
+                warn_at = None
+                self._say(f"[supervisor] WARNING: redis does not answer PING on 127.0.0.1:{port} yet; "
+                          "the other children wait for it, see its log above", err=True)
+            await asyncio.sleep(min(self.poll_interval_s, 0.1))
+        self._say(f"[supervisor] redis is ready on 127.0.0.1:{port}")
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop everything; safe to call from a signal handler, more than once."""
@@ -139,16 +206,17 @@ class Supervisor:
         if self._running:
             await self._finished.wait()
 
-    async def _shutdown(self, keepers: list[asyncio.Task], announce: asyncio.Task | None) -> None:
-        tasks = [*keepers, *self._watchers.values(), *([announce] if announce else [])]
+    async def _shutdown(self) -> None:
+        tasks = [*self._tasks, *self._watchers.values()]  # cancelled, the starter adds no more
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._client is not None:  # an idle keep-alive TLS connection would stall the gateway's exit
             await self._client.aclose()
         first = [name for name in self._procs if name == GATEWAY]
-        rest = [name for name in self._procs if name != GATEWAY]
-        for group in (first, rest):
+        rest = [name for name in self._procs if name not in (GATEWAY, REDIS)]
+        last = [name for name in self._procs if name == REDIS]  # the gateway may still write to it
+        for group in (first, rest, last):
             await asyncio.gather(*(self._terminate(name) for name in group))
         if self._pumps:  # let the last lines through, then drop readers of pipes still held open
             await asyncio.wait(self._pumps, timeout=1.0)
@@ -295,8 +363,10 @@ class Supervisor:
         return body if isinstance(body, dict) else {}
 
     async def _announce(self) -> None:
-        """Once every worker has loaded and the gateway answers, print where to go."""
-        await asyncio.gather(*(event.wait() for event in self._ready.values()))
+        """Once every worker has loaded and the gateway answers, print where to go.
+
+        No local workers (``--gateway-only``): as soon as the gateway answers."""
+        await asyncio.gather(*(event.wait() for event in self._ready.values()))  # none: at once
         gateway = self.config.gateway
         scheme = "https" if gateway.tls_enabled() else "http"
         while True:
@@ -311,6 +381,9 @@ class Supervisor:
         if gateway.host in _ANY_HOST:  # the loopback URL above only works on this machine
             remote = _connect_url(socket.gethostname(), gateway.port, "/", scheme)
             self._say(f"OmniDuplex from other machines: {remote}")
+        if not self._ready:
+            self._say("[supervisor] gateway only: no local workers; sessions go to workers.urls "
+                      "or the workers other hosts registered in the shared queue")
 
 
 def serve(supervisor: Supervisor) -> int:
@@ -340,7 +413,7 @@ def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
         try:
             out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20,
                                  check=False).stdout
-            return [str(i) for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
+            return [str(i) for i, line in enumerate(x for x in out.splitlines() if x.startswith("GPU "))]
         except (OSError, subprocess.SubprocessError):
             return []
     try:
@@ -379,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_from_cli(args)
-        per_gpu, child_env = gpu_plan(config, args.workers)
+        # --gateway-only: no local workers, so none to place on GPUs
+        per_gpu, child_env = gpu_plan(config, args.workers) if config.workers.count else (None, {})
         if per_gpu is not None:
             args.workers = per_gpu  # the gateway must expect the same workers: pass it to every child
             config = config_from_cli(args)
@@ -394,6 +468,19 @@ def main(argv: list[str] | None = None) -> int:
     except TlsError as exc:
         print(f"omniduplex: {exc}", file=sys.stderr)
         return 2
+    commands: dict[str, list[str]] = {}
+    if config.cluster.redis_url == "local":
+        redis = local_redis(config)
+        if isinstance(redis, int):
+            return redis
+        if redis:
+            commands[REDIS] = redis
+    commands.update(child_commands(config, args.config, cli_passthrough(args)))
+    return serve(Supervisor(config, commands, child_env=child_env))
+
+
+def cli_passthrough(args: argparse.Namespace) -> list[str]:
+    """The command-line overrides every child gets too, so they all see the same configuration."""
     passthrough = []
     if args.workers is not None:
         passthrough += ["--workers", str(args.workers)]
@@ -401,10 +488,43 @@ def main(argv: list[str] | None = None) -> int:
         passthrough += ["--port", str(args.port)]
     if args.tls is not None:
         passthrough += ["--tls", args.tls]
-    for flag, value in (("--llm-url", args.llm_url), ("--llm-model", args.llm_model)):
+    for flag, value in (("--llm-url", args.llm_url), ("--llm-model", args.llm_model), ("--redis", args.redis)):
         if value is not None:
             passthrough += [flag, value]
-    return serve(Supervisor(config, child_commands(config, args.config, passthrough), child_env=child_env))
+    if args.gateway_only:
+        passthrough.append("--gateway-only")
+    return passthrough
+
+
+def local_redis(config: AppConfig) -> list[str] | int | None:
+    """For ``--redis local``: the redis-server command to supervise; None when a Redis already
+    answers on ``127.0.0.1:<cluster.local_port>`` (another launcher's on this host: shared);
+    2 (the exit code) with the reason on stderr when none can be had."""
+    port = config.cluster.local_port
+    reply = redis_ping(port)
+    if reply and not reply.startswith(("+PONG", "-LOADING")):  # -NOAUTH, -DENIED: not ours to use
+        print(f"omniduplex: --redis local: the Redis on 127.0.0.1:{port} (cluster.local_port) refuses PING "
+              f"({reply}); stop it or choose another cluster.local_port", file=sys.stderr)
+        return 2
+    if reply:  # another launcher's private Redis (or still loading its data)
+        print(f"[supervisor] reusing the Redis already answering on 127.0.0.1:{port} (cluster.local_port)",
+              flush=True)
+        return None
+    if reply == "":
+        print(f"omniduplex: --redis local: port {port} (cluster.local_port) is taken by something that does "
+              "not answer Redis PING; stop it or choose another cluster.local_port", file=sys.stderr)
+        return 2
+    executable = shutil.which("redis-server")
+    if executable is None:
+        print("omniduplex: --redis local runs Debian's redis-server, which is not installed (not on PATH).\n"
+              "  Install it:  sudo apt-get install redis-server   (or: bash scripts/install.sh --with-redis)\n"
+              "  or give an existing Redis instead:  --redis redis://HOST:6379/0", file=sys.stderr)
+        return 2
+    try:
+        return redis_command(config, executable)
+    except OSError as exc:
+        print(f"omniduplex: --redis local: cannot create {Path(config.data_dir) / 'redis'}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -7,23 +7,41 @@
 #                                       (the turn-taking set's voices) and redis-server (the
 #                                       shared queue's tests), when missing, and
 #                                       .venv-frameworks (tests/test_frameworks.py)
+#   scripts/install.sh --with-redis     also Debian redis-server, when missing (the private Redis of
+#                                       `./start_all.sh --redis local`; docs/operations.md)
+# The options combine. Debian packages are installed only when running as root (no sudo prompt);
+# otherwise the script says what is missing and goes on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "${1:-}" = "--with-browser" ]; then
-  missing=()
+with_browser=0 with_redis=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-browser) with_browser=1 ;;
+    --with-redis) with_redis=1 ;;
+    *) echo "usage: scripts/install.sh [--with-browser] [--with-redis]" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+if [ "$with_browser" = 1 ]; then
   { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || missing+=(chromium chromium-driver)
   { command -v ip >/dev/null || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ]; } || missing+=(iproute2)
   command -v espeak-ng >/dev/null || missing+=(espeak-ng)  # other voices: bench/turn_set.py
-  command -v redis-server >/dev/null || missing+=(redis-server)  # the shared queue: tests/test_redis_queue.py
-  if [ ${#missing[@]} -gt 0 ]; then
-    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-      echo "[install] installing Debian ${missing[*]} for the browser / network namespace tests"
-      apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-    else
-      echo "[install] ${missing[*]} missing and apt-get unavailable (need root): browser / netns tests will be skipped"
-    fi
+fi
+if [ "$with_browser" = 1 ] || [ "$with_redis" = 1 ]; then
+  # the shared queue: tests/test_redis_queue.py, and `--redis local` (launcher/supervisor.py)
+  command -v redis-server >/dev/null || missing+=(redis-server)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "[install] installing Debian ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  elif [ "$with_browser" = 1 ]; then
+    echo "[install] ${missing[*]} missing and apt-get unavailable (need root): browser / netns / Redis tests will be skipped"
+  else
+    echo "[install] redis-server missing and apt-get unavailable (need root): run sudo apt-get install redis-server"
   fi
 fi
 
@@ -32,7 +50,7 @@ PYTHON=${PYTHON:-python3}
 # Voice-agent framework clients (OpenAI Agents SDK, Pipecat) for tests/test_frameworks.py, in their
 # own .venv-frameworks: their pins clash with requirements.txt (see requirements-frameworks.txt).
 # The stamp marks a complete install.
-if [ "${1:-}" = "--with-browser" ]; then
+if [ "$with_browser" = 1 ]; then
   FW_STAMP=.venv-frameworks/.omniduplex-install
   fw_want="$(cat requirements-frameworks.txt | sha256sum | cut -d' ' -f1)"
   if [ -f "$FW_STAMP" ] && [ "$(cat "$FW_STAMP")" = "$fw_want" ]; then

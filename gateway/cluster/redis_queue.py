@@ -16,8 +16,7 @@ Keys (under ``prefix``):
 * channel ``events``: ``assigned <gateway> <ticket> <worker>`` per assignment, ``queue`` when
   places moved.
 
-Not yet the gateway's pool: ``gateway/worker_pool.py`` is still what the gateway runs (issue
-20 wires this in behind ``cluster.redis_url``).
+The gateway uses it through ``gateway/cluster/shared_pool.py`` when ``cluster.redis_url`` is set.
 """
 
 from __future__ import annotations
@@ -58,6 +57,7 @@ local function release(ticket)
   end
   redis.call('DEL', p .. ':lease:' .. ticket)
   redis.call('SREM', p .. ':gw:' .. l[2] .. ':leases', ticket)
+  redis.call('SREM', p .. ':wl:' .. l[1], ticket)
   return 1
 end
 local function leave_queue(ticket)
@@ -70,17 +70,18 @@ end
 local function dispatch()
   local assigned = {}
   local info, free = {}, 0
+  local now = now_ms()
   for _, id in ipairs(redis.call('SMEMBERS', p .. ':workers')) do
-    local w = redis.call('HMGET', p .. ':worker:' .. id, 'slots', 'busy', 'caps', 'health', 'order')
+    local w = redis.call('HMGET', p .. ':worker:' .. id, 'slots', 'busy', 'caps', 'health', 'order', 'hold_until')
     local slots, busy = tonumber(w[1]) or 0, tonumber(w[2]) or 0
-    if w[4] == 'healthy' and busy < slots then
+    -- hold_until: just restored after Redis lost its data; every gateway re-asserts its leases first
+    if w[4] == 'healthy' and busy < slots and (tonumber(w[6]) or 0) <= now then
       free = free + slots - busy
       info[#info + 1] = {id = id, slots = slots, busy = busy, caps = w[3] or '', ncaps = #split(w[3]),
                          order = tonumber(w[5]) or 0}
     end
   end
   if free == 0 then return assigned end
-  local now = now_ms()
   for _, t in ipairs(redis.call('ZRANGE', p .. ':queue', 0, -1)) do
     if free <= 0 then break end
     local e = redis.call('HMGET', p .. ':entry:' .. t, 'gateway', 'req', 'at')
@@ -103,6 +104,7 @@ local function dispatch()
       redis.call('HSET', p .. ':lease:' .. t, 'worker', best.id, 'gateway', e[1], 'started', now,
                  'queued_ms', now - (tonumber(e[3]) or now))
       redis.call('SADD', p .. ':gw:' .. e[1] .. ':leases', t)
+      redis.call('SADD', p .. ':wl:' .. best.id, t)
       redis.call('PUBLISH', p .. ':events', 'assigned ' .. e[1] .. ' ' .. t .. ' ' .. best.id)
       assigned[#assigned + 1] = t
     end
@@ -112,7 +114,7 @@ local function dispatch()
 end
 """
 
-# ARGV: ticket, gateway, requirements, capacity. -> {"full"} | {"dup"} | {"lease", worker} | {"queued", place}
+# ARGV: ticket, gateway, requirements, capacity. -> {"full"} | {"dup"} | {"lease", worker} | {"queued", place, length}
 _ENQUEUE = _LIB + r"""
 local ticket, gw, req, capacity = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 if redis.call('EXISTS', p .. ':entry:' .. ticket) == 1 or redis.call('EXISTS', p .. ':lease:' .. ticket) == 1 then
@@ -127,7 +129,7 @@ dispatch()
 local w = redis.call('HGET', p .. ':lease:' .. ticket, 'worker')
 if w then return {'lease', w} end
 redis.call('PUBLISH', p .. ':events', 'queue')
-return {'queued', tostring(redis.call('ZRANK', p .. ':queue', ticket) + 1)}
+return {'queued', tostring(redis.call('ZRANK', p .. ':queue', ticket) + 1), tostring(redis.call('ZCARD', p .. ':queue'))}
 """
 
 # ARGV: ticket. Leaves the queue, or gives the lease back. -> 'left' | 'released' | 'none'
@@ -156,11 +158,131 @@ dispatch()
 return 1
 """
 
+# ARGV: id, url, slots, caps. Registers a worker (health unknown until the prober says).
+# -> {'added', id} | {'exists', id} (this url is registered already) | {'taken'} (id has another url)
+_ADD_WORKER = _LIB + r"""
+local id, url = ARGV[1], ARGV[2]
+for _, other in ipairs(redis.call('SMEMBERS', p .. ':workers')) do
+  if redis.call('HGET', p .. ':worker:' .. other, 'url') == url then return {'exists', other} end
+end
+if id == '' then
+  repeat id = 'w' .. (redis.call('INCR', p .. ':worker_ids') - 1) until redis.call('SISMEMBER', p .. ':workers', id) == 0
+elseif redis.call('SISMEMBER', p .. ':workers', id) == 1 then
+  return {'taken'}
+end
+redis.call('SADD', p .. ':workers', id)
+redis.call('HSET', p .. ':worker:' .. id, 'url', url, 'slots', ARGV[3], 'caps', ARGV[4], 'health', 'unknown',
+           'busy', 0, 'failures', 0, 'order', redis.call('INCR', p .. ':worker_seq'))
+redis.call('PUBLISH', p .. ':events', 'workers')
+return {'added', id}
+"""
+
 # ARGV: id. Removes a worker; its leases stay until released (they free nothing then).
 _REMOVE_WORKER = _LIB + r"""
 redis.call('SREM', p .. ':workers', ARGV[1])
-redis.call('DEL', p .. ':worker:' .. ARGV[1])
+redis.call('DEL', p .. ':worker:' .. ARGV[1], p .. ':wl:' .. ARGV[1])
+redis.call('PUBLISH', p .. ':events', 'workers')
 return 1
+"""
+
+# The prober's view of one worker. ARGV: id, health, error, probe json, slots, caps, failures seen.
+# A failure reported since (by any gateway) wins: -> {'failed', failures, error}; else {'ok'} | {'gone'}.
+# Operator states (disabled, dead) are never overwritten here.
+_PROBE = _LIB + r"""
+local key = p .. ':worker:' .. ARGV[1]
+if redis.call('EXISTS', key) == 0 then return {'gone'} end
+local w = redis.call('HMGET', key, 'failures', 'error', 'health', 'slots', 'caps')
+if (tonumber(w[1]) or 0) > tonumber(ARGV[7]) then return {'failed', w[1], w[2] or ''} end
+local changed = w[4] ~= ARGV[5] or w[5] ~= ARGV[6]
+redis.call('HSET', key, 'error', ARGV[3], 'probe', ARGV[4], 'slots', ARGV[5], 'caps', ARGV[6])
+if w[3] ~= 'disabled' and w[3] ~= 'dead' and w[3] ~= ARGV[2] then
+  redis.call('HSET', key, 'health', ARGV[2])
+  changed = true
+end
+if changed then
+  redis.call('PUBLISH', p .. ':events', 'workers')
+  dispatch()
+end
+return {'ok'}
+"""
+
+# A session saw the worker fail (any gateway). ARGV: id, reason.
+_FAILURE = r"""
+local key = KEYS[1] .. ':worker:' .. ARGV[1]
+if redis.call('EXISTS', key) == 0 then return 0 end
+redis.call('HINCRBY', key, 'failures', 1)
+redis.call('HSET', key, 'error', ARGV[2])
+local h = redis.call('HGET', key, 'health')
+if h ~= 'disabled' and h ~= 'dead' then redis.call('HSET', key, 'health', 'unhealthy') end
+redis.call('PUBLISH', KEYS[1] .. ':events', 'workers')
+return 1
+"""
+
+# Operator state. ARGV: id, 'disabled' | 'dead' | 'enabled' (back to 'unknown' until the prober says).
+_OPERATOR = _LIB + r"""
+local key = p .. ':worker:' .. ARGV[1]
+if redis.call('EXISTS', key) == 0 then return 0 end
+local h = redis.call('HGET', key, 'health')
+if ARGV[2] == 'enabled' then
+  if h == 'disabled' or h == 'dead' then redis.call('HSET', key, 'health', 'unknown') end
+else
+  redis.call('HSET', key, 'health', ARGV[2])
+end
+redis.call('PUBLISH', p .. ':events', 'workers')
+dispatch()
+return 1
+"""
+
+# After Redis lost its data: this gateway's workers and running leases come back. ARGV: gateway,
+# hold_ms, nworkers, then id url slots caps health per worker, then ticket worker started per lease.
+# Restored workers take no new session for hold_ms, so every gateway can re-assert its leases first.
+_RESTORE = _LIB + r"""
+local gw, hold, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local i = 4
+for _ = 1, n do
+  local id = ARGV[i]
+  if redis.call('SADD', p .. ':workers', id) == 1 then
+    redis.call('HSET', p .. ':worker:' .. id, 'url', ARGV[i + 1], 'slots', ARGV[i + 2], 'caps', ARGV[i + 3],
+               'health', ARGV[i + 4], 'busy', 0, 'failures', 0, 'hold_until', now + hold,
+               'order', redis.call('INCR', p .. ':worker_seq'))
+  end
+  i = i + 5
+end
+local restored = 0
+while i <= #ARGV do
+  local t, id = ARGV[i], ARGV[i + 1]
+  if redis.call('EXISTS', p .. ':lease:' .. t) == 0 then
+    redis.call('HSET', p .. ':lease:' .. t, 'worker', id, 'gateway', gw, 'started', ARGV[i + 2], 'queued_ms', 0)
+    redis.call('SADD', p .. ':gw:' .. gw .. ':leases', t)
+    redis.call('SADD', p .. ':wl:' .. id, t)
+    if redis.call('EXISTS', p .. ':worker:' .. id) == 1 then redis.call('HINCRBY', p .. ':worker:' .. id, 'busy', 1) end
+    restored = restored + 1
+  end
+  i = i + 3
+end
+redis.call('PUBLISH', p .. ':events', 'workers')
+return restored
+"""
+
+# One finished session into the shared average behind ETAs. ARGV: seconds, alpha, default.
+_RECORD = r"""
+local key = KEYS[1] .. ':stats'
+local avg = tonumber(redis.call('HGET', key, 'avg_session_s') or ARGV[3])
+avg = avg + tonumber(ARGV[2]) * (tonumber(ARGV[1]) - avg)
+redis.call('HSET', key, 'avg_session_s', tostring(avg))
+return tostring(avg)
+"""
+
+# One gateway at a time probes the workers. ARGV: gateway, ttl_ms. -> 1 if it is that gateway.
+_PROBER = r"""
+local key = KEYS[1] .. ':prober'
+if redis.call('SET', key, ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then return 1 end
+if redis.call('GET', key) == ARGV[1] then
+  redis.call('PEXPIRE', key, tonumber(ARGV[2]))
+  return 1
+end
+return 0
 """
 
 # ARGV: gateway, ttl_ms. The gateway is alive for ttl_ms more.
@@ -179,6 +301,7 @@ for _, g in ipairs(redis.call('SMEMBERS', p .. ':gateways')) do
     for _, t in ipairs(redis.call('SMEMBERS', p .. ':gw:' .. g .. ':leases')) do release(t) end
     for _, t in ipairs(redis.call('SMEMBERS', p .. ':gw:' .. g .. ':queued')) do leave_queue(t) end
     redis.call('DEL', p .. ':gw:' .. g .. ':leases', p .. ':gw:' .. g .. ':queued')
+    redis.call('HDEL', p .. ':live', g)
     redis.call('SREM', p .. ':gateways', g)
     reaped[#reaped + 1] = g
   end
@@ -191,8 +314,16 @@ return reaped
 """
 
 
+def _decoded(value):
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list):
+        return [_decoded(v) for v in value]
+    return value
+
+
 @contextlib.contextmanager
-def _reachable() -> Iterator[None]:
+def redis_reachable() -> Iterator[None]:
     """Redis connection failures, as the one error callers handle."""
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -233,15 +364,28 @@ class RedisQueue:
         self.capacity = capacity
         self._scripts = {name: client.register_script(src) for name, src in (
             ("enqueue", _ENQUEUE), ("leave", _LEAVE), ("upsert", _UPSERT_WORKER), ("remove", _REMOVE_WORKER),
-            ("heartbeat", _HEARTBEAT), ("reap", _REAP))}
-        self._waiters: dict[str, tuple[asyncio.Future, Callable[[int], None] | None]] = {}
-        self._places: dict[str, int] = {}
+            ("heartbeat", _HEARTBEAT), ("reap", _REAP), ("add", _ADD_WORKER), ("probe", _PROBE),
+            ("failure", _FAILURE), ("operator", _OPERATOR), ("restore", _RESTORE), ("record", _RECORD),
+            ("prober", _PROBER))}
+        # Events other than assignments and queue moves (workers, cancel, end) go to this hook, and
+        # "unclaimed <ticket>": a slot given to a ticket of ours that nobody here waits for.
+        self.on_event: Callable[[str, list[str]], None] | None = None
+        self._waiters: dict[str, tuple[asyncio.Future, Callable[[int, int], None] | None]] = {}
+        self._places: dict[str, tuple[int, int]] = {}
         self._tasks: list[asyncio.Task] = []
         self._pubsub = None
 
     async def _run(self, name: str, *args) -> object:
-        with _reachable():
+        with redis_reachable():
             return await self._scripts[name](keys=[self.prefix], args=list(args))
+
+    async def call(self, name: str, *args) -> object:
+        """Run one of the scripts above by name (``add``, ``probe``, ...), answers decoded."""
+        return _decoded(await self._run(name, *args))
+
+    async def publish(self, *words: str) -> None:
+        with redis_reachable():
+            await self.redis.publish(f"{self.prefix}:events", " ".join(words))
 
     # ------------------------------------------------------------------ life cycle
 
@@ -271,13 +415,19 @@ class RedisQueue:
         return [g.decode() if isinstance(g, bytes) else g for g in await self._run("reap")]
 
     async def _keep_alive(self) -> None:
+        """Beat every ttl/3 and reap gateways that stopped. After an outage, reaping waits one
+        lease time: every gateway's beat lapsed meanwhile, and the live ones beat again first."""
+        quiet_until = 0.0
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
             try:
                 await self.heartbeat()
-                await self.reap()
+                if loop.time() >= quiet_until:
+                    await self.reap()
             except Exception as exc:  # Redis away: the next beat tries again
                 log.warning("redis heartbeat failed: %s", exc)
+                quiet_until = loop.time() + self.lease_ttl_s + self.lease_ttl_s / 3
 
     # ------------------------------------------------------------------ workers
 
@@ -294,9 +444,11 @@ class RedisQueue:
     # ------------------------------------------------------------------ queue
 
     async def acquire(self, requirements: frozenset[str] = frozenset(), ticket: str | None = None,
-                      on_place: Callable[[int], None] | None = None) -> SharedLease:
-        """A slot for ``ticket``, waiting in the shared FIFO if none is free. Cancelling the
-        caller leaves the queue (or gives back a lease granted in that instant)."""
+                      on_place: Callable[[int, int], None] | None = None) -> SharedLease:
+        """A slot for ``ticket``, waiting in the shared FIFO if none is free; ``on_place(place,
+        queue_length)`` hears each move. Cancelling the caller leaves the queue (or gives back a
+        lease granted in that instant). An entry that vanished (Redis lost its data, or this
+        gateway was taken for dead) raises ClusterUnavailable."""
         ticket = ticket or uuid.uuid4().hex
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._waiters[ticket] = (future, on_place)
@@ -311,25 +463,47 @@ class RedisQueue:
             enqueued = True
             if kind == "lease":
                 return SharedLease(ticket, rest[0])
-            self._place(ticket, int(rest[0]))
+            self._place(ticket, int(rest[0]), int(rest[1]))
             while True:  # the event is the fast path; the check covers a message lost on the way
                 with contextlib.suppress(TimeoutError):
                     return await asyncio.wait_for(asyncio.shield(future), 1.0)
-                worker = await self._lease_worker(ticket)
+                worker, queued = await self._lease_worker(ticket)
                 if worker is not None:
                     return SharedLease(ticket, worker.decode() if isinstance(worker, bytes) else worker)
+                if not queued:
+                    raise ClusterUnavailable("the shared queue lost this request (its Redis restarted "
+                                             "empty, or this gateway missed its heartbeats); please reconnect")
         except BaseException:
             if enqueued:  # leave the queue, or give back a lease granted in this same instant
-                with contextlib.suppress(Exception):
+                try:
                     await asyncio.shield(self._run("leave", ticket))
+                except Exception:  # Redis away: the owner retries, or the entry is reaped with us
+                    if self.on_event is not None:
+                        self.on_event("unclaimed", [ticket])
             raise
         finally:
             self._waiters.pop(ticket, None)
             self._places.pop(ticket, None)
 
-    async def _lease_worker(self, ticket: str) -> bytes | str | None:
-        with _reachable():
-            return await self.redis.hget(f"{self.prefix}:lease:{ticket}", "worker")
+    async def _lease_worker(self, ticket: str) -> tuple[bytes | str | None, bool]:
+        """(the worker leased to ``ticket`` or None, whether it is still queued)."""
+        with redis_reachable():
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hget(f"{self.prefix}:lease:{ticket}", "worker")
+                pipe.zscore(f"{self.prefix}:queue", ticket)
+                worker, place = await pipe.execute()
+        return worker, place is not None
+
+    def fail(self, ticket: str, exc: BaseException) -> bool:
+        """End a waiter here with ``exc`` (its acquire leaves the queue); False if none waits."""
+        waiter = self._waiters.get(ticket)
+        if waiter is None or waiter[0].done():
+            return False
+        waiter[0].set_exception(exc)
+        return True
+
+    def waiting(self, ticket: str) -> bool:
+        return ticket in self._waiters
 
     async def release(self, lease: SharedLease) -> None:
         await self._run("leave", lease.ticket)
@@ -337,13 +511,13 @@ class RedisQueue:
     async def queue_length(self) -> int:
         return int(await self.redis.zcard(f"{self.prefix}:queue"))
 
-    def _place(self, ticket: str, place: int) -> None:
+    def _place(self, ticket: str, place: int, length: int) -> None:
         waiter = self._waiters.get(ticket)
-        if waiter is None or self._places.get(ticket) == place:
+        if waiter is None or self._places.get(ticket) == (place, length):
             return
-        self._places[ticket] = place
+        self._places[ticket] = (place, length)
         if waiter[1] is not None:
-            waiter[1](place)
+            waiter[1](place, length)
 
     async def _listen(self) -> None:
         """Assignments and queue moves from every gateway; resubscribes after Redis comes back
@@ -368,17 +542,28 @@ class RedisQueue:
 
     async def _on_event(self, data: str) -> None:
         parts = data.split()
-        if parts[0] == "assigned" and len(parts) == 4 and parts[1] == self.gateway_id:
-            waiter = self._waiters.get(parts[2])
-            if waiter is not None and not waiter[0].done():
-                waiter[0].set_result(SharedLease(parts[2], parts[3]))
-        elif parts[0] == "queue" and self._waiters:
+        if not parts:
+            return
+        if parts[0] == "assigned" and len(parts) == 4:
+            if parts[1] == self.gateway_id:
+                waiter = self._waiters.get(parts[2])
+                if waiter is not None and not waiter[0].done():
+                    waiter[0].set_result(SharedLease(parts[2], parts[3]))
+                elif waiter is None and self.on_event is not None:
+                    self.on_event("unclaimed", [parts[2]])  # nobody waits for it: the owner decides
+        elif parts[0] == "queue":
             tickets = [t for t, (f, cb) in self._waiters.items() if cb is not None and not f.done()]
             if tickets:
-                async with self.redis.pipeline(transaction=False) as pipe:
+                async with self.redis.pipeline(transaction=True) as pipe:
+                    pipe.zcard(f"{self.prefix}:queue")
                     for t in tickets:
                         pipe.zrank(f"{self.prefix}:queue", t)
-                    ranks = await pipe.execute()
+                    length, *ranks = await pipe.execute()
                 for t, rank in zip(tickets, ranks, strict=True):
                     if rank is not None:
-                        self._place(t, int(rank) + 1)
+                        self._place(t, int(rank) + 1, int(length))
+        elif self.on_event is not None:
+            try:
+                self.on_event(parts[0], data.split(maxsplit=2)[1:])
+            except Exception:
+                log.exception("redis event %r", data[:200])
