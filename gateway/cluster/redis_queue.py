@@ -199,10 +199,8 @@ if w[3] ~= 'disabled' and w[3] ~= 'dead' and w[3] ~= ARGV[2] then
   redis.call('HSET', key, 'health', ARGV[2])
   changed = true
 end
-if changed then
-  redis.call('PUBLISH', p .. ':events', 'workers')
-  dispatch()
-end
+if changed then redis.call('PUBLISH', p .. ':events', 'workers') end
+dispatch()  -- also ends a restore's hold, and is the safety net for any event missed
 return {'ok'}
 """
 
@@ -501,9 +499,6 @@ class RedisQueue:
             return False
         waiter[0].set_exception(exc)
         return True
-
-    def waiting(self, ticket: str) -> bool:
-        return ticket in self._waiters
 
     async def release(self, lease: SharedLease) -> None:
         await self._run("leave", lease.ticket)

@@ -75,6 +75,7 @@ class SharedPool(WorkerPool):
         self._configured: list[tuple[str, int]] = []
         self._seen_failures: dict[str, int] = {}
         self._mine: dict[str, tuple[str, int]] = {}  # running lease ticket -> (worker id, started ms)
+        self._acquiring: set[str] = set()  # tickets in acquire (queued, or leased a moment ago)
         self._pending: collections.deque[tuple[str, float | None]] = collections.deque()
         self._pending_wake = asyncio.Event()
         self._sync_wake = asyncio.Event()
@@ -301,7 +302,7 @@ class SharedPool(WorkerPool):
 
     def _unclaimed(self, ticket: str) -> None:
         """A lease or queue entry of this gateway that no session here holds: give it back."""
-        if ticket in self._mine or self.shared.waiting(ticket) or any(t == ticket for t, _ in self._pending):
+        if ticket in self._mine or ticket in self._acquiring or any(t == ticket for t, _ in self._pending):
             return
         self._pending.append((ticket, None))
         self._pending_wake.set()
@@ -327,6 +328,7 @@ class SharedPool(WorkerPool):
             if on_status is not None:
                 on_status(QueueStatus(ticket, place, length, self._eta(place, self._capable_slots(requirements))))
 
+        self._acquiring.add(ticket)  # until _mine holds it: a lease for it is never "unclaimed"
         try:
             shared = await asyncio.wait_for(self.shared.acquire(requirements, ticket, on_place), self.max_wait_s)
         except TimeoutError:
@@ -336,7 +338,9 @@ class SharedPool(WorkerPool):
         except ClusterUnavailable as exc:
             self._set_error(str(exc))
             raise
-        self._mine[ticket] = (shared.worker_id, _ms())  # before any await: the sync must see it held
+        finally:
+            self._acquiring.discard(ticket)
+        self._mine[ticket] = (shared.worker_id, _ms())
         worker = self._workers.get(shared.worker_id)
         if worker is None:  # registered a moment ago on another gateway: mirror it now
             with contextlib.suppress(Exception):
