@@ -71,6 +71,23 @@ class _PoolCollector:
         for state in Health:
             counts.add_metric([state.value], sum(1 for w in workers if w.health == state))
         yield counts
+        cluster = pool.cluster_health()
+        if cluster is not None:  # several gateways: queue and workers above are cluster-wide
+            info = GaugeMetricFamily("omniduplex_gateway_info", "This gateway in the shared cluster",
+                                     labels=["gateway", "prober"])
+            info.add_metric([cluster["gateway_id"], str(cluster["prober"]).lower()], 1.0)
+            yield info
+            up = GaugeMetricFamily("omniduplex_cluster_up", "1 while the shared queue's Redis is reachable")
+            up.add_metric([], 1.0 if cluster["ok"] else 0.0)
+            yield up
+            mine = GaugeMetricFamily("omniduplex_gateway_sessions", "Realtime sessions on this gateway by state",
+                                     labels=["state"])
+            states: dict[str, int] = {}
+            for session in pool.local_sessions():
+                states[session["state"]] = states.get(session["state"], 0) + 1
+            for state in ("queued", "connecting", "active"):
+                mine.add_metric([state], states.get(state, 0))
+            yield mine
 
 
 class GatewayMetrics:

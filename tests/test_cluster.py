@@ -262,6 +262,53 @@ async def test_killed_gateway_frees_its_slot(cluster):
         await holder.ws.close()
 
 
+def admin(cluster: Cluster, gateway: str, method: str, path: str) -> httpx.Response:
+    return httpx.request(method, f"http://127.0.0.1:{cluster.ports[gateway]}{path}", timeout=5,
+                         headers={"Authorization": f"Bearer {cluster.stack.admin_token}"})
+
+
+async def until_true(check, timeout: float = 5.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.1)
+
+
+async def test_admin_actions_on_any_gateway(cluster):
+    """Drain on C holds clients queued on A; B's operator cancels that entry, enables the worker,
+    and C's ends a session running on A; each gateway's /metrics names itself."""
+    def health_of(gateway: str) -> str:
+        return cluster.health(gateway).json()["workers"][0]["health"]
+
+    assert admin(cluster, "c", "POST", "/api/admin/workers/w0/disable").json()["health"] == "disabled"
+    await until_true(lambda: health_of("a") == "disabled", what="drain not seen on gateway a")
+    waiting = await Waiter.connect(cluster, "a")
+    ticket = (await waiting.until("queue.position"))["ticket"]
+    await until_true(lambda: admin(cluster, "b", "GET", "/api/admin/queue").json()["queue"], what="queue not listed")
+    assert admin(cluster, "b", "DELETE", f"/api/admin/queue/{ticket}").status_code == 200
+    assert (await waiting.until("error"))["error"]["code"] == "queue_cancelled"
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await waiting.until("never", timeout=5)
+    assert closed.value.rcvd.code == 4004
+
+    assert admin(cluster, "b", "POST", "/api/admin/workers/w0/enable").status_code == 200
+    await until_true(lambda: all(health_of(g) == "healthy" for g in cluster.ports), timeout=10,
+                     what="enable not seen everywhere")
+    running = await Waiter.connect(cluster, "a")
+    session_id = (await running.until("session.created"))["session"]["id"]
+
+    def listed() -> bool:
+        live = admin(cluster, "c", "GET", "/api/admin/live").json()["sessions"]
+        return any(s["session_id"] == session_id and s["gateway"] == "a" for s in live)
+
+    await until_true(listed, what="gateway c does not list the session on gateway a")
+    ended = admin(cluster, "c", "POST", f"/api/admin/sessions/{session_id}/end")
+    assert ended.status_code == 200 and ended.json()["gateway"] == "a"
+    assert (await running.until("error"))["error"]["code"] == "session_ended_by_operator"
+    metrics = httpx.get(f"http://127.0.0.1:{cluster.ports['b']}/metrics", timeout=5).text
+    assert 'omniduplex_gateway_info{gateway="b"' in metrics and "omniduplex_cluster_up 1.0" in metrics
+
+
 async def test_redis_outage(cluster):
     """Redis stopped mid-load: the running session goes on, new ones get cluster_unavailable
     and close 1013, /health says why; Redis back (empty): the slot is counted and freed."""
