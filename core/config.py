@@ -103,7 +103,7 @@ class HealthConfig(_Strict):
 
 class ClusterConfig(_Strict):
     """Several gateways sharing one FIFO queue, the slot leases and the worker registry in Redis
-    (docs/operations.md, "Several gateways"). ``redis_url`` null: the in-process pool."""
+    (docs/operations.md, "Several gateways (Redis)"). ``redis_url`` null: the in-process pool."""
 
     redis_url: str | None = Field(None, description="redis://host:port/db, rediss://… or unix://…; "
                                   "'local' = the private redis-server the launcher starts on local_port")
