@@ -65,27 +65,32 @@ class Waiter:
         return next((t for t, ev in self.events if ev["type"] == "queue.assigned"), None)
 
 
-async def hold_queue(launched: Launched, n: int, hold_s: float) -> dict[str, Any]:
-    gw = psutil.Process(launched.pid("gateway"))
-    url = launched.ws_url + "?model=omniduplex-cascade&record=false&extensions=all"
-    rss_idle = gw.memory_info().rss
-    holder = Waiter(url)
+async def hold_queue(launched: Launched, n: int, hold_s: float, gateways: list[str] | None = None,
+                     extensions: str = "all", e2e_reps: int = 20) -> dict[str, Any]:
+    """The holder on the first of ``gateways`` (default: the one gateway), waiter ``i`` on
+    gateway ``(i + 1) % len(gateways)``: with two, every hand-over crosses gateways."""
+    names = gateways or ["gateway"]
+    procs = [psutil.Process(launched.pid(name)) for name in names]
+    urls = [launched.gateway_ws(name) + f"?model=omniduplex-cascade&record=false&extensions={extensions}"
+            for name in names]
+    rss_idle = [p.memory_info().rss for p in procs]
+    holder = Waiter(urls[0])
     await holder.connect()
     while not any(ev["type"] == "session.created" for _, ev in holder.events):
         await asyncio.sleep(0.01)
 
-    waiters = [Waiter(url) for _ in range(n)]
+    waiters = [Waiter(urls[(i + 1) % len(urls)]) for i in range(n)]
     t0 = time.monotonic()
     await asyncio.gather(*(w.connect() for w in waiters))
     await asyncio.gather(*(asyncio.wait_for(w.first_position.wait(), 60) for w in waiters))
     queued_s = max(w.events[0][0] for w in waiters) - t0
 
     await asyncio.sleep(1.5)  # let the coalesced queue-length updates settle
-    c0, w0 = gw.cpu_times(), time.monotonic()
+    c0, w0 = [p.cpu_times() for p in procs], time.monotonic()
     await asyncio.sleep(hold_s)
-    c1, w1 = gw.cpu_times(), time.monotonic()
-    cpu_pct = ((c1.user - c0.user) + (c1.system - c0.system)) / (w1 - w0) * 100
-    rss_hold = gw.memory_info().rss
+    c1, w1 = [p.cpu_times() for p in procs], time.monotonic()
+    cpu_pct = [((b.user - a.user) + (b.system - a.system)) / (w1 - w0) * 100 for a, b in zip(c0, c1, strict=True)]
+    rss_hold = [p.memory_info().rss for p in procs]
 
     # The holder leaves: the head is assigned, everyone else moves up one place.
     before = {id(w): w.last_position() for w in waiters}
@@ -107,29 +112,55 @@ async def hold_queue(launched: Launched, n: int, hold_s: float) -> dict[str, Any
         await asyncio.sleep(0.01)
     delays = [(heard(w) - t_leave) * 1000 for w in waiters if heard(w) is not None]
 
-    # Through the gateway: each head leaves as soon as it is live; the next is assigned.
-    e2e = []
-    for i in range(min(20, n - 1)):
+    # Through the gateway(s): each head leaves as soon as it is live; the next is assigned.
+    e2e, missed = [], 0
+    for i in range(min(e2e_reps, n - 1)):
         head, nxt = waiters[i], waiters[i + 1]
         while not any(ev["type"] == "session.created" for _, ev in head.events):
+            if head.reader.done():
+                break
             await asyncio.sleep(0.005)
         t = time.monotonic()
         await head.ws.close()
-        while nxt.assigned_at() is None:
+        deadline = t + 30
+        while nxt.assigned_at() is None and time.monotonic() < deadline and not nxt.reader.done():
             await asyncio.sleep(0.001)
+        if nxt.assigned_at() is None:
+            missed += 1
+            continue
         e2e.append((nxt.assigned_at() - t) * 1000)
 
     await asyncio.gather(*(w.ws.close() for w in waiters), return_exceptions=True)
-    return {
+    out = {
         "clients": n,
         "all_queued_s": round(queued_s, 3),
-        "gateway_rss_idle_mb": round(rss_idle / 2**20, 1),
-        "gateway_rss_holding_mb": round(rss_hold / 2**20, 1),
-        "gateway_cpu_holding_pct_of_core": round(cpu_pct, 2),
-        "position_change_heard_ms": summary(delays) | {"max": round(max(delays), 3) if delays else None},
+        "gateway_rss_idle_mb": round(max(rss_idle) / 2**20, 1),
+        "gateway_rss_holding_mb": round(max(rss_hold) / 2**20, 1),
+        "gateway_cpu_holding_pct_of_core": round(max(cpu_pct), 2),
+        "position_change_heard_ms": summary(delays) | {"p99": pct(delays, 99),
+                                                       "max": round(max(delays), 3) if delays else None},
         "told": len(delays),
-        "release_to_assigned_through_gateway_ms": summary(e2e),
+        "release_to_assigned_through_gateway_ms": summary(e2e) | {"p99": pct(e2e, 99)},
     }
+    if len(names) > 1:  # the scalar figures above are the worst gateway's; each one here
+        out["gateways"] = {name: {"clients": sum(1 for i in range(n) if (i + 1) % len(names) == g),
+                                  "rss_idle_mb": round(rss_idle[g] / 2**20, 1),
+                                  "rss_holding_mb": round(rss_hold[g] / 2**20, 1),
+                                  "cpu_holding_pct_of_core": round(cpu_pct[g], 2)}
+                           for g, name in enumerate(names)}
+        out["e2e_cross_gateway"] = True
+        out["e2e_not_assigned"] = missed
+    elif missed:
+        out["e2e_not_assigned"] = missed
+    return out
+
+
+def pct(values: list[float], q: float) -> float | None:
+    """The q-th percentile as the sample at that rank (no interpolation), like the pool figure."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[max(0, min(len(ordered) - 1, int(len(ordered) * q / 100) - 1))], 4)
 
 
 async def dispatch_in_process(iterations: int = 1000) -> dict[str, Any]:

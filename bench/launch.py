@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -79,6 +80,7 @@ class Launched:
         self.config_path = tmp / "config.json"
         self.config_path.write_text(json.dumps(config))
         self.procs: dict[str, subprocess.Popen] = {}
+        self.gateway_ports: dict[str, int] = {"gateway": self.port} if start_gateway else {}
         self.workers = workers
         for i in range(workers):
             self._spawn(f"worker{i}", ["worker", "--index", str(i)])
@@ -102,11 +104,61 @@ class Launched:
     def pid(self, name: str) -> int:
         return self.procs[name].pid
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def add_gateway(self, name: str, **overrides: Any) -> int:
+        """One more gateway process ``name`` on a free port: this stack's config with ``overrides``
+        merged per section (e.g. ``cluster={...}``, ``workers={"count": 0}``); returns its port."""
+        config = json.loads(self.config_path.read_text())
+        port = free_port()
+        config["gateway"] = {**config.get("gateway", {}), "port": port}
+        for section, values in overrides.items():
+            if isinstance(values, dict):
+                config[section] = {**config.get(section, {}), **values}
+            else:
+                config[section] = values
+        path = self.tmp / f"config-{name}.json"
+        path.write_text(json.dumps(config))
+        self.gateway_ports[name] = port
+        self._spawn(name, ["gateway"], path)
+        return port
+
+    def gateway_ws(self, name: str) -> str:
+        return f"ws://127.0.0.1:{self.gateway_ports[name]}/v1/realtime"
+
+    def wait_gateway(self, name: str, timeout: float = 120.0) -> dict:
+        """Until gateway ``name`` sees a healthy worker (and, in a cluster, reaches Redis)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.procs[name].poll() is not None:
+                raise RuntimeError(f"{name} exited: {(self.tmp / f'{name}.log').read_text()[-2000:]}")
+            try:
+                body = httpx.get(f"http://127.0.0.1:{self.gateway_ports[name]}/health", timeout=2).json()
+                if body.get("workers_healthy", 0) >= 1 and body.get("cluster", {"ok": True}).get("ok"):
+                    return body
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"gateway {name} not ready in time: {(self.tmp / f'{name}.log').read_text()[-2000:]}")
+
+    def stop_one(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        self.gateway_ports.pop(name, None)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+    def log(self, name: str) -> str:
+        path = self.tmp / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def _spawn(self, name: str, args: list[str], config_path: Path | None = None) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
         log = open(self.tmp / f"{name}.log", "ab")
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", *args, "--config", str(self.config_path)], cwd=ROOT, env=env,
+            [sys.executable, "-m", *args, "--config", str(config_path or self.config_path)], cwd=ROOT, env=env,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
@@ -143,6 +195,45 @@ class Launched:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def redis_pong(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def redis_server(folder: Path) -> Iterator[str]:
+    """A private, non-persistent Debian ``redis-server`` on a free port for the duration; yields
+    its ``redis://`` URL (for ``cluster.redis_url``)."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise SystemExit("redis-server is not installed (Debian: apt-get install redis-server); "
+                         "several gateways share their queue through it")
+    folder.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(folder)], stdout=open(folder / "redis.log", "ab"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not redis_pong(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start: {(folder / 'redis.log').read_text()[-1000:]}")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
 
 
 @contextlib.contextmanager

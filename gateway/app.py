@@ -131,7 +131,7 @@ def create_app(config: AppConfig) -> FastAPI:
 
     @app.get("/health")
     async def health() -> Response:
-        snap = pool.snapshot()
+        snap = pool.snapshot(with_queue=False)
         cluster = pool.cluster_health()
         body = {
             "status": "ok" if cluster is None or cluster["ok"] else "unavailable",

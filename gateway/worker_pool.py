@@ -429,7 +429,9 @@ class WorkerPool:
 
     # ------------------------------------------------------------------ introspection
 
-    def snapshot(self) -> dict:
+    def snapshot(self, with_queue: bool = True) -> dict:
+        """Workers and queue for /health and the admin page (``with_queue=False``: the shared
+        pool need not fetch every entry for a health check)."""
         now = time.monotonic()
         workers = list(self._workers.values())
         return {

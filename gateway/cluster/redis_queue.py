@@ -371,6 +371,7 @@ class RedisQueue:
         self._waiters: dict[str, tuple[asyncio.Future, Callable[[int, int], None] | None]] = {}
         self._places: dict[str, tuple[int, int]] = {}
         self._tasks: list[asyncio.Task] = []
+        self._places_stale = asyncio.Event()  # a queue move to tell this gateway's waiters
         self._pubsub = None
 
     async def _run(self, name: str, *args) -> object:
@@ -392,6 +393,7 @@ class RedisQueue:
         self._pubsub = self.redis.pubsub()
         await self._pubsub.subscribe(f"{self.prefix}:events")
         self._tasks = [asyncio.create_task(self._listen(), name="redis-queue-events"),
+                       asyncio.create_task(self._tell_places(), name="redis-queue-places"),
                        asyncio.create_task(self._keep_alive(), name="redis-queue-heartbeat")]
 
     async def close(self) -> None:
@@ -535,6 +537,29 @@ class RedisQueue:
                 self._pubsub = self.redis.pubsub()
             await asyncio.sleep(0.5)  # listen() ends at once when not subscribed: never spin
 
+    async def _tell_places(self) -> None:
+        """Each waiter's place after queue moves: one read of all of them per burst of moves
+        (a thousand joins cost a few reads, not a thousand), run apart from the listener."""
+        while True:
+            await self._places_stale.wait()
+            self._places_stale.clear()
+            tickets = [t for t, (f, cb) in self._waiters.items() if cb is not None and not f.done()]
+            if not tickets:
+                continue
+            try:
+                async with self.redis.pipeline(transaction=True) as pipe:
+                    pipe.zcard(f"{self.prefix}:queue")
+                    for t in tickets:
+                        pipe.zrank(f"{self.prefix}:queue", t)
+                    length, *ranks = await pipe.execute()
+            except Exception as exc:  # Redis away: the waiters' own checks report it
+                log.warning("redis queue places: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            for t, rank in zip(tickets, ranks, strict=True):
+                if rank is not None:
+                    self._place(t, int(rank) + 1, int(length))
+
     async def _on_event(self, data: str) -> None:
         parts = data.split()
         if not parts:
@@ -547,16 +572,7 @@ class RedisQueue:
                 elif waiter is None and self.on_event is not None:
                     self.on_event("unclaimed", [parts[2]])  # nobody waits for it: the owner decides
         elif parts[0] == "queue":
-            tickets = [t for t, (f, cb) in self._waiters.items() if cb is not None and not f.done()]
-            if tickets:
-                async with self.redis.pipeline(transaction=True) as pipe:
-                    pipe.zcard(f"{self.prefix}:queue")
-                    for t in tickets:
-                        pipe.zrank(f"{self.prefix}:queue", t)
-                    length, *ranks = await pipe.execute()
-                for t, rank in zip(tickets, ranks, strict=True):
-                    if rank is not None:
-                        self._place(t, int(rank) + 1, int(length))
+            self._places_stale.set()  # told by _tell_places, so assignments never wait behind it
         elif self.on_event is not None:
             try:
                 self.on_event(parts[0], data.split(maxsplit=2)[1:])

@@ -475,8 +475,9 @@ class SharedPool(WorkerPool):
 
     # ------------------------------------------------------------------ introspection
 
-    def snapshot(self) -> dict:
-        self._queue_view_wanted = time.monotonic()
+    def snapshot(self, with_queue: bool = True) -> dict:
+        if with_queue:  # the entries are read from Redis while someone looks at them
+            self._queue_view_wanted = time.monotonic()
         snap = super().snapshot()
         snap["queue"] = list(self._queue_view)
         snap["queue_length"] = self._queue_len
