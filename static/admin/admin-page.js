@@ -98,6 +98,9 @@ function endSession(id) {
 
 // ------------------------------------------------------------------ tables
 
+// Several gateways (Redis): each session and queue entry names the gateway that holds it.
+const via = (client, gateway) => (gateway ? `${client} via ${gateway}` : client);
+
 function renderLive(live) {
   const body = $("live").tBodies[0];
   body.replaceChildren(...live.map((s) => el("tr", { dataset: { ticket: s.ticket } },
@@ -106,7 +109,7 @@ function renderLive(live) {
     el("td", { textContent: s.state }),
     el("td", { textContent: s.worker_id || "–" }),
     el("td", { textContent: secs(s.age_s) }),
-    el("td", { textContent: s.client }),
+    el("td", { textContent: via(s.client, s.gateway) }),
     el("td", {}, el("button", { type: "button", className: "danger", textContent: "End",
       dataset: { action: "end", session: s.session_id || s.ticket },
       onclick: () => endSession(s.session_id || s.ticket) })))));
@@ -121,7 +124,7 @@ function renderQueue(queue) {
     el("td", { textContent: q.app }),
     el("td", { textContent: q.requirements.join(", ") || "–" }),
     el("td", { textContent: secs(q.waited_s) }),
-    el("td", { textContent: q.client || "–" }),
+    el("td", { textContent: via(q.client || "–", q.gateway) }),
     el("td", {}, el("button", { type: "button", textContent: "Cancel", dataset: { action: "cancel", ticket: q.ticket },
       onclick: () => act("Cancel", () => api(`/api/admin/queue/${encodeURIComponent(q.ticket)}`, { method: "DELETE" })) })))));
   $("queue-empty").hidden = queue.length > 0;
