@@ -3,7 +3,7 @@
     python -m bench serve       # serving sweep: text and spoken prompts at concurrency 1, 2, 4
     python -m bench relay       # latency the gateway adds per relayed event, vs straight to a worker
     python -m bench throughput  # relay throughput against a synthetic worker at line rate
-    python -m bench capacity    # 1,000 queued clients; dispatch latency
+    python -m bench capacity    # 1,000 queued clients; dispatch latency (--gateways 2: across gateways)
     python -m bench pipeline    # the embedded models in-process (TTFT, TTFP, V2V, RTF)
     python -m bench recording   # V2V with recording on vs off
     python -m bench rest        # OpenAI REST chat completions with audio at concurrency 1, 2, 4
@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="also write results (and plots) into this directory")
     parser.add_argument("--clients", type=int, default=1000, help="capacity: queued clients")
     parser.add_argument("--hold", type=float, default=10.0, help="capacity: seconds to hold them")
+    parser.add_argument("--gateways", type=int, default=1,
+                        help="capacity, relay: gateways sharing one queue through a private redis-server "
+                             "(2+ also measures one gateway in the same run, side by side)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4], help="serve: levels")
     parser.add_argument("--prompts", type=int, default=8, help="serve: prompts per kind and level")
     parser.add_argument("--workers", type=int, default=1, help="serve: workers to start")

@@ -1,6 +1,6 @@
 """Latency the gateway adds per relayed event: round trips to a real worker, direct vs relayed.
 
-    python -m bench relay [--events 400]
+    python -m bench relay [--events 400] [--gateways 1]
 
 One real worker and the gateway. Each probe is a request the worker answers at once, with the
 payload sizes a duplex session really moves:
@@ -15,12 +15,17 @@ load drifts hit both alike. A round trip crosses the relay twice, so the added l
 relayed event is half the difference of the round trips (p50 and p99). Its share of V2V counts
 the two relayed events on a turn's critical path (the last audio append up, the first audio
 delta down) against the client-side V2V the pipeline benchmark measures.
+
+``--gateways 2``: two more gateways sharing their queue through a private ``redis-server``, and
+a third session, through the one that knows the worker only through Redis, probed in the same
+rotation. The relay path does not touch the queue, so its figures should match one gateway's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import tempfile
 import time
@@ -30,7 +35,7 @@ from typing import Any
 import numpy as np
 import websockets
 
-from bench.launch import Launched
+from bench.launch import Launched, redis_server
 
 V2V_CLIENT_MS = 754.0  # bench.pipeline median, last voiced sample -> first reply audio (docs/benchmarks.md)
 
@@ -53,19 +58,22 @@ async def until(ws, kind: str) -> dict[str, Any]:
             return ev
 
 
-async def probes(direct_url: str, gateway_url: str, n: int) -> dict[str, dict[str, list[float]]]:
-    direct, relayed = await session(direct_url), await session(gateway_url)
+async def probes(direct_url: str, gateway_url: str, n: int,
+                 cluster_url: str | None = None) -> dict[str, dict[str, list[float]]]:
+    paths = {"direct": await session(direct_url), "gateway": await session(gateway_url)}
+    if cluster_url:
+        paths["cluster"] = await session(cluster_url)
     append = json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(1920)).decode()})
     clear = json.dumps({"type": "input_audio_buffer.clear"})
     items = {}
-    for name, ws in (("direct", direct), ("gateway", relayed)):
+    for name, ws in paths.items():
         await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
                       "content": [{"type": "input_text", "text": "x" * 6400}]}}))
         items[name] = (await until(ws, "conversation.item.done"))["item"]["id"]
-    out: dict[str, dict[str, list[float]]] = {"append": {"direct": [], "gateway": []},
-                                              "delta-sized": {"direct": [], "gateway": []}}
+    out: dict[str, dict[str, list[float]]] = {"append": {name: [] for name in paths},
+                                              "delta-sized": {name: [] for name in paths}}
     for i in range(n):
-        order = (("direct", direct), ("gateway", relayed)) if i % 2 == 0 else (("gateway", relayed), ("direct", direct))
+        order = list(paths.items()) if i % 2 == 0 else list(reversed(paths.items()))
         for name, ws in order:
             t = time.perf_counter()
             await ws.send(append)
@@ -76,33 +84,54 @@ async def probes(direct_url: str, gateway_url: str, n: int) -> dict[str, dict[st
             await ws.send(json.dumps({"type": "conversation.item.retrieve", "item_id": items[name]}))
             await until(ws, "conversation.item.retrieved")
             out["delta-sized"][name].append((time.perf_counter() - t) * 1000)
-    await direct.close()
-    await relayed.close()
+    for ws in paths.values():
+        await ws.close()
     return out
 
 
 def run_cli(args) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
-        # Two slots: one session straight on the worker and one through the gateway, side by side.
-        with Launched(Path(tmp), workers=1, slots=2, recording={"enabled": False}) as launched:
-            launched.wait_ready()
-            raw = asyncio.run(probes(launched.worker_ws() + "?record=false", launched.ws_url + "?record=false",
-                                     args.events))
+    gateways = getattr(args, "gateways", 1)
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="omniduplex-bench-")))
+        # Two slots: one session straight on the worker and one through the gateway, side by side
+        # (three with --gateways 2+: one more through a gateway that shares its queue through Redis).
+        launched = stack.enter_context(Launched(tmp, workers=1, slots=3 if gateways > 1 else 2,
+                                                recording={"enabled": False}))
+        launched.wait_ready()
+        cluster_url = None
+        if gateways > 1:
+            url = stack.enter_context(redis_server(tmp / "redis"))
+            names = [f"g{i}" for i in range(gateways)]
+            for i, name in enumerate(names):
+                launched.add_gateway(name, cluster={"redis_url": url, "gateway_id": name, "prefix": "bench"},
+                                     **({} if i == 0 else {"workers": {"count": 0}}))
+            for name in names:
+                launched.wait_gateway(name)
+            # the last gateway, which knows the worker only through Redis
+            cluster_url = launched.gateway_ws(names[-1]) + "?record=false"
+        raw = asyncio.run(probes(launched.worker_ws() + "?record=false", launched.ws_url + "?record=false",
+                                 args.events, cluster_url))
     result: dict[str, Any] = {"v2v_client_ms": V2V_CLIENT_MS, "probes": args.events}
     for kind, paths in raw.items():
-        d, g = np.asarray(paths["direct"]), np.asarray(paths["gateway"])
-        added_p50 = (np.percentile(g, 50) - np.percentile(d, 50)) / 2
-        added_p99 = (np.percentile(g, 99) - np.percentile(d, 99)) / 2
-        result[kind] = {
-            "rtt_direct_p50_ms": round(float(np.percentile(d, 50)), 3),
-            "rtt_gateway_p50_ms": round(float(np.percentile(g, 50)), 3),
-            "rtt_direct_p99_ms": round(float(np.percentile(d, 99)), 3),
-            "rtt_gateway_p99_ms": round(float(np.percentile(g, 99)), 3),
-            "added_per_event_p50_ms": round(float(added_p50), 3),
-            "added_per_event_p99_ms": round(float(added_p99), 3),
-            "share_of_v2v_pct": round(float(2 * added_p50 / V2V_CLIENT_MS * 100), 3),
-        }
+        result[kind] = added(paths["direct"], paths["gateway"])
+        if "cluster" in paths:
+            result[f"{kind}_cluster"] = added(paths["direct"], paths["cluster"]) | {"gateways": gateways}
     return result
+
+
+def added(direct: list[float], gateway: list[float]) -> dict[str, float]:
+    d, g = np.asarray(direct), np.asarray(gateway)
+    added_p50 = (np.percentile(g, 50) - np.percentile(d, 50)) / 2
+    added_p99 = (np.percentile(g, 99) - np.percentile(d, 99)) / 2
+    return {
+        "rtt_direct_p50_ms": round(float(np.percentile(d, 50)), 3),
+        "rtt_gateway_p50_ms": round(float(np.percentile(g, 50)), 3),
+        "rtt_direct_p99_ms": round(float(np.percentile(d, 99)), 3),
+        "rtt_gateway_p99_ms": round(float(np.percentile(g, 99)), 3),
+        "added_per_event_p50_ms": round(float(added_p50), 3),
+        "added_per_event_p99_ms": round(float(added_p99), 3),
+        "share_of_v2v_pct": round(float(2 * added_p50 / V2V_CLIENT_MS * 100), 3),
+    }
 
 
 def report(r: dict[str, Any]) -> str:
@@ -113,4 +142,14 @@ def report(r: dict[str, Any]) -> str:
         lines.append(f"| {kind} | {k['rtt_direct_p50_ms']} / {k['rtt_direct_p99_ms']} | {k['rtt_gateway_p50_ms']} / "
                      f"{k['rtt_gateway_p99_ms']} | {k['added_per_event_p50_ms']} / {k['added_per_event_p99_ms']} | "
                      f"{k['share_of_v2v_pct']} % of {r['v2v_client_ms']:.0f} ms |")
+    if "append_cluster" in r:
+        n = r["append_cluster"]["gateways"]
+        lines += ["", f"| probe | added per relayed event p50 / p99 (ms), 1 gateway | the same, one of {n} gateways "
+                  "sharing a queue through Redis | ratio p50 |", "|---|---|---|---|"]
+        for kind in ("append", "delta-sized"):
+            one, many = r[kind], r[f"{kind}_cluster"]
+            a, b = one["added_per_event_p50_ms"], many["added_per_event_p50_ms"]
+            ratio = f"{b / a:.2f}x" if a > 0 else "-"
+            lines.append(f"| {kind} | {a} / {one['added_per_event_p99_ms']} | {b} / "
+                         f"{many['added_per_event_p99_ms']} | {ratio} |")
     return "\n".join(lines)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from bench.capacity import dispatch_in_process
 from bench.serving import continuity
@@ -47,3 +50,26 @@ def test_every_benchmark_command_answers_help():
         out = subprocess.run([sys.executable, "-m", "bench", what, "--help"], cwd=ROOT, capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0 and "usage" in out.stdout.lower(), (what, out.stderr[-500:])
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian redis-server not installed")
+def test_capacity_benchmark_with_two_gateways_reports_cross_gateway_dispatch():
+    """``bench capacity --gateways 2`` in miniature: every client queued and told its moves on both
+    gateways, every hand-over crossed gateways, nothing left leased or queued in Redis."""
+    from bench.capacity import report, run
+
+    r = run(clients=20, hold_s=0.3, gateways=2, iterations=20, e2e_reps=10)
+    shared, quiet = r["dispatch_shared_ms"], r["dispatch_shared_no_places_ms"]
+    for d in (shared, quiet):
+        assert d["n"] == 20 and 0 < d["p50"] <= d["p99"] and d["slots_busy_after"] == 0 and d["queue_left"] == 0
+    assert shared["cross_gateway"] == 20
+    assert r["dispatch_in_process_ms"]["n"] == 20
+    one, many = r["queue_single"], r["queue"]
+    assert one["told"] == many["told"] == 20
+    assert set(many["gateways"]) == {"g0", "g1"} and all(g["clients"] == 10 for g in many["gateways"].values())
+    cross = many["release_to_assigned_cross_gateway_ms"]
+    assert cross["n"] == 10 and many["release_to_assigned_same_gateway_ms"]["n"] == 0 and cross["p50"] > 0
+    assert many["e2e_not_assigned"] == 0 and many["e2e_out_of_order"] == 0
+    assert r["slots_busy_after"] == {"busy": {"w0": 0}, "queue_length": 0}
+    assert r["gateway_log_problems"] == []
+    assert "2 gateways (Redis)" in report(r)

@@ -182,3 +182,31 @@ async def test_redis_away_gives_clear_errors_and_comes_back(tmp_path):
         await asyncio.wait_for(client.aclose(), 5)
         proc.kill()
         proc.wait(5)
+
+
+async def test_a_burst_of_joins_queues_for_redis_connections(redis_url):
+    """300 clients joining one gateway at once (more than its Redis connections) all queue."""
+    from gateway.cluster.redis_queue import redis_client
+
+    client = redis_client(redis_url)
+    q = RedisQueue(client, gateway_id="burst", prefix="burst", lease_ttl_s=5, capacity=1000)
+    await q.start()
+    try:
+        await q.upsert_worker("w0", "http://w0", 1, frozenset(), "healthy")
+        holder = await q.acquire()
+        places: dict[int, int] = {}
+        waiters = [asyncio.create_task(q.acquire(on_place=lambda p, n, i=i: places.__setitem__(i, p)))
+                   for i in range(300)]
+        deadline = time.monotonic() + 20
+        while len(places) < 300:
+            assert time.monotonic() < deadline and not any(w.done() for w in waiters), len(places)
+            await asyncio.sleep(0.05)
+        assert await q.queue_length() == 300
+        for w in waiters:
+            w.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        await q.release(holder)
+        assert await q.queue_length() == 0 and await q.busy("w0") == 0
+    finally:
+        await q.close()
+        await client.aclose()

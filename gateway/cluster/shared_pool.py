@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from gateway.cluster.redis_queue import ClusterUnavailable, QueueFull, RedisQueue, redis_reachable
+from gateway.cluster.redis_queue import ClusterUnavailable, QueueFull, RedisQueue, redis_client, redis_reachable
 from gateway.worker_pool import (
     EMA_ALPHA,
     Health,
@@ -60,11 +60,9 @@ class SharedPool(WorkerPool):
                  capacity: int, max_wait_s: float, default_session_s: float, healthy_after: int,
                  unhealthy_after: int) -> None:
         super().__init__(capacity, max_wait_s, default_session_s, healthy_after, unhealthy_after)
-        import redis.asyncio as aioredis
-
         self.redis_url = redis_url
         self.default_session_s = float(default_session_s)
-        client = aioredis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        client = redis_client(redis_url)
         self.shared = RedisQueue(client, gateway_id, prefix, lease_ttl_s, capacity)
         self.shared.on_event = self._on_event
         self.gateway_id = self.shared.gateway_id
