@@ -406,6 +406,7 @@ class RedisQueue:
         await self._pubsub.subscribe(f"{self.prefix}:events")
         self._tasks = [asyncio.create_task(self._listen(), name="redis-queue-events"),
                        asyncio.create_task(self._tell_places(), name="redis-queue-places"),
+                       asyncio.create_task(self._check_waiters(), name="redis-queue-check"),
                        asyncio.create_task(self._keep_alive(), name="redis-queue-heartbeat")]
 
     async def close(self) -> None:
@@ -476,15 +477,8 @@ class RedisQueue:
             if kind == "lease":
                 return SharedLease(ticket, rest[0])
             self._place(ticket, int(rest[0]), int(rest[1]))
-            while True:  # the event is the fast path; the check covers a message lost on the way
-                with contextlib.suppress(TimeoutError):
-                    return await asyncio.wait_for(asyncio.shield(future), 1.0)
-                worker, queued = await self._lease_worker(ticket)
-                if worker is not None:
-                    return SharedLease(ticket, worker.decode() if isinstance(worker, bytes) else worker)
-                if not queued:
-                    raise ClusterUnavailable("the shared queue lost this request (its Redis restarted "
-                                             "empty, or this gateway missed its heartbeats); please reconnect")
+            # The event is the fast path; _check_waiters covers a message lost on the way.
+            return await future
         except BaseException:
             if enqueued:  # leave the queue, or give back a lease granted in this same instant
                 try:
@@ -497,14 +491,38 @@ class RedisQueue:
             self._waiters.pop(ticket, None)
             self._places.pop(ticket, None)
 
-    async def _lease_worker(self, ticket: str) -> tuple[bytes | str | None, bool]:
-        """(the worker leased to ``ticket`` or None, whether it is still queued)."""
-        with redis_reachable():
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hget(f"{self.prefix}:lease:{ticket}", "worker")
-                pipe.zscore(f"{self.prefix}:queue", ticket)
-                worker, place = await pipe.execute()
-        return worker, place is not None
+    async def _check_waiters(self) -> None:
+        """Once a second, every waiter here at once (one round trip, not one per waiter): a
+        lease whose event was lost is taken; an entry that vanished (Redis lost its data, or
+        this gateway was taken for dead) and Redis out of reach end the wait with
+        ClusterUnavailable."""
+        while True:
+            await asyncio.sleep(1.0)
+            tickets = [t for t, (f, _) in self._waiters.items() if not f.done()]
+            if not tickets:
+                continue
+            try:
+                with redis_reachable():
+                    async with self.redis.pipeline(transaction=True) as pipe:
+                        pipe.zmscore(f"{self.prefix}:queue", tickets)
+                        for t in tickets:
+                            pipe.hget(f"{self.prefix}:lease:{t}", "worker")
+                        scores, *workers = await pipe.execute()
+            except ClusterUnavailable as exc:
+                failed = exc
+                for t in tickets:
+                    self.fail(t, ClusterUnavailable(str(failed)))
+                continue
+            for t, score, worker in zip(tickets, scores, workers, strict=True):
+                waiter = self._waiters.get(t)
+                if waiter is None or waiter[0].done():
+                    continue
+                if worker is not None:
+                    waiter[0].set_result(SharedLease(t, worker.decode() if isinstance(worker, bytes) else worker))
+                elif score is None:
+                    waiter[0].set_exception(ClusterUnavailable(
+                        "the shared queue lost this request (its Redis restarted empty, or this gateway "
+                        "missed its heartbeats); please reconnect"))
 
     def fail(self, ticket: str, exc: BaseException) -> bool:
         """End a waiter here with ``exc`` (its acquire leaves the queue); False if none waits."""
