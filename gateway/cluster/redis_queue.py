@@ -82,8 +82,12 @@ local function dispatch()
     end
   end
   if free == 0 then return assigned end
-  for _, t in ipairs(redis.call('ZRANGE', p .. ':queue', 0, -1)) do
-    if free <= 0 then break end
+  -- The queue in chunks of 64: most dispatches need only its head. Assigned entries leave the
+  -- ZSET, so the next chunk starts after the entries kept so far.
+  local kept, idx = 0, 1
+  local queue = redis.call('ZRANGE', p .. ':queue', 0, 63)
+  while free > 0 and queue[idx] do
+    local t = queue[idx]
     local e = redis.call('HMGET', p .. ':entry:' .. t, 'gateway', 'req', 'at')
     local best = nil
     for _, w in ipairs(info) do
@@ -107,6 +111,13 @@ local function dispatch()
       redis.call('SADD', p .. ':wl:' .. best.id, t)
       redis.call('PUBLISH', p .. ':events', 'assigned ' .. e[1] .. ' ' .. t .. ' ' .. best.id)
       assigned[#assigned + 1] = t
+    else
+      kept = kept + 1
+    end
+    idx = idx + 1
+    if idx > #queue and #queue == 64 then
+      queue = redis.call('ZRANGE', p .. ':queue', kept, kept + 63)
+      idx = 1
     end
   end
   if #assigned > 0 then redis.call('PUBLISH', p .. ':events', 'queue') end
@@ -384,6 +395,7 @@ class RedisQueue:
         self._places: dict[str, tuple[int, int]] = {}
         self._tasks: list[asyncio.Task] = []
         self._places_stale = asyncio.Event()  # a queue move to tell this gateway's waiters
+        self._queued: set[str] = set()  # waiters whose entry is in Redis (enqueue answered)
         self._pubsub = None
 
     async def _run(self, name: str, *args) -> object:
@@ -477,6 +489,7 @@ class RedisQueue:
             if kind == "lease":
                 return SharedLease(ticket, rest[0])
             self._place(ticket, int(rest[0]), int(rest[1]))
+            self._queued.add(ticket)  # in Redis now: from here on _check_waiters may look for it
             # The event is the fast path; _check_waiters covers a message lost on the way.
             return await future
         except BaseException:
@@ -488,6 +501,7 @@ class RedisQueue:
                         self.on_event("unclaimed", [ticket])
             raise
         finally:
+            self._queued.discard(ticket)
             self._waiters.pop(ticket, None)
             self._places.pop(ticket, None)
 
@@ -498,7 +512,7 @@ class RedisQueue:
         ClusterUnavailable."""
         while True:
             await asyncio.sleep(1.0)
-            tickets = [t for t, (f, _) in self._waiters.items() if not f.done()]
+            tickets = [t for t in self._queued if not self._waiters[t][0].done()]
             if not tickets:
                 continue
             try:
