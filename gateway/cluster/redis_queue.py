@@ -571,7 +571,7 @@ class RedisQueue:
                 async for message in self._pubsub.listen():
                     if message.get("type") == "message":
                         data = message["data"]
-                        await self._on_event(data.decode() if isinstance(data, bytes) else data)
+                        self._on_event(data.decode() if isinstance(data, bytes) else data)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -600,7 +600,7 @@ class RedisQueue:
                 if ticket in self._waiters:
                     self._place(ticket, place, len(queue))
 
-    async def _on_event(self, data: str) -> None:
+    def _on_event(self, data: str) -> None:
         parts = data.split()
         if not parts:
             return
