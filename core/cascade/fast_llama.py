@@ -65,8 +65,10 @@ class FastCache:
     """Preallocated K/V for one conversation: [layers, kv_heads, max_len, head_dim]."""
 
     def __init__(self, n_layers: int, kv_heads: int, head_dim: int, max_len: int, dtype: torch.dtype) -> None:
-        self.k = torch.zeros(n_layers, 1, kv_heads, max_len, head_dim, dtype=dtype)
-        self.v = torch.zeros_like(self.k)
+        # Uninitialised: attention reads only positions below ``length``, and zeroing ~90 MB
+        # cost a new conversation's first reply 20-45 ms; untouched pages are never even mapped.
+        self.k = torch.empty(n_layers, 1, kv_heads, max_len, head_dim, dtype=dtype)
+        self.v = torch.empty_like(self.k)
         self.length = 0
         self.max_len = max_len
 
