@@ -4,6 +4,14 @@
 a ``StreamingVad`` holding its recurrent state, so streams never mix. Besides speech start/end
 it reports the moment silence *begins* inside speech, so the pipeline can transcribe
 speculatively while it waits out the silence hangover.
+
+Silero's probability stays high for one to four 32 ms windows after the voice stops (its
+recurrent state decays), ~85 ms on our spoken set. The signal's energy says it sooner: when
+``QUIET_MS`` of 10 ms frames fall below the quiet level (a few times the noise floor measured
+between turns, and far below the turn's speech level), the pause is reported at once. Only the
+speculation point moves: the end of speech and the silence that ends a turn stay Silero's, and a
+window Silero calls voiced resumes speech only when it is also loud (its trailing windows
+after the voice are quiet).
 """
 
 from __future__ import annotations
@@ -19,6 +27,12 @@ RATE = 16000
 PAUSE_MS = 96  # silence that marks a speculation point (shorter gaps between words would churn the CPU)
 WINDOW = 512  # samples per model step at 16 kHz (32 ms)
 CONTEXT = 64
+FRAME = 160  # 10 ms energy frames
+QUIET_MS = 40  # quiet frames in a row that mark a pause before Silero's probability falls
+LOUD_MS = 20  # loud frames in a row after such a pause that mean the voice is back
+NOISE_FACTOR = 3.0  # quiet: below this many times the noise floor ...
+SPEECH_SHARE = 0.05  # ... and below this share of the turn's speech level
+MIN_LEVEL = 1e-4  # digital silence
 
 
 class SileroModel:
@@ -82,6 +96,14 @@ class StreamingVad:
         self._paused = False
         self._silent = False
         self.end_wait_samples: int | None = None  # this pause's scored wait (semantic_vad)
+        self.early_pauses = True  # energy may report a pause before Silero does
+        self._noise = None  # RMS of a 10 ms frame between turns (slow average)
+        self._speech_level = 0.0  # RMS of the turn's loud frames (slow average)
+        self._frame_pending = np.zeros(0, dtype=np.float32)
+        self._frames_seen = 0  # samples covered by energy frames
+        self._quiet_since: int | None = None  # first sample of the current run of quiet frames
+        self._loud_since: int | None = None  # first sample of the current run of loud frames
+        self._early_at: int | None = None  # where an energy pause put the end of the voice
 
     def configure(self, threshold: float, silence_ms: int, pause_ms: int | None = None) -> None:
         self.threshold = threshold
@@ -97,6 +119,7 @@ class StreamingVad:
     def process(self, samples: np.ndarray) -> list[VadEvent]:
         """Consume 16 kHz float32 samples; return the events they caused, in order."""
         events: list[VadEvent] = []
+        self._energy(samples, events)
         buf = np.concatenate([self._pending, samples]) if self._pending.size else samples
         n_windows = buf.size // WINDOW
         for i in range(n_windows):
@@ -106,11 +129,60 @@ class StreamingVad:
             self._context = window[-CONTEXT:]
             start, end = self.processed, self.processed + WINDOW
             self.processed = end
-            self._advance(prob, start, end, events)
+            self._advance(prob, start, end, events, window)
         self._pending = buf[n_windows * WINDOW :].copy()
         return events
 
-    def _advance(self, prob: float, start: int, end: int, events: list[VadEvent]) -> None:
+    def _quiet_level(self) -> float:
+        noise = self._noise if self._noise is not None else MIN_LEVEL
+        return max(MIN_LEVEL, min(noise * NOISE_FACTOR, self._speech_level * SPEECH_SHARE))
+
+    def _energy(self, samples: np.ndarray, events: list[VadEvent]) -> None:
+        """10 ms frame levels: the noise floor between turns, the speech level within one, and
+        the early pause (see the module docstring)."""
+        buf = np.concatenate([self._frame_pending, samples]) if self._frame_pending.size else samples
+        n = buf.size // FRAME
+        if n:
+            rms = np.sqrt(np.mean(np.square(buf[: n * FRAME].reshape(n, FRAME), dtype=np.float32), axis=1))
+            for level in rms.tolist():
+                start = self._frames_seen
+                self._frames_seen += FRAME
+                if not self.in_speech:
+                    # Falls at once, rises slowly: the quietest recent frames, not speech onsets.
+                    noise = self._noise if self._noise is not None else level
+                    self._noise = level if level < noise else 0.99 * noise + 0.01 * level
+                    self._quiet_since = None
+                    continue
+                if level >= self._quiet_level():
+                    self._speech_level = max(level, 0.9 * self._speech_level + 0.1 * level)
+                    self._quiet_since = None
+                    if self._loud_since is None:
+                        self._loud_since = start
+                    if self._early_at is not None and self._frames_seen - self._loud_since >= LOUD_MS * RATE // 1000:
+                        # The voice is back after an energy pause (Silero may not say so: it
+                        # can call a short last syllable "trailing off"); the words so far
+                        # would miss it.
+                        self._resume(self._loud_since, events)
+                    continue
+                self._loud_since = None
+                if self._quiet_since is None:
+                    self._quiet_since = start
+                if (self.early_pauses and not self._paused
+                        and self._frames_seen - self._quiet_since >= QUIET_MS * RATE // 1000):
+                    self._paused = True
+                    self._early_at = self._quiet_since
+                    events.append(VadEvent("pause", self._ms(self._quiet_since)))
+        self._frame_pending = buf[n * FRAME :].copy()
+
+    def _loud(self, samples: np.ndarray) -> bool:
+        """Whether ``samples`` hold a frame above the quiet level."""
+        n = samples.size // FRAME
+        if n == 0:
+            return False
+        frames = samples[: n * FRAME].reshape(n, FRAME)
+        return float(np.sqrt(np.mean(np.square(frames, dtype=np.float32), axis=1)).max()) >= self._quiet_level()
+
+    def _advance(self, prob: float, start: int, end: int, events: list[VadEvent], window: np.ndarray) -> None:
         voiced = prob >= self.threshold
         if not self.in_speech:
             if voiced:
@@ -122,17 +194,19 @@ class StreamingVad:
                     self._paused = False
                     self.end_wait_samples = None
                     self._speech_start = self._candidate_start
+                    self._speech_level = 0.0
+                    self._early_at = None
                     events.append(VadEvent("start", self._ms(self._speech_start)))
             elif prob < self.neg_threshold:
                 self._candidate_start = None
             return
         if voiced:
             self._last_voiced_end = end
+            if self._early_at is not None and not self._loud(window[max(0, self._early_at - start):]):
+                return  # Silero's trailing windows after an energy pause: the voice is not back
             self._silent = False
             if self._paused:
-                self._paused = False
-                self.end_wait_samples = None
-                events.append(VadEvent("resume", self._ms(start)))
+                self._resume(start, events)
             return
         if prob >= self.neg_threshold and not self._silent:
             # Between the thresholds before any silence: speech is trailing off (as Silero's
@@ -146,6 +220,13 @@ class StreamingVad:
         if end - self._last_voiced_end >= self._end_silence():
             events.append(self._end())
 
+    def _resume(self, at: int, events: list[VadEvent]) -> None:
+        self._paused = False
+        self._silent = False
+        self._early_at = None
+        self.end_wait_samples = None
+        events.append(VadEvent("resume", self._ms(at)))
+
     def _end_silence(self) -> int:
         return self.silence_samples if self.end_wait_samples is None else self.end_wait_samples
 
@@ -155,6 +236,7 @@ class StreamingVad:
         self._silent = False
         self._candidate_start = None
         self.end_wait_samples = None
+        self._early_at = None
         return VadEvent("end", self._ms(self._last_voiced_end))
 
     def end_within(self, wait_samples: int) -> VadEvent | None:
@@ -173,4 +255,5 @@ class StreamingVad:
 
     @property
     def last_voiced_end_samples(self) -> int:
-        return self._last_voiced_end
+        """The end of the voice: Silero's, or the energy pause's while Silero still lags it."""
+        return max(self._last_voiced_end, self._early_at or 0)
