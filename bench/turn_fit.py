@@ -1,14 +1,11 @@
 """How the semantic_vad weights in ``core/conversation/end_of_turn.py`` were chosen.
 
-    python -m bench.turn_fit                 # ~3 min: speak, transcribe, score, grid-search, print
-    python -m bench.turn_fit --doubt-only    # only Whisper's doubt, the other weights held
+    python -m bench.turn_fit          # ~2 min: speak, transcribe, score, grid-search, print
 
 A development set apart from the benchmark's (``bench/turn_set.py``; no phrase in common): 30
 complete requests and 30 phrases cut off mid-sentence, spoken by the same espeak-ng voices and
-transcribed by the cascade's Whisper as at a pause (0.3 s of silence after the words), with its
-confidence in how the words end. Each gets SmolLM2's end-of-message probability; a grid search
-over the cue weights (Whisper's doubt with the present LM/word/punctuation weights held, as
-``--doubt-only``, or all of them) and the wait curve
+transcribed by the cascade's Whisper as at a pause (0.3 s of silence after the words). Each gets
+SmolLM2's end-of-message probability; a grid search over the cue weights and the wait curve
 then minimises the complete turns' extra wait (beyond ~350 ms, when the score arrives anyway)
 plus 2 s per share of cut-off phrases answered within a 1 s pause, at eagerness auto.
 """
@@ -42,9 +39,8 @@ DEV_OPEN = [
 ]
 
 
-def heard() -> list[tuple[str, int, float | None, float | None]]:
-    """(transcript, 1 complete / 0 open, LM end-of-message probability, Whisper's confidence
-    in the ending) per dev phrase."""
+def heard() -> list[tuple[str, int, float | None]]:
+    """(transcript, 1 complete / 0 open, LM end-of-message probability) per dev phrase."""
     from pathlib import Path
 
     from bench.turn_set import VOICES, _espeak, items
@@ -63,51 +59,37 @@ def heard() -> list[tuple[str, int, float | None, float | None]]:
             voice, speed, pitch = VOICES[(i + k) % len(VOICES)]
             audio = resample(_espeak(text, voice, speed, pitch).astype(np.float32) / 32768, 24000, 16000)
             pad = np.zeros(4800, np.float32)
-            result = asr.transcribe(np.concatenate([pad, audio, pad]))
-            said = result.text.strip()
-            out.append((said, label, scorer.probability(said) if said else None, result.end_confidence))
+            said = asr.transcribe(np.concatenate([pad, audio, pad])).text.strip()
+            out.append((said, label, scorer.probability(said) if said else None))
     return out
 
 
-def fit(rows: list[tuple[str, int, float | None, float | None]], doubt_only: bool = False
-        ) -> list[tuple[float, float, float, tuple]]:
+def fit(rows: list[tuple[str, int, float | None]]) -> list[tuple[float, float, float, tuple]]:
     """Every grid point as (cost, mean extra wait of complete turns ms, cut-in share, weights)."""
-    from core.conversation import end_of_turn as eot
+    from core.conversation.end_of_turn import OPEN_ENDINGS, last_word
 
-    feats = [(math.log10(max(lm or 1e-7, 1e-7)), eot.last_word(t) in eot.OPEN_ENDINGS, t.endswith("?"),
-              t.endswith(("...", "…", ",", "-")), math.log10(max(conf if conf is not None else 1.0, 1e-4)), label)
-             for t, label, lm, conf in rows]
-    if doubt_only:
-        base = ([eot.LM_CENTER], [eot.LM_SLOPE], [eot.QUESTION_MARK], [eot.OPEN_WORD], [eot.TRAILING_OFF],
-                [eot.WAIT_EXPONENT])
-    else:
-        base = ([-4, -3.5, -3, -2.7, -2.5, -2, -1.5], [1, 1.5, 2, 2.5], [0, 0.5, 1, 1.5], [-2, -3, -4],
-                [-1, -2, -3], [1.5, 2, 3])
+    feats = [(math.log10(max(lm or 1e-7, 1e-7)), last_word(t) in OPEN_ENDINGS, t.endswith("?"),
+              t.endswith(("...", "…", ",", "-")), label) for t, label, lm in rows]
     results = []
-    for center, slope, question, open_word, trailing, exponent, doubt_center, doubt in itertools.product(
-            *base, [0.4, 0.5, 0.6, 0.7, 0.8], [0, 1, 2, 3, 4, 6, 8]):
+    for center, slope, question, open_word, trailing, exponent in itertools.product(
+            [-4, -3.5, -3, -2.7, -2.5, -2, -1.5], [1, 1.5, 2, 2.5], [0, 0.5, 1, 1.5], [-2, -3, -4],
+            [-1, -2, -3], [1.5, 2, 3]):
         extra, cut = [], []
-        log_center = math.log10(doubt_center)
-        for log_lm, is_open, is_question, trails, log_conf, label in feats:
+        for log_lm, is_open, is_question, trails, label in feats:
             z = (log_lm - center) * slope + open_word * is_open + question * is_question + trailing * trails
-            z += doubt * min(0.0, log_conf - log_center)
             wait = 4000 * (1 - 1 / (1 + math.exp(-max(min(z, 30), -30)))) ** exponent
             (extra if label else cut).append(max(0.0, wait - 350) if label else wait < 1000)
         results.append((float(np.mean(extra) + 2000 * np.mean(cut)), float(np.mean(extra)), float(np.mean(cut)),
-                        (center, slope, question, open_word, trailing, exponent, doubt_center, doubt)))
+                        (center, slope, question, open_word, trailing, exponent)))
     return sorted(results)
 
 
 def main() -> None:
-    import sys
-
     rows = heard()
-    for said, label, lm, conf in rows:
-        print(f"{'complete' if label else 'open    '} lm={lm if lm is None else f'{lm:.2e}'} "
-              f"ending={conf if conf is None else f'{conf:.2f}'} {said!r}")
-    print("\ncost, complete extra wait ms, cut-in share, (LM_CENTER, LM_SLOPE, '?', OPEN_WORD, TRAILING_OFF, "
-          "exponent, DOUBT_CENTER, DOUBT_WEIGHT)")
-    for cost, extra, cut, weights in fit(rows, "--doubt-only" in sys.argv)[:8]:
+    for said, label, lm in rows:
+        print(f"{'complete' if label else 'open    '} lm={lm if lm is None else f'{lm:.2e}'} {said!r}")
+    print("\ncost, complete extra wait ms, cut-in share, (LM_CENTER, LM_SLOPE, '?', OPEN_WORD, TRAILING_OFF, exponent)")
+    for cost, extra, cut, weights in fit(rows)[:5]:
         print(f"{cost:7.1f} {extra:6.1f} {cut:5.2f} {weights}")
 
 

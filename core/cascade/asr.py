@@ -32,10 +32,6 @@ class Transcript:
     text: str
     no_speech_prob: float
     avg_logprob: float
-    # How sure Whisper was of how the words end: the lower of its probability for the last
-    # word's tokens and for the punctuation after them. Low when it completed a cut-off phrase
-    # ("... a timer for" heard as "... a timer for it?"); None when there are no words.
-    end_confidence: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +89,6 @@ class WhisperAsr:
             text,
             min(p.no_speech_prob for p in parts),
             float(np.mean([p.avg_logprob for p in parts])),
-            next((p.end_confidence for p in reversed(parts) if p.text), None),
         )
 
     def _mel(self, samples: np.ndarray) -> np.ndarray:
@@ -184,33 +179,10 @@ class WhisperAsr:
                 max_length=len(self._prompt) + max_tokens,
                 return_scores=True,
                 return_no_speech_prob=True,
-                return_logits_vocab=True,
                 suppress_blank=True,
             )[0]
-        steps = result.sequences_ids[0]
-        ids = [t for t in steps if t < self._sot]
+        ids = [t for t in result.sequences_ids[0] if t < self._sot]
         text = self._tokenizer.decode(ids).strip()
         length = max(len(ids), 1)
         avg_logprob = float(result.scores[0]) / length if result.scores else 0.0
-        logits = result.logits[0] if getattr(result, "logits", None) else []
-        return Transcript(text, float(result.no_speech_prob), avg_logprob, self._end_confidence(steps, logits))
-
-    def _end_confidence(self, ids: list[int], logits: list) -> float | None:
-        """The lower of the probabilities Whisper gave the last word's tokens and the
-        punctuation after them (``Transcript.end_confidence``)."""
-        pieces = [self._tokenizer.decode([t]) for t in ids]
-        last = max((i for i, p in enumerate(pieces) if ids[i] < self._sot and any(c.isalnum() for c in p)),
-                   default=None)
-        if last is None or len(logits) < len(ids):
-            return None
-        first = last
-        while first > 0 and not pieces[first].startswith(" ") and ids[first - 1] < self._sot:
-            first -= 1
-        tail = [i for i in range(first, len(ids)) if ids[i] < self._sot]
-
-        def prob(i: int) -> float:
-            row = np.asarray(logits[i], dtype=np.float32).ravel()
-            top = row.max()
-            return float(np.exp(row[ids[i]] - top) / np.exp(row - top).sum())
-
-        return min(prob(i) for i in tail)
+        return Transcript(text, float(result.no_speech_prob), avg_logprob)

@@ -6,10 +6,7 @@ The score joins three cues in log-odds:
   when the backend has one (``Backend.end_of_message_probability``);
 - the transcript's last word: a conjunction, preposition, article, auxiliary or filler ("the
   capital of", "and", "um") leaves the sentence open;
-- Whisper's punctuation: a closing "?" leans complete, a trailing "..." or "," leans open;
-- Whisper's doubt about how the words end (``Heard.end_confidence``): given a phrase cut off
-  mid-sentence it often completes it ("Could you set a timer for" -> "... for it?") with a last
-  word or closing mark it was unsure of.
+- Whisper's punctuation: a closing "?" leans complete, a trailing "..." or "," leans open.
 
 The wait after speech then runs from almost nothing (clearly complete) up to the eagerness's
 maximum (clearly open), so a finished question is answered at once and a mid-sentence pause
@@ -48,27 +45,8 @@ OPEN_WORD = -4.0
 QUESTION_MARK = 1.5
 TRAILING_OFF = -3.0  # "...", ",", "-" at the end
 NO_LM_PRIOR = 0.5  # without a language model: lean slightly towards complete
-DOUBT_CENTER = 0.7  # Whisper's ending confidence below this counts against "complete" ...
-DOUBT_WEIGHT = 0.0  # ... by this much log-odds per decade below it
 WAIT_EXPONENT = 1.5
 NO_WORDS_SHARE = 0.125  # nothing to judge (no words yet): an eighth of the maximum, auto = 500 ms
-
-
-class Heard(str):
-    """A transcript that also says how sure the recogniser was of its ending (see
-    ``WhisperAsr``'s ``Transcript.end_confidence``). A ``str``, so that backends without it and
-    every place that needs only the words take it unchanged."""
-
-    end_confidence: float | None
-
-    def __new__(cls, text: str, end_confidence: float | None = None) -> Heard:
-        heard = super().__new__(cls, text)
-        heard.end_confidence = end_confidence
-        return heard
-
-
-def end_confidence(text: str) -> float | None:
-    return getattr(text, "end_confidence", None)
 
 
 def strip_trailing_punctuation(text: str) -> str:
@@ -82,9 +60,8 @@ def last_word(text: str) -> str:
 
 
 def end_of_turn_probability(text: str, lm_probability: float | None = None) -> float | None:
-    """P(the user has finished) from the transcript (a ``Heard`` adds Whisper's confidence in
-    its ending) and, when given, the LM's end-of-message probability; None when there are no
-    words to judge."""
+    """P(the user has finished) from the transcript and, when given, the LM's end-of-message
+    probability; None when there are no words to judge."""
     text = text.strip()
     if not any(ch.isalnum() for ch in text):
         return None
@@ -100,9 +77,6 @@ def end_of_turn_probability(text: str, lm_probability: float | None = None) -> f
         z += TRAILING_OFF
     elif text.endswith("?"):
         z += QUESTION_MARK
-    confidence = end_confidence(text)
-    if confidence is not None and confidence < DOUBT_CENTER:
-        z += DOUBT_WEIGHT * math.log10(max(confidence, 1e-4) / DOUBT_CENTER)
     z = min(max(z, -30.0), 30.0)
     return 1.0 / (1.0 + math.exp(-z))
 

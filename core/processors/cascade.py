@@ -31,7 +31,6 @@ from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
 from core.cascade.tool_calls import ToolGrammar, grammar_error, parse_choice, tool_instructions
 from core.conversation import ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
-from core.conversation.end_of_turn import Heard
 from core.errors import BackendNotLoadedError, InvalidInputError, InvalidTextError
 from core.processors.base import (
     Backend,
@@ -254,15 +253,14 @@ class CascadeBackend(Backend):
     # ------------------------------------------------------------------ for the conversation core
 
     def transcribe_turn(self, audio: np.ndarray) -> str:
-        """Whisper's transcript of one utterance ('' for noise or no words), with its confidence
-        in how the words end for ``semantic_vad``."""
+        """Whisper's transcript of one utterance; '' for noise or no words."""
         result = self.asr.transcribe(audio)
         text = result.text.strip()
         if not any(ch.isalnum() for ch in text):
             return ""
         if result.no_speech_prob > self.options.no_speech_threshold and result.avg_logprob < -0.7:
             return ""
-        return Heard(text, result.end_confidence)
+        return text
 
     def end_of_message_probability(self, text: str) -> float:
         return self.turn_scorer.probability(text)
