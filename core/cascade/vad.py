@@ -9,9 +9,9 @@ Silero's probability stays high for one to four 32 ms windows after the voice st
 recurrent state decays), ~85 ms on our spoken set. The signal's energy says it sooner: when
 ``QUIET_MS`` of 10 ms frames fall below the quiet level (a few times the noise floor measured
 between turns, and far below the turn's speech level), the pause is reported at once. Only the
-speculation point moves: the end of speech and the silence that ends a turn stay Silero's, and a
-window Silero calls voiced resumes speech only when it is also loud (its trailing windows
-after the voice are quiet).
+speculation point moves: the end of speech and the silence that ends a turn stay Silero's.
+After such a pause the energy also says when the voice is back (``LOUD_MS`` of loud frames):
+Silero's trailing windows call the silence voiced, and a short last syllable "trailing off".
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class StreamingVad:
             self._context = window[-CONTEXT:]
             start, end = self.processed, self.processed + WINDOW
             self.processed = end
-            self._advance(prob, start, end, events, window)
+            self._advance(prob, start, end, events)
         self._pending = buf[n_windows * WINDOW :].copy()
         return events
 
@@ -151,7 +151,7 @@ class StreamingVad:
                     # Falls at once, rises slowly: the quietest recent frames, not speech onsets.
                     noise = self._noise if self._noise is not None else level
                     self._noise = level if level < noise else 0.99 * noise + 0.01 * level
-                    self._quiet_since = None
+                    self._quiet_since = self._loud_since = None
                     continue
                 if level >= self._quiet_level():
                     self._speech_level = max(level, 0.9 * self._speech_level + 0.1 * level)
@@ -159,10 +159,7 @@ class StreamingVad:
                     if self._loud_since is None:
                         self._loud_since = start
                     if self._early_at is not None and self._frames_seen - self._loud_since >= LOUD_MS * RATE // 1000:
-                        # The voice is back after an energy pause (Silero may not say so: it
-                        # can call a short last syllable "trailing off"); the words so far
-                        # would miss it.
-                        self._resume(self._loud_since, events)
+                        self._resume(self._loud_since, events)  # the words so far would miss it
                     continue
                 self._loud_since = None
                 if self._quiet_since is None:
@@ -174,15 +171,7 @@ class StreamingVad:
                     events.append(VadEvent("pause", self._ms(self._quiet_since)))
         self._frame_pending = buf[n * FRAME :].copy()
 
-    def _loud(self, samples: np.ndarray) -> bool:
-        """Whether ``samples`` hold a frame above the quiet level."""
-        n = samples.size // FRAME
-        if n == 0:
-            return False
-        frames = samples[: n * FRAME].reshape(n, FRAME)
-        return float(np.sqrt(np.mean(np.square(frames, dtype=np.float32), axis=1)).max()) >= self._quiet_level()
-
-    def _advance(self, prob: float, start: int, end: int, events: list[VadEvent], window: np.ndarray) -> None:
+    def _advance(self, prob: float, start: int, end: int, events: list[VadEvent]) -> None:
         voiced = prob >= self.threshold
         if not self.in_speech:
             if voiced:
@@ -202,8 +191,8 @@ class StreamingVad:
             return
         if voiced:
             self._last_voiced_end = end
-            if self._early_at is not None and not self._loud(window[max(0, self._early_at - start):]):
-                return  # Silero's trailing windows after an energy pause: the voice is not back
+            if self._early_at is not None:
+                return  # after an energy pause the energy says when the voice is back
             self._silent = False
             if self._paused:
                 self._resume(start, events)
