@@ -153,11 +153,11 @@ async def test_a_gateway_that_stops_beating_loses_its_slot(gateways):
 async def test_redis_away_gives_clear_errors_and_comes_back(tmp_path):
     """Redis stops: a queued waiter and a new request get ``ClusterUnavailable`` (not a hang);
     once it is back the queue works again (its state starts empty: no persistence here)."""
-    import redis.asyncio as aioredis
+    from gateway.cluster.redis_queue import redis_client
 
     port = free_port()
     proc = start_redis(port, tmp_path)
-    client = aioredis.from_url(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=1)
+    client = redis_client(f"redis://127.0.0.1:{port}/0")  # the gateway's own client
     q = RedisQueue(client, gateway_id="a", lease_ttl_s=1.5)
     try:
         await q.start()

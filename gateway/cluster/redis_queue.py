@@ -348,11 +348,20 @@ REDIS_CONNECTIONS = 32  # per gateway; each call holds one for well under a mill
 
 def redis_client(url: str):
     """An asyncio Redis client whose pool makes callers wait for a connection: a thousand
-    clients joining at once queue for Redis instead of failing with "Too many connections"."""
+    clients joining at once queue for Redis instead of failing with "Too many connections".
+
+    A command that meets a connection error is sent once more on a fresh connection: after a
+    Redis restart the pool still holds sockets to the old process, and the first command on
+    each failed with "Connection closed by server" (a 503 for that user) although Redis was
+    back. Timeouts are not retried: the command may have run."""
     import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ConstantBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
 
     return aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
-        url, max_connections=REDIS_CONNECTIONS, timeout=10, socket_timeout=2.0, socket_connect_timeout=2.0))
+        url, max_connections=REDIS_CONNECTIONS, timeout=10, socket_timeout=2.0, socket_connect_timeout=2.0,
+        retry=Retry(ConstantBackoff(0.05), 1), retry_on_error=[RedisConnectionError]))
 
 
 class QueueFull(Exception):
