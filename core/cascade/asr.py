@@ -12,8 +12,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import ctranslate2
 import numpy as np
+
+from core.cascade.ctranslate2_import import import_ctranslate2
+
+ctranslate2 = import_ctranslate2()
 
 RATE = 16000
 HOP = 160  # mel frames are 10 ms
@@ -48,7 +51,7 @@ class TimedSegment:
 
 class WhisperAsr:
     def __init__(self, model_path: str | None = None, cpu_threads: int = 2) -> None:
-        from faster_whisper import WhisperModel
+        from faster_whisper import WhisperModel  # after ctranslate2's own import above
 
         path = str(model_path or bundled_model_path())
         self._whisper = WhisperModel(path, device="cpu", compute_type="int8", cpu_threads=cpu_threads)
