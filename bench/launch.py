@@ -30,25 +30,45 @@ def raise_fd_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def free_port() -> int:
+# Ports this process has handed out. A probe socket is closed before the caller binds the port, and the
+# kernel may give the same port to the next probe, so a gateway port picked right after a worker block
+# could land inside it (CI met "gateway.port 51601 collides with worker ports 51601-51601").
+_handed_out: set[int] = set()
+
+
+def _probe_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+def free_port() -> int:
+    """A free port not handed out before by this process."""
+    for _ in range(1000):
+        port = _probe_port()
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free port left that was not handed out before")
+
+
 def free_ports(n: int) -> int:
-    """A base port with ``n`` consecutive free ports."""
+    """A base port with ``n`` consecutive free ports, none handed out before by this process."""
     for _ in range(100):
-        base = free_port()
+        base = _probe_port()
+        block = range(base, base + n)
+        if base + n >= 65000 or any(p in _handed_out for p in block):
+            continue
         ok = True
-        for p in range(base, base + n):
+        for p in block:
             with socket.socket() as s:
                 try:
                     s.bind(("127.0.0.1", p))
                 except OSError:
                     ok = False
                     break
-        if ok and base + n < 65000:
+        if ok:
+            _handed_out.update(block)
             return base
     raise RuntimeError("no free port block")
 

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bench.launch import free_port
 from core.config import load_config
 from launcher.supervisor import Supervisor, child_commands
 
@@ -65,10 +65,6 @@ ThreadingHTTPServer((host, port), Health).serve_forever()
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def make_config(workers: int = 0, gateway_host: str = "127.0.0.1"):

@@ -23,6 +23,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
+from bench.launch import free_port
 from core.config import ConfigError, add_cli_arguments, config_from_cli, load_config
 from gateway.tls import TlsError, ensure_self_signed, fingerprint, tls_files, wanted_names
 from launcher import supervisor
@@ -32,10 +33,6 @@ REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def san(cert_path: Path) -> tuple[set[str], set[str]]:
