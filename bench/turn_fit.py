@@ -1,13 +1,16 @@
 """How the semantic_vad weights in ``core/conversation/end_of_turn.py`` were chosen.
 
-    python -m bench.turn_fit          # ~2 min: speak, transcribe, score, grid-search, print
+    python -m bench.turn_fit          # ~3 min: speak, transcribe, score, grid-search, print
 
-A development set apart from the benchmark's (``bench/turn_set.py``; no phrase in common): 30
-complete requests and 30 phrases cut off mid-sentence, spoken by the same espeak-ng voices and
+A development set apart from the benchmark's (``bench/turn_set.py``; no phrase in common): 40
+complete requests and 40 phrases cut off mid-sentence, spoken by the same espeak-ng voices and
 transcribed by the cascade's Whisper as at a pause (0.3 s of silence after the words). Each gets
-SmolLM2's end-of-message probability; a grid search over the cue weights and the wait curve
+SmolLM2's end-of-message probability after its words and after all but the last word, and
+Whisper's confidence in the last word. A grid search over the cue weights and the wait curve
 then minimises the complete turns' extra wait (beyond ~350 ms, when the score arrives anyway)
-plus 2 s per share of cut-off phrases answered within a 1 s pause, at eagerness auto.
+plus 2 s per share of cut-off phrases answered within a 1 s pause, at eagerness auto. The
+weights shipped were fitted on the first 30 + 30 phrases; the last-word confidence's exponent
+was fitted afterwards, on all 80, with those weights held (the second table).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import itertools
 import math
 
 import numpy as np
+
+from core.conversation.end_of_turn import HeardText, MessageEnd
 
 DEV_COMPLETE = [
     "Where is the nearest train station?", "What is two plus two?", "Tell me a joke.", "Thanks, that's all.",
@@ -27,6 +32,10 @@ DEV_COMPLETE = [
     "Call my brother.", "How tall is the Eiffel tower?", "What should I cook tonight?", "Open the garage door.",
     "Why do leaves change colour?", "Can you help me with my homework?", "What is a black hole?",
     "Hello, how are you?", "Good night.",
+    # added with the last-word confidence cue
+    "Set an alarm for seven.", "Turn the volume down.", "What is the date today?", "How do I make tea?",
+    "Who wrote Hamlet?", "Show me the weather for the weekend.", "What is the square root of nine?",
+    "Play the next song.", "Where did I park my car?", "How many ounces are in a pound?",
 ]
 DEV_OPEN = [
     "I would really like to visit", "Could you tell me the name of the", "My brother and", "What is the best",
@@ -36,11 +45,17 @@ DEV_OPEN = [
     "Yesterday I went to the", "Is there a way to", "I forgot to", "What is the population of", "Let me think, uh,",
     "Can you play a song by", "How long should I", "My favourite colour is", "Show me pictures of",
     "I'd like to order a", "Who is the president of", "Give me directions to the", "It depends on whether",
+    # added with the last-word confidence cue
+    "Could you book a table for", "I'd like to listen to some", "Send a message to my",
+    "What is the weather going to be like on", "Can you turn up the", "Put the kettle on and",
+    "I need to buy a present for", "How do I get from the station to", "Tell me the story of the",
+    "Remind me at five to call",
 ]
 
 
-def heard() -> list[tuple[str, int, float | None]]:
-    """(transcript, 1 complete / 0 open, LM end-of-message probability) per dev phrase."""
+def heard() -> list[tuple[str, int, MessageEnd | None]]:
+    """(transcript with its last-word confidence, 1 complete / 0 open, LM end-of-message
+    probabilities) per dev phrase."""
     from pathlib import Path
 
     from bench.turn_set import VOICES, _espeak, items
@@ -56,41 +71,70 @@ def heard() -> list[tuple[str, int, float | None]]:
     out = []
     for k, (texts, label) in enumerate(((DEV_COMPLETE, 1), (DEV_OPEN, 0))):
         for i, text in enumerate(texts):
-            voice, speed, pitch = VOICES[(i + k) % len(VOICES)]
+            voice, speed, pitch = VOICES[(i + k + (2 if i >= 30 else 0)) % len(VOICES)]
             audio = resample(_espeak(text, voice, speed, pitch).astype(np.float32) / 32768, 24000, 16000)
             pad = np.zeros(4800, np.float32)
-            said = asr.transcribe(np.concatenate([pad, audio, pad])).text.strip()
-            out.append((said, label, scorer.probability(said) if said else None))
+            result = asr.transcribe(np.concatenate([pad, audio, pad]))
+            said = HeardText(result.text.strip(), result.last_word_confidence)
+            out.append((said, label, scorer.message_end(said) if said else None))
     return out
 
 
-def fit(rows: list[tuple[str, int, float | None]]) -> list[tuple[float, float, float, tuple]]:
-    """Every grid point as (cost, mean extra wait of complete turns ms, cut-in share, weights)."""
+def _cost(waits: list[tuple[float, int]]) -> tuple[float, float, float]:
+    """(cost, mean extra wait of complete turns ms, cut-in share) of (wait ms, label) pairs."""
+    extra = [max(0.0, wait - 350) for wait, label in waits if label]
+    cut = [wait < 1000 for wait, label in waits if not label]
+    return float(np.mean(extra) + 2000 * np.mean(cut)), float(np.mean(extra)), float(np.mean(cut))
+
+
+def fit(rows: list[tuple[str, int, MessageEnd | None]]) -> list[tuple[float, float, float, tuple]]:
+    """Every grid point of the first stage (no confidence cue) as (cost, mean extra wait of
+    complete turns ms, cut-in share, weights)."""
     from core.conversation.end_of_turn import OPEN_ENDINGS, last_word
 
-    feats = [(math.log10(max(lm or 1e-7, 1e-7)), last_word(t) in OPEN_ENDINGS, t.endswith("?"),
+    feats = [(math.log10(max(lm.after_words if lm else 1e-7, 1e-7)), last_word(t) in OPEN_ENDINGS, t.endswith("?"),
               t.endswith(("...", "…", ",", "-")), label) for t, label, lm in rows]
     results = []
     for center, slope, question, open_word, trailing, exponent in itertools.product(
             [-4, -3.5, -3, -2.7, -2.5, -2, -1.5], [1, 1.5, 2, 2.5], [0, 0.5, 1, 1.5], [-2, -3, -4],
             [-1, -2, -3], [1.5, 2, 3]):
-        extra, cut = [], []
+        waits = []
         for log_lm, is_open, is_question, trails, label in feats:
             z = (log_lm - center) * slope + open_word * is_open + question * is_question + trailing * trails
-            wait = 4000 * (1 - 1 / (1 + math.exp(-max(min(z, 30), -30)))) ** exponent
-            (extra if label else cut).append(max(0.0, wait - 350) if label else wait < 1000)
-        results.append((float(np.mean(extra) + 2000 * np.mean(cut)), float(np.mean(extra)), float(np.mean(cut)),
-                        (center, slope, question, open_word, trailing, exponent)))
+            waits.append((4000 * (1 - 1 / (1 + math.exp(-max(min(z, 30), -30)))) ** exponent, label))
+        results.append((*_cost(waits), (center, slope, question, open_word, trailing, exponent)))
+    return sorted(results)
+
+
+def fit_confidence(rows: list[tuple[str, int, MessageEnd | None]]) -> list[tuple[float, float, float, float]]:
+    """The second stage: the shipped weights, each exponent of the last-word confidence (0: the
+    cue off) as (cost, mean extra wait of complete turns ms, cut-in share, exponent)."""
+    from core.conversation import end_of_turn
+
+    shipped = end_of_turn.CONFIDENCE_EXPONENT
+    results = []
+    try:
+        for exponent in (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0):
+            end_of_turn.CONFIDENCE_EXPONENT = exponent
+            waits = [(end_of_turn.wait_ms(end_of_turn.end_of_turn_probability(t, lm), "auto"), label)
+                     for t, label, lm in rows]
+            results.append((*_cost(waits), exponent))
+    finally:
+        end_of_turn.CONFIDENCE_EXPONENT = shipped
     return sorted(results)
 
 
 def main() -> None:
     rows = heard()
     for said, label, lm in rows:
-        print(f"{'complete' if label else 'open    '} lm={lm if lm is None else f'{lm:.2e}'} {said!r}")
+        scores = "lm=None" if lm is None else f"lm={lm.after_words:.2e} without last word={lm.before_last_word or 0:.2e}"
+        print(f"{'complete' if label else 'open    '} {scores} last word {said.last_word_confidence:.2f} {said!r}")
     print("\ncost, complete extra wait ms, cut-in share, (LM_CENTER, LM_SLOPE, '?', OPEN_WORD, TRAILING_OFF, exponent)")
     for cost, extra, cut, weights in fit(rows)[:5]:
         print(f"{cost:7.1f} {extra:6.1f} {cut:5.2f} {weights}")
+    print("\ncost, complete extra wait ms, cut-in share, CONFIDENCE_EXPONENT (0: no confidence cue)")
+    for cost, extra, cut, exponent in fit_confidence(rows):
+        print(f"{cost:7.1f} {extra:6.1f} {cut:5.2f} {exponent}")
 
 
 if __name__ == "__main__":

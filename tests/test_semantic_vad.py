@@ -15,7 +15,7 @@ import time
 import pytest
 
 from core.conversation import ConversationConfig, TurnDetection
-from core.conversation.end_of_turn import end_of_turn_probability, wait_ms
+from core.conversation.end_of_turn import HeardText, MessageEnd, end_of_turn_probability, wait_ms
 from tests.helpers import Collector
 from tests.scripted_backend import ScriptedBackend, quiet, tone
 
@@ -37,7 +37,7 @@ class ScriptedTurnBackend(ScriptedBackend):
     def transcribe_turn(self, audio) -> str:
         return self.transcripts.pop(0) if len(self.transcripts) > 1 else self.transcripts[0]
 
-    def end_of_message_probability(self, text: str) -> float | None:
+    def end_of_message_probability(self, text: str) -> MessageEnd | float | None:
         self.scored.append(text)
         if self.lm_fails:
             raise RuntimeError("scorer broke")
@@ -104,6 +104,27 @@ def test_without_a_language_model_the_words_still_count():
     assert wait_ms(None, "auto") == 500 and wait_ms(None, "high") == 250 and wait_ms(None, "low") == 1000
 
 
+def test_an_ending_whisper_guessed_waits_like_the_words_before_it():
+    """At a pause after "Could you set a timer for" Whisper heard "... for it?" with its last
+    word at 0.5: the turn waits past the pause instead of answering a question never asked."""
+    lm = MessageEnd(0.53, 1e-4)
+    sure = end_of_turn_probability(HeardText("Could you set a timer for it?", 0.99), lm)
+    guessed = end_of_turn_probability(HeardText("Could you set a timer for it?", 0.5), lm)
+    assert wait_ms(sure, "auto") < 100
+    assert wait_ms(guessed, "auto") > 450  # past when the score arrives; a 0.5 s pause is kept
+    # A clean last word the model doubts keeps a complete question quick.
+    assert wait_ms(end_of_turn_probability(HeardText("How far away is the moon?", 0.64), MessageEnd(0.11, 6e-6)),
+                   "auto") < 450
+    # Dropping the last word never makes a turn look more finished ("... wondering if").
+    open_ = end_of_turn_probability("Well, I was wondering if", 1e-5)
+    assert end_of_turn_probability(HeardText("Well, I was wondering if", 0.2), MessageEnd(1e-5, 0.05)) == open_
+    # One doubtful word reads like no words: the neutral wait, not a long one.
+    assert 150 < wait_ms(end_of_turn_probability(HeardText("Goodnight", 0.09), MessageEnd(0.33)), "auto") < 600
+    # Without the LM's score of the shorter words, the cue stays out.
+    plain = end_of_turn_probability("Could you set a timer for it?", 0.53)
+    assert end_of_turn_probability(HeardText("Could you set a timer for it?", 0.5), 0.53) == plain
+
+
 def test_eagerness_maxima_are_openais():
     for eagerness, longest in (("low", 8000), ("medium", 4000), ("high", 2000), ("auto", 4000)):
         assert wait_ms(0.0, eagerness) == longest and wait_ms(1.0, eagerness) == 0
@@ -147,6 +168,23 @@ async def test_a_pause_after_an_open_phrase_is_waited_out_and_the_whole_turn_ans
     assert done.status == "completed"
     assert len(col.of("response_started")) == 1 and len(col.of("input_committed")) == 1
     assert [e.transcript for e in col.of("input_transcript")] == ["I would like to know the capital of Australia."]
+    await conv.close()
+    backend.close()
+
+
+async def test_a_guessed_last_word_does_not_end_the_turn_inside_the_pause():
+    heard = HeardText("Could you set a timer for it?", 0.3)
+    whole = "Could you set a timer for fifteen minutes?"
+    backend = ScriptedTurnBackend([heard, whole], {heard: MessageEnd(0.53, 1e-4), whole: 0.6})
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    await feed(conv, tone(0.6))
+    assert await feed_until(conv, col, "speech_stopped", 0.8) is None  # a 0.8 s pause: not cut into
+    assert not col.of("response_started")
+    await feed(conv, tone(0.4))  # "... fifteen minutes?"
+    assert await feed_until(conv, col, "speech_stopped", 2.0) is not None
+    await col.wait_for("response_done")
+    assert [e.transcript for e in col.of("input_transcript")] == [whole]
     await conv.close()
     backend.close()
 
@@ -216,9 +254,28 @@ def test_the_embedded_llm_tells_finished_words_from_open_ones(cascade_backend):
     direct = {t: scorer.probability(t) for t in complete + open_}
     assert min(direct[t] for t in complete) > 100 * max(direct[t] for t in open_), direct
     for text in (complete[0], open_[0]):
-        got: list[float | None] = []
+        got: list[MessageEnd | None] = []
         messages = [{"role": "system", "content": cascade_backend.options.instructions},
                     {"role": "user", "content": text}]
         llm.generate(messages, KvState(), lambda _t: None, threading.Event(), max_tokens=1,
                      end_of_message=got.append)
-        assert got and got[0] == pytest.approx(direct[text], rel=0.05, abs=1e-6), (text, got, direct[text])
+        want = scorer.message_end(text)
+        assert want.after_words == pytest.approx(direct[text], rel=1e-3, abs=1e-7)
+        assert got and got[0].after_words == pytest.approx(direct[text], rel=0.05, abs=1e-6), (text, got, want)
+        # ... and without the last word, from the same pass.
+        assert got[0].before_last_word == pytest.approx(want.before_last_word, rel=0.05, abs=1e-6), (got, want)
+    # "What is the capital of" is far from finished, though "... of France" is.
+    assert scorer.message_end(complete[0]).before_last_word < direct[complete[0]] / 100
+
+
+def test_whisper_reports_its_confidence_in_the_last_word(cascade_backend):
+    """A clearly spoken question's last word is heard with confidence; the transcript carries it."""
+    import numpy as np
+
+    from core.audio import resample
+
+    pcm = b"".join(cascade_backend.synthesize("What is the capital of France?"))
+    audio = resample(np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768, 24000, 16000)
+    heard = cascade_backend.transcribe_turn(np.concatenate([audio, np.zeros(4800, np.float32)]))
+    assert isinstance(heard, HeardText) and "France" in heard, heard
+    assert 0.7 < heard.last_word_confidence <= 1.0, heard.last_word_confidence

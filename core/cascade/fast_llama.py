@@ -172,9 +172,10 @@ class FastLlama:
         return x * cos + rotated * sin
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], cache: FastCache, also: int | None = None):
+    def forward(self, ids: list[int], cache: FastCache, also: int | list[int] | None = None):
         """Run ``ids`` after the cached positions; returns float32 logits of the last one (and,
-        with ``also``, a pair: those and the logits after ``ids[also]``)."""
+        with ``also``, a pair: those and the logits after ``ids[also]``, or a list of them when
+        ``also`` is a list of positions)."""
         real = len(ids)
         start = cache.length
         if start + real > cache.max_len:
@@ -218,4 +219,6 @@ class FastLlama:
         logits = F.linear(last, wts.lm_head)[0].float()
         if also is None:
             return logits
-        return logits, F.linear(self._rms(x[:, also], wts.norm), wts.lm_head)[0].float()
+        at = [also] if isinstance(also, int) else list(also)
+        rows = F.linear(self._rms(x[:, at], wts.norm), wts.lm_head)[0].float()
+        return logits, rows[0] if isinstance(also, int) else list(rows)

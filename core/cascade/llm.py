@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from core.conversation.end_of_turn import MessageEnd, strip_trailing_punctuation, without_last_word
 from core.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -103,14 +104,18 @@ class _HfRunner:
 
         return DynamicCache()
 
-    def forward(self, ids: list[int], cache, also: int | None = None):
-        keep = 1 if also is None else len(ids) - also
+    def forward(self, ids: list[int], cache, also: int | list[int] | None = None):
+        at = [] if also is None else [also] if isinstance(also, int) else list(also)
+        first = min(at, default=len(ids) - 1)
         out = self.model(
             input_ids=torch.tensor([ids], dtype=torch.long), past_key_values=cache, use_cache=True,
-            logits_to_keep=keep,
+            logits_to_keep=len(ids) - first,
         )
         logits = out.logits[0, -1].float()
-        return logits if also is None else (logits, out.logits[0, 0].float())
+        if also is None:
+            return logits
+        rows = [out.logits[0, a - first].float() for a in at]
+        return logits, rows[0] if isinstance(also, int) else rows
 
     def copy_cache(self, cache, n: int):
         import copy
@@ -132,7 +137,7 @@ class _FastRunner:
     def new_cache(self):
         return self.fast.new_cache()
 
-    def forward(self, ids: list[int], cache, also: int | None = None):
+    def forward(self, ids: list[int], cache, also: int | list[int] | None = None):
         return self.fast.forward(ids, cache, also)
 
     def copy_cache(self, cache, n: int):
@@ -235,27 +240,30 @@ class SmolLm:
         probs = torch.softmax(logits.float(), dim=-1)
         return float(probs[self.end_id] + probs[self.final_ids].sum())
 
-    def _last_words_position(self, messages: list[dict[str, str]], prompt: list[int]) -> int | None:
+    def _message_end_positions(self, messages: list[dict[str, str]], prompt: list[int]) -> list[int]:
         """Where in ``prompt`` the last user message's last word token sits (before Whisper's
-        trailing punctuation): the logits after it say whether the message ends there."""
-        from core.conversation.end_of_turn import strip_trailing_punctuation
-
+        trailing punctuation), then the token before that word, when the words cut cleanly: the
+        logits after each say whether the message ends there (``[]``: no clean cut)."""
         if not messages or messages[-1]["role"] != "user":
-            return None
+            return []
+        positions: list[int] = []
         words = strip_trailing_punctuation(messages[-1]["content"])
-        if not words:
-            return None
-        bare = self._template([*messages[:-1], {"role": "user", "content": words}])
-        ends = [i for i, t in enumerate(bare) if t == self.end_id]
-        if not ends or _common_prefix(prompt, bare) < ends[-1]:
-            return None  # the punctuation merged into the last word's token: no clean cut
-        return ends[-1] - 1
+        for text in (words, without_last_word(words)) if words else ():
+            if not text:
+                break
+            bare = self._template([*messages[:-1], {"role": "user", "content": text}])
+            ends = [i for i, t in enumerate(bare) if t == self.end_id]
+            if not ends or _common_prefix(prompt, bare) < ends[-1]:
+                break  # the punctuation (or the next word) merged into the token: no clean cut
+            positions.append(ends[-1] - 1)
+        return positions
 
     @torch.inference_mode()
-    def next_token_logits(self, prefix: list[int], rest: list[int], holder: dict) -> torch.Tensor:
+    def next_token_logits(self, prefix: list[int], rest: list[int], holder: dict, also: list[int] | None = None):
         """Logits of the next token after ``prefix + rest`` for a short side question (the
         end-of-turn scorer's): ``holder`` keeps a cache of ``prefix`` between calls, so each call
-        runs only ``rest``. Serialised with ``generate`` (one model, one thread at a time)."""
+        runs only ``rest``. With ``also`` (positions in ``rest``), a pair: those logits and the
+        ones after each position. Serialised with ``generate`` (one model, one thread at a time)."""
         with self._lock:
             if holder.get("prefix") != prefix:
                 holder["cache"] = self.runner.new_cache()
@@ -263,7 +271,7 @@ class SmolLm:
                 holder["prefix"] = prefix
             cache = holder["cache"]
             self.runner.rewind(cache, len(prefix))
-            return self.runner.forward(rest, cache)
+            return self.runner.forward(rest, cache, also)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
@@ -281,7 +289,7 @@ class SmolLm:
         repetition_penalty: float = 1.0,
         before_step: Callable[[], None] | None = None,
         constraint: Any = None,
-        end_of_message: Callable[[float | None], None] | None = None,
+        end_of_message: Callable[[MessageEnd | None], None] | None = None,
         no_repeat_ngram: int = 4,
         stop_after_words: int = 0,
         max_words: int = 0,
@@ -289,7 +297,8 @@ class SmolLm:
         """Stream decoded text pieces into ``on_text`` until a stop token, the budget or cancel.
         ``constraint`` (``tool_calls.ToolGrammar``): greedy decoding under a grammar.
         ``end_of_message`` gets, from the prefill itself, the model's probability that the last
-        user message is complete after its words (``semantic_vad``; None when it cannot tell).
+        user message is complete after its words, and after all but its last word
+        (``semantic_vad``; None when it cannot tell).
 
         Decoding (``voice_prompt.generation_settings`` picks the values for a spoken reply):
         ``temperature`` 0 is greedy. ``no_repeat_ngram`` n: a token that would repeat an n-gram
@@ -299,7 +308,7 @@ class SmolLm:
         holds that many words; ``max_words``: a hard cap on the words (reason "length")."""
         with self._lock:
             prompt = self.prompt_tokens(messages)
-            score_at = self._last_words_position(messages, prompt) if end_of_message is not None else None
+            score_at = self._message_end_positions(messages, prompt) if end_of_message is not None else []
             stats = GenerationStats(prompt_tokens=len(prompt))
             t0 = time.perf_counter()
             if cancelled.is_set():
@@ -318,9 +327,11 @@ class SmolLm:
             stats.reused_tokens = reuse
             state.cache = cache
             state.tokens = prompt[:reuse]
-            if score_at is not None and score_at >= reuse:
-                logits, after_words = self.runner.forward(prompt[reuse:], cache, also=score_at - reuse)
-                end_of_message(self.end_probability(after_words))
+            score_at = [a - reuse for a in score_at if a >= reuse]
+            if score_at and end_of_message is not None:
+                logits, rows = self.runner.forward(prompt[reuse:], cache, also=score_at)
+                ends = [self.end_probability(row) for row in rows]
+                end_of_message(MessageEnd(ends[0], ends[1] if len(ends) > 1 else None))
             else:
                 logits = self.runner.forward(prompt[reuse:], cache)
                 if end_of_message is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from core.cascade.llm import SmolLm
 from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS
-from core.conversation.end_of_turn import strip_trailing_punctuation
+from core.conversation.end_of_turn import MessageEnd, strip_trailing_punctuation, without_last_word
 
 PLACEHOLDER = "\u2063"  # marks where the user's words go in the chat template
 
@@ -33,11 +33,22 @@ class EndOfMessageScorer:
 
     def probability(self, text: str) -> float:
         """P(the message ends after ``text``). Blocking: runs on the LLM thread."""
+        return self.message_end(text).after_words
+
+    def message_end(self, text: str) -> MessageEnd:
+        """P(the message ends after ``text``) and after all but its last word, from one forward
+        over the words. Blocking: runs on the LLM thread."""
         words = strip_trailing_punctuation(text)
         if not words:
-            return 0.0
-        rest = self.lm.tokenizer.encode(words, add_special_tokens=False)
-        return self.lm.end_probability(self.lm.next_token_logits(self.prefix, rest, self._holder))
+            return MessageEnd(0.0)
+        encode = self.lm.tokenizer.encode
+        rest = encode(words, add_special_tokens=False)
+        head = encode(without_last_word(words), add_special_tokens=False)
+        cut = len(head)
+        if 0 < cut < len(rest) and rest[:cut] == head:  # the words before the last cut cleanly
+            logits, (before,) = self.lm.next_token_logits(self.prefix, rest, self._holder, also=[cut - 1])
+            return MessageEnd(self.lm.end_probability(logits), self.lm.end_probability(before))
+        return MessageEnd(self.lm.end_probability(self.lm.next_token_logits(self.prefix, rest, self._holder)))
 
 
 def _find(ids: list[int], marker: list[int]) -> int:

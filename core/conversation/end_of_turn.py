@@ -6,7 +6,11 @@ The score joins three cues in log-odds:
   when the backend has one (``Backend.end_of_message_probability``);
 - the transcript's last word: a conjunction, preposition, article, auxiliary or filler ("the
   capital of", "and", "um") leaves the sentence open;
-- Whisper's punctuation: a closing "?" leans complete, a trailing "..." or "," leans open.
+- Whisper's punctuation: a closing "?" leans complete, a trailing "..." or "," leans open;
+- Whisper's confidence in the last word: at a pause mid-sentence it sometimes invents an ending
+  ("Could you set a timer for" -> "Could you set a timer for it?"), with a low token probability.
+  The score is then mixed with the score of the words without the last one, weighted by that
+  confidence (never raised by it: "I was wondering if" must not read as "I was wondering").
 
 The wait after speech then runs from almost nothing (clearly complete) up to the eagerness's
 maximum (clearly open), so a finished question is answered at once and a mid-sentence pause
@@ -17,6 +21,8 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
+from typing import Self
 
 from core.conversation.config import EAGERNESS_MAX_WAIT_MS
 
@@ -47,6 +53,37 @@ TRAILING_OFF = -3.0  # "...", ",", "-" at the end
 NO_LM_PRIOR = 0.5  # without a language model: lean slightly towards complete
 WAIT_EXPONENT = 1.5
 NO_WORDS_SHARE = 0.125  # nothing to judge (no words yet): an eighth of the maximum, auto = 500 ms
+# The weight of the whole transcript's score is the last word's confidence to this power (fitted
+# second, the weights above held; ``bench.turn_fit``): Whisper's token probabilities run low on
+# words it did hear, so a 0.5 confidence still keeps three quarters of the weight.
+CONFIDENCE_EXPONENT = 0.4
+# A one-word transcript whose word is in doubt reads like no words at all: the neutral wait.
+NO_WORDS_PROBABILITY = 1.0 - NO_WORDS_SHARE ** (1.0 / WAIT_EXPONENT)
+
+
+class HeardText(str):
+    """A transcript that also carries the recogniser's confidence in its last word (a ``str``, so
+    every caller that only wants the words keeps working)."""
+
+    last_word_confidence: float
+
+    def __new__(cls, text: str, last_word_confidence: float = 1.0) -> Self:
+        heard = super().__new__(cls, text)
+        heard.last_word_confidence = min(max(float(last_word_confidence), 0.0), 1.0)
+        return heard
+
+
+def last_word_confidence(text: str) -> float:
+    return text.last_word_confidence if isinstance(text, HeardText) else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEnd:
+    """The language model's probability that the user's message ends after its words, and after
+    all but the last word (None when it could not tell; both come from one forward pass)."""
+
+    after_words: float
+    before_last_word: float | None = None
 
 
 def strip_trailing_punctuation(text: str) -> str:
@@ -59,12 +96,41 @@ def last_word(text: str) -> str:
     return words[-1] if words else ""
 
 
-def end_of_turn_probability(text: str, lm_probability: float | None = None) -> float | None:
+def without_last_word(text: str) -> str:
+    """The words before the last one, without the punctuation between ("flowers, maybe." ->
+    "flowers"): what the score reads when the last word may not have been said."""
+    words = strip_trailing_punctuation(text).split()
+    return strip_trailing_punctuation(" ".join(words[:-1]))
+
+
+def end_of_turn_probability(
+    text: str, lm: MessageEnd | float | None = None, confidence: float | None = None
+) -> float | None:
     """P(the user has finished) from the transcript and, when given, the LM's end-of-message
-    probability; None when there are no words to judge."""
+    probability (a bare float: after the words only); None when there are no words to judge.
+    ``confidence`` in the last word defaults to the one a ``HeardText`` carries."""
+    confidence = last_word_confidence(text) if confidence is None else confidence
     text = text.strip()
     if not any(ch.isalnum() for ch in text):
         return None
+    end = lm if isinstance(lm, MessageEnd) or lm is None else MessageEnd(float(lm))
+    p = _words_probability(text, None if end is None else end.after_words)
+    if confidence >= 1.0:
+        return p
+    shorter = without_last_word(text)
+    if not any(ch.isalnum() for ch in shorter):
+        q = NO_WORDS_PROBABILITY
+    elif end is None:
+        q = _words_probability(shorter, None)
+    elif end.before_last_word is None:
+        return p  # the LM could not score the shorter words: no cue rather than a guess
+    else:
+        q = _words_probability(shorter, end.before_last_word)
+    weight = max(confidence, 0.0) ** CONFIDENCE_EXPONENT
+    return min(p, weight * p + (1.0 - weight) * q)
+
+
+def _words_probability(text: str, lm_probability: float | None) -> float:
     if lm_probability is not None:
         p = min(max(lm_probability, 1e-7), 1.0)
         z = (math.log10(p) - LM_CENTER) * LM_SLOPE

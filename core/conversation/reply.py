@@ -19,6 +19,7 @@ import numpy as np
 
 from core.audio import OUTPUT_RATE, StreamResampler, float_to_pcm16
 from core.conversation.config import ConversationConfig
+from core.conversation.end_of_turn import MessageEnd
 from core.conversation.items import Item
 
 
@@ -90,7 +91,7 @@ class ReplyOwner(Protocol):
     def begin_call(self, resp: Response, name: str) -> None: ...
     def call_arguments(self, resp: Response, index: int, delta: str) -> None: ...
     def end_call(self, resp: Response, index: int) -> None: ...
-    def turn_scored(self, resp: Response, probability: float | None) -> None: ...
+    def turn_scored(self, resp: Response, probability: MessageEnd | float | None) -> None: ...
 
 
 class ReplyJob:
@@ -136,9 +137,10 @@ class ReplyJob:
     def cancelled(self) -> bool:
         return self.cancel.is_set()
 
-    def end_of_message(self, probability: float | None) -> None:
-        """The model's probability that the user's last message is complete (None: it could
-        not tell), made while prefilling this reply (``semantic_vad``). Any thread; once."""
+    def end_of_message(self, probability: MessageEnd | float | None) -> None:
+        """The model's probability that the user's last message is complete (a ``MessageEnd``
+        adds it without the last word; None: it could not tell), made while prefilling this
+        reply (``semantic_vad``). Any thread; once."""
         if self._resp.turn_scored:
             return
         self._resp.turn_scored = True

@@ -19,7 +19,7 @@ import numpy as np
 
 from core.audio import pcm16_to_float
 from core.conversation.audio_input import VAD_RATE
-from core.conversation.end_of_turn import end_of_turn_probability
+from core.conversation.end_of_turn import MessageEnd, end_of_turn_probability, last_word_confidence
 from core.conversation.end_of_turn import wait_ms as end_of_turn_wait_ms
 from core.conversation.events import (
     ConversationError,
@@ -154,12 +154,12 @@ class TurnTaking:
 
         fut.add_done_callback(done)
 
-    def turn_scored(self, resp: Response, probability: float | None) -> None:
+    def turn_scored(self, resp: Response, probability: MessageEnd | float | None) -> None:
         """The held reply's prefill scored the words it answers (``ReplyJob.end_of_message``)."""
         if resp.spec is not None:
             self._on_turn_score(resp.spec, resp.spec_text, probability)
 
-    def _on_turn_score(self, generation: int, text: str, lm: float | None) -> None:
+    def _on_turn_score(self, generation: int, text: str, lm: MessageEnd | float | None) -> None:
         td = self.config.turn_detection
         if self._closed or generation != self._spec_generation or td is None or td.type != "semantic_vad":
             return
@@ -167,7 +167,8 @@ class TurnTaking:
         wait = end_of_turn_wait_ms(p, td.eagerness)
         self.stats.turn_scores += 1
         self.stats.last_turn_score = p
-        log.debug("end of turn %r: lm %s -> p %s, wait %d ms", text, lm, p, wait)
+        log.debug("end of turn %r (last word %.2f): lm %s -> p %s, wait %d ms", text, last_word_confidence(text), lm,
+                  p, wait)
         self._spawn(self._end_pause_after(generation, wait))
 
     async def _end_pause_after(self, generation: int, wait: int) -> None:

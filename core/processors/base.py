@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from core.conversation import Conversation, ConversationConfig, ReplyJob, ReplyStats
+from core.conversation.end_of_turn import MessageEnd
 from core.errors import BackendNotLoadedError
 
 
@@ -135,13 +136,14 @@ class Backend(abc.ABC):
 
     def transcribe_turn(self, audio: np.ndarray) -> str | None:
         """Transcript of one user utterance (16 kHz float32), or None when this backend gives
-        none. Blocking: the core runs it in ``transcribe_pool``."""
+        none; a ``HeardText`` also says how sure the recogniser is of the last word
+        (semantic_vad reads it). Blocking: the core runs it in ``transcribe_pool``."""
         return None
 
-    def end_of_message_probability(self, text: str) -> float | None:
+    def end_of_message_probability(self, text: str) -> MessageEnd | float | None:
         """The model's probability that a user message ending with ``text`` is complete
-        (``semantic_vad``), or None without a language model to ask. Blocking: the core runs it
-        in ``turn_scorer_pool``."""
+        (``semantic_vad``; a ``MessageEnd`` adds the probability without the last word), or None
+        without a language model to ask. Blocking: the core runs it in ``turn_scorer_pool``."""
         return None
 
     @property

@@ -31,6 +31,7 @@ from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
 from core.cascade.tool_calls import ToolGrammar, grammar_error, parse_choice, tool_instructions
 from core.conversation import ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
+from core.conversation.end_of_turn import HeardText, MessageEnd
 from core.errors import BackendNotLoadedError, InvalidInputError, InvalidTextError
 from core.processors.base import (
     Backend,
@@ -268,17 +269,18 @@ class CascadeBackend(Backend):
     # ------------------------------------------------------------------ for the conversation core
 
     def transcribe_turn(self, audio: np.ndarray) -> str:
-        """Whisper's transcript of one utterance; '' for noise or no words."""
+        """Whisper's transcript of one utterance ('' for noise or no words), with its confidence
+        in the last word (``HeardText``, for semantic_vad)."""
         result = self.asr.transcribe(audio)
         text = result.text.strip()
         if not any(ch.isalnum() for ch in text):
             return ""
         if result.no_speech_prob > self.options.no_speech_threshold and result.avg_logprob < -0.7:
             return ""
-        return text
+        return HeardText(text, result.last_word_confidence)
 
-    def end_of_message_probability(self, text: str) -> float:
-        return self.turn_scorer.probability(text)
+    def end_of_message_probability(self, text: str) -> MessageEnd:
+        return self.turn_scorer.message_end(text)
 
     @property
     def turn_scorer_pool(self) -> concurrent.futures.Executor:
@@ -394,7 +396,7 @@ class CascadeBackend(Backend):
         def run_llm():
             try:
                 if job.wants_end_of_message and job.tools and job.items:
-                    job.end_of_message(self.turn_scorer.probability(job.items[-1].text))  # before the tool step
+                    job.end_of_message(self.turn_scorer.message_end(job.items[-1].text))  # before the tool step
                 if self._tool_step(job):
                     return GenerationStats(stop_reason="stop")
                 return self.llm.generate(
