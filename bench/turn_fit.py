@@ -6,7 +6,8 @@ A development set apart from the benchmark's (``bench/turn_set.py``; no phrase i
 complete requests and 40 phrases cut off mid-sentence, spoken by the same espeak-ng voices and
 transcribed by the cascade's Whisper as at a pause (0.3 s of silence after the words). Each gets
 SmolLM2's end-of-message probability after its words and after all but the last word, and
-Whisper's confidence in the last word. A grid search over the cue weights and the wait curve
+Whisper's confidence in the last word (0 for a word it placed after the voice ended, as the
+cascade's ASR reports it). A grid search over the cue weights and the wait curve
 then minimises the complete turns' extra wait (beyond ~350 ms, when the score arrives anyway)
 plus 2 s per share of cut-off phrases answered within a 1 s pause, at eagerness auto. The
 weights shipped were fitted on the first 30 + 30 phrases; the last-word confidence's exponent

@@ -279,3 +279,41 @@ def test_whisper_reports_its_confidence_in_the_last_word(cascade_backend):
     heard = cascade_backend.transcribe_turn(np.concatenate([audio, np.zeros(4800, np.float32)]))
     assert isinstance(heard, HeardText) and "France" in heard, heard
     assert 0.7 < heard.last_word_confidence <= 1.0, heard.last_word_confidence
+
+
+def test_the_voice_end_is_where_the_last_loud_frame_ends():
+    import numpy as np
+
+    from core.cascade.asr import _voice_end_s
+
+    t = np.arange(16000) / 16000
+    voice = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    noise = np.random.default_rng(0).normal(0, 0.001, 8000).astype(np.float32)  # -50 dB: not voice
+    assert _voice_end_s(np.concatenate([noise, voice, noise])) == pytest.approx(1.5, abs=0.011)
+    assert _voice_end_s(np.zeros(8000, np.float32)) is None
+    assert _voice_end_s(np.zeros(0, np.float32)) is None
+
+
+@pytest.mark.skipif(__import__("bench.turn_set").turn_set.espeak_path() is None, reason="espeak-ng not installed")
+def test_an_ending_whisper_invents_after_the_voice_gets_no_confidence(cascade_backend):
+    """At a pause after "Could you set a timer for", Whisper hears "... for it?" (an espeak voice
+    of the turn set): "it" begins where the voice had already stopped, so the transcript says its
+    last word was not heard and the turn is scored on "Could you set a timer for" (open, a long
+    wait). A short last word that was said ("What time is it?") keeps its confidence."""
+    import numpy as np
+
+    from bench.turn_set import _espeak
+    from core.audio import resample
+
+    def heard(text: str) -> HeardText:
+        audio = resample(_espeak(text, "en-us+m7", 150, 35).astype(np.float32) / 32768, 24000, 16000)
+        pad = np.zeros(4800, np.float32)
+        return cascade_backend.transcribe_turn(np.concatenate([pad, audio, pad]))
+
+    guessed = heard("Could you set a timer for")
+    assert guessed.lower().startswith("could you set a timer for "), guessed  # a word after "for"
+    assert guessed.last_word_confidence == 0.0, (guessed, guessed.last_word_confidence)
+    p = end_of_turn_probability(guessed, MessageEnd(0.5, 1e-4))  # the LM: "... for it?" done, "... for" open
+    assert wait_ms(p, "auto") > 1500, (guessed, p)
+    said = heard("What time is it?")
+    assert "time is it" in said.lower() and said.last_word_confidence > 0.5, (said, said.last_word_confidence)

@@ -22,6 +22,14 @@ RATE = 16000
 HOP = 160  # mel frames are 10 ms
 MIN_FRAMES = 1000
 MAX_FRAMES = 3000
+# An unsure last word (below this confidence) is aligned to the audio: Whisper invents an ending
+# at a pause ("a timer for" -> "a timer for it?") and places it where the voice had stopped.
+ALIGN_BELOW_CONFIDENCE = 0.9
+ALIGN_FRAME_S = 0.02  # the encoder's frames
+# Spoken words begin at least ~30 ms before the voice ends (measured on the turn sets, one-syllable
+# "you?" included); one that begins later than this before the end was not said.
+UNVOICED_MARGIN_S = 0.02
+VOICE_LEVEL = 0.02  # a 10 ms frame within -34 dB of the loudest is voice
 
 
 def bundled_model_path() -> Path:
@@ -37,7 +45,7 @@ class Transcript:
     avg_logprob: float
     # The decoder's probability of the last word's least likely token: low when Whisper guessed
     # the word ("a timer for" heard as "a timer for it?"), which semantic_vad reads as a turn
-    # that may not have ended there.
+    # that may not have ended there. 0 when the word begins after the voice ended: not said.
     last_word_confidence: float = 1.0
 
 
@@ -181,8 +189,9 @@ class WhisperAsr:
         seconds = samples.size / RATE
         max_tokens = int(min(220, 12 + seconds * 7))
         with self._lock:
+            encoded = self._model.encode(ctranslate2.StorageView.from_array(mel[None]))
             result = self._model.generate(
-                ctranslate2.StorageView.from_array(mel[None]),
+                encoded,
                 [self._prompt],
                 beam_size=1,
                 max_length=len(self._prompt) + max_tokens,
@@ -191,14 +200,41 @@ class WhisperAsr:
                 suppress_blank=True,
                 return_logits_vocab=True,  # no measurable cost (~95 ms for a 3 s question either way)
             )[0]
-        chosen = result.sequences_ids[0]
-        ids = [t for t in chosen if t < self._sot]
+            chosen = result.sequences_ids[0]
+            ids = [t for t in chosen if t < self._sot]
+            steps = result.logits[0] if result.logits else []
+            confidence = self._last_word_confidence(chosen, steps)
+            if ids and confidence < ALIGN_BELOW_CONFIDENCE and self._last_word_unvoiced(encoded, ids, samples):
+                confidence = 0.0
         text = self._tokenizer.decode(ids).strip()
         length = max(len(ids), 1)
         avg_logprob = float(result.scores[0]) / length if result.scores else 0.0
-        steps = result.logits[0] if result.logits else []
-        confidence = self._last_word_confidence(chosen, steps)
         return Transcript(text, float(result.no_speech_prob), avg_logprob, confidence)
+
+    def _last_word_unvoiced(self, encoded, ids: list[int], samples: np.ndarray) -> bool:
+        """Whether the last word begins (by Whisper's cross-attention alignment, ~15 ms) after
+        the voice in ``samples`` had ended: an ending Whisper guessed at a pause."""
+        first = self._last_word_index(ids)
+        voice_end = _voice_end_s(samples)
+        if first is None or voice_end is None:
+            return False
+        frames = max(1, min(samples.size // HOP, MAX_FRAMES))
+        aligned = self._model.align(encoded, self._prompt, [ids], frames)[0].alignments
+        starts = [t for token, t in aligned if token == first]
+        return bool(starts) and min(starts) * ALIGN_FRAME_S > voice_end - UNVOICED_MARGIN_S
+
+    def _last_word_index(self, ids: list[int]) -> int | None:
+        """Index in ``ids`` of the last word's first token (trailing punctuation skipped)."""
+        seen_word = False
+        for i in range(len(ids) - 1, -1, -1):
+            piece = self._tokenizer.decode([ids[i]])
+            if any(ch.isalnum() for ch in piece):
+                seen_word = True
+                if piece.startswith(" "):
+                    return i
+            elif seen_word:
+                return i + 1
+        return 0 if seen_word else None
 
     def _last_word_confidence(self, chosen: list[int], steps: list) -> float:
         """The smallest probability the decoder gave a token of the last word (punctuation after
@@ -221,3 +257,14 @@ class WhisperAsr:
             if piece.startswith(" "):
                 break
         return min(word, default=1.0)
+
+
+def _voice_end_s(samples: np.ndarray) -> float | None:
+    """Where the voice ends in ``samples`` (seconds): the end of the last 10 ms frame within
+    -34 dB of the loudest; None for silence."""
+    n = samples.size // HOP
+    if n == 0:
+        return None
+    rms = np.sqrt(np.mean(np.square(samples[: n * HOP].reshape(n, HOP), dtype=np.float64), axis=1))
+    loud = np.flatnonzero(rms > max(rms.max() * VOICE_LEVEL, 1e-4))
+    return None if loud.size == 0 else (loud[-1] + 1) * HOP / RATE

@@ -11,6 +11,8 @@ The score joins three cues in log-odds:
   ("Could you set a timer for" -> "Could you set a timer for it?"), with a low token probability.
   The score is then mixed with the score of the words without the last one, weighted by that
   confidence (never raised by it: "I was wondering if" must not read as "I was wondering").
+  The recogniser gives 0 for a word it placed after the voice had ended (``core.cascade.asr``):
+  such a turn is scored on the words before it alone.
 
 The wait after speech then runs from almost nothing (clearly complete) up to the eagerness's
 maximum (clearly open), so a finished question is answered at once and a mid-sentence pause
