@@ -201,63 +201,60 @@ class WhisperAsr:
                 return_logits_vocab=True,  # no measurable cost (~95 ms for a 3 s question either way)
             )[0]
             chosen = result.sequences_ids[0]
-            ids = [t for t in chosen if t < self._sot]
-            steps = result.logits[0] if result.logits else []
-            confidence = self._last_word_confidence(chosen, steps)
-            if ids and confidence < ALIGN_BELOW_CONFIDENCE and self._last_word_unvoiced(encoded, ids, samples):
-                confidence = 0.0
+            text_at = [i for i, t in enumerate(chosen) if t < self._sot]
+            ids = [chosen[i] for i in text_at]
+            last = self._last_word(ids)
+            confidence = 1.0
+            if last is not None:
+                steps = result.logits[0] if result.logits else []
+                confidence = _word_confidence([ids[i] for i in last], [text_at[i] for i in last], steps)
+                if confidence < ALIGN_BELOW_CONFIDENCE and self._begins_after_voice(encoded, ids, last[0], samples):
+                    confidence = 0.0
         text = self._tokenizer.decode(ids).strip()
         length = max(len(ids), 1)
         avg_logprob = float(result.scores[0]) / length if result.scores else 0.0
         return Transcript(text, float(result.no_speech_prob), avg_logprob, confidence)
 
-    def _last_word_unvoiced(self, encoded, ids: list[int], samples: np.ndarray) -> bool:
-        """Whether the last word begins (by Whisper's cross-attention alignment, ~15 ms) after
+    def _begins_after_voice(self, encoded, ids: list[int], first: int, samples: np.ndarray) -> bool:
+        """Whether ``ids[first]`` begins (by Whisper's cross-attention alignment, ~15 ms) after
         the voice in ``samples`` had ended: an ending Whisper guessed at a pause."""
-        first = self._last_word_index(ids)
         voice_end = _voice_end_s(samples)
-        if first is None or voice_end is None:
+        if voice_end is None:
             return False
         frames = max(1, min(samples.size // HOP, MAX_FRAMES))
         aligned = self._model.align(encoded, self._prompt, [ids], frames)[0].alignments
         starts = [t for token, t in aligned if token == first]
         return bool(starts) and min(starts) * ALIGN_FRAME_S > voice_end - UNVOICED_MARGIN_S
 
-    def _last_word_index(self, ids: list[int]) -> int | None:
-        """Index in ``ids`` of the last word's first token (trailing punctuation skipped)."""
-        seen_word = False
+    def _last_word(self, ids: list[int]) -> range | None:
+        """Indices in ``ids`` of the last word's tokens (punctuation after it skipped; a word
+        starts at the token that begins with a space); None without one."""
+        end = None
         for i in range(len(ids) - 1, -1, -1):
             piece = self._tokenizer.decode([ids[i]])
-            if any(ch.isalnum() for ch in piece):
-                seen_word = True
-                if piece.startswith(" "):
-                    return i
-            elif seen_word:
-                return i + 1
-        return 0 if seen_word else None
-
-    def _last_word_confidence(self, chosen: list[int], steps: list) -> float:
-        """The smallest probability the decoder gave a token of the last word (punctuation after
-        it skipped; a word starts at the token that begins with a space). ``steps`` holds one row
-        of logits per decoding step, the end-of-text step's after the chosen tokens'."""
-        if len(steps) < len(chosen):
-            return 1.0
-        word: list[float] = []
-        for token, logits in zip(reversed(chosen), reversed(steps[: len(chosen)])):
-            if token >= self._sot:
-                continue
-            piece = self._tokenizer.decode([token])
             if not any(ch.isalnum() for ch in piece):
-                if word:
-                    break
+                if end is not None:
+                    return range(i + 1, end)
                 continue
-            row = np.asarray(logits, dtype=np.float64).ravel()
-            row = np.exp(row - row.max())
-            word.append(float(row[token] / row.sum()))
+            if end is None:
+                end = i + 1
             if piece.startswith(" "):
-                break
-        return min(word, default=1.0)
+                return range(i, end)
+        return None if end is None else range(0, end)
 
+
+def _word_confidence(tokens: list[int], steps_at: list[int], steps: list) -> float:
+    """The smallest probability the decoder gave one of a word's ``tokens``; ``steps`` holds one
+    row of logits per decoding step (the end-of-text step's after the chosen tokens'), and
+    ``steps_at`` says which row chose each token (1.0 when the rows are missing)."""
+    if not steps_at or max(steps_at) >= len(steps):
+        return 1.0
+    probs = []
+    for token, at in zip(tokens, steps_at):
+        row = np.asarray(steps[at], dtype=np.float64).ravel()
+        row = np.exp(row - row.max())
+        probs.append(float(row[token] / row.sum()))
+    return min(probs)
 
 def _voice_end_s(samples: np.ndarray) -> float | None:
     """Where the voice ends in ``samples`` (seconds): the end of the last 10 ms frame within
