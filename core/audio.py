@@ -41,6 +41,12 @@ def float_to_pcm16(samples: np.ndarray) -> bytes:
     return (clipped * 32768.0).astype("<i2").tobytes()
 
 
+def frame_rms(samples: np.ndarray, frame: int) -> np.ndarray:
+    """RMS level of each whole ``frame``-sample frame (a trailing partial frame is left out)."""
+    n = samples.size // frame
+    return np.sqrt(np.mean(np.square(samples[: n * frame].reshape(n, frame), dtype=np.float32), axis=1))
+
+
 def resample(samples: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
     if src_rate == dst_rate:
         return samples.astype(np.float32, copy=False)

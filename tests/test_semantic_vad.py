@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from bench.turn_set import espeak_path
 from core.conversation import ConversationConfig, TurnDetection
 from core.conversation.end_of_turn import HeardText, MessageEnd, end_of_turn_probability, wait_ms
 from tests.helpers import Collector
@@ -294,7 +295,7 @@ def test_the_voice_end_is_where_the_last_loud_frame_ends():
     assert _voice_end_s(np.zeros(0, np.float32)) is None
 
 
-@pytest.mark.skipif(__import__("bench.turn_set").turn_set.espeak_path() is None, reason="espeak-ng not installed")
+@pytest.mark.skipif(espeak_path() is None, reason="espeak-ng not installed")
 def test_an_ending_whisper_invents_after_the_voice_gets_no_confidence(cascade_backend):
     """At a pause after "Could you set a timer for", Whisper hears "... for it?" (an espeak voice
     of the turn set): "it" begins where the voice had already stopped, so the transcript says its

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.audio import frame_rms
 from core.cascade.ctranslate2_import import import_ctranslate2
 
 ctranslate2 = import_ctranslate2()
@@ -240,7 +241,7 @@ class WhisperAsr:
                 end = i + 1
             if piece.startswith(" "):
                 return range(i, end)
-        return None if end is None else range(0, end)
+        return None if end is None else range(end)
 
 
 def _word_confidence(tokens: list[int], steps_at: list[int], steps: list) -> float:
@@ -256,12 +257,12 @@ def _word_confidence(tokens: list[int], steps_at: list[int], steps: list) -> flo
         probs.append(float(row[token] / row.sum()))
     return min(probs)
 
+
 def _voice_end_s(samples: np.ndarray) -> float | None:
     """Where the voice ends in ``samples`` (seconds): the end of the last 10 ms frame within
     -34 dB of the loudest; None for silence."""
-    n = samples.size // HOP
-    if n == 0:
+    rms = frame_rms(samples, HOP)
+    if rms.size == 0:
         return None
-    rms = np.sqrt(np.mean(np.square(samples[: n * HOP].reshape(n, HOP), dtype=np.float64), axis=1))
-    loud = np.flatnonzero(rms > max(rms.max() * VOICE_LEVEL, 1e-4))
+    loud = np.flatnonzero(rms > max(float(rms.max()) * VOICE_LEVEL, 1e-4))
     return None if loud.size == 0 else (loud[-1] + 1) * HOP / RATE

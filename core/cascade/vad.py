@@ -23,6 +23,8 @@ from typing import Literal
 import numpy as np
 import onnxruntime
 
+from core.audio import frame_rms
+
 RATE = 16000
 PAUSE_MS = 96  # silence that marks a speculation point (shorter gaps between words would churn the CPU)
 WINDOW = 512  # samples per model step at 16 kHz (32 ms)
@@ -143,8 +145,7 @@ class StreamingVad:
         buf = np.concatenate([self._frame_pending, samples]) if self._frame_pending.size else samples
         n = buf.size // FRAME
         if n:
-            rms = np.sqrt(np.mean(np.square(buf[: n * FRAME].reshape(n, FRAME), dtype=np.float32), axis=1))
-            for level in rms.tolist():
+            for level in frame_rms(buf, FRAME).tolist():
                 start = self._frames_seen
                 self._frames_seen += FRAME
                 if not self.in_speech:
