@@ -403,6 +403,10 @@ class RedisQueue:
         self._waiters: dict[str, tuple[asyncio.Future, Callable[[int, int], None] | None]] = {}
         self._places: dict[str, tuple[int, int]] = {}
         self._tasks: list[asyncio.Task] = []
+        # Set by close(): the background loops also stop on it, because a cancellation that lands
+        # inside a redis-py command does not always come out as CancelledError (1 close in ~15
+        # hung in the tests: the heartbeat loop, marked cancelling, asleep for its next beat).
+        self._closing = False
         self._places_stale = asyncio.Event()  # a queue move to tell this gateway's waiters
         self._queued: set[str] = set()  # waiters whose entry is in Redis (enqueue answered)
         self._pubsub = None
@@ -422,6 +426,7 @@ class RedisQueue:
     # ------------------------------------------------------------------ life cycle
 
     async def start(self) -> None:
+        self._closing = False
         await self.heartbeat()
         self._pubsub = self.redis.pubsub()
         await self._pubsub.subscribe(f"{self.prefix}:events")
@@ -433,14 +438,21 @@ class RedisQueue:
     async def close(self) -> None:
         """Stop beating and listening (idempotent). Leases are not given back: a gateway that
         closes with sessions running leaves them to the reaper, as a killed one would."""
+        self._closing = True
+        self._places_stale.set()  # wakes the places loop to see it
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # A loop whose cancellation was lost ends at its next turn (its sleep: at most 1 s); the
+        # listener's at the latest when its subscription closes below.
+        pending = (await asyncio.wait(tasks, timeout=2.0))[1] if tasks else set()
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(pubsub.aclose(), 2.0)
+        if pending and (await asyncio.wait(pending, timeout=2.0))[1]:
+            log.warning("redis queue: background tasks still running after close: %s",
+                        [t.get_name() for t in pending if not t.done()])
 
     async def heartbeat(self) -> None:
         await self._run("heartbeat", self.gateway_id, int(self.lease_ttl_s * 1000))
@@ -453,7 +465,7 @@ class RedisQueue:
         lease time: every gateway's beat lapsed meanwhile, and the live ones beat again first."""
         quiet_until = 0.0
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._closing:
             await asyncio.sleep(self.lease_ttl_s / 3)
             try:
                 await self.heartbeat()
@@ -519,7 +531,7 @@ class RedisQueue:
         lease whose event was lost is taken; an entry that vanished (Redis lost its data, or
         this gateway was taken for dead) and Redis out of reach end the wait with
         ClusterUnavailable."""
-        while True:
+        while not self._closing:
             await asyncio.sleep(1.0)
             tickets = [t for t in self._queued if not self._waiters[t][0].done()]
             if not tickets:
@@ -573,7 +585,7 @@ class RedisQueue:
         """Assignments and queue moves from every gateway; resubscribes after Redis comes back
         (a message missed meanwhile is caught by the waiters' own check)."""
         channel = f"{self.prefix}:events"
-        while True:
+        while not self._closing:
             try:
                 if not self._pubsub.subscribed:
                     await self._pubsub.subscribe(channel)
@@ -593,7 +605,7 @@ class RedisQueue:
     async def _tell_places(self) -> None:
         """Each waiter's place after queue moves: one read of all of them per burst of moves
         (a thousand joins cost a few reads, not a thousand), run apart from the listener."""
-        while True:
+        while not self._closing:
             await self._places_stale.wait()
             self._places_stale.clear()
             if not any(cb is not None and not f.done() for f, cb in self._waiters.values()):
