@@ -5,7 +5,7 @@
     python -m bench.answer_fit --set eval --only default   # the chosen defaults, once, on EVAL
 
 Each candidate is a system prompt and the decoding keywords for ``SmolLm.generate``; each DEV
-question (``bench/answer_set.py``) is asked alone (a fresh conversation under that system
+question (``bench/sets/answers.py``) is asked alone (a fresh conversation under that system
 prompt) and the reply scored: the share right (``score``), the share of at most 40 words
 (``words``), and the mean words. Tune on DEV only; EVAL is the held-out set.
 
@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.answer_set import DEV, EVAL, SHORT_WORDS, Question, score, words
+from bench.sets.answers import DEV, EVAL, SHORT_WORDS, Question, score, words
 from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
 
 OLD = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"

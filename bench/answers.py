@@ -6,13 +6,13 @@ briefly, with its default instructions?
     python -m bench answers --llm-url http://host:8000/v1 --llm-model some-model  # + that LLM, same run
     python -m bench answers --json --out bench/results
 
-The set is ``bench/answer_set.py``: simple factual and everyday questions with accepted key words
+The set is ``bench/sets/answers.py``: simple factual and everyday questions with accepted key words
 (geography, animals, arithmetic, colours, days and months, units, opposites, everyday facts). Each
 question is one ``POST /v1/chat/completions`` (the official ``openai`` SDK, text only, no stream)
 whose messages are just the user question: no system message, so the backend's default
 instructions apply, and the default temperature and token budget unless ``--temperature`` /
 ``--max-tokens`` are given. Scored per question: right (every key group present as a whole word,
-``answer_set.score``), short (at most ``SHORT_WORDS`` words), words, and latency (request to
+``bench.sets.answers.score``), short (at most ``SHORT_WORDS`` words), words, and latency (request to
 complete reply). One warm-up request is not counted.
 
 Targets: ``embedded`` (the bundled SmolLM2-135M), and with ``--llm-url`` also ``llm`` (the cascade
@@ -30,7 +30,7 @@ from typing import Any
 
 from openai import OpenAI
 
-from bench.answer_set import DEV, EVAL, SHORT_WORDS, Question, score, words
+from bench.sets.answers import DEV, EVAL, SHORT_WORDS, Question, score, words
 from bench.launch import ROOT, Launched, raise_fd_limit
 from bench.stats import summary
 

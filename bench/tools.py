@@ -24,63 +24,9 @@ import jsonschema
 import websockets
 
 from bench.launch import cascade_realtime_url, raise_fd_limit
+from bench.sets.tools import CASES, TOOLS
 
-TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "name": "get_weather", "description": "Current weather for a city.",
-     "parameters": {"type": "object", "properties": {
-         "city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-         "required": ["city"]}},
-    {"type": "function", "name": "get_time", "description": "The current local time in a timezone or city.",
-     "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}},
-    {"type": "function", "name": "set_timer", "description": "Start a countdown timer.",
-     "parameters": {"type": "object", "properties": {"minutes": {"type": "integer", "minimum": 1}},
-                    "required": ["minutes"]}},
-    {"type": "function", "name": "convert_currency", "description": "Convert an amount of money between currencies.",
-     "parameters": {"type": "object", "properties": {
-         "amount": {"type": "number"}, "from": {"type": "string"}, "to": {"type": "string"}},
-         "required": ["amount", "from", "to"]}},
-]
 
-# (prompt, expected tool or None for an answer, expected argument values (case-insensitive,
-# strings matched as substrings), split). "dev": used for tuning; "test": held out.
-CASES: list[tuple[str, str | None, dict[str, Any], str]] = [
-    ("What's the weather like in Paris?", "get_weather", {"city": "paris"}, "dev"),
-    ("Is it raining in London right now?", "get_weather", {"city": "london"}, "test"),
-    ("How hot is it in Tokyo today, in fahrenheit?", "get_weather", {"city": "tokyo", "unit": "fahrenheit"}, "test"),
-    ("Tell me the weather forecast for Berlin.", "get_weather", {"city": "berlin"}, "dev"),
-    ("Do I need an umbrella in Seattle today?", "get_weather", {"city": "seattle"}, "test"),
-    ("What time is it in Tokyo?", "get_time", {"timezone": "tokyo"}, "dev"),
-    ("What's the current time in New York?", "get_time", {"timezone": "new york"}, "test"),
-    ("Tell me the time in UTC.", "get_time", {"timezone": "utc"}, "test"),
-    ("What time is it in Sydney right now?", "get_time", {"timezone": "sydney"}, "dev"),
-    ("Set a timer for 5 minutes.", "set_timer", {"minutes": 5}, "dev"),
-    ("Start a 10 minute timer please.", "set_timer", {"minutes": 10}, "test"),
-    ("Remind me in 20 minutes with a timer.", "set_timer", {"minutes": 20}, "test"),
-    ("Can you time 3 minutes for my eggs?", "set_timer", {"minutes": 3}, "dev"),
-    ("Convert 100 dollars to euros.", "convert_currency", {"amount": 100, "from": "usd|dollar", "to": "eur"}, "dev"),
-    ("How many yen is 50 euros?", "convert_currency", {"amount": 50, "from": "eur", "to": "jpy|yen"}, "test"),
-    ("What is 20 pounds in US dollars?", "convert_currency",
-     {"amount": 20, "from": "gbp|pound", "to": "usd|dollar"}, "test"),
-    ("Change 250 euros into Swiss francs.", "convert_currency",
-     {"amount": 250, "from": "eur", "to": "chf|franc"}, "dev"),
-    ("Hello there!", None, {}, "dev"),
-    ("Tell me a joke.", None, {}, "test"),
-    ("What is the capital of Italy?", None, {}, "dev"),
-    ("Thank you!", None, {}, "test"),
-    ("Who wrote Romeo and Juliet?", None, {}, "test"),
-    ("How are you today?", None, {}, "dev"),
-    ("Write a short poem about the sea.", None, {}, "test"),
-    ("What is two plus two?", None, {}, "dev"),
-    ("Can you explain what photosynthesis is?", None, {}, "test"),
-    ("What is your name?", None, {}, "dev"),
-    ("Give me a tip for sleeping better.", None, {}, "test"),
-    ("Translate good morning into Spanish.", None, {}, "test"),
-    ("Why is the sky blue?", None, {}, "dev"),
-    ("Goodbye, see you later.", None, {}, "test"),
-    ("What's a good name for a cat?", None, {}, "test"),
-    ("Who painted the Mona Lisa?", None, {}, "dev"),
-    ("Tell me a fun fact about octopuses.", None, {}, "test"),
-]
 
 ANSWER_TOKENS = 8  # an answer is only scored as a decision: a short budget keeps the run quick
 

@@ -2,9 +2,9 @@
 
     python -m bench.turn_fit          # ~3 min: speak, transcribe, score, grid-search, print
 
-A development set apart from the benchmark's (``bench/turn_set.py``; no phrase in common): 40
-complete requests and 40 phrases cut off mid-sentence, spoken by the same espeak-ng voices and
-transcribed by the cascade's Whisper as at a pause (0.3 s of silence after the words). Each gets
+The development set (``bench/sets/turns.py``: ``DEV_COMPLETE`` / ``DEV_OPEN``, no phrase in common
+with the benchmark's eval part): 40 complete requests and 40 phrases cut off mid-sentence, spoken
+by the same espeak-ng voices and transcribed by the cascade's Whisper as at a pause (0.3 s of silence after the words). Each gets
 SmolLM2's end-of-message probability after its words and after all but the last word, and
 Whisper's confidence in the last word (0 for a word it placed after the voice ended, as the
 cascade's ASR reports it). A grid search over the cue weights and the wait curve
@@ -21,37 +21,8 @@ import math
 
 import numpy as np
 
+from bench.sets.turns import DEV_COMPLETE, DEV_OPEN
 from core.conversation.end_of_turn import HeardText, MessageEnd
-
-DEV_COMPLETE = [
-    "Where is the nearest train station?", "What is two plus two?", "Tell me a joke.", "Thanks, that's all.",
-    "How old is the universe?", "Play some relaxing music.", "What does a cat eat?", "Is it going to rain tomorrow?",
-    "Turn off the lights in the kitchen.", "How do airplanes fly?", "What's the weather like in Paris?",
-    "Can you spell the word necessary?", "Who invented the telephone?", "I need a recipe for pancakes.",
-    "Translate good morning into Spanish.", "How many continents are there?", "What year did the war end?",
-    "Is coffee bad for you?", "Read me the news.", "Where do penguins live?", "What is the speed of light?",
-    "Call my brother.", "How tall is the Eiffel tower?", "What should I cook tonight?", "Open the garage door.",
-    "Why do leaves change colour?", "Can you help me with my homework?", "What is a black hole?",
-    "Hello, how are you?", "Good night.",
-    # added with the last-word confidence cue
-    "Set an alarm for seven.", "Turn the volume down.", "What is the date today?", "How do I make tea?",
-    "Who wrote Hamlet?", "Show me the weather for the weekend.", "What is the square root of nine?",
-    "Play the next song.", "Where did I park my car?", "How many ounces are in a pound?",
-]
-DEV_OPEN = [
-    "I would really like to visit", "Could you tell me the name of the", "My brother and", "What is the best",
-    "I was thinking about going to", "Can you remind me to", "The problem is that", "Please add eggs and",
-    "Do you think that", "How much does it cost to", "I'm looking for a restaurant that", "Tell me more about",
-    "So, um,", "What happens when you", "I need to know whether", "Could you find me a", "Where can I buy",
-    "Yesterday I went to the", "Is there a way to", "I forgot to", "What is the population of", "Let me think, uh,",
-    "Can you play a song by", "How long should I", "My favourite colour is", "Show me pictures of",
-    "I'd like to order a", "Who is the president of", "Give me directions to the", "It depends on whether",
-    # added with the last-word confidence cue
-    "Could you book a table for", "I'd like to listen to some", "Send a message to my",
-    "What is the weather going to be like on", "Can you turn up the", "Put the kettle on and",
-    "I need to buy a present for", "How do I get from the station to", "Tell me the story of the",
-    "Remind me at five to call",
-]
 
 
 def heard() -> list[tuple[str, int, MessageEnd | None]]:

@@ -1,19 +1,19 @@
-"""A spoken turn-taking evaluation set: complete questions and utterances with a pause mid-sentence.
+"""The spoken turn-taking evaluation set (``bench/sets/turns.py``, eval part): complete questions and utterances with a pause mid-sentence.
 
     from bench.turn_set import items, synthesize
     clip = synthesize(items("paused")[0])  # PCM16 24 kHz mono + where the speech is
 
 - ``complete``: a whole question or request; the system should answer it quickly.
 - ``paused``: an unfinished phrase (ending in a preposition, an article, a conjunction, a filler,
-  "I was wondering if"...), 0.6-1.5 s of silence (fixed per item), then the rest. Answering inside
+  "if"...), 0.6-1.5 s of silence (fixed per item), then the rest. Answering inside
   the pause is a cut-in.
 
 Spoken with Debian ``espeak-ng`` (not the project's Piper voice), several voices, speeds and
 pitches, assigned round-robin within each kind so each kind uses every voice. Each espeak piece is
 resampled 22050 -> 24000 Hz and trimmed to its first/last sample above ``VOICED``, so the last
 voiced sample is well defined. WAVs (and a JSON sidecar with the sample marks) are cached under
-``data/turn_set/`` (git-ignored), keyed by a hash of the text, voice and pause; only the texts and
-voice parameters live here.
+``data/turn_set/`` (git-ignored), keyed by a hash of the text, voice and pause. The texts and
+voices live with the other evaluation sets, in ``bench/sets/turns.py``.
 """
 
 from __future__ import annotations
@@ -31,72 +31,14 @@ from pathlib import Path
 import numpy as np
 import soxr
 
+from bench.sets.turns import EVAL_COMPLETE, EVAL_PAUSED, VOICES
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "data" / "turn_set"
 RATE = 24000
 ESPEAK_RATE = 22050
 VOICED = 300  # |sample| above this (int16, about -40 dBFS) counts as voiced when trimming
 SYNTH_VERSION = 1  # bump when synthesis changes, so cached WAVs are remade
-
-# (espeak-ng voice, words per minute, pitch 0-99); all clearly intelligible to Whisper.
-VOICES: list[tuple[str, int, int]] = [
-    ("en-us", 165, 50),
-    ("en-gb", 175, 45),
-    ("en-us+f3", 155, 60),
-    ("en-gb-x-rp+m3", 185, 40),
-    ("en-us+m7", 150, 35),
-]
-
-COMPLETE: list[str] = [
-    "What is the capital of Australia?",
-    "How many days are there in a week?",
-    "Can you recommend a good book?",
-    "Please set a timer for ten minutes.",
-    "What time does the sun set today?",
-    "How many legs does a spider have?",
-    "Who painted the Mona Lisa?",
-    "How do I boil an egg?",
-    "What is the tallest mountain in the world?",
-    "Can you help me write an email to my boss?",
-    "Why is the sky blue?",
-    "Give me three ideas for dinner tonight.",
-    "How far away is the moon?",
-    "What is the boiling point of water?",
-    "How do you say hello in French?",
-    "What should I bring to the beach?",
-    "How many players are on a football team?",
-    "Tell me a funny story.",
-    "Which planet is the biggest?",
-    "What is your favourite animal?",
-    "Remind me to call my mother tomorrow.",
-    "How many hours should I sleep?",
-]
-
-# (unfinished phrase, pause in seconds, the rest). Pauses spread over 0.6-1.5 s.
-PAUSED: list[tuple[str, float, str]] = [
-    ("I would like to know the capital of", 0.9, "Australia."),
-    ("Can you tell me how many", 1.2, "days there are in a year?"),
-    ("My favourite food is, um,", 0.7, "pasta."),
-    ("I was wondering if", 1.4, "you could recommend a good film."),
-    ("Could you set a timer for", 0.6, "fifteen minutes?"),
-    ("What is the best way for me to", 1.1, "learn a new language?"),
-    ("Tell me something interesting about", 1.3, "octopuses."),
-    ("I need a recipe for a cake with chocolate and", 0.8, "strawberries."),
-    ("Who was the first person to", 1.0, "walk on the moon?"),
-    ("How long does it take to fly from London to", 1.5, "New York?"),
-    ("Can you give me some tips on", 0.65, "saving money?"),
-    ("I think I want to go to the cinema but", 1.25, "I do not know what to watch."),
-    ("What is the difference between a", 0.85, "cat and a dog?"),
-    ("So, uh,", 1.05, "what is the weather usually like in Spain?"),
-    ("Please remind me to buy", 1.35, "milk and bread."),
-    ("Why is the ocean", 0.75, "salty?"),
-    ("If I leave now, will I get there before", 1.15, "the shop closes?"),
-    ("My sister asked me whether", 0.95, "bananas grow on trees."),
-    ("I have been trying to figure out how to", 1.45, "fix my bike chain."),
-    ("Could you explain the rules of", 0.7, "chess to me?"),
-    ("What would happen if the", 1.2, "moon disappeared?"),
-    ("I want to plant some flowers, maybe", 0.9, "roses or tulips."),
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,10 +76,10 @@ class Clip:
 
 def _all_items() -> list[Item]:
     out = []
-    for i, text in enumerate(COMPLETE):
+    for i, text in enumerate(EVAL_COMPLETE):
         v, s, p = VOICES[i % len(VOICES)]
         out.append(Item(f"c{i:02d}", "complete", (text,), 0.0, v, s, p))
-    for i, (before, pause, after) in enumerate(PAUSED):
+    for i, (before, pause, after) in enumerate(EVAL_PAUSED):
         v, s, p = VOICES[i % len(VOICES)]
         out.append(Item(f"p{i:02d}", "paused", (before, after), pause, v, s, p))
     return out

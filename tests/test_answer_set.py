@@ -1,8 +1,8 @@
-"""The answer quality set (bench/answer_set.py): sizes, disjointness, and how answers are scored."""
+"""The answer quality set (bench/sets/answers.py): sizes, disjointness, and how answers are scored."""
 
 from __future__ import annotations
 
-from bench.answer_set import DEV, EVAL, SHORT_WORDS, Question, num, number_words, score, words
+from bench.sets.answers import DEV, EVAL, SHORT_WORDS, Question, num, number_words, score, words
 
 
 def test_sets_are_big_enough_and_disjoint():
@@ -24,22 +24,22 @@ def test_number_words():
 
 
 def test_digits_and_number_words_both_score():
-    item = Question("How many legs does a spider have?", (num(8),))
-    assert score("A spider has 8 legs.", item)
-    assert score("Spiders have EIGHT legs.", item)
+    item = Question("How many legs does an octopus have?", (num(8),))
+    assert score("An octopus has 8 legs.", item)
+    assert score("Octopuses have EIGHT legs.", item)
     assert score("Eight-legged, of course.", item)
     assert score("**8**", item)
-    sum_ = Question("What is 12 plus 7?", (num(19),))
-    assert score("12 plus 7 is 19.", sum_) and score("It is nineteen.", sum_)
+    sum_ = Question("What is 11 plus 8?", (num(19),))
+    assert score("11 plus 8 is 19.", sum_) and score("It is nineteen.", sum_)
 
 
 def test_wrong_numbers_and_parts_of_words_fail():
-    item = Question("How many legs does a spider have?", (num(8),))
-    for wrong in ("A spider has six legs.", "eighteen", "twenty-eight", "eighty", "88",
+    item = Question("How many legs does an octopus have?", (num(8),))
+    for wrong in ("An octopus has six legs.", "eighteen", "twenty-eight", "eighty", "88",
                   "1.8 legs", "180", "weight"):
         assert not score(wrong, item), wrong
-    sum_ = Question("What is 12 plus 7?", (num(19),))
-    assert not score("12 plus 7 is 18.", sum_)
+    sum_ = Question("What is 11 plus 8?", (num(19),))
+    assert not score("11 plus 8 is 18.", sum_)
     assert not score("It is 190.", sum_)
     assert score("The answer is 19. Nice!", sum_)
 
@@ -63,7 +63,7 @@ def test_every_item_can_score():
 
 
 def test_words():
-    assert words("A spider has eight legs.") == 5
+    assert words("An octopus has eight legs.") == 5
     assert words("  ") == 0
 
 
@@ -71,19 +71,19 @@ def test_answers_report_lists_wrong_and_long_answers():
     from bench.answers import questions, report, summarise
 
     assert len(questions("eval")) == len(EVAL) and len(questions("dev", limit=5)) == 5
-    rows = [{"question": "What do bees make?", "answer": "Bees make honey.", "right": True, "words": 3,
+    rows = [{"question": "What do spiders make?", "answer": "Spiders make webs.", "right": True, "words": 3,
              "short": True, "latency_ms": 100.0},
-            {"question": "What is 12 plus 7?", "answer": "It is 18.", "right": False, "words": 3, "short": True,
+            {"question": "What is 11 plus 8?", "answer": "It is 18.", "right": False, "words": 3, "short": True,
              "latency_ms": 300.0},
-            {"question": "What colour is snow?", "answer": "", "right": False, "words": 0, "short": False,
+            {"question": "What colour is chalk?", "answer": "", "right": False, "words": 0, "short": False,
              "error": "APITimeoutError: timed out"}]
     s = summarise(rows)
     assert (s["questions"], s["right"], s["errors"], s["latency_ms_p50"]) == (3, 0.333, 1, 200.0)
     text = report({"set": "eval", "commit": "abc", "temperature": None, "max_tokens": None, "verbose": False,
                    "targets": [{"target": "embedded", "summary": s, "rows": rows}]})
     assert "| embedded | 3 | 0.333 |" in text
-    assert "What is 12 plus 7? -> It is 18. [WRONG]" in text and "bees" not in text
+    assert "What is 11 plus 8? -> It is 18. [WRONG]" in text and "webs" not in text
     assert "error: APITimeoutError" in text
     greedy = report({"set": "dev", "commit": "abc", "temperature": 0.0, "max_tokens": None, "verbose": True,
                      "targets": [{"target": "embedded", "summary": s, "rows": rows}]})
-    assert "temperature 0.0; max_tokens default" in greedy and "Bees make honey." in greedy
+    assert "temperature 0.0; max_tokens default" in greedy and "Spiders make webs." in greedy

@@ -50,7 +50,7 @@ def barge_in_wav(tmp_path, tts) -> Path:
     while the assistant is speaking. Long trailing silence keeps the file's loop out of the way.
     """
     ask = speech_48k(tts, "Please tell me a long story about a brave little dragon.")
-    interrupt = speech_48k(tts, "Wait, stop. What is the capital of Germany?")
+    interrupt = speech_48k(tts, "Wait, stop. What is the capital of Russia?")
     start_2 = WAV_RATE + len(ask) + int(BARGE_AFTER_S * WAV_RATE)
     audio = np.zeros(start_2 + len(interrupt) + 30 * WAV_RATE, dtype=np.float32)
     audio[WAV_RATE:WAV_RATE + len(ask)] = ask

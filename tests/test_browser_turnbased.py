@@ -106,7 +106,7 @@ def test_typed_question_streams_text_and_plays_audio(stack, launch, silence, tmp
 def test_voice_clips_get_transcripts_and_answers(stack, launch, tts, tmp_path):
     # Chrome's fake microphone starts the file each time the page opens the mic (on Record), so
     # every clip holds the lead silence, the question and a little tail.
-    speech = speech_48k(tts, "What is the capital of Germany?")
+    speech = speech_48k(tts, "What is the capital of Russia?")
     lead = int(0.5 * WAV_RATE)
     audio = np.zeros(lead + len(speech) + 20 * WAV_RATE, dtype=np.float32)
     audio[lead:lead + len(speech)] = speech

@@ -74,7 +74,7 @@ async def feed(conv, pcm: bytes) -> None:
 
 @pytest.mark.parametrize("text,lm", [
     ("What is the capital of France?", 0.93),
-    ("Tell me a joke.", 0.009),
+    ("Read me the news.", 0.009),
     ("Where is the nearest train station?", 0.024),
     ("I'd like to book a table for two.", 0.09),
 ])
@@ -84,11 +84,27 @@ def test_complete_turns_score_high_and_wait_little(text, lm):
     assert wait_ms(p, "auto") < 500  # answered sooner than server_vad's 500 ms silence
 
 
+def test_a_complete_question_the_language_model_doubts_waits_longer_than_server_vad():
+    """The case the weights' refit once swapped out, kept as it is. SmolLM2 gives "Can you
+    recommend a good book?" an end-of-message probability of 0.0007 (it would rather go on:
+    "... for a beach holiday"), so under the shipped weights the score is ~0.64 and the turn
+    waits ~850 ms of silence: 350 ms longer than server_vad's 500 ms, for a finished question.
+
+    That is a real cost, and accepted, not hidden: the weights minimise the dev set's cost (the
+    complete turns' extra wait plus 2 s per share of cut-off phrases answered inside a 1 s pause,
+    ``python -m bench.turn_fit``); a flatter LM slope that answers this question at once answers
+    more cut-off phrases too. The wait stays under a second, and ``python -m bench turns``
+    reports such turns in its complete-turn V2V p90, where they show."""
+    p = end_of_turn_probability("Can you recommend a good book?", 0.0007)
+    assert 0.55 < p < 0.7, p
+    assert 700 < wait_ms(p, "auto") < 1000, wait_ms(p, "auto")  # slower than server_vad, under 1 s
+
+
 @pytest.mark.parametrize("text,lm", [
-    ("I would like to know the capital of...", 1e-5),
-    ("My favourite food is, um,", 0.04),
-    ("Well, I was wondering if", 1e-5),
-    ("Can you tell me how many", 3e-5),
+    ("What is the population of...", 1e-5),
+    ("Let me think, uh,", 0.04),
+    ("Well, I need to know whether", 1e-5),
+    ("How much does it cost to", 3e-5),
     ("The thing is.", 0.026),
 ])
 def test_open_turns_score_low_and_wait_past_a_long_pause(text, lm):
@@ -106,24 +122,24 @@ def test_without_a_language_model_the_words_still_count():
 
 
 def test_an_ending_whisper_guessed_waits_like_the_words_before_it():
-    """At a pause after "Could you set a timer for" Whisper heard "... for it?" with its last
+    """At a pause after "Could you book a table for" Whisper heard "... for it?" with its last
     word at 0.5: the turn waits past the pause instead of answering a question never asked."""
     lm = MessageEnd(0.53, 1e-4)
-    sure = end_of_turn_probability(HeardText("Could you set a timer for it?", 0.99), lm)
-    guessed = end_of_turn_probability(HeardText("Could you set a timer for it?", 0.5), lm)
+    sure = end_of_turn_probability(HeardText("Could you book a table for it?", 0.99), lm)
+    guessed = end_of_turn_probability(HeardText("Could you book a table for it?", 0.5), lm)
     assert wait_ms(sure, "auto") < 100
     assert wait_ms(guessed, "auto") > 450  # past when the score arrives; a 0.5 s pause is kept
     # A clean last word the model doubts keeps a complete question quick.
-    assert wait_ms(end_of_turn_probability(HeardText("How far away is the moon?", 0.64), MessageEnd(0.11, 6e-6)),
+    assert wait_ms(end_of_turn_probability(HeardText("How tall is the Eiffel tower?", 0.64), MessageEnd(0.11, 6e-6)),
                    "auto") < 450
-    # Dropping the last word never makes a turn look more finished ("... wondering if").
-    open_ = end_of_turn_probability("Well, I was wondering if", 1e-5)
-    assert end_of_turn_probability(HeardText("Well, I was wondering if", 0.2), MessageEnd(1e-5, 0.05)) == open_
+    # Dropping the last word never makes a turn look more finished ("... know whether").
+    open_ = end_of_turn_probability("Well, I need to know whether", 1e-5)
+    assert end_of_turn_probability(HeardText("Well, I need to know whether", 0.2), MessageEnd(1e-5, 0.05)) == open_
     # One doubtful word reads like no words: the neutral wait, not a long one.
     assert 150 < wait_ms(end_of_turn_probability(HeardText("Goodnight", 0.09), MessageEnd(0.33)), "auto") < 600
     # Without the LM's score of the shorter words, the cue stays out.
-    plain = end_of_turn_probability("Could you set a timer for it?", 0.53)
-    assert end_of_turn_probability(HeardText("Could you set a timer for it?", 0.5), 0.53) == plain
+    plain = end_of_turn_probability("Could you book a table for it?", 0.53)
+    assert end_of_turn_probability(HeardText("Could you book a table for it?", 0.5), 0.53) == plain
 
 
 def test_eagerness_maxima_are_openais():
@@ -156,33 +172,33 @@ async def test_a_complete_question_ends_the_turn_at_once_with_the_held_reply():
 
 async def test_a_pause_after_an_open_phrase_is_waited_out_and_the_whole_turn_answered():
     backend = ScriptedTurnBackend(
-        ["I would like to know the capital of", "I would like to know the capital of Australia."],
-        {"I would like to know the capital of": 1e-5, "I would like to know the capital of Australia.": 0.5})
+        ["What is the population of", "What is the population of Spain?"],
+        {"What is the population of": 1e-5, "What is the population of Spain?": 0.5})
     conv = backend.open_conversation(semantic())
     col = Collector(conv)
     await feed(conv, tone(0.6))
     assert await feed_until(conv, col, "speech_stopped", 1.5) is None  # a 1.5 s pause: still the user's turn
     assert not col.of("response_started") and not col.of("input_committed")
-    await feed(conv, tone(0.4))  # "... Australia."
+    await feed(conv, tone(0.4))  # "... Spain?"
     assert await feed_until(conv, col, "speech_stopped", 2.0) is not None
     done = await col.wait_for("response_done")
     assert done.status == "completed"
     assert len(col.of("response_started")) == 1 and len(col.of("input_committed")) == 1
-    assert [e.transcript for e in col.of("input_transcript")] == ["I would like to know the capital of Australia."]
+    assert [e.transcript for e in col.of("input_transcript")] == ["What is the population of Spain?"]
     await conv.close()
     backend.close()
 
 
 async def test_a_guessed_last_word_does_not_end_the_turn_inside_the_pause():
-    heard = HeardText("Could you set a timer for it?", 0.3)
-    whole = "Could you set a timer for fifteen minutes?"
+    heard = HeardText("Could you book a table for it?", 0.3)
+    whole = "Could you book a table for two people?"
     backend = ScriptedTurnBackend([heard, whole], {heard: MessageEnd(0.53, 1e-4), whole: 0.6})
     conv = backend.open_conversation(semantic())
     col = Collector(conv)
     await feed(conv, tone(0.6))
     assert await feed_until(conv, col, "speech_stopped", 0.8) is None  # a 0.8 s pause: not cut into
     assert not col.of("response_started")
-    await feed(conv, tone(0.4))  # "... fifteen minutes?"
+    await feed(conv, tone(0.4))  # "... two people?"
     assert await feed_until(conv, col, "speech_stopped", 2.0) is not None
     await col.wait_for("response_done")
     assert [e.transcript for e in col.of("input_transcript")] == [whole]
@@ -250,8 +266,8 @@ def test_the_embedded_llm_tells_finished_words_from_open_ones(cascade_backend):
     from core.cascade.llm import KvState
 
     llm, scorer = cascade_backend.llm, cascade_backend.turn_scorer
-    complete = ["What is the capital of France?", "How many legs does a spider have", "Why is the sky blue?"]
-    open_ = ["I would like to know the capital of", "Can you tell me how many...", "Well, I was wondering if"]
+    complete = ["What is the capital of France?", "How many legs does a bird have", "Why do leaves change colour?"]
+    open_ = ["What is the population of", "How much does it cost to...", "Well, I need to know whether"]
     direct = {t: scorer.probability(t) for t in complete + open_}
     assert min(direct[t] for t in complete) > 100 * max(direct[t] for t in open_), direct
     for text in (complete[0], open_[0]):
@@ -297,10 +313,11 @@ def test_the_voice_end_is_where_the_last_loud_frame_ends():
 
 @pytest.mark.skipif(espeak_path() is None, reason="espeak-ng not installed")
 def test_an_ending_whisper_invents_after_the_voice_gets_no_confidence(cascade_backend):
-    """At a pause after "Could you set a timer for", Whisper hears "... for it?" (an espeak voice
-    of the turn set): "it" begins where the voice had already stopped, so the transcript says its
-    last word was not heard and the turn is scored on "Could you set a timer for" (open, a long
-    wait). A short last word that was said ("What time is it?") keeps its confidence."""
+    """At a pause after "I need to buy a present for" (a dev phrase), Whisper hears "... for it."
+    (an espeak voice of the turn sets): "it" begins where the voice had already stopped, so the
+    transcript says its last word was not heard and the turn is scored on "I need to buy a present
+    for" (open, a long wait). A short last word that was said ("What time is it?") keeps its
+    confidence."""
     import numpy as np
 
     from bench.turn_set import _espeak
@@ -311,10 +328,10 @@ def test_an_ending_whisper_invents_after_the_voice_gets_no_confidence(cascade_ba
         pad = np.zeros(4800, np.float32)
         return cascade_backend.transcribe_turn(np.concatenate([pad, audio, pad]))
 
-    guessed = heard("Could you set a timer for")
-    assert guessed.lower().startswith("could you set a timer for "), guessed  # a word after "for"
+    guessed = heard("I need to buy a present for")
+    assert guessed.lower().startswith("i need to buy a present for "), guessed  # a word after "for"
     assert guessed.last_word_confidence == 0.0, (guessed, guessed.last_word_confidence)
-    p = end_of_turn_probability(guessed, MessageEnd(0.5, 1e-4))  # the LM: "... for it?" done, "... for" open
+    p = end_of_turn_probability(guessed, MessageEnd(0.5, 1e-4))  # the LM: "... for it." done, "... for" open
     assert wait_ms(p, "auto") > 1500, (guessed, p)
     said = heard("What time is it?")
     assert "time is it" in said.lower() and said.last_word_confidence > 0.5, (said, said.last_word_confidence)

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 CORPUS = [
-    "Hello there, how are you today? I am fine, thank you. The capital of France is Paris.",
+    "Hello there, how are you today? I am fine, thanks. The capital of France is Paris.",
     "What is the weather like? It is sunny and warm. Let us go for a walk in the park.",
     "One, two, three. Numbers and words make sentences; sentences make answers!",
 ]

@@ -3,7 +3,7 @@
 A 135M model answers far better with a prompt made for voice; the default instructions live
 here (one system message, so the shared system-prompt KV cache holds all of it, examples
 included, and they cost nothing per turn) together with the decoding settings a spoken reply
-uses. Chosen with ``python -m bench.answer_fit`` on the DEV questions of ``bench/answer_set.py``
+uses. Chosen with ``python -m bench.answer_fit`` on the DEV questions of ``bench/sets/answers.py``
 (the figures per candidate are in that module's docstring).
 """
 

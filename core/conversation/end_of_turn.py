@@ -8,9 +8,9 @@ The score joins three cues in log-odds:
   capital of", "and", "um") leaves the sentence open;
 - Whisper's punctuation: a closing "?" leans complete, a trailing "..." or "," leans open;
 - Whisper's confidence in the last word: at a pause mid-sentence it sometimes invents an ending
-  ("Could you set a timer for" -> "Could you set a timer for it?"), with a low token probability.
+  ("I need to buy a present for" -> "I need to buy a present for it."), with a low token probability.
   The score is then mixed with the score of the words without the last one, weighted by that
-  confidence (never raised by it: "I was wondering if" must not read as "I was wondering").
+  confidence (never raised by it: "Do you think that" must not read as "Do you think").
   The recogniser gives 0 for a word it placed after the voice had ended (``core.cascade.asr``):
   such a turn is scored on the words before it alone.
 

@@ -1,11 +1,13 @@
 """Simple factual and everyday questions with accepted key words, for answer quality.
 
-    from bench.answer_set import EVAL, DEV, score, words
-    right = score("A spider has eight legs.", EVAL[0])
+    from bench.sets.answers import EVAL, DEV, score, words
+    right = score(reply_text, EVAL[0])
 
-- ``EVAL``: the evaluation set ``python -m bench answers`` reports on. Never tune prompts on it.
+- ``EVAL``: the evaluation set ``python -m bench answers`` reports on. Never tune prompts on it,
+  never quote it in a prompt, an example or a test (``tests/test_eval_leaks.py`` fails if one
+  does).
 - ``DEV``: a disjoint set of the same kinds of questions (different questions, not paraphrases) for
-  tuning prompts and decoding defaults.
+  tuning prompts and decoding defaults, and for test cases.
 
 An item's ``keys`` is a tuple of groups, each a tuple of alternatives. An answer is right when every
 group has one alternative present as a whole word or phrase, case-insensitively ("eight" does not
@@ -91,7 +93,9 @@ def words(answer: str) -> int:
 
 EVAL: list[Question] = [
     # geography
-    q("What is the capital of France?", "Paris"),
+    # France moved to DEV (issue 30): the project's smoke question since the first commit, asked
+    # by the README and many tests, so it was never held out; Canada took its place, unseen.
+    q("What is the capital of Canada?", "Ottawa"),
     q("What is the capital of Japan?", "Tokyo"),
     q("What is the capital of Italy?", "Rome"),
     q("What is the capital of Germany?", "Berlin"),
@@ -163,6 +167,7 @@ EVAL: list[Question] = [
 ]
 
 DEV: list[Question] = [
+    q("What is the capital of France?", "Paris"),
     q("What is the capital of Portugal?", "Lisbon"),
     q("What is the capital of Russia?", "Moscow"),
     q("What is the capital of China?", ("Beijing", "Peking")),
