@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Iterable
 
 import httpx
 import websockets
@@ -64,28 +65,68 @@ async def end(ws, how: str) -> None:
         await ws.close()
 
 
-async def health(stack) -> tuple[dict, list[dict]]:
-    """The gateway's /health and every worker's /health (workers that do not answer are skipped)."""
+async def gateway_health(stack) -> dict:
+    """Only the gateway's /health, for a test whose worker is down, hung or cut off on purpose
+    (``health`` would fail on it, after waiting out its timeout on a hung one)."""
+    async with httpx.AsyncClient(timeout=2, trust_env=False) as http:
+        return (await http.get(f"{stack.url}/health")).json()
+
+
+async def _snapshot(stack, down: Iterable[int]) -> tuple[dict, list[dict | None], list[str]]:
+    """The gateway's /health, every worker's /health in index order (None for a worker in
+    ``down``), and what is wrong: a worker that does not answer its /health with a body, or one
+    in ``down`` that does answer."""
+    down = set(down)
+    unknown = down - set(range(stack.n))
+    assert not unknown, f"down={sorted(down)}: no such worker (the stack has {stack.n})"
+    problems: list[str] = []
+    workers: list[dict | None] = []
     async with httpx.AsyncClient(timeout=2) as http:
         gw = (await http.get(f"{stack.url}/health")).json()
-        workers = []
         for i in range(stack.n):
+            url, why = f"{stack.worker_url(i)}/health", "no body"
             try:
-                workers.append((await http.get(f"{stack.worker_url(i)}/health")).json())
-            except httpx.HTTPError:
-                pass
+                body = (await http.get(url)).json()
+            except (httpx.HTTPError, ValueError) as exc:
+                body, why = None, f"{type(exc).__name__}: {exc}".rstrip(": ")
+            if i in down:
+                if body is not None:
+                    problems.append(f"worker {i} ({url}) answers its health check but was expected down: "
+                                    f"{body}")
+                body = None
+            elif body is None:
+                problems.append(f"worker {i} ({url}) does not answer its health check ({why})")
+            workers.append(body)
+    return gw, workers, problems
+
+
+async def health(stack, down: Iterable[int] = ()) -> tuple[dict, list[dict | None]]:
+    """The gateway's /health and every worker's /health, in worker order.
+
+    A worker that does not answer fails the call (AssertionError naming it) unless the test
+    stopped it on purpose and says so: ``down`` holds the indices of workers expected not to
+    answer (their entry is None; one of them answering fails too)."""
+    gw, workers, problems = await _snapshot(stack, down)
+    assert not problems, "; ".join(problems)
     return gw, workers
 
 
-async def wait_idle(stack, timeout: float = 1.0) -> float:
-    """Every slot idle (gateway and workers) within ``timeout``; returns how long it took."""
+async def wait_idle(stack, timeout: float = 1.0, down: Iterable[int] = ()) -> float:
+    """Every slot idle (gateway and workers) within ``timeout``; returns how long it took.
+
+    Every worker must answer its /health and hold no session, except the workers in ``down``
+    (indices a test killed or stopped on purpose), which must not answer; see ``health``."""
+    down = tuple(down)
     t0 = time.monotonic()
     while True:
-        gw, workers = await health(stack)
-        if gw["slots_busy"] == 0 and gw["queue_length"] == 0 and all(w["active_sessions"] == 0 for w in workers):
+        gw, workers, problems = await _snapshot(stack, down)
+        busy = [f"worker {i} has {w['active_sessions']} active sessions" for i, w in enumerate(workers)
+                if w is not None and w["active_sessions"] != 0]
+        if not problems and not busy and gw["slots_busy"] == 0 and gw["queue_length"] == 0:
             return time.monotonic() - t0
         if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"not idle within {timeout}s: gateway {gw}, workers {workers}")
+            found = "".join(f"{p}; " for p in problems + busy)
+            raise AssertionError(f"not idle within {timeout}s: {found}gateway {gw}, workers {workers}")
         await asyncio.sleep(0.02)
 
 

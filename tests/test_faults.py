@@ -19,7 +19,16 @@ import httpx
 import pytest
 import websockets
 
-from tests.reliability import TEXT_ITEM, closed_with, health, make_stack, recv_until, wait_idle, ws_url
+from tests.reliability import (
+    TEXT_ITEM,
+    closed_with,
+    gateway_health,
+    health,
+    make_stack,
+    recv_until,
+    wait_idle,
+    ws_url,
+)
 from tests.stack import free_port
 
 pytestmark = pytest.mark.e2e
@@ -174,7 +183,7 @@ async def test_worker_killed_mid_reply_recording_stays_readable(stack):
     code, _ = await closed_with(ws)
     assert err["error"]["code"] == "worker_failed" and code == 1011
     assert time.monotonic() - t0 < 2.0
-    await wait_idle(stack, 1.0)
+    await wait_idle(stack, 1.0, down=[0])  # idle, and worker 0 stays dead (nothing restarts it)
     # the cut-off recording is readable and its replay is built on demand
     auth = {"Authorization": f"Bearer {stack.admin_token}"}
     async with httpx.AsyncClient(timeout=60) as http:
@@ -202,7 +211,7 @@ async def test_worker_hung_mid_reply_is_failed_by_ping_then_taken_back(stack):
         code, _ = await closed_with(ws)
         assert err["error"]["code"] == "worker_failed" and code == 1011
         assert failed_after < 6.0, failed_after  # ping 1 s + pong wait 1 s + close wait 2 s
-        gw, _ = await health(stack)
+        gw = await gateway_health(stack)  # the stopped worker cannot answer its own
         assert gw["slots_busy"] == 0 and gw["queue_length"] == 0
         assert gw["workers"][0]["health"] == "unhealthy"
         # a new client queues (no healthy worker) instead of being sent to the hung one

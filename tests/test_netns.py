@@ -21,7 +21,16 @@ import httpx
 import pytest
 import websockets
 
-from tests.reliability import TEXT_ITEM, closed_with, health, make_stack, recv_until, wait_idle, ws_url
+from tests.reliability import (
+    TEXT_ITEM,
+    closed_with,
+    gateway_health,
+    health,
+    make_stack,
+    recv_until,
+    wait_idle,
+    ws_url,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -131,12 +140,6 @@ async def worker_health_inside(stack, link) -> dict | None:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
     out, _ = await asyncio.wait_for(proc.communicate(), 10)
     return json.loads(out) if proc.returncode == 0 else None
-
-
-async def gateway_health(stack) -> dict:
-    """Only the gateway's /health (``reliability.health`` would wait out its timeout on the cut worker)."""
-    async with httpx.AsyncClient(timeout=2, trust_env=False) as http:
-        return (await http.get(f"{stack.url}/health")).json()
 
 
 async def worker_idle_inside(stack, link, since: float) -> float:

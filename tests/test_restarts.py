@@ -25,6 +25,7 @@ import websockets
 
 from tests.reliability import (
     closed_with,
+    gateway_health,
     health,
     make_stack,
     open_session,
@@ -102,7 +103,7 @@ async def test_supervisor_restarts_a_killed_worker_and_the_pool_takes_it_back(su
     assert error_after < 3.0, error_after
 
     # While the worker is down (or loading), a new client waits in the queue.
-    gw, _ = await health(stack)
+    gw = await gateway_health(stack)
     assert gw["workers_healthy"] == 0 and gw["slots_busy"] == 0, gw
     waiter_events: list[dict] = []
     t_wait = time.monotonic()
@@ -113,7 +114,7 @@ async def test_supervisor_restarts_a_killed_worker_and_the_pool_takes_it_back(su
         return len([n for n, _ in started(log) if n == "worker 0"]) == 2
 
     async def healthy() -> bool:
-        return (await health(stack))[0]["workers_healthy"] == 1
+        return (await gateway_health(stack))["workers_healthy"] == 1
 
     restart = asyncio.create_task(until(restarted, 30, "worker restart"))
     back = asyncio.create_task(until(healthy, 180, "healthy worker", step=0.02))
