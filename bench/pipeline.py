@@ -26,7 +26,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np
 import psutil
 
-from bench.stats import summary
+from bench.stats import goal_mark, summary
 
 TEXT_PROMPTS = [
     "What is the capital of France?",
@@ -206,6 +206,12 @@ async def main(args: argparse.Namespace) -> dict:
     return result
 
 
+# Goals on the median (docs/benchmarks.md, "Embedded pipeline"): result key -> (limit, as it reads)
+GOALS = {"ttfp_ms": (250, "<= 250 ms"), "rtf": (0.3, "<= 0.3"), "v2v_ms": (400, "<= 400 ms"),
+         "rss_mb": (2048, "<= 2 GiB")}
+COLD_START_GOAL_S = 10
+
+
 def table(result: dict) -> str:
     rows = [
         ("TTFT (text prompt)", "ttft_ms", "ms"),
@@ -219,9 +225,10 @@ def table(result: dict) -> str:
     ]
     other = result.get("compared")
     if other:
-        lines = ["| metric | median | p90 | compared prompt: median | p90 | median ratio |", "|---|---|---|---|---|---|"]
+        lines = ["| metric | median | p90 | compared prompt: median | p90 | median ratio | goal (median) |",
+                 "|---|---|---|---|---|---|---|"]
     else:
-        lines = ["| metric | median | p90 |", "|---|---|---|"]
+        lines = ["| metric | median | p90 | goal (median) |", "|---|---|---|---|"]
     for label, key, unit in rows:
         s = result[key]
         line = f"| {label} | {s['p50']:.2f} {unit} | {s['p90']:.2f} {unit} |"
@@ -229,8 +236,10 @@ def table(result: dict) -> str:
             o = other.get(key)
             line += (f" {o['p50']:.2f} {unit} | {o['p90']:.2f} {unit} | {s['p50'] / o['p50']:.2f} |" if o
                      else " | | |")
+        line += f" {goal_mark(s['p50'], *GOALS[key])} |" if key in GOALS else " |"
         lines.append(line)
-    lines.append(f"| cold start from cache | {result['cold_start_s']:.2f} s | |")
+    cold = goal_mark(result["cold_start_s"], COLD_START_GOAL_S, f"<= {COLD_START_GOAL_S} s")
+    lines.append(f"| cold start from cache | {result['cold_start_s']:.2f} s | |{' | | |' if other else ''} {cold} |")
     return "\n".join(lines)
 
 

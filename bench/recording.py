@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import base64
 import json
+import math
 import os
 import socket
 import subprocess
@@ -32,7 +33,9 @@ import httpx
 import numpy as np
 import websockets
 
-from bench.stats import summary
+from bench.stats import goal_mark, summary
+
+CLIENT_V2V_GOAL_PCT = 5  # goal: client V2V (median) with recording at most this much above without
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 24000
@@ -148,16 +151,30 @@ def main() -> None:
     ratio = stats["on_v2v"]["p50"] / stats["off_v2v"]["p50"] if stats["off_v2v"]["p50"] else None
     ratio_client = (stats["on_client"]["p50"] / stats["off_client"]["p50"]
                     if stats["off_client"]["p50"] else None)
-    if args.json:
-        print(json.dumps({"stats": stats, "v2v_ratio_on_off": ratio, "v2v_client_ratio_on_off": ratio_client}))
-        return
-    print(f"{'metric':<28}{'p50':>10}{'p90':>10}{'n':>5}")
-    for key, label in (("off_v2v", "V2V, recording off (ms)"), ("on_v2v", "V2V, recording on (ms)"),
-                       ("off_client", "client V2V, off (ms)"), ("on_client", "client V2V, on (ms)")):
-        s = stats[key]
-        print(f"{label:<28}{s['p50']:>10.1f}{s['p90']:>10.1f}{s['n']:>5}")
-    print(f"ratio on/off (median V2V): {ratio:.3f}; client V2V: {ratio_client:.3f}")
+    result = {"stats": stats, "v2v_ratio_on_off": ratio, "v2v_client_ratio_on_off": ratio_client}
+    print(json.dumps(result) if args.json else report(result))
 
+
+def report(r: dict) -> str:
+    """Markdown table; the goal (docs/benchmarks.md, "Recording cost"): client V2V (median) with
+    recording at most 5 % above without."""
+    stats = r["stats"]
+    lines = ["| metric | p50 | p90 | n |", "|---|---|---|---|"]
+    for key, label in (("off_v2v", "V2V (worker: speech stopped -> first audio), recording off"),
+                       ("on_v2v", "V2V, recording on"),
+                       ("off_client", "client V2V (last voiced sample -> first audio delta), off"),
+                       ("on_client", "client V2V, on")):
+        s = stats[key]
+        lines.append(f"| {label} | {s['p50']:.1f} ms | {s['p90']:.1f} ms | {s['n']} |")
+
+    def share(ratio: float | None) -> str:
+        return "-" if ratio is None or math.isnan(ratio) else f"{(ratio - 1) * 100:+.1f} %"
+
+    ratio, ratio_client = r["v2v_ratio_on_off"], r["v2v_client_ratio_on_off"]
+    goal = goal_mark(ratio_client, 1 + CLIENT_V2V_GOAL_PCT / 100, f"within {CLIENT_V2V_GOAL_PCT:g} %")
+    lines += ["", "| recording on vs off (median) | change | goal |", "|---|---|---|",
+              f"| V2V (worker) | {share(ratio)} | |", f"| client V2V | {share(ratio_client)} | {goal} |"]
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,12 @@
 """Voice-agent frameworks' own clients against the real stack: the OpenAI Agents SDK
-(``agents.realtime``) with a spoken question and ``server_vad``, and Pipecat's
-``OpenAIRealtimeLLMService`` with a typed question. Both must get a spoken reply and report no
-error at all: every error event, every server event the framework fails to parse or validate,
-every ``ErrorFrame``.
+(``agents.realtime``) with a spoken question and ``server_vad`` (and once with its default
+settings), Pipecat's ``OpenAIRealtimeLLMService`` with a typed question and a registered
+function, and LiveKit Agents (an ``AgentSession`` on ``livekit-plugins-openai``'s realtime
+``RealtimeModel``, no LiveKit server: the session's audio input and output are the client's own)
+with a typed question, a spoken question under ``server_vad`` and a ``function_tool``. Each must
+get a spoken reply and report no error at all: every error event, every server event the
+framework fails to parse or validate, every ``ErrorFrame``, and for LiveKit every warning it
+logs (its plugin logs what it cannot handle rather than raising).
 
 The frameworks pin ``websockets<17`` (Agents SDK), ``soxr~=1.0`` and ``protobuf<7`` (Pipecat),
 which clash with ``requirements.txt``, so they live in their own ``.venv-frameworks``
@@ -128,3 +132,40 @@ def test_pipecat_registered_function_gets_the_call_and_a_spoken_follow_up(stack)
     assert [c["name"] for c in s["calls"]] == ["get_weather"], show(s)
     assert isinstance(s["calls"][0]["arguments"].get("city"), str), show(s)
     assert s["reply_done"] and s["audio_s"] > 0.5, show(s)
+
+
+def run_livekit(stack: Stack, mode: str, *args: str, timeout: str = "40") -> dict:
+    wait_idle(stack)
+    s = run_client("livekit_agent.py", "--base-url", f"ws://127.0.0.1:{stack.port}/v1", "--model", "omniduplex-cascade",
+                   "--mode", mode, "--timeout", timeout, *args)
+    # Strict: the plugin logs what it cannot handle (an event's exception, an item it could not
+    # place, a rejected item) instead of raising, so any warning counts.
+    assert not (s["errors"] or s["closed"] or s["problems"] or s["log_warnings"]), (
+        "LiveKit Agents reported errors:\n" + show({k: s[k] for k in ("errors", "closed", "problems", "log_warnings")}))
+    assert s["reply_done"], show(s)
+    assert s["audio_frames"] > 0 and s["empty_audio_frames"] == 0, show(s)
+    assert s["sample_rates"] == [RATE] and s["audio_s"] > 0.5, show(s)
+    return s
+
+
+def test_livekit_agents_typed_question(stack):
+    """The plugin's defaults as they are (semantic_vad, max_output_tokens "inf", voice "marin")."""
+    s = run_livekit(stack, "text")
+    assert s["turn_detection"] and s["turn_detection"][-1]["type"] == "semantic_vad", show(s)
+    assert [i["role"] for i in s["items"]] == ["user", "assistant"], show(s)
+
+
+def test_livekit_agents_spoken_question(stack, question_pcm):
+    s = run_livekit(stack, "audio", "--audio", question_pcm)
+    assert s["turn_detection"][-1]["type"] == "server_vad", show(s)
+    assert s["server_event_types"].get("input_audio_buffer.speech_started") == 1, show(s)
+    assert len(s["user_transcripts"]) == 1 and s["user_transcripts"][0].strip(), show(s)
+
+
+def test_livekit_agents_function_tool_gets_the_call_and_a_spoken_follow_up(stack):
+    s = run_livekit(stack, "tools", timeout="60")
+    assert [c["name"] for c in s["calls"]] == ["get_weather"], show(s)
+    assert isinstance(s["calls"][0]["arguments"].get("city"), str), show(s)
+    assert len(s["executed"]) == 1 and s["executed"][0]["output"], show(s)
+    assert s["server_event_types"].get("response.function_call_arguments.done") == 1, show(s)
+    assert s["server_event_types"].get("response.done") == 2, show(s)  # the call, then the spoken follow-up
