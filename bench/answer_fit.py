@@ -53,125 +53,58 @@ from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
 
 OLD = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
-# The example prompt from the issue: a system line and three short question/answer pairs.
-ISSUE = (
-    "You are a voice assistant. Answer in one short, correct sentence.\n\n"
-    "Q: What is the capital of Spain?\nA: The capital of Spain is Madrid.\n"
-    "Q: How many wheels does a bicycle have?\nA: A bicycle has two wheels.\n"
-    "Q: What is 3 plus 4?\nA: 3 plus 4 is 7."
-)
-
-VOICE_QA = (
+VOICE_LINE = (
     "You are a friendly voice assistant. Your replies are read aloud, so answer every question with "
-    "one short, correct sentence in plain words: no lists, no markdown, no emoji.\n\n"
-    "Examples:\n"
-    "Q: What is the capital of Spain?\nA: The capital of Spain is Madrid.\n"
-    "Q: How many wheels does a bicycle have?\nA: A bicycle has two wheels.\n"
-    "Q: What is 9 plus 6?\nA: 9 plus 6 is 15.\n"
-    "Q: What do cows drink?\nA: Cows drink water."
+    "one short, correct sentence in plain words: no lists, no markdown, no emoji."
 )
 
-# The examples as quoted speech, not "Q:"/"A:" lines (the model copied "A:" into its reply).
-VOICE_QUOTED = (
-    "You are a friendly voice assistant. Your replies are read aloud, so answer every question with "
-    "one short, correct sentence in plain words: no lists, no markdown, no emoji.\n\n"
-    "For example:\n"
-    "Asked \"What is the capital of Spain?\", you say: \"The capital of Spain is Madrid.\"\n"
-    "Asked \"How many wheels does a bicycle have?\", you say: \"A bicycle has two wheels.\"\n"
-    "Asked \"What is 9 plus 6?\", you say: \"9 plus 6 is 15.\"\n"
-    "Asked \"What do cows drink?\", you say: \"Cows drink water.\""
-)
+# The few-shot examples come from this pool of DEV questions only, with answers written as the
+# reply should sound; the pool's questions are never scored, so every candidate is scored on the
+# same remaining DEV questions and no candidate scores its own examples.
+POOL: dict[str, str] = {
+    "What is the capital of Portugal?": "The capital of Portugal is Lisbon.",
+    "How many legs does a bird have?": "A bird has two legs.",
+    "What is 8 plus 5?": "8 plus 5 is 13.",
+    "What colour is coal?": "Coal is black.",
+    "What is the opposite of wet?": "The opposite of wet is dry.",
+    "What is the last month of the year?": "The last month of the year is December.",
+    "What do you call a person who flies a plane?": "A person who flies a plane is a pilot.",
+    "What is 7 times 4?": "7 times 4 is 28.",
+}
 
-# The same quoted examples, six of them (each arithmetic operation, a name for a person's job).
-QUOTED_MORE = VOICE_QUOTED + (
-    "\nAsked \"What is 6 times 3?\", you say: \"6 times 3 is 18.\"\n"
-    "Asked \"What do you call someone who fixes teeth?\", you say: \"Someone who fixes teeth is a dentist.\""
-)
 
-# A bare system line and the quoted examples.
-QUOTED_TERSE = (
-    "You are a voice assistant. Answer with one short, correct sentence.\n\n"
-    + VOICE_QUOTED.split("\n\n", 1)[1]
-)
+def quoted(*questions: str, opening: str = VOICE_LINE) -> str:
+    """The voice line and quoted examples ("Asked "...", you say: "...""): with "Q:"/"A:" lines
+    the model began its own reply with "A:" (the first pass)."""
+    return opening + "\n\nFor example:\n" + "\n".join(f'Asked "{q}", you say: "{POOL[q]}"' for q in questions)
 
-# The quoted examples after a line against working a sum out loud ("To solve this problem, ...").
-QUOTED_DIRECT = (
-    "You are a friendly voice assistant. Your replies are read aloud, so answer every question with "
-    "one short, correct sentence in plain words: no lists, no markdown, no emoji. Say the answer "
-    "itself straight away; do not explain how to work it out.\n\n"
-    + VOICE_QUOTED.split("\n\n", 1)[1]
-)
 
-# The examples as chat turns written into the system text (the template's own markers).
-CHAT_TURNS = (
-    VOICE_QUOTED.split("\n\n", 1)[0] + "<|im_end|>\n"
-    "<|im_start|>user\nWhat is the capital of Spain?<|im_end|>\n"
-    "<|im_start|>assistant\nThe capital of Spain is Madrid.<|im_end|>\n"
-    "<|im_start|>user\nHow many wheels does a bicycle have?<|im_end|>\n"
-    "<|im_start|>assistant\nA bicycle has two wheels.<|im_end|>\n"
-    "<|im_start|>user\nWhat is 9 plus 6?<|im_end|>\n"
-    "<|im_start|>assistant\n9 plus 6 is 15.<|im_end|>\n"
-    "<|im_start|>user\nWhat do cows drink?<|im_end|>\n"
-    "<|im_start|>assistant\nCows drink water."
-)
-
-# The model's own training-time opening ("a helpful AI assistant"), unnamed, before the voice line.
-HELPFUL_QUOTED = "You are a helpful AI assistant. " + VOICE_QUOTED.removeprefix("You are a friendly voice assistant. ")
-
-# Eight quoted examples, one per kind of everyday question.
-_WIDE = (
-    ("What is the capital of Spain?", "The capital of Spain is Madrid."),
-    ("How many wheels does a bicycle have?", "A bicycle has two wheels."),
-    ("What is 9 plus 6?", "9 plus 6 is 15."),
-    ("What is 10 minus 4?", "10 minus 4 is 6."),
-    ("What colour is the sky on a clear day?", "The sky is blue on a clear day."),
-    ("What day comes after Monday?", "Tuesday comes after Monday."),
-    ("What do you call a person who fixes cars?", "A person who fixes cars is a mechanic."),
-    ("What do cows drink?", "Cows drink water."),
-)
-QUOTED_WIDE = VOICE_QUOTED.split("\n\n", 1)[0] + "\n\nFor example:\n" + "\n".join(
-    f'Asked "{q}", you say: "{a}"' for q, a in _WIDE)
-HELPFUL_WIDE = "You are a helpful AI assistant. " + QUOTED_WIDE.removeprefix("You are a friendly voice assistant. ")
-
-# More and more varied examples (arithmetic with each operation, a word meaning, a name for a thing).
-VOICE_MORE = (
-    "You are a helpful voice assistant. Your answers are spoken aloud, so reply with one short, "
-    "correct sentence and no lists or markdown. Think of the right fact and state it plainly.\n\n"
-    "Examples:\n"
-    "User: What is the capital of Spain?\nAssistant: The capital of Spain is Madrid.\n"
-    "User: How many wheels does a bicycle have?\nAssistant: A bicycle has two wheels.\n"
-    "User: What is 9 plus 6?\nAssistant: 9 plus 6 is 15.\n"
-    "User: What is 6 times 3?\nAssistant: 6 times 3 is 18.\n"
-    "User: What is the opposite of hot?\nAssistant: The opposite of hot is cold.\n"
-    "User: What animal says moo?\nAssistant: A cow says moo.\n"
-    "User: What do you call someone who fixes teeth?\nAssistant: Someone who fixes teeth is a dentist."
-)
+_CAPITAL, _LEGS, _PLUS, _COAL, _WET, _MONTH, _PILOT, _TIMES = POOL
 
 # The old prompt's settings: sampling at the session default with a repetition penalty.
 OLD_DECODING: dict[str, Any] = {"temperature": 0.3, "top_p": 0.9, "repetition_penalty": 1.15, "no_repeat_ngram": 0,
                                 "max_tokens": 160}
+VOICE = generation_settings(0.3, 160)  # greedy, the no-repeat-4-gram guard, the spoken caps
 
 CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
     "old": (OLD, OLD_DECODING),
-    "old-greedy": (OLD, generation_settings(0.3, 160)),
-    "issue": (ISSUE, OLD_DECODING),
-    "issue-greedy": (ISSUE, generation_settings(0.3, 160)),
-    "voice-qa": (VOICE_QA, generation_settings(0.3, 160)),
-    "voice-quoted": (VOICE_QUOTED, generation_settings(0.3, 160)),
-    "voice-more": (VOICE_MORE, generation_settings(0.3, 160)),
-    "quoted-more": (QUOTED_MORE, generation_settings(0.3, 160)),
-    "quoted-terse": (QUOTED_TERSE, generation_settings(0.3, 160)),
-    "helpful-quoted": (HELPFUL_QUOTED, generation_settings(0.3, 160)),
-    "quoted-wide": (QUOTED_WIDE, generation_settings(0.3, 160)),
-    "helpful-wide": (HELPFUL_WIDE, generation_settings(0.3, 160)),
-    "quoted-direct": (QUOTED_DIRECT, generation_settings(0.3, 160)),
-    "chat-turns": (CHAT_TURNS, generation_settings(0.3, 160)),
-    "quoted-noguard": (VOICE_QUOTED, {**generation_settings(0.3, 160), "no_repeat_ngram": 0}),
-    "quoted-t0.8": (VOICE_QUOTED, generation_settings(0.8, 160)),
-    "quoted-rp1.15": (VOICE_QUOTED, {**generation_settings(0.3, 160), "repetition_penalty": 1.15}),
-    "default": (DEFAULT_INSTRUCTIONS, generation_settings(0.3, 160)),
+    "old-greedy": (OLD, VOICE),
+    "voice-only": (VOICE_LINE, VOICE),
+    "pool-2": (quoted(_CAPITAL, _PLUS), VOICE),
+    "pool-4": (quoted(_CAPITAL, _LEGS, _PLUS, _COAL), VOICE),
+    "pool-4b": (quoted(_CAPITAL, _LEGS, _TIMES, _PILOT), VOICE),
+    "pool-6": (quoted(_CAPITAL, _LEGS, _PLUS, _COAL, _WET, _MONTH), VOICE),
+    "pool-8": (quoted(*POOL), VOICE),
+    "pool-4-helpful": (quoted(_CAPITAL, _LEGS, _PLUS, _COAL, opening="You are a helpful AI assistant. "
+                              + VOICE_LINE.removeprefix("You are a friendly voice assistant. ")), VOICE),
+    "default": (DEFAULT_INSTRUCTIONS, VOICE),
     "default-t0.8": (DEFAULT_INSTRUCTIONS, generation_settings(0.8, 160)),
 }
+
+
+def scored(which: str) -> list[Question]:
+    """DEV less the example pool, or EVAL."""
+    return [x for x in DEV if x.text not in POOL] if which == "dev" else list(EVAL)
 
 
 def run(lm, system: str, settings: dict[str, Any], items: list[Question], show: bool = False) -> dict[str, Any]:
@@ -204,7 +137,7 @@ def main() -> None:
     args = ap.parse_args()
     from core.cascade.llm import SmolLm
 
-    items = DEV if args.set == "dev" else EVAL
+    items = scored(args.set)
     names = args.only or list(CANDIDATES)
     lm = SmolLm(Path("data"), None, threads=args.threads)
     print(f"{args.set.upper()}: {len(items)} questions")

@@ -29,3 +29,15 @@ def goal_mark(value: float | None, limit: float, shown: str = "", *, at_least: b
     else:
         mark = "met" if (value >= limit if at_least else value <= limit) else "**missed**"
     return f"{shown}: {mark}" if shown else mark
+
+
+def median_spread(values: list) -> dict:
+    """A figure over repeated runs: the median, its spread (min-max) and ``text`` ("0.84 (0.79-0.89)");
+    None where a run had no value. Quality claims are made on the median (docs/benchmarks.md)."""
+    got = [v for v in values if v is not None]
+    if not got:
+        return {"median": None, "min": None, "max": None, "text": "-"}
+    med = float(np.median(got))
+    med = round(med, 3) if not float(med).is_integer() else int(med)
+    lo, hi = min(got), max(got)
+    return {"median": med, "min": lo, "max": hi, "text": f"{med} ({lo}-{hi})" if lo != hi else f"{med}"}

@@ -1,16 +1,21 @@
 """Function calling through the real realtime API: does the cascade's embedded model call the
 right tool (or answer) for typed prompts, with valid arguments, and how long a call takes.
 
-    python -m bench tools          # a real gateway + one cascade worker, 34 prompts
+    python -m bench tools                    # a real gateway + one cascade worker, the 19 EVAL prompts, 3 runs
+    python -m bench tools --set dev --runs 1  # the 15 DEV prompts (what the tool prompt and bias were chosen on)
     python -m bench tools --json
 
-Half the prompts need a tool (four tools), half do not (decoys: jokes, facts, thanks...). Each
+The set is ``bench/sets/tools.py``. Half the prompts need a tool (four tools), half do not
+(decoys: jokes, facts, thanks...). Each
 prompt runs in a fresh session: ``session.update`` with the tools and ``tool_choice: "auto"``, a
 typed user message, ``response.create`` (text only, a short answer budget). Scored per prompt:
 the decision (the right tool, or an answer), the arguments (JSON parses, valid under the tool's
 schema, and the values the prompt names, e.g. the city), and for calls the latency from
-``response.create`` to ``response.function_call_arguments.done``. Prompts marked ``dev`` were used
-to tune the tool prompt and the call bias (``core/cascade/tool_calls.py``); the rest are held out.
+``response.create`` to ``response.function_call_arguments.done``. A decision is right only in a
+completed response: a failed, cancelled or empty one (no call, no text) is wrong whatever was
+expected. DEV chose the tool prompt and the answer bias (``python -m bench.tool_fit``); EVAL is
+held out. The run is repeated ``--runs`` times on one stack (the choice is greedy, so runs differ
+only where the CPU's float sums do); the report gives each run and the median with its spread.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import jsonschema
 import websockets
 
 from bench.launch import cascade_realtime_url, raise_fd_limit
-from bench.sets.tools import CASES, TOOLS
+from bench.sets.tools import DEV, EVAL, OFFERS, TOOLS, offered
+from bench.stats import median_spread
 
 
 
@@ -53,14 +59,14 @@ def score_arguments(tool: str, arguments: str, expected: dict[str, Any]) -> tupl
     return True, valid, bool(values)
 
 
-async def one_prompt(url: str, prompt: str) -> dict[str, Any]:
+async def one_prompt(url: str, prompt: str, tools: list[dict[str, Any]]) -> dict[str, Any]:
     async with websockets.connect(url, max_size=None, compression=None, ping_interval=None,
                                   open_timeout=600) as ws:
         while json.loads(await ws.recv())["type"] != "session.created":
             pass
         await ws.send(json.dumps({"type": "session.update", "session": {
             "type": "realtime", "output_modalities": ["text"], "audio": {"input": {"turn_detection": None}},
-            "tools": TOOLS, "tool_choice": "auto"}}))
+            "tools": tools, "tool_choice": "auto"}}))
         await ws.send(json.dumps({"type": "conversation.item.create", "item": {
             "type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}}))
         while json.loads(await ws.recv())["type"] != "conversation.item.added":
@@ -83,19 +89,32 @@ async def one_prompt(url: str, prompt: str) -> dict[str, Any]:
                 calls = [o for o in output if o.get("type") == "function_call"]
                 r["called"] = calls[0]["name"] if calls else None
                 r["arguments"] = calls[0]["arguments"] if calls else None
+                r["answered"] = any(part.get("text") or part.get("transcript")
+                                    for o in output if o.get("type") == "message" for part in o.get("content") or [])
                 r["status"] = ev["response"].get("status")
                 return r
 
 
-async def run_all(url: str) -> list[dict[str, Any]]:
-    await one_prompt(url, "Hi!")  # warm-up: first tool grammar, tokenizer for llguidance
+def decision_right(r: dict[str, Any], expected_tool: str | None) -> bool:
+    """The expected call, or an answer with words when none is expected, in a completed response."""
+    if r.get("status") != "completed":
+        return False
+    if expected_tool is not None:
+        return r.get("called") == expected_tool
+    return r.get("called") is None and bool(r.get("answered"))
+
+
+async def run_all(url: str, cases: list[tuple[str, str | None, dict[str, Any], str]]) -> list[dict[str, Any]]:
+    await one_prompt(url, "Hi!", TOOLS)  # warm-up: first tool grammar, tokenizer for llguidance
     rows = []
-    for prompt, tool, expected, split in CASES:
-        r = await one_prompt(url, prompt)
-        r.update(expected_tool=tool, split=split, right=r.get("called") == tool)
-        if r.get("called") is not None:
-            r["parses"], r["valid"], r["values"] = score_arguments(r["called"], r["arguments"], expected)
-        rows.append(r)
+    for offer in OFFERS:
+        for i, case in enumerate(cases):
+            prompt, tool, expected, split = case
+            r = await one_prompt(url, prompt, offered(case, i, offer))
+            r.update(offer=offer, expected_tool=tool, split=split, right=decision_right(r, tool))
+            if r.get("called") is not None:
+                r["parses"], r["valid"], r["values"] = score_arguments(r["called"], r["arguments"], expected)
+            rows.append(r)
     return rows
 
 
@@ -112,13 +131,14 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     calls = [r for r in rows if r.get("called")]
     right_calls = [r for r in calls if r["right"]]
-    out: dict[str, Any] = {
+    return {
         "prompts": len(rows),
         "right_decisions": share([r["right"] for r in rows]),
-        "right_dev": share([r["right"] for r in rows if r["split"] == "dev"]),
-        "right_held_out": share([r["right"] for r in rows if r["split"] == "test"]),
+        "right_with_all_tools": share([r["right"] for r in rows if r.get("offer", "all") == "all"]),
+        "right_with_one_tool": share([r["right"] for r in rows if r.get("offer") == "one"]),
         "right_when_tool_needed": share([r["right"] for r in rows if r["expected_tool"]]),
         "right_when_no_tool": share([r["right"] for r in rows if not r["expected_tool"]]),
+        "not_completed": sum(r.get("status") != "completed" for r in rows),
         "calls": len(calls),
         "arguments_parse": share([r["parses"] for r in calls]),
         "arguments_valid": share([r["valid"] for r in calls]),
@@ -128,27 +148,43 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "answer_first_text_ms_p50": pct([r["first_text_ms"] for r in rows if "first_text_ms" in r], 0.5),
         "errors": sum("error" in r for r in rows),
     }
-    return out
 
 
 def run_cli(args) -> dict[str, Any]:
+    from core.cascade.tool_calls import ANSWER_BIAS
+
     raise_fd_limit()
+    which = getattr(args, "set", None) or "eval"
+    cases = {"eval": EVAL, "dev": DEV}[which]
+    runs = max(1, getattr(args, "runs", None) or 3)
+    out: dict[str, Any] = {"set": which, "answer_bias": ANSWER_BIAS, "runs": []}
     with cascade_realtime_url() as url:
-        t0 = time.monotonic()
-        rows = asyncio.run(run_all(url))
-        wall = time.monotonic() - t0
-    return {"summary": {**summarise(rows), "wall_s": round(wall, 1)}, "rows": rows}
+        for _ in range(runs):
+            t0 = time.monotonic()
+            rows = asyncio.run(run_all(url, cases))
+            out["runs"].append({"summary": {**summarise(rows), "wall_s": round(time.monotonic() - t0, 1)},
+                                "rows": rows})
+    summaries = [r["summary"] for r in out["runs"]]
+    out["median"] = {k: median_spread([s[k] for s in summaries]) for k in summaries[0]}
+    return out
 
 
 def report(r: dict[str, Any]) -> str:
-    s = r["summary"]
-    lines = ["| prompt | expected | got | right | args parse / valid / values | call ms |",
-             "|---|---|---|---|---|---|"]
-    for x in r["rows"]:
+    last = r["runs"][-1]
+    lines = [f"Set: {r['set']} ({last['summary']['prompts']} prompts); answer bias {r['answer_bias']:+g}; "
+             f"{len(r['runs'])} run(s) on one stack", "",
+             "| prompt | tools offered | expected | got (last run) | right in runs | args parse / valid / values | call ms |",
+             "|---|---|---|---|---|---|---|"]
+    for i, x in enumerate(last["rows"]):
         args = "" if x.get("called") is None else (
             f"{'y' if x['parses'] else 'n'} / {'y' if x['valid'] else 'n'} / {'y' if x['values'] else 'n'}")
         ms = f"{x['call_ms']:.0f}" if "call_ms" in x else ""
-        lines.append(f"| {x['prompt']} | {x['expected_tool'] or 'answer'} | {x.get('called') or 'answer'} | "
-                     f"{'yes' if x['right'] else 'NO'} | {args} | {ms} |")
-    lines += ["", "| metric | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in s.items()]
+        got = x.get("called") or ("answer" if x.get("answered") else f"nothing ({x.get('status')})")
+        right = sum(run["rows"][i]["right"] for run in r["runs"])
+        lines.append(f"| {x['prompt']} | {x.get('offer', 'all')} | {x['expected_tool'] or 'answer'} | {got} | "
+                     f"{right}/{len(r['runs'])}{'' if right == len(r['runs']) else ' NO'} | {args} | {ms} |")
+    lines += ["", "| metric | median (min-max) | " + " | ".join(f"run {i + 1}" for i in range(len(r["runs"]))) + " |",
+              "|---|---|" + "---|" * len(r["runs"])]
+    for key, m in r["median"].items():
+        lines.append(f"| {key} | {m['text']} | " + " | ".join(str(run["summary"][key]) for run in r["runs"]) + " |")
     return "\n".join(lines)

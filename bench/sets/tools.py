@@ -71,3 +71,15 @@ CASES: list[tuple[str, str | None, dict[str, Any], str]] = [
 
 DEV = [c for c in CASES if c[3] == "dev"]
 EVAL = [c for c in CASES if c[3] == "eval"]
+
+# Each case is asked in two kinds of session: with all four tools, and with one tool (the tool it
+# needs, or for a decoy one of the four in turn), as most voice agents register a single function.
+OFFERS = ("all", "one")
+
+
+def offered(case: tuple[str, str | None, dict[str, Any], str], index: int, offer: str) -> list[dict[str, Any]]:
+    """The tools a session offers for ``case`` (the ``index``-th of its part)."""
+    if offer == "all":
+        return TOOLS
+    tool = case[1] or TOOLS[index % len(TOOLS)]["name"]
+    return [t for t in TOOLS if t["name"] == tool]

@@ -134,11 +134,12 @@ def _scores(llm: Any, prompt: list[int], texts: list[str], fixed: list[int]) -> 
     return torch.tensor(totals), cache
 
 
-def choose_tool(llm: Any, messages: list[dict[str, str]], tools: list,
-                fixed: int) -> tuple[str | None, Any, list[int]]:
-    """The model's choice: a tool's name, or None to answer; with the prompt's KV cache and tokens
-    (so the arguments' generation need not prefill again). ``messages[:fixed]`` are the system
-    prompt and the examples: the content-free prompt is those and an empty user message."""
+def choice_scores(llm: Any, messages: list[dict[str, str]], tools: list,
+                  fixed: int) -> tuple[torch.Tensor, Any, list[int]]:
+    """Each candidate's calibrated score (``candidates(tools)`` order, before ANSWER_BIAS), with
+    the prompt's KV cache and tokens (so the arguments' generation need not prefill again).
+    ``messages[:fixed]`` are the system prompt and the examples: the content-free prompt is
+    those and an empty user message."""
     texts = candidates(tools)
     prompt = llm.prompt_tokens(messages)
     empty = llm.prompt_tokens([*messages[:fixed], {"role": "user", "content": ""}])
@@ -150,10 +151,22 @@ def choose_tool(llm: Any, messages: list[dict[str, str]], tools: list,
                 _calibration.clear()
             _calibration[key] = _scores(llm, empty, texts, head)[0]
         scores, cache = _scores(llm, prompt, texts, head)
-    scores = scores - _calibration[key]
-    scores[0] += ANSWER_BIAS
-    best = int(torch.argmax(scores))
-    return (None if best == 0 else tools[best - 1].name), cache, prompt
+    return scores - _calibration[key], cache, prompt
+
+
+def decide(scores: torch.Tensor, tools: list, answer_bias: float = ANSWER_BIAS) -> str | None:
+    """The likeliest candidate once ``ANSWER`` has its bias: a tool's name, or None to answer."""
+    biased = scores.clone()
+    biased[0] += answer_bias
+    best = int(torch.argmax(biased))
+    return None if best == 0 else tools[best - 1].name
+
+
+def choose_tool(llm: Any, messages: list[dict[str, str]], tools: list,
+                fixed: int) -> tuple[str | None, Any, list[int]]:
+    """The model's choice: a tool's name, or None to answer; with the prompt's KV cache and tokens."""
+    scores, cache, prompt = choice_scores(llm, messages, tools, fixed)
+    return decide(scores, tools), cache, prompt
 
 
 def tool_examples(tools: list) -> list[dict[str, str]]:

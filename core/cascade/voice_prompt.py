@@ -4,7 +4,7 @@ A 135M model answers far better with a prompt made for voice; the default instru
 here (one system message, so the shared system-prompt KV cache holds all of it, examples
 included, and they cost nothing per turn) together with the decoding settings a spoken reply
 uses. Chosen with ``python -m bench.answer_fit`` on the DEV questions of ``bench/sets/answers.py``
-(the figures per candidate are in that module's docstring).
+only (the figures per candidate are in that module's docstring).
 """
 
 from __future__ import annotations
@@ -14,16 +14,15 @@ from typing import Any
 from core.conversation.config import ConversationConfig
 
 # The examples are quoted speech, not "Q:"/"A:" lines: with those the model began its own reply
-# with "A:". Four examples did as well as six or eight on DEV; chat turns written into the
-# system text did worse.
+# with "A:". They come from the DEV pool of ``bench/answer_fit.py`` (issue 30: the two, four
+# and six-example candidates tied at 72 % right on the rest of DEV; the two-example prompt gave
+# the shortest answers). No EVAL question may appear here (tests/test_eval_leaks.py).
 DEFAULT_INSTRUCTIONS = (
     "You are a friendly voice assistant. Your replies are read aloud, so answer every question with "
     "one short, correct sentence in plain words: no lists, no markdown, no emoji.\n\n"
     "For example:\n"
-    'Asked "What is the capital of Spain?", you say: "The capital of Spain is Madrid."\n'
-    'Asked "How many wheels does a bicycle have?", you say: "A bicycle has two wheels."\n'
-    'Asked "What is 9 plus 6?", you say: "9 plus 6 is 15."\n'
-    'Asked "What do cows drink?", you say: "Cows drink water."'
+    'Asked "What is the capital of Portugal?", you say: "The capital of Portugal is Lisbon."\n'
+    'Asked "What is 8 plus 5?", you say: "8 plus 5 is 13."'
 )
 
 # The temperature a client that names none gets: the realtime session's default
@@ -57,7 +56,7 @@ def generation_settings(temperature: float, max_tokens: int, spoken: bool = True
 
     - ``temperature``: see ``voice_temperature`` (greedy by default), top-p 0.9 when sampling.
     - No repetition penalty (with greedy decoding it pushed away words an answer needs twice,
-      "9 plus 6 is 15" after "What is 9 plus 6?"); the loop guard is a no-repeat-4-gram rule
+      "8 plus 5 is 13" after "What is 8 plus 5?"); the loop guard is a no-repeat-4-gram rule
       instead: a reply never repeats four tokens in a row it already said.
     - ``spoken``: the reply ends at the first sentence end after 20 words and is cut at 40
       (a sentence that long is a run-on the listener would not follow); a session that raises
