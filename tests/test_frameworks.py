@@ -134,10 +134,10 @@ def test_pipecat_registered_function_gets_the_call_and_a_spoken_follow_up(stack)
     assert s["reply_done"] and s["audio_s"] > 0.5, show(s)
 
 
-def run_livekit(stack: Stack, mode: str, *args: str, timeout: str = "40") -> dict:
+def run_livekit(stack: Stack, mode: str, *args: str, timeout: float = 40.0) -> dict:
     wait_idle(stack)
     s = run_client("livekit_agent.py", "--base-url", f"ws://127.0.0.1:{stack.port}/v1", "--model", "omniduplex-cascade",
-                   "--mode", mode, "--timeout", timeout, *args)
+                   "--mode", mode, "--timeout", str(timeout), *args, timeout=timeout + 60)
     # Strict: the plugin logs what it cannot handle (an event's exception, an item it could not
     # place, a rejected item) instead of raising, so any warning counts.
     assert not (s["errors"] or s["closed"] or s["problems"] or s["log_warnings"]), (
@@ -163,7 +163,7 @@ def test_livekit_agents_spoken_question(stack, question_pcm):
 
 
 def test_livekit_agents_function_tool_gets_the_call_and_a_spoken_follow_up(stack):
-    s = run_livekit(stack, "tools", timeout="60")
+    s = run_livekit(stack, "tools", timeout=90)  # two replies
     assert [c["name"] for c in s["calls"]] == ["get_weather"], show(s)
     assert isinstance(s["calls"][0]["arguments"].get("city"), str), show(s)
     assert len(s["executed"]) == 1 and s["executed"][0]["output"], show(s)
