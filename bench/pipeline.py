@@ -33,10 +33,10 @@ TEXT_PROMPTS = [
     "Say hello to my friend Anna.",
     "What colour is the sky?",
     "Name a fruit that is yellow.",
-    "How many days are in a week?",
-    "What is the opposite of hot?",
+    "How many seconds are in a minute?",
+    "What is the opposite of wet?",
     "Which animal says meow?",
-    "What do bees make?",
+    "What do you call a baby cat?",
     "What is two plus two?",
     "Where does the sun rise?",
 ]
@@ -44,8 +44,8 @@ SPOKEN_PROMPTS = [
     "What is the capital of France?",
     "What colour is the sky?",
     "Which animal says meow?",
-    "What do bees make?",
-    "How many days are in a week?",
+    "What do you call a baby cat?",
+    "How many seconds are in a minute?",
 ]
 
 

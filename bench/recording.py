@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RATE = 24000
 CHUNK_MS = 40
 PROMPTS = ["What is the capital of France?", "What colour is the sky?", "Which animal says meow?",
-           "What do bees make?", "How many days are in a week?"]
+           "What do you call a baby cat?", "How many seconds are in a minute?"]
 
 
 def log(msg: str) -> None:

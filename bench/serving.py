@@ -38,11 +38,11 @@ UNDERRUN_MS = 100.0
 MAX_TOKENS = 48
 TEXT_PROMPTS = [
     "What is the capital of France?", "Say hello to my friend Anna.", "What colour is the sky?",
-    "Name a fruit that is yellow.", "How many days are in a week?", "What is the opposite of hot?",
-    "Which animal says meow?", "What do bees make?",
+    "Name a fruit that is yellow.", "How many seconds are in a minute?", "What is the opposite of wet?",
+    "Which animal says meow?", "What do you call a baby cat?",
 ]
 SPOKEN_PROMPTS = ["What is the capital of France?", "What colour is the sky?", "Which animal says meow?",
-                  "What do bees make?"]
+                  "What do you call a baby cat?"]
 
 
 def continuity(arrivals: list[tuple[float, float]]) -> tuple[int, float]:
