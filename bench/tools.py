@@ -13,7 +13,7 @@ the decision (the right tool, or an answer), the arguments (JSON parses, valid u
 schema, and the values the prompt names, e.g. the city), and for calls the latency from
 ``response.create`` to ``response.function_call_arguments.done``. A decision is right only in a
 completed response: a failed, cancelled or empty one (no call, no text) is wrong whatever was
-expected. DEV chose the tool prompt and the answer bias (``python -m bench.tool_fit``); EVAL is
+expected (an answer cut by the bench's own ``max_output_tokens`` budget is an answer). DEV chose the tool prompt and the answer bias (``python -m bench.tool_fit``); EVAL is
 held out. The run is repeated ``--runs`` times on one stack (the choice is greedy, so runs differ
 only where the CPU's float sums do); the report gives each run and the median with its spread.
 """
@@ -92,16 +92,19 @@ async def one_prompt(url: str, prompt: str, tools: list[dict[str, Any]]) -> dict
                 r["answered"] = any(part.get("text") or part.get("transcript")
                                     for o in output if o.get("type") == "message" for part in o.get("content") or [])
                 r["status"] = ev["response"].get("status")
+                r["reason"] = (ev["response"].get("status_details") or {}).get("reason")
                 return r
 
 
 def decision_right(r: dict[str, Any], expected_tool: str | None) -> bool:
-    """The expected call, or an answer with words when none is expected, in a completed response."""
-    if r.get("status") != "completed":
-        return False
+    """The expected call in a completed response, or, when none is expected, an answer with words
+    in a response that completed or only ran out of the bench's short answer budget
+    (``incomplete``, ``max_output_tokens``). A failed, cancelled or empty response is wrong."""
     if expected_tool is not None:
-        return r.get("called") == expected_tool
-    return r.get("called") is None and bool(r.get("answered"))
+        return r.get("status") == "completed" and r.get("called") == expected_tool
+    finished = r.get("status") == "completed" or (r.get("status") == "incomplete"
+                                                  and r.get("reason") == "max_output_tokens")
+    return finished and r.get("called") is None and bool(r.get("answered"))
 
 
 async def run_all(url: str, cases: list[tuple[str, str | None, dict[str, Any], str]]) -> list[dict[str, Any]]:
@@ -138,7 +141,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "right_with_one_tool": share([r["right"] for r in rows if r.get("offer") == "one"]),
         "right_when_tool_needed": share([r["right"] for r in rows if r["expected_tool"]]),
         "right_when_no_tool": share([r["right"] for r in rows if not r["expected_tool"]]),
-        "not_completed": sum(r.get("status") != "completed" for r in rows),
+        "failed_or_cancelled": sum(r.get("status") not in ("completed", "incomplete") for r in rows),
         "calls": len(calls),
         "arguments_parse": share([r["parses"] for r in calls]),
         "arguments_valid": share([r["valid"] for r in calls]),

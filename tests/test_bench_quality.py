@@ -13,6 +13,8 @@ def test_a_failed_or_empty_response_is_never_a_right_decision():
     assert tools.decision_right(answered, None)
     assert not tools.decision_right({**answered, "status": "failed", "answered": False}, None)
     assert not tools.decision_right({**answered, "status": "cancelled"}, None)
+    assert tools.decision_right({**answered, "status": "incomplete", "reason": "max_output_tokens"}, None)
+    assert not tools.decision_right({**answered, "status": "incomplete", "reason": "content_filter"}, None)
     assert not tools.decision_right({**answered, "answered": False}, None)  # completed, but said nothing
     assert not tools.decision_right({"status": "failed", "called": None}, "get_weather")
     assert tools.decision_right({"status": "completed", "called": "get_weather"}, "get_weather")
@@ -57,7 +59,7 @@ def test_the_tools_report_shows_each_run_and_the_median():
             {"prompt": "p2", "expected_tool": None, "called": None, "answered": False, "right": False,
              "status": "failed"}]
     summary = tools.summarise(rows)
-    assert summary["right_decisions"] == 0.5 and summary["not_completed"] == 1
+    assert summary["right_decisions"] == 0.5 and summary["failed_or_cancelled"] == 1
     result = {"set": "eval", "answer_bias": 0.75, "runs": [{"summary": summary, "rows": rows}] * 3,
               "median": {k: median_spread([summary[k]] * 3) for k in summary}}
     text = tools.report(result)
