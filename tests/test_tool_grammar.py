@@ -74,3 +74,18 @@ def test_random_logits_still_give_a_valid_call_or_answer(tokenizer, required):
         jsonschema.validate(json.loads(arguments), tool.parameters)
     # compact JSON and bounded strings: most random walks complete (under auto, about half answer)
     assert calls >= (20 if required else 5)
+
+
+def test_a_tool_description_is_put_to_the_model_on_one_line():
+    """LiveKit Agents sends a function's docstring as its description ("...city.\n"); its line
+    breaks must not reach the prompt, where they changed the call-or-answer choice."""
+    from core.cascade.tool_calls import tool_examples, tool_instructions
+    from core.conversation.config import FunctionTool
+
+    params = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    plain = FunctionTool(name="get_weather", description="Get the current weather in a city.", parameters=params)
+    docstring = FunctionTool(name="get_weather", description="Get the current weather in a city.\n\n    Args:\n"
+                             "        city: the city\n", parameters=params)
+    assert tool_instructions("", [plain], False).count("\n") == tool_instructions("", [docstring], False).count("\n")
+    assert tool_examples([FunctionTool(name="get_weather", description=plain.description + "\n",
+                                       parameters=params)]) == tool_examples([plain])

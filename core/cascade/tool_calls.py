@@ -174,7 +174,8 @@ def tool_examples(tools: list) -> list[dict[str, str]]:
     """Few-shot turns built from the actual tools (their description as the user's request, a
     call with placeholder arguments) interleaved with a few plain chat turns answered ANSWER."""
     answers = ["Hi, how are you?", "Who was Napoleon?", "Thanks a lot"]
-    calls = [(t.description or t.name.replace("_", " "), f"{CALL}{t.name} {_example_arguments(t)}") for t in tools]
+    calls = [(_one_line(t.description) or t.name.replace("_", " "), f"{CALL}{t.name} {_example_arguments(t)}")
+             for t in tools]
     turns: list[tuple[str, str]] = []
     for i in range(max(len(calls), len(answers))):  # as many calls as answers, alternating
         turns += [(a, ANSWER) for a in answers[i:i + 1]] + [calls[i % len(calls)]]
@@ -197,13 +198,19 @@ def _example_arguments(tool: Any) -> str:
     return json.dumps(out)
 
 
+def _one_line(text: str | None) -> str:
+    """A tool's description on one line: a docstring's trailing newline or indented ``Args:``
+    lines (LiveKit Agents sends them) changed the model's call-or-answer choice."""
+    return " ".join((text or "").split())
+
+
 def tool_instructions(system: str, tools: list, required: bool) -> str:
     """The tool step's system prompt. The session's own instructions are left out: for a 135M
     model they only blur the choice (measured)."""
     lines = ["You decide if the user's message needs one of these functions:"]
     for t in tools:
         props = ", ".join((t.parameters or {}).get("properties", {}))
-        lines.append(f"- {t.name}({props}): {t.description or 'no description'}")
+        lines.append(f"- {t.name}({props}): {_one_line(t.description) or 'no description'}")
     if required:
         lines.append("Call the function that fits the user's last message: reply CALL <name> <JSON arguments>.")
     else:
