@@ -47,7 +47,7 @@ fi
 
 PYTHON=${PYTHON:-python3}
 
-# Voice-agent framework clients (OpenAI Agents SDK, Pipecat) for tests/test_frameworks.py, in their
+# Voice-agent framework clients (OpenAI Agents SDK, Pipecat, LiveKit Agents) for tests/test_frameworks.py, in their
 # own .venv-frameworks: their pins clash with requirements.txt (see requirements-frameworks.txt).
 # The stamp marks a complete install.
 if [ "$with_browser" = 1 ]; then
