@@ -338,9 +338,13 @@ def run_cli(args) -> dict[str, Any]:
             runs.append({"modes": per_mode, "goal": goal(per_mode), "wall_s": round(time.monotonic() - t0, 1),
                          "rows": rows})
     median = median_modes([run["modes"] for run in runs])
-    return {"runs": runs, "median": median, "goal": goal({m: {k: (v["median"] if isinstance(v, dict) else v)
-                                                              for k, v in s.items()} for m, s in median.items()}),
+    return {"runs": runs, "median": median, "goal": goal(median_values(median)),
             "complete_items": len(complete), "paused_items": len(paused), "scorer": cost}
+
+
+def median_values(median: dict[str, Any]) -> dict[str, Any]:
+    """``median_modes``' figures as plain medians, the shape ``goal`` reads."""
+    return {mode: {k: (v["median"] if isinstance(v, dict) else v) for k, v in s.items()} for mode, s in median.items()}
 
 
 MEDIAN_KEYS = ("v2v_p50_ms", "v2v_p90_ms", "ratio_to_server_vad", "cut_in_share", "cut_ins", "no_answer",
