@@ -38,6 +38,6 @@ def median_spread(values: list) -> dict:
     if not got:
         return {"median": None, "min": None, "max": None, "text": "-"}
     med = float(np.median(got))
-    med = round(med, 3) if not float(med).is_integer() else int(med)
+    med = int(med) if med.is_integer() else round(med, 3)
     lo, hi = min(got), max(got)
     return {"median": med, "min": lo, "max": hi, "text": f"{med} ({lo}-{hi})" if lo != hi else f"{med}"}

@@ -2,9 +2,9 @@
 
     python -m bench.tool_fit              # DEV: right decisions per bias (~1 min on two cores)
 
-Each DEV prompt of ``bench/sets/tools.py`` is put to the embedded SmolLM2 in-process exactly as
-the cascade's tool step puts it (the tool prompt, the few-shot turns built from the tools the
-session offers, the user's message), once with all four tools and once with one
+Each DEV prompt of ``bench/sets/tools.py`` is put to the embedded SmolLM2 in-process through the
+cascade's own tool prompt (``tool_calls.tool_prompt``: the tool list, the few-shot turns built from
+the tools the session offers, the user's message), once with all four tools and once with one
 (``bench.sets.tools.offered``): the calibrated score of each candidate (``ANSWER``, ``CALL <tool>``) is
 computed once, then every bias is tried on those scores. The decision is right when the
 likeliest candidate is the expected tool, or ``ANSWER`` when none is expected. The bias chosen is
@@ -19,7 +19,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bench.sets.tools import DEV, TOOLS
+from bench.sets.tools import DEV, OFFERS, offered
 
 BIASES = [round(-2 + 0.25 * i, 2) for i in range(21)]  # -2.0 .. +3.0
 
@@ -27,18 +27,15 @@ BIASES = [round(-2 + 0.25 * i, 2) for i in range(21)]  # -2.0 .. +3.0
 def dev_scores(lm: Any) -> list[tuple[str, str, str | None, list, Any]]:
     """(offer, prompt, expected tool or None, the tools offered, calibrated candidate scores) per
     DEV prompt and kind of session."""
-    from bench.sets.tools import OFFERS, offered
-    from core.cascade.tool_calls import choice_scores, tool_examples, tool_instructions
+    from core.cascade.tool_calls import choice_scores, tool_prompt
     from core.conversation.config import FunctionTool
 
     rows = []
     for offer in OFFERS:
         for i, case in enumerate(DEV):
             tools = [FunctionTool(**t) for t in offered(case, i, offer)]
-            examples = tool_examples(tools)
-            system = {"role": "system", "content": tool_instructions("", tools, False)}
-            messages = [system, *examples, {"role": "user", "content": case[0]}]
-            scores, _, _ = choice_scores(lm, messages, tools, 1 + len(examples))
+            messages, fixed = tool_prompt([{"role": "user", "content": case[0]}], tools, False)
+            scores, _, _ = choice_scores(lm, messages, tools, fixed)
             rows.append((offer, case[0], case[1], tools, scores))
     return rows
 

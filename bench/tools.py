@@ -1,21 +1,23 @@
 """Function calling through the real realtime API: does the cascade's embedded model call the
 right tool (or answer) for typed prompts, with valid arguments, and how long a call takes.
 
-    python -m bench tools                    # a real gateway + one cascade worker, the 19 EVAL prompts, 3 runs
+    python -m bench tools                     # a real gateway + one cascade worker, 19 EVAL prompts x 2, 3 runs
     python -m bench tools --set dev --runs 1  # the 15 DEV prompts (what the tool prompt and bias were chosen on)
     python -m bench tools --json
 
 The set is ``bench/sets/tools.py``. Half the prompts need a tool (four tools), half do not
-(decoys: jokes, facts, thanks...). Each
-prompt runs in a fresh session: ``session.update`` with the tools and ``tool_choice: "auto"``, a
-typed user message, ``response.create`` (text only, a short answer budget). Scored per prompt:
-the decision (the right tool, or an answer), the arguments (JSON parses, valid under the tool's
-schema, and the values the prompt names, e.g. the city), and for calls the latency from
-``response.create`` to ``response.function_call_arguments.done``. A decision is right only in a
-completed response: a failed, cancelled or empty one (no call, no text) is wrong whatever was
-expected (an answer cut by the bench's own ``max_output_tokens`` budget is an answer). DEV chose the tool prompt and the answer bias (``python -m bench.tool_fit``); EVAL is
-held out. The run is repeated ``--runs`` times on one stack (the choice is greedy, so runs differ
-only where the CPU's float sums do); the report gives each run and the median with its spread.
+(decoys: jokes, facts, thanks...). Each prompt runs twice, each time in a fresh session:
+``session.update`` with all four tools, then with one (the tool it needs, or for a decoy one of
+the four in turn: ``bench.sets.tools.offered``), and ``tool_choice: "auto"``; a typed user
+message; ``response.create`` (text only, a short answer budget). Scored per prompt: the decision
+(the right tool, or an answer), the arguments (JSON parses, valid under the tool's schema, and the
+values the prompt names, e.g. the city), and for calls the latency from ``response.create`` to
+``response.function_call_arguments.done``. A call is right only in a completed response; an
+answer only in a response that completed or ran out of the bench's own short budget
+(``incomplete``, ``max_output_tokens``): a failed, cancelled or empty one is wrong. DEV chose the
+tool prompt and the answer bias (``python -m bench.tool_fit``); EVAL is held out. The run is
+repeated ``--runs`` times on one stack (the choice is greedy, so runs differ only where the CPU's
+float sums do); the report gives each run and the median with its spread.
 """
 
 from __future__ import annotations

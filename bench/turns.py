@@ -7,7 +7,8 @@ the system cuts in when the speaker pauses mid-sentence, per turn-detection mode
     python -m bench turns --json --out bench/results
 
 A real gateway + one cascade worker. The set is the eval part of ``bench/sets/turns.py``, spoken by
-``bench/turn_set.py`` (espeak-ng voices, not the project's Piper voice): complete questions, and utterances with a 0.6-1.5 s pause mid-sentence.
+``bench/turn_set.py`` (espeak-ng voices, not the project's Piper voice): complete questions, and
+utterances with a 0.6-1.5 s pause mid-sentence.
 Modes: ``server_vad`` (silence_duration_ms 500, default threshold and padding) and
 ``semantic_low|medium|high|auto`` (``semantic_vad`` with that eagerness). They run interleaved per
 item (item 1 in every mode, then item 2 ..., the mode order rotating) so machine drift hits all
@@ -28,8 +29,8 @@ microphone keeps sending) until the run is decided.
 
 The whole set runs ``--runs`` times (default 3) on one stack; each run is reported, and the goal
 is judged on the median of the runs (spread shown): semantic_auto V2V p50 <= 0.75x server_vad's
-with <= 10 % cut-ins. A mode the server refuses
-(an ``error`` on ``session.update``) is reported as "refused: <message>" and skipped.
+with <= 10 % cut-ins. A mode the server refuses (an ``error`` on ``session.update``) is reported
+as "refused: <message>" and skipped.
 """
 
 from __future__ import annotations

@@ -86,6 +86,6 @@ def test_a_tool_description_is_put_to_the_model_on_one_line():
     plain = FunctionTool(name="get_weather", description="Get the current weather in a city.", parameters=params)
     docstring = FunctionTool(name="get_weather", description="Get the current weather in a city.\n\n    Args:\n"
                              "        city: the city\n", parameters=params)
-    assert tool_instructions("", [plain], False).count("\n") == tool_instructions("", [docstring], False).count("\n")
+    assert tool_instructions([plain], False).count("\n") == tool_instructions([docstring], False).count("\n")
     assert tool_examples([FunctionTool(name="get_weather", description=plain.description + "\n",
                                        parameters=params)]) == tool_examples([plain])

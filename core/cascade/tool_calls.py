@@ -170,6 +170,15 @@ def choose_tool(llm: Any, messages: list[dict[str, str]], tools: list,
     return decide(scores, tools), cache, prompt
 
 
+def tool_prompt(history: list[dict[str, str]], tools: list, required: bool) -> tuple[list[dict[str, str]], int]:
+    """The tool step's chat: its system prompt, the few-shot turns, then ``history`` (the
+    conversation's messages after the system one); with how many leading messages are fixed
+    for a tool set (what ``choose_tool`` calibrates against)."""
+    examples = tool_examples(tools)
+    system = {"role": "system", "content": tool_instructions(tools, required)}
+    return [system, *examples, *history], 1 + len(examples)
+
+
 def tool_examples(tools: list) -> list[dict[str, str]]:
     """Few-shot turns built from the actual tools (their description as the user's request, a
     call with placeholder arguments) interleaved with a few plain chat turns answered ANSWER."""
@@ -204,7 +213,7 @@ def _one_line(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
-def tool_instructions(system: str, tools: list, required: bool) -> str:
+def tool_instructions(tools: list, required: bool) -> str:
     """The tool step's system prompt. The session's own instructions are left out: for a 135M
     model they only blur the choice (measured)."""
     lines = ["You decide if the user's message needs one of these functions:"]

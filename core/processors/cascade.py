@@ -28,7 +28,7 @@ from core.chat_completions import check_base_url, until_cancelled
 from core.cascade.chunker import SpeechChunker
 from core.cascade.llm import GenerationStats, KvState
 from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
-from core.cascade.tool_calls import ToolGrammar, grammar_error, parse_choice, tool_instructions
+from core.cascade.tool_calls import ToolGrammar, grammar_error, parse_choice
 from core.conversation import ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
 from core.conversation.end_of_turn import HeardText, MessageEnd
@@ -329,15 +329,13 @@ class CascadeBackend(Backend):
         if not job.tools or (job.items and job.items[-1].type == "function_call_output"
                              and job.tool_choice == "auto"):
             return False
-        from core.cascade.tool_calls import choose_tool, tool_examples
+        from core.cascade.tool_calls import choose_tool, tool_prompt
 
         required = job.tool_choice != "auto"
-        prompt = self._prompt(job, tool_instructions(job.system, job.tools, required))
-        examples = tool_examples(job.tools)
-        messages = [prompt[0], *examples, *prompt[1:]]
+        messages, fixed = tool_prompt(self._prompt(job)[1:], job.tools, required)
         tools = job.tools
         if not required:
-            name, cache, tokens = choose_tool(self.llm, messages, job.tools, 1 + len(examples))
+            name, cache, tokens = choose_tool(self.llm, messages, job.tools, fixed)
             if name is None or job.cancelled:
                 return False
             tools = [t for t in job.tools if t.name == name]
