@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-pytest_plugins = ("tests.browser",)  # stack / tts / launch fixtures for the browser tests
+pytest_plugins = ("tests.support.browser",)  # stack / tts / launch fixtures for the browser tests
+
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The folder is the marker: ``-m unit`` runs tests/unit/, ``-m e2e`` tests/e2e/."""
+    for item in items:
+        folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
+        if folder in ("unit", "e2e"):
+            item.add_marker(getattr(pytest.mark, folder))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,156 @@
+"""The benchmark tools compute what they claim (timing goals live in bench/, not here)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from bench.capacity import dispatch_in_process
+from bench.serving import continuity
+from bench.stats import goal_mark
+from tests.support.stack import ROOT
+
+
+def test_continuity_counts_late_chunks_as_underruns():
+    # 100 ms chunks: on time, on time, then one 250 ms late (an audible gap), then on time again.
+    arrivals = [(0.0, 0.1), (0.05, 0.1), (0.45, 0.1), (0.5, 0.1)]
+    underruns, worst = continuity(arrivals)
+    assert underruns == 1 and abs(worst - 250) < 1e-6
+    underruns, worst = continuity([(0.0, 0.1), (0.15, 0.1)])
+    assert underruns == 0 and abs(worst - 50) < 1e-6  # 50 ms late: no audible gap
+    assert continuity([]) == (0, 0.0)
+
+
+def test_goal_mark_says_met_or_missed():
+    assert goal_mark(0.9, 1) == "met" and goal_mark(1.0, 1) == "met" and goal_mark(1.1, 1) == "**missed**"
+    assert goal_mark(7.6, 5, "p99 <= 5 ms") == "p99 <= 5 ms: **missed**"
+    assert goal_mark(1000, 1000, "all", at_least=True) == "all: met"
+    assert goal_mark(999, 1000, at_least=True) == "**missed**"
+    assert goal_mark(None, 1) == goal_mark(float("nan"), 1) == "**missed** (not measured)"
+
+
+def _summary(p50: float, p99: float | None = None, **more) -> dict:
+    return {"p50": p50, "p90": p50, "p99": p99 if p99 is not None else p50, "mean": p50, "n": 100, **more}
+
+
+def _queue(clients: int = 1000, **more) -> dict:
+    """A capacity result for one configuration (bench.capacity.hold_queue's keys)."""
+    return {"clients": clients, "placed_within_60s": clients, "all_queued_s": 0.8, "gateway_rss_idle_mb": 60.0,
+            "gateway_rss_holding_mb": 90.0, "gateway_cpu_holding_pct_of_core": 1.0,
+            "position_change_heard_ms": _summary(30, 40, max=50), "told": clients,
+            "not_told": {"count": 0, "per_gateway": {}, "sample": []},
+            "release_to_assigned_through_gateway_ms": _summary(2, 4), **more}
+
+
+def _row(table: str, start: str) -> str:
+    return next(line for line in table.splitlines() if line.startswith(f"| {start}"))
+
+
+def test_reports_mark_every_goal_met_or_missed():
+    """Synthetic results (no run): each report marks a goal row "met" or "**missed**" from the figures."""
+    from bench import capacity, pipeline, recording, relay
+
+    # capacity, one gateway: RSS over 100 MB and one waiter never told its move are missed
+    single = {"dispatch_in_process_ms": _summary(0.05, 0.12),
+              "queue": _queue(gateway_rss_holding_mb=130.2, told=999)}
+    out = capacity.report(single)
+    assert _row(out, "gateway RSS").endswith("<= 100 MB: **missed** |")
+    assert _row(out, "position change").endswith("<= 100 ms: **missed** |")
+    assert _row(out, "all queued").endswith("<= 1 s: met |")
+    assert _row(out, "gateway CPU").endswith("<= 5 %: met |")
+    assert _row(out, "dispatch").endswith("p99 <= 2 ms: met |")
+    assert _row(out, "clients queued").endswith("all: met |")
+
+    # capacity, two gateways through Redis: each column judged; dispatch p99 7.6 ms misses 5 ms
+    many = _queue(all_queued_s=1.05, gateways={"g0": {"clients": 500, "rss_idle_mb": 60, "rss_holding_mb": 90,
+                                                      "cpu_holding_pct_of_core": 2.6}},
+                  release_to_assigned_cross_gateway_ms=_summary(4.5, 57),
+                  release_to_assigned_same_gateway_ms=_summary(0, 0))
+    cluster = {"gateways": 2, "dispatch_in_process_ms": _summary(0.02, 0.07),
+               "dispatch_shared_ms": _summary(4.1, 7.6, max=19, cross_gateway=1000, slots_busy_after=0,
+                                              queue_left=0, release_call_ms=_summary(0.1, 0.2)),
+               "dispatch_shared_no_places_ms": _summary(0.34, 0.96),
+               "queue_single": _queue(), "queue": many,
+               "slots_busy_after": {"busy": {"w0": 0}, "queue_length": 0}, "gateway_log_problems": []}
+    out = capacity.report(cluster)
+    assert _row(out, "all queued").endswith("<= 1 s: 1 gateway met, 2 gateways **missed** |")
+    assert _row(out, "dispatch").endswith("p99 <= 5 ms (Redis): **missed** |")
+    assert _row(out, "  the same, no waiter").endswith("p99 <= 5 ms: met |")
+    assert _row(out, "gateway RSS").endswith("<= 100 MB: 1 gateway met, 2 gateways met |")
+
+    # relay: 0.25 ms added per event misses the 0.2 ms goal; its share of V2V is within 2 %
+    probe = {"rtt_direct_p50_ms": 0.7, "rtt_gateway_p50_ms": 1.2, "rtt_direct_p99_ms": 1.2, "rtt_gateway_p99_ms": 1.6,
+             "added_per_event_p99_ms": 0.3, "share_of_v2v_pct": 0.066}
+    out = relay.report({"v2v_client_ms": 754.0, "probes": 400, "append": probe | {"added_per_event_p50_ms": 0.25},
+                        "delta-sized": probe | {"added_per_event_p50_ms": 0.12}})
+    assert _row(out, "append").endswith("p50 <= 0.2 ms: **missed**; share <= 2 %: met |")
+    assert _row(out, "delta-sized").endswith("p50 <= 0.2 ms: met; share <= 2 %: met |")
+
+    # pipeline: TTFP median 291 ms misses 250 ms; a cold start of 12 s misses 10 s
+    result = {key: _summary(v) for key, v in (("ttft_ms", 118), ("ttfp_ms", 291), ("rtf", 0.27), ("e2e_ms", 2680),
+                                             ("v2v_ms", 144), ("v2v_from_voice_ms", 754), ("cancel_stop_ms", 1),
+                                             ("rss_mb", 1541))}
+    out = pipeline.table(result | {"cold_start_s": 12.0})
+    assert _row(out, "TTFP").endswith("<= 250 ms: **missed** |")
+    assert _row(out, "RTF").endswith("<= 0.3: met |") and _row(out, "RSS").endswith("<= 2 GiB: met |")
+    assert _row(out, "cold start").endswith("<= 10 s: **missed** |")
+
+    # recording: client V2V 7.5 % above without misses "within 5 %"
+    stats = {k: _summary(v) for k, v in (("off_v2v", 54), ("on_v2v", 57), ("off_client", 660), ("on_client", 709.5))}
+    out = recording.report({"stats": stats, "v2v_ratio_on_off": 57 / 54, "v2v_client_ratio_on_off": 709.5 / 660})
+    assert _row(out, "client V2V |").endswith("within 5 %: **missed** |")
+
+
+def test_dispatch_benchmark_hands_every_slot_over_in_order():
+    r = asyncio.run(dispatch_in_process(200))
+    assert r["n"] == 200 and 0 < r["p50"] <= r["p99"]
+
+
+def test_throughput_benchmark_relays_every_event(tmp_path):
+    """Gateway + synthetic worker (the benchmark's test double): every event arrives, and the
+    worker's normal close ends the relay cleanly (this once crashed the relay)."""
+    out = subprocess.run([sys.executable, "-m", "bench", "throughput", "--json"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    # A standard client gets no queue.assigned (extension events are opt-in): the same events.
+    assert r["through_gateway"]["events"] == r["direct"]["events"] == 20001
+    assert r["through_gateway"]["events_per_s"] > 0
+
+
+def test_every_benchmark_command_answers_help():
+    """``python -m bench <what> --help`` works for each command (pipeline's once crashed)."""
+    from bench.__main__ import COMMANDS, DELEGATED
+
+    for what in [*COMMANDS, *DELEGATED]:
+        out = subprocess.run([sys.executable, "-m", "bench", what, "--help"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0 and "usage" in out.stdout.lower(), (what, out.stderr[-500:])
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian redis-server not installed")
+def test_capacity_benchmark_with_two_gateways_reports_cross_gateway_dispatch():
+    """``bench capacity --gateways 2`` in miniature: every client queued and told its moves on both
+    gateways, every hand-over crossed gateways, nothing left leased or queued in Redis."""
+    from bench.capacity import report, run
+
+    r = run(clients=20, hold_s=0.3, gateways=2, iterations=20, e2e_reps=10)
+    shared, quiet = r["dispatch_shared_ms"], r["dispatch_shared_no_places_ms"]
+    for d in (shared, quiet):
+        assert d["n"] == 20 and 0 < d["p50"] <= d["p99"] and d["slots_busy_after"] == 0 and d["queue_left"] == 0
+    assert shared["cross_gateway"] == 20
+    assert r["dispatch_in_process_ms"]["n"] == 20
+    one, many = r["queue_single"], r["queue"]
+    assert one["told"] == many["told"] == 20
+    assert set(many["gateways"]) == {"g0", "g1"} and all(g["clients"] == 10 for g in many["gateways"].values())
+    cross = many["release_to_assigned_cross_gateway_ms"]
+    assert cross["n"] == 10 and many["release_to_assigned_same_gateway_ms"]["n"] == 0 and cross["p50"] > 0
+    assert many["e2e_not_assigned"] == 0 and many["e2e_out_of_order"] == 0
+    assert r["slots_busy_after"] == {"busy": {"w0": 0}, "queue_length": 0}
+    assert r["gateway_log_problems"] == []
+    assert "2 gateways (Redis)" in report(r)

@@ -1,0 +1,175 @@
+"""The admin page in headless Chromium against real worker and gateway processes: sign-in, the
+real worker in the grid, its session, the queue, the Drain and Enable buttons, and a disabled
+app's page and home card."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from tests.support.browser import dump_console, require_browser, screenshot_both, silence_wav, wait_until
+
+require_browser()
+
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from websockets.sync.client import connect  # noqa: E402
+
+
+
+def overview(browser) -> dict | None:
+    return browser.execute_script("return window.admin && window.admin.overview")
+
+
+def worker_card(browser, worker_id: str) -> dict | None:
+    return browser.execute_script(
+        "const c = document.querySelector(`.worker[data-worker='${arguments[0]}']`);"
+        "return c ? {health: c.dataset.health, badge: c.querySelector('.badge').textContent,"
+        " text: c.innerText, buttons: [...c.querySelectorAll('button')].map((b) => b.dataset.action)} : null;",
+        worker_id)
+
+
+def click(browser, css: str, timeout: float = 10.0) -> None:
+    """A real click; the grid re-renders every second, so retry on a stale element."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            browser.find_element(By.CSS_SELECTOR, css).click()
+            return
+        except StaleElementReferenceException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def recv_until(ws, kind: str, timeout: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        ev = json.loads(ws.recv(timeout=max(0.01, deadline - time.monotonic())))
+        if ev["type"] == kind:
+            return ev
+
+
+def test_sign_in_form(stack, launch, tmp_path):
+    browser = launch(silence_wav(tmp_path / "s.wav", 2))
+    browser.get(f"{stack.url}/admin")
+    assert "needs the operator's token" in browser.find_element(By.TAG_NAME, "main").text
+    browser.find_element(By.NAME, "token").send_keys(stack.admin_token)
+    browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    assert wait_until(lambda: (overview(browser) or {}).get("workers"), timeout=15)
+    assert browser.current_url.endswith("/admin")
+
+
+def test_admin_page_shows_the_real_worker_and_drain_works(stack, launch, tmp_path, screenshot_dir):
+    browser = launch(silence_wav(tmp_path / "s.wav", 2))
+    url = f"ws://127.0.0.1:{stack.port}/v1/realtime?extensions=all"
+    a = b = None
+    try:
+        browser.get(f"{stack.url}/admin?token={stack.admin_token}")
+        assert browser.current_url.endswith("/admin")  # the token left the address bar
+        card = wait_until(lambda: (c := worker_card(browser, "w0")) and c["health"] == "healthy" and c, timeout=20)
+        assert card, overview(browser)
+        assert stack.worker_url() in card["text"]  # the real worker, at its real URL
+        assert "IDLE" in card["text"] and "audio_output" in card["text"]
+        assert card["buttons"] == ["disable", "dead", "remove"]
+
+        a = connect(url)
+        recv_until(a, "session.created")
+        card = wait_until(lambda: (c := worker_card(browser, "w0")) and "1 / 1 busy" in c["text"] and c, timeout=10)
+        assert card and "api" in card["text"], card
+        assert wait_until(lambda: len((overview(browser) or {}).get("live", [])) == 1, timeout=5)
+
+        click(browser, "button[data-action='disable'][data-worker='w0']")
+        assert wait_until(lambda: worker_card(browser, "w0")["badge"] == "disabled", timeout=10)
+        health = httpx.get(f"{stack.url}/api/admin/workers", headers={"Authorization": f"Bearer {stack.admin_token}"})
+        assert health.json()["workers"][0]["health"] == "disabled"
+
+        b = connect(url)
+        assert recv_until(b, "queue.position")["position"] == 1
+        a.close()
+        a = None
+        # The drained worker is free but takes nobody: the page shows one waiting, none busy.
+        assert wait_until(lambda: (o := overview(browser)) and o["totals"]["busy"] == 0
+                          and o["totals"]["queue_length"] == 1, timeout=10)
+        assert browser.find_element(By.ID, "queue").find_elements(By.CSS_SELECTOR, "tbody tr")
+        time.sleep(1.0)
+        assert (overview(browser) or {})["totals"]["queue_length"] == 1
+        problems = screenshot_both(browser, screenshot_dir, "admin_draining")
+
+        click(browser, "button[data-action='enable'][data-worker='w0']")
+        assert recv_until(b, "queue.assigned")["worker_id"] == "w0"
+        recv_until(b, "session.created")
+        assert wait_until(lambda: worker_card(browser, "w0")["badge"] == "healthy", timeout=10)
+        assert not problems, problems
+        print(f"admin screenshots in {screenshot_dir}")
+    except BaseException:
+        dump_console(browser)
+        raise
+    finally:
+        for ws in (a, b):
+            if ws is not None:
+                ws.close()
+
+
+def test_disabled_app_page_says_so(stack, launch, tmp_path):
+    admin = {"Authorization": f"Bearer {stack.admin_token}"}
+    assert httpx.put(f"{stack.url}/api/admin/apps/audio_duplex", json={"enabled": False}, headers=admin).is_success
+    browser = launch(silence_wav(tmp_path / "s.wav", 2))
+    try:
+        browser.get(f"{stack.url}/audio_duplex.html")
+        alert = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "[data-gate='audio_duplex']"), timeout=10)
+        assert alert and "disabled by the operator" in alert[0].text
+        assert not browser.find_element(By.ID, "start").is_enabled()
+        browser.get(f"{stack.url}/")
+        card = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "a.card[data-disabled='true']"), timeout=10)
+        assert card and "Disabled by the operator" in card[0].text and card[0].get_attribute("href").endswith(
+            "/audio_duplex.html")
+        # An enabled app's page is untouched.
+        browser.get(f"{stack.url}/omni.html")
+        time.sleep(1.0)
+        assert not browser.find_elements(By.CSS_SELECTOR, "[data-gate]")
+    finally:
+        httpx.put(f"{stack.url}/api/admin/apps/audio_duplex", json={"enabled": True}, headers=admin)
+
+
+KEY = "sk-browser-test-key-42"
+
+
+@pytest.fixture(scope="module")
+def keyed_stack(tmp_path_factory):
+    from tests.support.stack import Stack
+
+    s = Stack(tmp_path_factory.mktemp("keyed_stack"), workers=1, auth={"api_keys": [KEY]}).start()
+    yield s
+    s.stop()
+
+
+def test_chat_page_with_api_keys_asks_once_and_sends_the_key_as_subprotocol(keyed_stack, launch, tmp_path):
+    from selenium.webdriver.common.keys import Keys
+
+    stack = keyed_stack
+    browser = launch(silence_wav(tmp_path / "s.wav", 2))
+    try:
+        browser.get(f"{stack.url}/turnbased.html")
+        gate = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "[data-gate='chat'] input[type=password]"), 10)
+        assert gate, "the page did not ask for the API key"
+        gate[0].send_keys(KEY)
+        gate[0].send_keys(Keys.ENTER)  # saved in this browser; the page reloads
+        assert wait_until(lambda: browser.execute_script("return document.querySelectorAll('#preset option').length"),
+                          15)
+        assert not browser.find_elements(By.CSS_SELECTOR, "[data-gate]")
+        box = browser.find_element(By.ID, "input")
+        box.send_keys("What is the capital of France?")
+        box.send_keys(Keys.ENTER)
+        answer = wait_until(lambda: [m for m in (browser.execute_script("return window.omni && window.omni.messages")
+                                                 or []) if m["role"] == "assistant" and m["text"].strip()], 120)
+        assert answer, browser.execute_script("return window.omni && window.omni.error")
+        # The session was tagged with the page's app (so the Chat toggle applies to it).
+        metas = list((stack.sessions_dir).glob("*/meta.json"))
+        assert metas and json.loads(metas[0].read_text())["app"] == "chat"
+    except BaseException:
+        dump_console(browser)
+        raise

@@ -1,0 +1,203 @@
+"""Shared pieces of the browser tests: headless Chromium with a fake mic/camera, spoken WAVs.
+
+Its fixtures (``stack``, ``tts``, ``launch``) reach every test module through ``pytest_plugins``
+in ``conftest.py``; a browser test module starts with ``require_browser()`` so it is skipped, with
+the reason, where Chromium or Selenium is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+import wave
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from tests.support.stack import ROOT, Stack
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+WAV_RATE = 48000  # Chrome's fake capture device runs at 48 kHz; no resampling surprises
+DESKTOP = (1280, 800)
+PHONE = (390, 844)
+
+
+
+def require_browser() -> None:
+    """Skip the calling test module unless Chromium, chromedriver and Selenium are all present."""
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if importlib.util.find_spec("selenium") is None:
+        missing.append("python package selenium")
+    if missing:
+        pytest.skip(
+            f"browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver; pip install selenium)",
+            allow_module_level=True,
+        )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = Stack(tmp_path_factory.mktemp("browser_stack"), workers=1).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir() -> Path:
+    """Where page screenshots go for a human to look at: ``artifacts/screenshots/`` (git-ignored)."""
+    path = ROOT / "artifacts" / "screenshots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tts():
+    from core.cascade.tts import PiperTts
+
+    return PiperTts()
+
+
+def speech_48k(tts, text: str) -> np.ndarray:
+    pcm24 = np.frombuffer(b"".join(tts.synthesize(text, deterministic=True)), dtype="<i2").astype(np.float32)
+    t_in = np.arange(len(pcm24)) / 24000
+    t_out = np.arange(int(len(pcm24) * WAV_RATE / 24000)) / WAV_RATE
+    return np.interp(t_out, t_in, pcm24)
+
+
+def write_wav(path: Path, audio: np.ndarray) -> Path:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(WAV_RATE)
+        w.writeframes(np.clip(audio, -32768, 32767).astype("<i2").tobytes())
+    return path
+
+
+def spoken_wav(path: Path, tts, text: str, lead_s: float = 1.0, total_s: float = 8.0, tail_s: float = 3.0) -> Path:
+    """``lead_s`` silence, the spoken ``text``, then silence to at least ``tail_s`` and ``total_s``."""
+    speech = speech_48k(tts, text)
+    lead = int(lead_s * WAV_RATE)
+    audio = np.zeros(max(int(total_s * WAV_RATE), lead + len(speech) + int(tail_s * WAV_RATE)), dtype=np.float32)
+    audio[lead:lead + len(speech)] = speech
+    return write_wav(path, audio)
+
+
+def silence_wav(path: Path, seconds: float = 5.0) -> Path:
+    return write_wav(path, np.zeros(int(seconds * WAV_RATE), dtype=np.float32))
+
+
+def chromium(wav: Path, profile: Path, allow_media: bool = True, size: tuple[int, int] = DESKTOP,
+             extra_flags: tuple[str, ...] = ()):
+    """Headless Chromium whose fake microphone loops ``wav``; the fake camera shows Chrome's test pattern."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    # Without the fake permission UI, --deny-permission-prompts answers the mic prompt "no".
+    permission = "--use-fake-ui-for-media-stream" if allow_media else "--deny-permission-prompts"
+    for flag in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", permission,
+        "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}",
+        "--autoplay-policy=no-user-gesture-required", f"--user-data-dir={profile}",
+        f"--window-size={size[0]},{size[1]}", *extra_flags,
+    ):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+@pytest.fixture
+def launch(tmp_path):
+    """``launch(wav, allow_media=True, size=DESKTOP)`` starts a Chromium; all are quit after the test."""
+    drivers = []
+
+    def start(wav: Path, allow_mic: bool = True, size: tuple[int, int] = DESKTOP):
+        driver = chromium(wav, tmp_path / f"profile{len(drivers)}", allow_mic, size)
+        drivers.append(driver)
+        return driver
+
+    yield start
+    for driver in drivers:
+        driver.quit()
+
+
+def dump_console(driver) -> None:
+    for entry in driver.get_log("browser"):
+        print("browser:", entry.get("level"), entry.get("message"))
+
+
+def wait_until(fn: Callable[[], object], timeout: float = 30.0, interval: float = 0.25):
+    """Call ``fn`` until it returns something truthy or time runs out; returns the last value."""
+    deadline = time.monotonic() + timeout
+    value = fn()
+    while not value and time.monotonic() < deadline:
+        time.sleep(interval)
+        value = fn()
+    return value
+
+
+# Layout check used by the screenshot tests: a page "looks finished" only if nothing spills
+# sideways and no visible text block overlaps another.
+LAYOUT_PROBLEMS_JS = r"""
+const problems = [];
+const doc = document.documentElement;
+if (doc.scrollWidth > window.innerWidth + 1) problems.push(`horizontal scroll: ${doc.scrollWidth} > ${window.innerWidth}`);
+const sel = 'h1, h2, p, button, label, select, input, textarea, .metric, .status, .card, .bubble, video, canvas, .meter';
+// The part of an element actually visible: clipped by every scrolling/overflow-hidden ancestor.
+function visibleRect(e) {
+  const r = e.getBoundingClientRect();
+  let box = {left: r.left, top: r.top, right: r.right, bottom: r.bottom};
+  for (let p = e.parentElement; p; p = p.parentElement) {
+    const s = getComputedStyle(p);
+    if (s.overflowX !== 'visible' || s.overflowY !== 'visible') {
+      const c = p.getBoundingClientRect();
+      box = {left: Math.max(box.left, c.left), top: Math.max(box.top, c.top),
+             right: Math.min(box.right, c.right), bottom: Math.min(box.bottom, c.bottom)};
+    }
+  }
+  return box;
+}
+const els = [...document.querySelectorAll(sel)].filter((e) => {
+  const s = getComputedStyle(e), v = visibleRect(e);
+  return v.right - v.left > 0 && v.bottom - v.top > 0 && s.visibility !== 'hidden' && s.display !== 'none'
+    && !e.closest('[hidden]');
+});
+for (let i = 0; i < els.length; i++) {
+  for (let j = i + 1; j < els.length; j++) {
+    const a = els[i], b = els[j];
+    if (a.contains(b) || b.contains(a)) continue;
+    const ra = visibleRect(a), rb = visibleRect(b);
+    const w = Math.min(ra.right, rb.right) - Math.max(ra.left, rb.left);
+    const h = Math.min(ra.bottom, rb.bottom) - Math.max(ra.top, rb.top);
+    if (w > 2 && h > 2 && getComputedStyle(a).position !== 'sticky' && getComputedStyle(b).position !== 'sticky'
+        && !a.closest('.overlay-ok') && !b.closest('.overlay-ok'))
+      problems.push(`${a.tagName}.${a.className} overlaps ${b.tagName}.${b.className}`);
+  }
+}
+const text = document.body.innerText;
+if (/[{\[]\s*"[a-z_]+"\s*:/.test(text)) problems.push('raw JSON visible');
+return problems;
+"""
+
+
+def layout_problems(driver) -> list[str]:
+    return driver.execute_script(LAYOUT_PROBLEMS_JS)
+
+
+def screenshot_both(driver, directory: Path, name: str) -> list[str]:
+    """Screenshots at desktop and phone widths; returns layout problems found at either."""
+    problems = []
+    for label, (w, h) in (("desktop", DESKTOP), ("phone", PHONE)):
+        driver.set_window_size(w, h)
+        time.sleep(0.3)
+        driver.save_screenshot(str(directory / f"{name}_{label}_{w}x{h}.png"))
+        problems += [f"{label}: {p}" for p in layout_problems(driver)]
+    driver.set_window_size(*DESKTOP)
+    return problems

@@ -1,0 +1,127 @@
+"""Real processes for end-to-end tests: workers and a gateway started with ``python -m``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.launch import free_port, free_ports  # noqa: F401 - re-exported for the tests
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Stack:
+    """N workers + one gateway on free ports, sharing the repo's model cache."""
+
+    def __init__(self, tmp: Path, workers: int = 1, worker_host: str = "127.0.0.1",
+                 worker_prefix: list[str] | None = None, **overrides) -> None:
+        """``worker_host``: the address workers bind and the gateway dials (``workers.host``);
+        ``worker_prefix``: a command the workers run under (``["ip", "netns", "exec", ns]``)."""
+        self.tmp = tmp
+        self.worker_host = worker_host
+        self.worker_prefix = list(worker_prefix or [])
+        self.base_port = free_ports(workers)
+        self.port = free_port()
+        # Own data dir (recordings, tokens) per stack; the converted model cache is shared.
+        self.data_dir = tmp / "data"
+        self.data_dir.mkdir(exist_ok=True)
+        (ROOT / "data" / "models").mkdir(parents=True, exist_ok=True)
+        if not (self.data_dir / "models").exists():
+            (self.data_dir / "models").symlink_to(ROOT / "data" / "models")
+        config = {
+            "data_dir": str(self.data_dir),
+            "gateway": {"port": self.port},
+            "workers": {"count": workers, "base_port": self.base_port, "host": worker_host},
+            "health": {"interval_s": 0.2, "timeout_s": 1.0, "jitter": 0.1},
+        }
+        for section, values in overrides.items():
+            config.setdefault(section, {}).update(values)
+        self.config_path = tmp / "config.json"
+        self.config_path.write_text(json.dumps(config))
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.n = workers
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def worker_url(self, i: int = 0) -> str:
+        return f"http://{self.worker_host}:{self.base_port + i}"
+
+    def _spawn(self, name: str, args: list[str], prefix: list[str] | None = None) -> None:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+        log = open(self.tmp / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen(
+            [*(prefix or []), sys.executable, "-m", *args, "--config", str(self.config_path)], cwd=ROOT, env=env,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def start_worker(self, i: int) -> None:
+        self._spawn(f"worker{i}", ["worker", "--index", str(i)], self.worker_prefix)
+
+    def start_gateway(self) -> None:
+        self._spawn("gateway", ["gateway"])
+
+    def start_supervisor(self) -> subprocess.Popen:
+        """``python -m launcher`` instead of :meth:`start`: it runs the workers and the
+        gateway itself; its output (with each child's pid) goes to ``supervisor.log``."""
+        self._spawn("supervisor", ["launcher"])
+        return self.procs["supervisor"]
+
+    def start(self, timeout: float = 180.0) -> Stack:
+        for i in range(self.n):
+            self.start_worker(i)
+        self.start_gateway()
+        self.wait_healthy(self.n, timeout)
+        return self
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.data_dir / "sessions"
+
+    @property
+    def admin_token(self) -> str:
+        return (self.data_dir / "admin_token").read_text().strip()
+
+    def health(self) -> dict:
+        return httpx.get(f"{self.url}/health", timeout=2).json()
+
+    def wait_healthy(self, count: int, timeout: float = 180.0) -> dict:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None and name in ("gateway", "supervisor"):
+                    raise RuntimeError(f"{name} exited: {(self.tmp / f'{name}.log').read_text()[-2000:]}")
+            try:
+                last = self.health()
+                if last["workers_healthy"] >= count:
+                    return last
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        logs = "\n".join(p.read_text()[-1500:] for p in self.tmp.glob("*.log"))
+        raise RuntimeError(f"stack not healthy in {timeout}s: {last}\n{logs}")
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with_group = os.getpgid(proc.pid)
+                os.killpg(with_group, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()

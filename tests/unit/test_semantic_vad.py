@@ -1,0 +1,337 @@
+"""semantic_vad: the end-of-turn score and the wait it sets, on the conversation core.
+
+The scorer's cues are checked directly; turn-taking runs on the scripted backend with the
+energy "VAD" (tests/scripted_backend.py), a scripted transcript per ASR call and a scripted
+end-of-message probability, so each case is deterministic: a finished question ends its turn
+long before server_vad's 500 ms, a pause after an open phrase is waited out until speech
+resumes, and eagerness bounds the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from bench.turn_set import espeak_path
+from core.conversation import ConversationConfig, TurnDetection
+from core.conversation.end_of_turn import HeardText, MessageEnd, end_of_turn_probability, wait_ms
+from tests.support.helpers import Collector
+from tests.support.scripted_backend import ScriptedBackend, quiet, tone
+
+WORDS = ["one", "two", "three"]
+
+
+class ScriptedTurnBackend(ScriptedBackend):
+    """Transcripts in order, one per ASR call (the last repeats); the language model's
+    end-of-message probability looked up by transcript."""
+
+    def __init__(self, transcripts: list[str], lm: dict[str, float] | None = None, *, lm_fails: bool = False,
+                 transcript_first: bool = True) -> None:
+        super().__init__(WORDS, transcript_first=transcript_first)
+        self.transcripts = list(transcripts)
+        self.lm = lm or {}
+        self.lm_fails = lm_fails
+        self.scored: list[str] = []
+
+    def transcribe_turn(self, audio) -> str:
+        return self.transcripts.pop(0) if len(self.transcripts) > 1 else self.transcripts[0]
+
+    def end_of_message_probability(self, text: str) -> MessageEnd | float | None:
+        self.scored.append(text)
+        if self.lm_fails:
+            raise RuntimeError("scorer broke")
+        return self.lm.get(text)
+
+
+def semantic(eagerness: str = "auto", **kw) -> ConversationConfig:
+    return ConversationConfig(input_sample_rate=16000,
+                              turn_detection=TurnDetection(type="semantic_vad", eagerness=eagerness, **kw))
+
+
+async def feed_until(conv, col: Collector, kind: str, seconds: float) -> float | None:
+    """Stream silence in real time until an event of ``kind`` arrives; the seconds fed then."""
+    step = 16000 * 20 // 1000 * 2
+    t0 = time.monotonic()
+    for i in range(int(seconds / 0.02)):
+        await conv.append_audio(quiet(0.02))
+        if col.of(kind):
+            return (i + 1) * 0.02
+        await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.02 - time.monotonic()))
+    del step
+    return None
+
+
+async def feed(conv, pcm: bytes) -> None:
+    step = 16000 * 20 // 1000 * 2
+    for i in range(0, len(pcm), step):
+        await conv.append_audio(pcm[i:i + step])
+
+
+# ---------------------------------------------------------------------------- the score
+
+
+@pytest.mark.parametrize("text,lm", [
+    ("What is the capital of France?", 0.93),
+    ("Read me the news.", 0.009),
+    ("Where is the nearest train station?", 0.024),
+    ("I'd like to book a table for two.", 0.09),
+])
+def test_complete_turns_score_high_and_wait_little(text, lm):
+    p = end_of_turn_probability(text, lm)
+    assert p > 0.65
+    assert wait_ms(p, "auto") < 500  # answered sooner than server_vad's 500 ms silence
+
+
+def test_a_complete_question_the_language_model_doubts_waits_longer_than_server_vad():
+    """The case the weights' refit once swapped out, kept as it is. SmolLM2 gives "Can you
+    recommend a good book?" an end-of-message probability of 0.0007 (it would rather go on:
+    "... for a beach holiday"), so under the shipped weights the score is ~0.64 and the turn
+    waits ~850 ms of silence: 350 ms longer than server_vad's 500 ms, for a finished question.
+
+    That is a real cost, and accepted, not hidden: the weights minimise the dev set's cost (the
+    complete turns' extra wait plus 2 s per share of cut-off phrases answered inside a 1 s pause,
+    ``python -m bench.turn_fit``); a flatter LM slope that answers this question at once answers
+    more cut-off phrases too. The wait stays under a second, and ``python -m bench turns``
+    reports such turns in its complete-turn V2V p90, where they show."""
+    p = end_of_turn_probability("Can you recommend a good book?", 0.0007)
+    assert 0.55 < p < 0.7, p
+    assert 700 < wait_ms(p, "auto") < 1000, wait_ms(p, "auto")  # slower than server_vad, under 1 s
+
+
+@pytest.mark.parametrize("text,lm", [
+    ("What is the population of...", 1e-5),
+    ("Let me think, uh,", 0.04),
+    ("Well, I need to know whether", 1e-5),
+    ("How much does it cost to", 3e-5),
+    ("The thing is.", 0.026),
+])
+def test_open_turns_score_low_and_wait_past_a_long_pause(text, lm):
+    p = end_of_turn_probability(text, lm)
+    assert p < 0.25
+    assert wait_ms(p, "auto") > 1500  # a 1.5 s pause mid-sentence is not cut into
+    assert wait_ms(p, "high") <= 2000 and wait_ms(p, "low") <= 8000
+
+
+def test_without_a_language_model_the_words_still_count():
+    assert end_of_turn_probability("Tell me about the history of") < 0.1
+    assert end_of_turn_probability("What time is it?") > 0.8
+    assert end_of_turn_probability("  ...  ") is None
+    assert wait_ms(None, "auto") == 500 and wait_ms(None, "high") == 250 and wait_ms(None, "low") == 1000
+
+
+def test_an_ending_whisper_guessed_waits_like_the_words_before_it():
+    """At a pause after "Could you book a table for" Whisper heard "... for it?" with its last
+    word at 0.5: the turn waits past the pause instead of answering a question never asked."""
+    lm = MessageEnd(0.53, 1e-4)
+    sure = end_of_turn_probability(HeardText("Could you book a table for it?", 0.99), lm)
+    guessed = end_of_turn_probability(HeardText("Could you book a table for it?", 0.5), lm)
+    assert wait_ms(sure, "auto") < 100
+    assert wait_ms(guessed, "auto") > 450  # past when the score arrives; a 0.5 s pause is kept
+    # A clean last word the model doubts keeps a complete question quick.
+    assert wait_ms(end_of_turn_probability(HeardText("How tall is the Eiffel tower?", 0.64), MessageEnd(0.11, 6e-6)),
+                   "auto") < 450
+    # Dropping the last word never makes a turn look more finished ("... know whether").
+    open_ = end_of_turn_probability("Well, I need to know whether", 1e-5)
+    assert end_of_turn_probability(HeardText("Well, I need to know whether", 0.2), MessageEnd(1e-5, 0.05)) == open_
+    # One doubtful word reads like no words: the neutral wait, not a long one.
+    assert 150 < wait_ms(end_of_turn_probability(HeardText("Goodnight", 0.09), MessageEnd(0.33)), "auto") < 600
+    # Without the LM's score of the shorter words, the cue stays out.
+    plain = end_of_turn_probability("Could you book a table for it?", 0.53)
+    assert end_of_turn_probability(HeardText("Could you book a table for it?", 0.5), 0.53) == plain
+
+
+def test_eagerness_maxima_are_openais():
+    for eagerness, longest in (("low", 8000), ("medium", 4000), ("high", 2000), ("auto", 4000)):
+        assert wait_ms(0.0, eagerness) == longest and wait_ms(1.0, eagerness) == 0
+    td = TurnDetection(type="semantic_vad")
+    assert td.wire() == {"type": "semantic_vad", "eagerness": "auto", "create_response": True,
+                         "interrupt_response": True}
+    assert "eagerness" not in TurnDetection().wire()
+
+
+# ---------------------------------------------------------------------------- turn-taking
+
+
+async def test_a_complete_question_ends_the_turn_at_once_with_the_held_reply():
+    backend = ScriptedTurnBackend(["What is the capital of France?"], {"What is the capital of France?": 0.9})
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    await feed(conv, tone(0.6))
+    fed = await feed_until(conv, col, "speech_stopped", 2.0)
+    assert fed is not None and fed < 0.4, fed  # server_vad would wait 0.5 s of silence
+    done = await col.wait_for("response_done")
+    assert done.status == "completed"
+    assert conv.stats.speculative_replies_used == 1 and conv.stats.turn_scores == 1
+    assert backend.scored == ["What is the capital of France?"]
+    assert conv.stats.last_turn_score > 0.9
+    await conv.close()
+    backend.close()
+
+
+async def test_a_pause_after_an_open_phrase_is_waited_out_and_the_whole_turn_answered():
+    backend = ScriptedTurnBackend(
+        ["What is the population of", "What is the population of Spain?"],
+        {"What is the population of": 1e-5, "What is the population of Spain?": 0.5})
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    await feed(conv, tone(0.6))
+    assert await feed_until(conv, col, "speech_stopped", 1.5) is None  # a 1.5 s pause: still the user's turn
+    assert not col.of("response_started") and not col.of("input_committed")
+    await feed(conv, tone(0.4))  # "... Spain?"
+    assert await feed_until(conv, col, "speech_stopped", 2.0) is not None
+    done = await col.wait_for("response_done")
+    assert done.status == "completed"
+    assert len(col.of("response_started")) == 1 and len(col.of("input_committed")) == 1
+    assert [e.transcript for e in col.of("input_transcript")] == ["What is the population of Spain?"]
+    await conv.close()
+    backend.close()
+
+
+async def test_a_guessed_last_word_does_not_end_the_turn_inside_the_pause():
+    heard = HeardText("Could you book a table for it?", 0.3)
+    whole = "Could you book a table for two people?"
+    backend = ScriptedTurnBackend([heard, whole], {heard: MessageEnd(0.53, 1e-4), whole: 0.6})
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    await feed(conv, tone(0.6))
+    assert await feed_until(conv, col, "speech_stopped", 0.8) is None  # a 0.8 s pause: not cut into
+    assert not col.of("response_started")
+    await feed(conv, tone(0.4))  # "... two people?"
+    assert await feed_until(conv, col, "speech_stopped", 2.0) is not None
+    await col.wait_for("response_done")
+    assert [e.transcript for e in col.of("input_transcript")] == [whole]
+    await conv.close()
+    backend.close()
+
+
+async def test_high_eagerness_bounds_the_wait_at_two_seconds():
+    backend = ScriptedTurnBackend(["So I was thinking that"], {"So I was thinking that": 1e-6})
+    conv = backend.open_conversation(semantic("high"))
+    col = Collector(conv)
+    await feed(conv, tone(0.5))
+    fed = await feed_until(conv, col, "speech_stopped", 3.0)
+    assert fed is not None and 1.5 < fed <= 2.3, fed
+    await col.wait_for("response_done")
+    await conv.close()
+    backend.close()
+
+
+async def test_a_failing_scorer_falls_back_to_the_words_alone():
+    backend = ScriptedTurnBackend(["What time is it?"], lm_fails=True)
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    await feed(conv, tone(0.5))
+    fed = await feed_until(conv, col, "speech_stopped", 2.0)
+    assert fed is not None and fed < 0.6, fed
+    await col.wait_for("response_done")
+    await conv.close()
+    backend.close()
+
+
+async def test_an_audio_first_backend_takes_semantic_vad_with_the_neutral_wait():
+    backend = ScriptedTurnBackend(["hello"], transcript_first=False)
+    conv = backend.open_conversation(semantic("high"))
+    col = Collector(conv)
+    await feed(conv, tone(0.5))
+    fed = await feed_until(conv, col, "speech_stopped", 2.0)
+    assert fed is not None and 0.2 <= fed <= 0.5, fed  # no words to score: an eighth of high's 2 s
+    await col.wait_for("response_done")
+    await conv.close()
+    backend.close()
+
+
+async def test_switching_between_server_and_semantic_vad_mid_session():
+    backend = ScriptedTurnBackend(["Tell me about the history of"], {"Tell me about the history of": 1e-5})
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    conv.update(ConversationConfig(input_sample_rate=16000, turn_detection=TurnDetection(silence_duration_ms=300)))
+    await feed(conv, tone(0.5))
+    fed = await feed_until(conv, col, "speech_stopped", 2.0)
+    assert fed is not None and fed < 0.5, fed  # server_vad: the fixed 300 ms, whatever the words
+    await col.wait_for("response_done")
+    await conv.close()
+    backend.close()
+
+
+# ---------------------------------------------------------------------------- the embedded model
+
+
+def test_the_embedded_llm_tells_finished_words_from_open_ones(cascade_backend):
+    """SmolLM2's end-of-message probability, asked directly and as a by-product of a reply's
+    prefill (what a held speculative reply reports), agree and separate the two kinds."""
+    import threading
+
+    from core.cascade.llm import KvState
+
+    llm, scorer = cascade_backend.llm, cascade_backend.turn_scorer
+    complete = ["What is the capital of France?", "How many legs does a bird have", "Why do leaves change colour?"]
+    open_ = ["What is the population of", "How much does it cost to...", "Well, I need to know whether"]
+    direct = {t: scorer.probability(t) for t in complete + open_}
+    assert min(direct[t] for t in complete) > 100 * max(direct[t] for t in open_), direct
+    for text in (complete[0], open_[0]):
+        got: list[MessageEnd | None] = []
+        messages = [{"role": "system", "content": cascade_backend.options.instructions},
+                    {"role": "user", "content": text}]
+        llm.generate(messages, KvState(), lambda _t: None, threading.Event(), max_tokens=1,
+                     end_of_message=got.append)
+        want = scorer.message_end(text)
+        assert want.after_words == pytest.approx(direct[text], rel=1e-3, abs=1e-7)
+        assert got and got[0].after_words == pytest.approx(direct[text], rel=0.05, abs=1e-6), (text, got, want)
+        # ... and without the last word, from the same pass.
+        assert got[0].before_last_word == pytest.approx(want.before_last_word, rel=0.05, abs=1e-6), (got, want)
+    # "What is the capital of" is far from finished, though "... of France" is.
+    assert scorer.message_end(complete[0]).before_last_word < direct[complete[0]] / 100
+
+
+def test_whisper_reports_its_confidence_in_the_last_word(cascade_backend):
+    """A clearly spoken question's last word is heard with confidence; the transcript carries it."""
+    import numpy as np
+
+    from core.audio import resample
+
+    pcm = b"".join(cascade_backend.synthesize("What is the capital of France?"))
+    audio = resample(np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768, 24000, 16000)
+    heard = cascade_backend.transcribe_turn(np.concatenate([audio, np.zeros(4800, np.float32)]))
+    assert isinstance(heard, HeardText) and "France" in heard, heard
+    assert 0.7 < heard.last_word_confidence <= 1.0, heard.last_word_confidence
+
+
+def test_the_voice_end_is_where_the_last_loud_frame_ends():
+    import numpy as np
+
+    from core.cascade.asr import _voice_end_s
+
+    t = np.arange(16000) / 16000
+    voice = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    noise = np.random.default_rng(0).normal(0, 0.001, 8000).astype(np.float32)  # -50 dB: not voice
+    assert _voice_end_s(np.concatenate([noise, voice, noise])) == pytest.approx(1.5, abs=0.011)
+    assert _voice_end_s(np.zeros(8000, np.float32)) is None
+    assert _voice_end_s(np.zeros(0, np.float32)) is None
+
+
+@pytest.mark.skipif(espeak_path() is None, reason="espeak-ng not installed")
+def test_an_ending_whisper_invents_after_the_voice_gets_no_confidence(cascade_backend):
+    """At a pause after "I need to buy a present for" (a dev phrase), Whisper hears "... for it."
+    (an espeak voice of the turn sets): "it" begins where the voice had already stopped, so the
+    transcript says its last word was not heard and the turn is scored on "I need to buy a present
+    for" (open, a long wait). A short last word that was said ("What time is it?") keeps its
+    confidence."""
+    import numpy as np
+
+    from bench.turn_set import _espeak
+    from core.audio import resample
+
+    def heard(text: str) -> HeardText:
+        audio = resample(_espeak(text, "en-us+m7", 150, 35).astype(np.float32) / 32768, 24000, 16000)
+        pad = np.zeros(4800, np.float32)
+        return cascade_backend.transcribe_turn(np.concatenate([pad, audio, pad]))
+
+    guessed = heard("I need to buy a present for")
+    assert guessed.lower().startswith("i need to buy a present for "), guessed  # a word after "for"
+    assert guessed.last_word_confidence == 0.0, (guessed, guessed.last_word_confidence)
+    p = end_of_turn_probability(guessed, MessageEnd(0.5, 1e-4))  # the LM: "... for it." done, "... for" open
+    assert wait_ms(p, "auto") > 1500, (guessed, p)
+    said = heard("What time is it?")
+    assert "time is it" in said.lower() and said.last_word_confidence > 0.5, (said, said.last_word_confidence)
