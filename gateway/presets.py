@@ -18,7 +18,7 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS
+from core.instructions import DEFAULT_INSTRUCTIONS
 
 log = logging.getLogger(__name__)
 

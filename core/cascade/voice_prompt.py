@@ -1,10 +1,9 @@
 """What the embedded LLM is told and how it decodes when the session says nothing else.
 
-A 135M model answers far better with a prompt made for voice; the default instructions live
-here (one system message, so the shared system-prompt KV cache holds all of it, examples
-included, and they cost nothing per turn) together with the decoding settings a spoken reply
-uses. Chosen with ``python -m bench.answer_fit`` on the DEV questions of ``bench/sets/answers.py``
-only (the figures per candidate are in that module's docstring).
+A 135M model answers far better with a prompt made for voice. The default instructions live in
+``core/instructions.py`` (shared with the gateway's presets): one system message, so the shared
+system-prompt KV cache holds all of it, examples included, and they cost nothing per turn. Here
+are the decoding settings a spoken reply uses, chosen with them.
 """
 
 from __future__ import annotations
@@ -12,18 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.conversation.config import ConversationConfig
-
-# The examples are quoted speech, not "Q:"/"A:" lines: with those the model began its own reply
-# with "A:". They come from the DEV pool of ``bench/answer_fit.py`` (issue 30: the two, four
-# and six-example candidates tied at 72 % right on the rest of DEV; the two-example prompt gave
-# the shortest answers). No EVAL question may appear here (tests/test_eval_leaks.py).
-DEFAULT_INSTRUCTIONS = (
-    "You are a friendly voice assistant. Your replies are read aloud, so answer every question with "
-    "one short, correct sentence in plain words: no lists, no markdown, no emoji.\n\n"
-    "For example:\n"
-    'Asked "What is the capital of Portugal?", you say: "The capital of Portugal is Lisbon."\n'
-    'Asked "What is 8 plus 5?", you say: "8 plus 5 is 13."'
-)
+from core.instructions import DEFAULT_INSTRUCTIONS  # noqa: F401 - shared with the gateway's presets
 
 # The temperature a client that names none gets: the realtime session's default
 # (core/conversation/config.py); the REST job (core/rest_jobs.py) and chat completions
