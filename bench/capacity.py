@@ -38,7 +38,8 @@ import httpx
 import psutil
 import websockets
 
-from bench.launch import Launched, raise_fd_limit, redis_server
+from bench.launch import Launched, raise_fd_limit
+from launcher.redis_server import redis_server
 from bench.stats import goal_mark, summary
 
 
@@ -242,7 +243,7 @@ def pct(values: list[float], q: float) -> float | None:
 
 async def dispatch_in_process(iterations: int = 1000) -> dict[str, Any]:
     """Release -> the head waiter resumes with its lease, inside one WorkerPool."""
-    from gateway.worker_pool import WorkerPool
+    from gateway.pool.worker_pool import WorkerPool
 
     pool = WorkerPool(capacity=iterations + 10)
     w = pool.add_worker("http://bench")
@@ -278,7 +279,7 @@ async def dispatch_shared(redis_url: str, iterations: int = 1000, hear_places: b
 
     import redis.asyncio as aioredis
 
-    from gateway.cluster.redis_queue import RedisQueue
+    from gateway.pool.redis_queue import RedisQueue
 
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     clients = [aioredis.from_url(redis_url), aioredis.from_url(redis_url)]

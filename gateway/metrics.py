@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gateway.worker_pool import Health, WorkerPool
+from gateway.pool.worker_pool import Health, WorkerPool
 
 log = logging.getLogger(__name__)
 

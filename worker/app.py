@@ -20,6 +20,7 @@ from core.processors import create_backend
 from core.processors.base import LoadProgress
 from core.protocol import Dialect, parse_extensions
 from core.session_store import SESSION_ID, new_session_id
+from core.transport import WebSocketChannel
 from worker.metrics import WorkerMetrics
 from worker.recorder import RecorderPool
 from worker.rest import rest_router
@@ -108,7 +109,7 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         # Extension events only for a client that asked (the gateway asks for what its client
         # asked, plus session.metrics for its own figures); unknown names were reported there.
         extensions, _ = parse_extensions(q.get("extensions"))
-        session = RealtimeSession(ws, backend, Dialect(beta), config.limits, model=model, session_id=session_id,
+        session = RealtimeSession(WebSocketChannel(ws), backend, Dialect(beta), config.limits, model=model, session_id=session_id,
                                   recorder=recorder, extensions=extensions,
                                   transcription=q.get("intent") == "transcription")
 

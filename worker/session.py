@@ -2,7 +2,7 @@
 
 Three tasks share the session: the reader (client events, handled in order, so a
 ``response.create`` after a ``commit`` sees the committed turn), the pump (conversation events
-translated into server events) and the writer (the only coroutine that writes the socket; it
+translated into server events) and the writer (the only coroutine that writes the channel; it
 also keeps extension events from clients that did not ask for them). Items are parsed and
 rendered in ``items.py``, a response's events in ``reply_events.py``.
 """
@@ -16,8 +16,6 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
-
-from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from core.config import LimitsConfig
 from core.conversation import ConversationConfig, Item
@@ -48,6 +46,7 @@ from core.protocol import (
     parse_client_event,
     server_event,
 )
+from core.transport import ChannelClosed, EventChannel
 from worker.items import b64, parse_item, render_item
 from worker.limits import FrameRate, check_image, check_image_b64, message_too_large
 from worker.recorder import SessionRecorder
@@ -74,7 +73,7 @@ class _Close(Exception):
 class RealtimeSession:
     def __init__(
         self,
-        ws: WebSocket,
+        channel: EventChannel,
         backend: Backend,
         dialect: Dialect,
         limits: LimitsConfig,
@@ -85,7 +84,7 @@ class RealtimeSession:
         extensions: frozenset[str] = frozenset(),
         transcription: bool = False,
     ) -> None:
-        self.ws = ws
+        self.channel = channel
         self.backend = backend
         self.dialect = dialect
         self.limits = limits
@@ -136,7 +135,7 @@ class RealtimeSession:
                 return
             kind = event["type"]
             if kind not in EXTENSION_EVENTS or kind in self.extensions:
-                await self.ws.send_text(json.dumps(event, separators=(",", ":")))
+                await self.channel.send(json.dumps(event, separators=(",", ":")))
             if self.recorder is not None and not (kind == self.dialect.audio_delta and self.settings.output_format.g711):
                 self.recorder.server_event(event)  # the recording has every event (G.711 audio as PCM)
 
@@ -170,7 +169,7 @@ class RealtimeSession:
                 if isinstance(exc, _Close):
                     self.close_code, self.close_reason = exc.code, exc.reason
                     self.end_reason = exc.reason
-                elif isinstance(exc, WebSocketDisconnect):
+                elif isinstance(exc, ChannelClosed):
                     # 1012/1001 come from our own server going down, not from the client.
                     self.end_reason = "worker_shutdown" if exc.code in (1001, 1012) else "client_closed"
                 elif exc is not None and not isinstance(exc, asyncio.CancelledError):
@@ -190,10 +189,7 @@ class RealtimeSession:
                 await asyncio.wait_for(writer, timeout=2.0)
             except (TimeoutError, Exception):  # noqa: BLE001 - socket may be gone
                 writer.cancel()
-            try:
-                await self.ws.close(self.close_code, self.close_reason)
-            except Exception:  # noqa: BLE001 - already closed by the peer
-                pass
+            await self.channel.close(self.close_code, self.close_reason)
             if self.recorder is not None:
                 self.recorder.finish(self.end_reason, self.close_code)
 
@@ -238,11 +234,8 @@ class RealtimeSession:
 
     async def _reader(self) -> None:
         while True:
-            message = await self.ws.receive()
-            if message["type"] == "websocket.disconnect":
-                raise WebSocketDisconnect(message.get("code", 1000))
-            text = message.get("text")
-            if text is None:
+            text = await self.channel.receive()
+            if not isinstance(text, str):
                 self.send_error("binary frames are not supported; send JSON text", param="frame")
                 continue
             self.last_client_event = time.monotonic()

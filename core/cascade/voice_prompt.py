@@ -15,7 +15,7 @@ from core.instructions import DEFAULT_INSTRUCTIONS  # noqa: F401 - shared with t
 
 # The temperature a client that names none gets: the realtime session's default
 # (core/conversation/config.py); the REST job (core/rest_jobs.py) and chat completions
-# (gateway/openai_models.py) default to the same 0.3.
+# (gateway/rest/models.py) default to the same 0.3.
 SESSION_DEFAULT_TEMPERATURE: float = ConversationConfig.model_fields["temperature"].default
 TOP_P = 0.9
 NO_REPEAT_NGRAM = 4

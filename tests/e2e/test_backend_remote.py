@@ -239,7 +239,7 @@ async def test_against_our_own_chat_completions(tmp_path):
     stack = Stack(tmp_path, workers=1).start()
     try:
         probe = await asyncio.to_thread(httpx.post, f"{stack.url}/v1/chat/completions", json={}, timeout=10)
-        # the route exists (gateway/openai_rest.py): an empty body is refused, never a 404
+        # the route exists (gateway/rest/routes.py): an empty body is refused, never a 404
         assert probe.status_code != 404, f"no /v1/chat/completions route: {probe.status_code} {probe.text}"
         backend = create_backend("remote_omni", {"base_url": f"{stack.url}/v1", "model": "omniduplex-cascade",
                                                  "default_voice": "joe"})

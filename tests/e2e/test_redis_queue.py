@@ -1,4 +1,4 @@
-"""The shared FIFO queue and slot leases in Redis (``gateway/cluster/redis_queue.py``), against a
+"""The shared FIFO queue and slot leases in Redis (``gateway/pool/redis_queue.py``), against a
 real ``redis-server`` started here: FIFO across gateways, no slot handed out twice under random
 load from three gateways, and a gateway that stops beating loses its slots to the queue."""
 
@@ -7,43 +7,20 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
-import subprocess
 import time
 
 import pytest
 
-from gateway.cluster.redis_queue import ClusterUnavailable, QueueFull, RedisQueue
-from tests.support.stack import free_port
+from gateway.pool.redis_queue import ClusterUnavailable, QueueFull, RedisQueue
+from launcher.redis_server import redis_server
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian redis-server not installed")
 
 
-def start_redis(port: int, folder) -> subprocess.Popen:
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(folder)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 10
-    while not _pong(port):
-        assert time.monotonic() < deadline and proc.poll() is None, "redis-server did not start"
-        time.sleep(0.05)
-    return proc
-
-
-def _pong(port: int) -> bool:
-    try:
-        out = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, timeout=2).stdout
-    except subprocess.TimeoutExpired:
-        return False
-    return out.strip() == b"PONG"
-
-
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory):
-    port = free_port()
-    proc = start_redis(port, tmp_path_factory.mktemp("redis"))
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(5)
+    with redis_server(tmp_path_factory.mktemp("redis")) as url:
+        yield url
 
 
 @pytest.fixture
@@ -153,7 +130,7 @@ async def test_a_gateway_that_stops_beating_loses_its_slot(gateways):
 async def test_redis_away_gives_clear_errors_and_comes_back(tmp_path):
     """Redis stops: a queued waiter and a new request get ``ClusterUnavailable`` (not a hang);
     once it is back the queue works again (its state starts empty: no persistence here)."""
-    from gateway.cluster.redis_queue import redis_client
+    from gateway.pool.redis_queue import redis_client
 
     port = free_port()
     proc = start_redis(port, tmp_path)
@@ -186,7 +163,7 @@ async def test_redis_away_gives_clear_errors_and_comes_back(tmp_path):
 
 async def test_a_burst_of_joins_queues_for_redis_connections(redis_url):
     """300 clients joining one gateway at once (more than its Redis connections) all queue."""
-    from gateway.cluster.redis_queue import redis_client
+    from gateway.pool.redis_queue import redis_client
 
     client = redis_client(redis_url)
     q = RedisQueue(client, gateway_id="burst", prefix="burst", lease_ttl_s=5, capacity=1000)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from core.config import load_config
 from core.session_store import new_session_id
-from gateway.cleanup import apply_cleanup, plan_cleanup
+from gateway.recordings.cleanup import apply_cleanup, plan_cleanup
 from tests.support.stack import ROOT
 
 MB = 1024 * 1024
@@ -93,10 +93,10 @@ def test_dry_run_command_line_lists_and_keeps(tmp_path):
     old = make_session(tmp_path, age_days=40, size_mb=1)
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"data_dir": str(tmp_path)}))
-    out = subprocess.run([sys.executable, "-m", "gateway.cleanup", "--config", str(cfg), "--dry-run"],
+    out = subprocess.run([sys.executable, "-m", "gateway.recordings.cleanup", "--config", str(cfg), "--dry-run"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
     assert f"would delete {old}: older than the retention" in out
     assert (tmp_path / "sessions" / old).exists()
-    out = subprocess.run([sys.executable, "-m", "gateway.cleanup", "--config", str(cfg)],
+    out = subprocess.run([sys.executable, "-m", "gateway.recordings.cleanup", "--config", str(cfg)],
                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
     assert f"deleted {old}" in out and not (tmp_path / "sessions" / old).exists()

@@ -14,8 +14,8 @@ import pytest
 from fastapi import FastAPI
 
 from core.rest_jobs import CHAT_PATH, SPEECH_PATH, TRANSCRIPTION_PATH
-from gateway.openai_rest import openai_router
-from gateway.worker_pool import Health, WorkerPool
+from gateway.rest.routes import openai_router
+from gateway.pool.worker_pool import Health, WorkerPool
 
 MODEL = "omniduplex-cascade"
 CAPS = ["audio_input", "audio_output", "image_input", "text_output"]

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from gateway.worker_pool import (
+from gateway.pool.worker_pool import (
     Health,
     NoCapableWorkerError,
     QueueCancelledError,

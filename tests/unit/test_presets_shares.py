@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from core.config import AppConfig
 from gateway.app import create_app
-from gateway.presets import BUILTIN_PRESETS
+from gateway.site.presets import BUILTIN_PRESETS
 
 TINY_JPEG = "data:image/jpeg;base64,/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAgGBgcGBQgHBwcJCQgKDBQNDAsLDBkSEw8UHR8e"
 
@@ -76,7 +76,7 @@ def test_presets_file_overrides_builtins(client, data_dir):
 ])
 def test_invalid_presets_file_keeps_builtins(client, data_dir, caplog, content, reason):
     (data_dir / "presets.json").write_text(content)
-    with caplog.at_level(logging.ERROR, logger="gateway.presets"):
+    with caplog.at_level(logging.ERROR, logger="gateway.site.presets"):
         body = client.get("/api/presets").json()
     assert body["source"] == "builtin"
     assert [p["id"] for p in body["presets"]] == [p.id for p in BUILTIN_PRESETS]

@@ -1,11 +1,11 @@
-"""Per-IP and per-key session limits (gateway/ratelimit.py) with a fake clock."""
+"""Per-IP and per-key session limits (gateway/access/rate_limits.py) with a fake clock."""
 
 from __future__ import annotations
 
 import pytest
 
 from core.config import RateLimit
-from gateway.ratelimit import RateLimited, SessionLimiter
+from gateway.access.rate_limits import RateLimited, SessionLimiter
 
 
 class Clock:

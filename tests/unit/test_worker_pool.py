@@ -9,8 +9,8 @@ import random
 import httpx
 import pytest
 
-from gateway.health import HealthChecker
-from gateway.worker_pool import (
+from gateway.pool.health_checker import HealthChecker
+from gateway.pool.worker_pool import (
     Health,
     NoCapableWorkerError,
     QueueFullError,

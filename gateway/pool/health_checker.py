@@ -24,7 +24,7 @@ import random
 
 import httpx
 
-from gateway.worker_pool import Worker, WorkerPool
+from gateway.pool.worker_pool import Worker, WorkerPool
 
 log = logging.getLogger(__name__)
 

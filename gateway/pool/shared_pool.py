@@ -28,8 +28,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from gateway.cluster.redis_queue import ClusterUnavailable, QueueFull, RedisQueue, redis_client, redis_reachable
-from gateway.worker_pool import (
+from gateway.pool.redis_queue import ClusterUnavailable, QueueFull, RedisQueue, redis_client, redis_reachable
+from gateway.pool.worker_pool import (
     EMA_ALPHA,
     Health,
     Lease,

@@ -28,17 +28,23 @@ from pydantic import ValidationError
 from core.ids import new_id
 from core.rest_jobs import CHAT_PATH, REQUEST_ID_HEADER, SPEECH_PATH, TRANSCRIPTION_PATH, SpeechJob
 from core.streaming import ClosingStreamingResponse
-from gateway.openai_format import ChatContext, sse, transcription_body
-from gateway.openai_io import THREAD_PARSE_BYTES, parse_json, parse_multipart, read_body, validation_error
-from gateway.openai_models import (
+from gateway.pool.redis_queue import ClusterUnavailable
+from gateway.pool.worker_pool import (
+    Lease,
+    NoCapableWorkerError,
+    QueueFullError,
+    QueueTimeoutError,
+    WorkerPool,
+)
+from gateway.rest.body import THREAD_PARSE_BYTES, parse_json, parse_multipart, read_body, validation_error
+from gateway.rest.format import ChatContext, sse, transcription_body
+from gateway.rest.models import (
     ApiError,
     ChatCompletionRequest,
     SpeechRequest,
     TranscriptionForm,
     inline_schema,
 )
-from gateway.cluster.redis_queue import ClusterUnavailable
-from gateway.worker_pool import Lease, NoCapableWorkerError, QueueFullError, QueueTimeoutError, WorkerPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

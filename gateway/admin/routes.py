@@ -22,14 +22,12 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.access import Access
-from gateway.apps import APP_IDS, SettingsStore
-from gateway.presets import BUILTIN_PRESETS, PRESETS_FILE, PresetFile, PresetStore
-from gateway.worker_pool import WorkerPool
+from gateway.admin.settings import APP_IDS, SettingsStore
+from gateway.pool.worker_pool import WorkerPool
+from gateway.site.presets import BUILTIN_PRESETS, PRESETS_FILE, PresetFile, PresetStore
 
 COOKIE = "omni_admin"
 VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
@@ -112,53 +110,6 @@ def make_require_admin(admin_token: str):
             raise HTTPException(403, "cross-site admin request refused")
 
     return require_admin
-
-
-# --------------------------------------------------------------------------- /v1 HTTP gate
-
-
-def api_access_middleware(access: Access, settings: SettingsStore):
-    """ASGI middleware for ``/v1/*`` HTTP: the API key and the ``api`` app toggle (OpenAI-shaped errors)."""
-
-    class ApiAccess:
-        def __init__(self, app: ASGIApp) -> None:
-            self.app = app
-
-        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "http" and scope["path"].startswith("/v1/"):
-                request = Request(scope)
-                ok, _ = access.check_key(request)
-                if not ok:
-                    await _openai_error(401, "invalid_api_key", "a valid API key is required "
-                                        "(Authorization: Bearer <key>)")(scope, receive, send)
-                    return
-                if not settings.enabled("api"):
-                    await _openai_error(403, "app_disabled", "the API is disabled by the operator")(
-                        scope, receive, send)
-                    return
-            await self.app(scope, receive, send)
-
-    return ApiAccess
-
-
-def _openai_error(status: int, code: str, message: str) -> JSONResponse:
-    kind = "invalid_request_error" if status != 403 else "permission_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": code}},
-                        status_code=status)
-
-
-# --------------------------------------------------------------------------- public
-
-
-def public_router(settings: SettingsStore, access: Access) -> APIRouter:
-    router = APIRouter()
-
-    @router.get("/api/apps")
-    async def apps() -> dict[str, Any]:
-        """For the pages: which apps are on, and whether sessions need an API key."""
-        return {"apps": [a.model_dump() for a in settings.apps()], "api_key_required": access.keys_required}
-
-    return router
 
 
 # --------------------------------------------------------------------------- admin

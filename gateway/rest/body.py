@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from gateway.openai_models import ApiError
+from gateway.rest.models import ApiError
 
 M = TypeVar("M", bound=BaseModel)
 THREAD_PARSE_BYTES = 256 * 1024

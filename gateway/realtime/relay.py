@@ -1,6 +1,6 @@
-"""Opaque two-way relay between a client WebSocket and a worker WebSocket.
+"""Opaque two-way relay between a client (any ``EventChannel``) and a worker WebSocket.
 
-Frames pass through untouched (never decoded, re-chunked or buffered beyond the socket
+Messages pass through untouched (never decoded, re-chunked or buffered beyond the socket
 libraries' own queues). Whichever side ends first decides how the other is closed.
 """
 
@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+
+from core.transport import ChannelClosed, EventChannel
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class RelayResult:
     reason: str
 
 
-async def relay(client: WebSocket, worker: ClientConnection, first_messages: list[str] | None = None,
+async def relay(client: EventChannel, worker: ClientConnection, first_messages: list[str] | None = None,
                 on_worker_text: Callable[[str], None] | None = None, drop_prefix: str | None = None) -> RelayResult:
     """``on_worker_text`` sees each worker->client text frame (cheaply; it must not block or raise);
     text frames that start with ``drop_prefix`` are not passed on (the gateway's own metrics
@@ -45,21 +46,14 @@ async def relay(client: WebSocket, worker: ClientConnection, first_messages: lis
 
     async def client_to_worker() -> RelayResult:
         while True:
-            message = await client.receive()
-            if message["type"] == "websocket.disconnect":
-                return RelayResult("client", message.get("code", 1000) or 1000, message.get("reason") or "")
-            text = message.get("text")
-            if text is not None:
-                await worker.send(text)
-            elif message.get("bytes") is not None:
-                await worker.send(message["bytes"])
+            await worker.send(await client.receive())
 
     blocked_since: list[float | None] = [None]  # when the pending send to the client started
 
-    async def to_client(send, message) -> None:
+    async def to_client(message: str | bytes) -> None:
         # No wait_for per frame (it costs a task and a timer each); the watchdog below checks.
         blocked_since[0] = time.monotonic()
-        await send(message)
+        await client.send(message)
         blocked_since[0] = None
 
     async def watchdog() -> RelayResult:
@@ -78,9 +72,7 @@ async def relay(client: WebSocket, worker: ClientConnection, first_messages: lis
                         on_worker_text(message)
                     if drop_prefix is not None and message.startswith(drop_prefix):
                         continue
-                    await to_client(client.send_text, message)
-                else:
-                    await to_client(client.send_bytes, message)
+                await to_client(message)
         except ConnectionClosedOK:
             pass
         except ConnectionClosed as exc:
@@ -116,11 +108,9 @@ def _result(task: asyncio.Task) -> RelayResult:
         return task.result()
     except _ClientNotReading:
         return RelayResult("client", CLOSE_NOT_READING, "client is not reading")
-    except WebSocketDisconnect as exc:
-        return RelayResult("client", exc.code, exc.reason or "")
+    except ChannelClosed as exc:  # the client left (a receive), or was gone when sent to
+        return RelayResult("client", exc.code, exc.reason)
     except ConnectionClosed as exc:
         if exc.rcvd is None:
             return RelayResult("worker_failed", 1011, "worker connection lost")
         return RelayResult("worker", exc.rcvd.code, exc.rcvd.reason)
-    except (RuntimeError, OSError) as exc:  # client socket already gone while sending to it
-        return RelayResult("client", 1006, str(exc))

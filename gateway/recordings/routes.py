@@ -33,7 +33,7 @@ from core.session_store import (
     session_dir,
     token_matches,
 )
-from gateway.auth import is_admin, presented_token
+from gateway.admin.token import is_admin, presented_token
 
 FILE_NAME = re.compile(r"^[0-9]{6}\.(wav|jpg|png)$")
 MEDIA_TYPES = {".wav": "audio/wav", ".jpg": "image/jpeg", ".png": "image/png", ".mp4": "video/mp4"}

@@ -1,7 +1,7 @@
 """Storage cleanup for recordings: age first, then a size cap, oldest first; never a live session.
 
 Runs inside the gateway every ``recording.cleanup_interval_s`` (in a thread) and from the command
-line: ``python -m gateway.cleanup --config config.json [--dry-run]`` prints what it would delete.
+line: ``python -m gateway.recordings.cleanup --config config.json [--dry-run]`` prints what it would delete.
 Also removes stale temp files (``*.tmp`` left by a crash mid-write) and old diagnostics
 (``<data_dir>/diagnostics``). Live sessions (see ``StoredSession.is_live``) are never touched,
 not even to meet the size cap.
@@ -133,7 +133,7 @@ def describe(plan: CleanupPlan, dry_run: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m gateway.cleanup", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m gateway.recordings.cleanup", description=__doc__.splitlines()[0])
     add_cli_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     args = parser.parse_args(argv)

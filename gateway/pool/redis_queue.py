@@ -16,7 +16,7 @@ Keys (under ``prefix``):
 * channel ``events``: ``assigned <gateway> <ticket> <worker>`` per assignment, ``queue`` when
   places moved.
 
-The gateway uses it through ``gateway/cluster/shared_pool.py`` when ``cluster.redis_url`` is set.
+The gateway uses it through ``gateway/pool/shared_pool.py`` when ``cluster.redis_url`` is set.
 """
 
 from __future__ import annotations

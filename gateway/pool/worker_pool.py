@@ -13,7 +13,7 @@ Design (DESIGN.md "WorkerPool", seeds/004):
   worker can serve it, so whatever a later entry gets could not have served the earlier one.
 - Everything runs on one event loop, so there are no locks.
 
-Health is driven from outside: ``HealthChecker`` (gateway/health.py) calls ``update_health``;
+Health is driven from outside: ``HealthChecker`` (gateway/pool/health_checker.py) calls ``update_health``;
 relay code calls ``report_failure`` when a session sees a worker fail. Operator states
 ``DISABLED`` (drain) and ``DEAD`` are never overridden by probes.
 """
@@ -392,7 +392,7 @@ class WorkerPool:
         self._release(lease, record=record)
 
     # ------------------------------------------------------------------ operator actions
-    # What the admin API awaits. Here they act at once; the shared pool (gateway/cluster) acts in
+    # What the admin API awaits. Here they act at once; the shared pool (gateway/pool/shared_pool.py) acts in
     # Redis, so an action on any gateway reaches all of them.
 
     async def start(self) -> None:

@@ -1,0 +1,92 @@
+"""How a realtime session's events travel: one small interface, whatever carries them.
+
+A session (the gateway's queue-and-relay, the worker's realtime session) only receives client
+events, sends server events and closes with a code. ``EventChannel`` is that much and no more,
+so a second transport (a WebRTC call: a data channel for the events, media tracks for the audio)
+plugs in beside the WebSocket without touching queueing, relaying, limits or recording.
+``WebSocketChannel`` is the first implementation, over Starlette's WebSocket.
+
+Shared by both processes (top-level in ``core/``): it imports no model code.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+Message = str | bytes
+
+
+class ChannelClosed(Exception):
+    """The peer has gone (or the channel was closed); ``code`` is the WebSocket close code."""
+
+    def __init__(self, code: int = 1006, reason: str = "") -> None:
+        super().__init__(reason or f"closed ({code})")
+        self.code = code
+        self.reason = reason
+
+
+class EventChannel(abc.ABC):
+    """One peer of a realtime session. Events are JSON text; binary messages pass as bytes."""
+
+    @abc.abstractmethod
+    async def receive(self) -> Message:
+        """The next message from the peer; raises ``ChannelClosed`` once the peer has gone."""
+
+    @abc.abstractmethod
+    async def send(self, message: Message) -> None:
+        """Deliver one message; raises ``ChannelClosed`` when the peer has gone."""
+
+    @abc.abstractmethod
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Close with ``code``; never raises, and does nothing once closed."""
+
+    @property
+    @abc.abstractmethod
+    def open(self) -> bool:
+        """Whether messages can still be sent."""
+
+
+class WebSocketChannel(EventChannel):
+    """An accepted Starlette WebSocket as an ``EventChannel``."""
+
+    __slots__ = ("ws",)
+
+    def __init__(self, ws: WebSocket) -> None:
+        self.ws = ws
+
+    async def receive(self) -> Message:
+        try:
+            message = await self.ws.receive()
+        except WebSocketDisconnect as exc:
+            raise ChannelClosed(exc.code, exc.reason or "") from None
+        except RuntimeError as exc:  # receive after the disconnect message
+            raise ChannelClosed(1006, str(exc)) from None
+        if message["type"] == "websocket.disconnect":
+            raise ChannelClosed(message.get("code", 1000) or 1000, message.get("reason") or "")
+        text = message.get("text")
+        if text is not None:
+            return text
+        return message.get("bytes") or b""
+
+    async def send(self, message: Message) -> None:
+        try:
+            if isinstance(message, str):
+                await self.ws.send_text(message)
+            else:
+                await self.ws.send_bytes(message)
+        except WebSocketDisconnect as exc:
+            raise ChannelClosed(exc.code, exc.reason or "") from None
+        except (RuntimeError, OSError) as exc:  # the socket is already gone
+            raise ChannelClosed(1006, str(exc)) from None
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        if self.ws.client_state == WebSocketState.CONNECTED:
+            with contextlib.suppress(Exception):
+                await self.ws.close(code, reason[:120])
+
+    @property
+    def open(self) -> bool:
+        return self.ws.client_state == WebSocketState.CONNECTED

@@ -1,0 +1,304 @@
+"""One realtime session at the gateway: queue, assignment, relay to the worker, release.
+
+Transport-neutral: the client is an ``EventChannel`` (``core/transport.py``) and what it asked
+for at connect time a ``SessionRequest``, so a WebSocket (``websocket.py``) and, next, a WebRTC
+call reach the same queueing, relaying, limits and recording. The slot is taken by
+``WorkerPool.acquire`` and given back in ``finally``, on every path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import time
+from typing import Any
+from urllib.parse import urlencode
+
+import websockets
+
+from core import logctx
+from core.config import AppConfig
+from core.ids import new_id
+from core.protocol import EXTENSION_EVENTS, error_event, server_event, unknown_extensions_error
+from core.session_store import new_session_id, new_share_token, token_hash
+from core.transport import ChannelClosed, EventChannel
+from gateway.metrics import METRICS_PREFIX, GatewayMetrics
+from gateway.pool.redis_queue import ClusterUnavailable
+from gateway.pool.worker_pool import (
+    Lease,
+    NoCapableWorkerError,
+    QueueCancelledError,
+    QueueFullError,
+    QueueStatus,
+    QueueTimeoutError,
+    WorkerPool,
+)
+from gateway.realtime.relay import RelayResult, relay
+from gateway.realtime.request import SessionRequest
+
+log = logging.getLogger(__name__)
+
+MAX_EARLY_MESSAGES = 256  # client events sent while queued, forwarded once assigned
+CLOSE_TRY_AGAIN = 1013
+CLOSE_OPERATOR = 4004  # ended or removed from the queue by the operator
+
+
+class RealtimeProxy:
+    """One client session, whatever its transport: queue, assignment, relay, release."""
+
+    def __init__(self, client: EventChannel, request: SessionRequest, pool: WorkerPool, config: AppConfig) -> None:
+        self.client = client
+        self.pool = pool
+        self.config = config
+        self.ticket = new_id("ticket")
+        self.beta = request.beta
+        self.model = request.model
+        self.app_name = request.app
+        # Recording: on when the service records, unless this client said record=false.
+        self.record = config.recording.enabled and request.record
+        self.requirements = request.requirements
+        # Extension events (queue.*, session.recording, session.metrics, ...) only on request:
+        # standard clients validate every event against OpenAI's types.
+        self.extensions, self.unknown_extensions = request.extensions, request.unknown_extensions
+        self.intent = request.intent
+        # Queue messages go out through one ordered outbox drained by a short-lived task, not a
+        # task per waiting client: a thousand waiters then cost two tasks each, not three.
+        self._outbox: collections.deque[dict[str, Any]] = collections.deque()
+        self._sender: asyncio.Task | None = None
+        self._assigned_sent = False
+        self.early: list[str] = []
+        # What the admin page shows; set as the session moves on.
+        self.metrics: GatewayMetrics | None = None
+        self.client_ip = request.client_ip
+        self.created_at = time.time()
+        self.state = "queued"
+        self.session_id: str | None = None
+        self.worker_id: str | None = None
+        self.assigned_at: float | None = None
+        self._stop = asyncio.Event()
+        self._stop_reason = ""
+
+    def end_by_operator(self, reason: str = "ended by the operator") -> None:
+        """Admin: end this session now (it gets ``session_ended_by_operator`` and close 4004)."""
+        self._stop_reason = reason
+        if self.state == "queued" and self.pool.cancel(self.ticket, reason):
+            return
+        self._stop.set()
+
+    def info(self) -> dict[str, Any]:
+        return {"ticket": self.ticket, "session_id": self.session_id, "state": self.state, "app": self.app_name,
+                "worker_id": self.worker_id, "client": self.client_ip, "created_at": self.created_at,
+                "assigned_at": self.assigned_at, "record": self.record}
+
+    async def _send(self, event: dict[str, Any]) -> bool:
+        try:
+            await self.client.send(json.dumps(event, separators=(",", ":")))
+            return True
+        except ChannelClosed:  # client already gone
+            return False
+
+    def _post(self, event: dict[str, Any]) -> None:
+        if event["type"] in EXTENSION_EVENTS and event["type"] not in self.extensions:
+            return
+        self._outbox.append(event)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._outbox:
+            await self._send(self._outbox.popleft())
+
+    async def _flush(self) -> None:
+        if self._sender is not None:
+            with contextlib.suppress(Exception):
+                await self._sender
+
+    def _on_status(self, s: QueueStatus) -> None:
+        self._post(server_event("queue.position", ticket=s.ticket, position=s.position, queue_length=s.queue_length,
+                                eta_s=round(s.eta_s, 1)))
+
+    def _on_assigned(self, lease: Lease) -> None:
+        # Called inside the pool's dispatch, before the other waiters' position updates.
+        self._assigned_sent = True
+        self._post(server_event("queue.assigned", ticket=self.ticket, worker_id=lease.worker.id,
+                                queued_s=round(lease.queued_s, 3)))
+
+    async def _close(self, code: int, reason: str) -> None:
+        await self.client.close(code, reason)
+
+    async def run(self) -> None:
+        lease: Lease | None = None
+        logctx.bind(session=self.ticket)
+        if self.unknown_extensions:
+            await self._send(unknown_extensions_error(list(self.unknown_extensions)))
+        try:
+            lease = await self._wait_for_worker()
+            if lease is None:
+                return
+            if self.metrics is not None:
+                self.metrics.queue_wait.observe(lease.queued_s)
+            await self._serve(lease)
+        finally:
+            self.state = "ended"
+            if lease is not None:
+                self.pool.release(lease)
+
+    async def _wait_for_worker(self) -> Lease | None:
+        """Queue until a worker is assigned; a client that leaves is dropped at once."""
+        acquire = asyncio.create_task(self.pool.acquire(self.requirements, self.ticket, self._on_status,
+                                                        self._on_assigned))
+        receive = asyncio.create_task(self.client.receive())
+        try:
+            while True:
+                done, _ = await asyncio.wait({acquire, receive}, return_when=asyncio.FIRST_COMPLETED)
+                if receive in done:
+                    try:
+                        message = receive.result()
+                    except ChannelClosed:
+                        acquire.cancel()
+                        lease = None
+                        with contextlib.suppress(BaseException):
+                            lease = await acquire
+                        if lease is not None:
+                            # Assigned in the same instant the client left: give the slot back.
+                            self.pool.release(lease, record=False)
+                        return None
+                    if isinstance(message, str):
+                        if len(self.early) >= MAX_EARLY_MESSAGES:
+                            await self._send(error_event("too many events sent while queued", "queue_overflow"))
+                        else:
+                            self.early.append(message)
+                    receive = asyncio.create_task(self.client.receive())
+                if acquire in done:
+                    try:
+                        return acquire.result()
+                    except QueueCancelledError as exc:
+                        await self._send(error_event(str(exc), "queue_cancelled"))
+                        await self._close(CLOSE_OPERATOR, "removed from the queue by the operator")
+                    except QueueFullError as exc:
+                        await self._send(error_event(str(exc), "queue_full", kind="server_error"))
+                        await self._close(CLOSE_TRY_AGAIN, f"queue full: {exc}")
+                    except QueueTimeoutError as exc:
+                        await self._send(error_event(str(exc), "queue_timeout", kind="server_error"))
+                        await self._close(CLOSE_TRY_AGAIN, "queue wait exceeded")
+                    except NoCapableWorkerError as exc:
+                        await self._send(error_event(str(exc), "no_capable_worker"))
+                        await self._close(1008, str(exc))
+                    except ClusterUnavailable as exc:
+                        await self._send(error_event(f"no session can start now: {exc}", "cluster_unavailable",
+                                                     kind="server_error"))
+                        await self._close(CLOSE_TRY_AGAIN, "the shared queue is unreachable; try again")
+                    return None
+        finally:
+            receive.cancel()
+            if not acquire.done():
+                acquire.cancel()
+
+    async def _serve(self, lease: Lease) -> None:
+        worker = lease.worker
+        if not self._assigned_sent:  # assigned at once, without queueing
+            self._on_assigned(lease)
+        await self._flush()  # queue.* before anything from the worker
+        session_id = new_session_id()
+        self.session_id, self.worker_id, self.assigned_at = session_id, worker.id, time.time()
+        self.state = "connecting"
+        logctx.bind(session=session_id, worker=worker.id)
+        params = {"dialect": "beta" if self.beta else "ga", "session_id": session_id, "model": self.model,
+                  "app": self.app_name, "record": "true" if self.record else "false",
+                  # session.metrics always: the gateway's own latency figures come from it
+                  "extensions": ",".join(sorted(self.extensions | {"session.metrics"}))}
+        if self.intent:
+            params["intent"] = self.intent
+        if self.record:
+            # Only the hash reaches the worker and the disk; the link goes to this client alone.
+            token = new_share_token()
+            params["share_hash"] = token_hash(token)
+            self._post(server_event("session.recording", session_id=session_id,
+                                    share_url=f"/s/{session_id}?token={token}"))
+            await self._flush()
+        url = (
+            worker.url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/")
+            + "/ws/realtime?" + urlencode(params)
+        )
+        wcfg = self.config.workers
+        try:
+            conn = await websockets.connect(
+                # Server events from our own worker: not bounded by the client message limit (a
+                # spoken reply's audio delta can be larger than what a client may send).
+                url, open_timeout=wcfg.connect_timeout_s,
+                max_size=max(self.config.limits.transport_max_bytes, 16 * 2**20),
+                ping_interval=wcfg.ping_interval_s, ping_timeout=wcfg.ping_interval_s, compression=None,
+                # a hung worker never completes a close handshake: give up on it after 2 s
+                close_timeout=2,
+            )
+        except (TimeoutError, OSError, websockets.WebSocketException) as exc:
+            await self._worker_unavailable(worker.id, f"connect failed: {exc!r}")
+            return
+        # A worker that accepts the socket but never speaks (hung) must not hold the slot forever.
+        first: str | bytes | None = None
+        try:
+            first = await asyncio.wait_for(conn.recv(), wcfg.connect_timeout_s)
+        except TimeoutError:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 1)
+            await self._worker_unavailable(worker.id, f"no session.created within {wcfg.connect_timeout_s:g} s")
+            return
+        except websockets.ConnectionClosed:
+            pass  # the relay reads the close and reports it
+        if isinstance(first, str):
+            if self.metrics is not None:
+                self.metrics.observe_worker_text(first)
+            with contextlib.suppress(ChannelClosed):
+                await self.client.send(first)
+        started = time.monotonic()
+        self.state = "active"
+        try:
+            result = await self._relay_until_stopped(conn)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 2)
+        log.info("session %s on %s ended by %s (%s) after %.1fs", self.ticket, worker.id, result.ended_by,
+                 result.code, time.monotonic() - started)
+        if self.metrics is not None:
+            self.metrics.sessions_ended.labels(result.ended_by).inc()
+        if result.ended_by == "operator":
+            await self._send(error_event(f"the session was {result.reason}", "session_ended_by_operator",
+                                         kind="server_error"))
+            await self._close(CLOSE_OPERATOR, result.reason)
+        elif result.ended_by == "worker_failed":
+            self.pool.report_failure(worker.id, result.reason)
+            await self._send(error_event("the model worker failed during the session; please reconnect",
+                                         "worker_failed", kind="server_error"))
+            await self._close(1011, "worker failed")
+        elif result.ended_by == "client" and result.code == 1008:  # stopped reading: close, briefly
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._close(1008, result.reason), 2)
+        elif result.ended_by == "worker":
+            await self._close(result.code if result.code >= 1000 else 1011, result.reason)
+
+    async def _worker_unavailable(self, worker_id: str, why: str) -> None:
+        log.warning("worker %s unavailable for %s: %s", worker_id, self.ticket, why)
+        self.pool.report_failure(worker_id, why)
+        await self._send(error_event("the assigned worker could not be reached; please reconnect",
+                                     "worker_unavailable", kind="server_error"))
+        await self._close(1011, "worker unavailable")
+
+    async def _relay_until_stopped(self, conn) -> RelayResult:
+        """The relay, unless the operator ends the session first."""
+        observe = self.metrics.observe_worker_text if self.metrics is not None else None
+        drop = None if "session.metrics" in self.extensions else METRICS_PREFIX
+        relaying = asyncio.create_task(relay(self.client, conn, self.early, on_worker_text=observe, drop_prefix=drop))
+        stopping = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({relaying, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if relaying.done():
+            return relaying.result()
+        relaying.cancel()
+        with contextlib.suppress(BaseException):
+            await relaying
+        return RelayResult("operator", CLOSE_OPERATOR, self._stop_reason or "ended by the operator")

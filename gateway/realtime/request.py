@@ -1,0 +1,46 @@
+"""What a client asks for when it opens a realtime session, whatever the transport.
+
+A WebSocket says it in the URL's query and headers; a WebRTC call will say it in its offer's
+request. Either way the proxy gets this one frozen value, not the transport's request object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import HTTPConnection
+
+from core.protocol import parse_extensions
+
+DEFAULT_MODEL = "omniduplex-cascade"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRequest:
+    beta: bool = False  # ``OpenAI-Beta: realtime=v1``: the beta dialect
+    model: str = DEFAULT_MODEL
+    app: str = "api"  # which page or API opened it (operator toggles, recordings)
+    record: bool = True  # False when the client said ``record=false``
+    requirements: frozenset[str] = frozenset()  # worker capabilities the session needs
+    extensions: frozenset[str] = frozenset()  # extension events the client asked for
+    unknown_extensions: tuple[str, ...] = ()  # asked for but unknown: reported, not fatal
+    intent: str = ""  # ``transcription`` for a transcription session
+    client_ip: str = "unknown"
+
+
+def session_request(conn: HTTPConnection, client_ip: str) -> SessionRequest:
+    """The request of a connection whose options are in its query string (``/v1/realtime?...``)."""
+    q = conn.query_params
+    extensions, unknown = parse_extensions(q.get("extensions"))
+    caps = q.get("capabilities") or ""
+    return SessionRequest(
+        beta="realtime=v1" in conn.headers.get("openai-beta", ""),
+        model=q.get("model") or DEFAULT_MODEL,
+        app=(q.get("app") or "api")[:40],
+        record=q.get("record", "true").lower() not in ("false", "0", "off"),
+        requirements=frozenset(c for c in caps.split(",") if c),
+        extensions=extensions,
+        unknown_extensions=tuple(unknown),
+        intent=q.get("intent") or "",
+        client_ip=client_ip,
+    )
