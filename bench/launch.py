@@ -1,16 +1,14 @@
-"""Start real gateway and worker processes for a benchmark (temp data dir, shared model cache)."""
+"""Start real gateway and worker processes for a benchmark (temp data dir, shared model cache).
+
+The processes are started and stopped with :mod:`launcher.processes` (they die with the benchmark,
+even one killed with ``kill -9``); a private Redis comes from :mod:`launcher.redis_server`."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import resource
-import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -19,7 +17,7 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from launcher.processes import ROOT, free_port, free_ports, spawn_module, stop, stop_all
 
 
 def raise_fd_limit() -> int:
@@ -28,49 +26,6 @@ def raise_fd_limit() -> int:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-# Ports this process has handed out. A probe socket is closed before the caller binds the port, and the
-# kernel may give the same port to the next probe, so a gateway port picked right after a worker block
-# could land inside it (CI met "gateway.port 51601 collides with worker ports 51601-51601").
-_handed_out: set[int] = set()
-
-
-def _probe_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_port() -> int:
-    """A free port not handed out before by this process."""
-    for _ in range(1000):
-        port = _probe_port()
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise RuntimeError("no free port left that was not handed out before")
-
-
-def free_ports(n: int) -> int:
-    """A base port with ``n`` consecutive free ports, none handed out before by this process."""
-    for _ in range(100):
-        base = _probe_port()
-        block = range(base, base + n)
-        if base + n >= 65000 or any(p in _handed_out for p in block):
-            continue
-        ok = True
-        for p in block:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            _handed_out.update(block)
-            return base
-    raise RuntimeError("no free port block")
 
 
 class Launched:
@@ -160,27 +115,16 @@ class Launched:
         raise RuntimeError(f"gateway {name} not ready in time: {(self.tmp / f'{name}.log').read_text()[-2000:]}")
 
     def stop_one(self, name: str) -> None:
-        proc = self.procs.pop(name)
         self.gateway_ports.pop(name, None)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        stop(self.procs.pop(name), grace=15)
 
     def log(self, name: str) -> str:
         path = self.tmp / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
     def _spawn(self, name: str, args: list[str], config_path: Path | None = None) -> None:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-        log = open(self.tmp / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", *args, "--config", str(config_path or self.config_path)], cwd=ROOT, env=env,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        self.procs[name] = spawn_module(*args, "--config", str(config_path or self.config_path),
+                                        log=self.tmp / f"{name}.log")
 
     def wait_ready(self, timeout: float = 300.0) -> None:
         deadline = time.monotonic() + timeout
@@ -201,59 +145,13 @@ class Launched:
         raise RuntimeError("benchmark stack not ready in time")
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_all(self.procs.values(), grace=15)
 
     def __enter__(self) -> Launched:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def redis_pong(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def redis_server(folder: Path) -> Iterator[str]:
-    """A private, non-persistent Debian ``redis-server`` on a free port for the duration; yields
-    its ``redis://`` URL (for ``cluster.redis_url``)."""
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise SystemExit("redis-server is not installed (Debian: apt-get install redis-server); "
-                         "several gateways share their queue through it")
-    folder.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(folder)], stdout=open(folder / "redis.log", "ab"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 10
-        while not redis_pong(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start: {(folder / 'redis.log').read_text()[-1000:]}")
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
 
 
 @contextlib.contextmanager

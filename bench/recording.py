@@ -19,8 +19,6 @@ import base64
 import json
 import math
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,15 +27,14 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import httpx
 import numpy as np
 import websockets
 
+from bench.launch import Launched
 from bench.stats import goal_mark, summary
 
 CLIENT_V2V_GOAL_PCT = 5  # goal: client V2V (median) with recording at most this much above without
 
-ROOT = Path(__file__).resolve().parent.parent
 RATE = 24000
 CHUNK_MS = 40
 PROMPTS = ["What is the capital of France?", "What colour is the sky?", "Which animal says meow?",
@@ -46,36 +43,6 @@ PROMPTS = ["What is the capital of France?", "What colour is the sky?", "Which a
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_worker(tmp: Path) -> tuple[subprocess.Popen, str]:
-    data = tmp / "data"
-    data.mkdir()
-    (ROOT / "data" / "models").mkdir(parents=True, exist_ok=True)
-    (data / "models").symlink_to(ROOT / "data" / "models")
-    port = free_port()
-    cfg = tmp / "config.json"
-    cfg.write_text(json.dumps({"data_dir": str(data), "workers": {"count": 1, "base_port": port}}))
-    proc = subprocess.Popen([sys.executable, "-m", "worker", "--config", str(cfg), "--index", "0"], cwd=ROOT,
-                            stdout=open(tmp / "worker.log", "wb"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).json().get("state") == "IDLE":
-                return proc, url
-        except (httpx.HTTPError, ValueError):
-            pass
-        if proc.poll() is not None:
-            raise SystemExit(f"worker exited: {(tmp / 'worker.log').read_text()[-2000:]}")
-        time.sleep(0.3)
-    raise SystemExit("worker did not become ready")
 
 
 async def spoken_session(url: str, pcm: np.ndarray, record: bool) -> dict[str, float]:
@@ -141,12 +108,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
-        proc, url = start_worker(Path(tmp))
-        try:
-            samples = asyncio.run(run(url, args.runs))
-        finally:
-            proc.terminate()
-            proc.wait(20)
+        with Launched(Path(tmp), workers=1, start_gateway=False) as worker:  # stopped on leaving
+            worker.wait_ready(300)
+            samples = asyncio.run(run(worker.worker_url(), args.runs))
     stats = {k: summary(v) for k, v in samples.items()}
     ratio = stats["on_v2v"]["p50"] / stats["off_v2v"]["p50"] if stats["off_v2v"]["p50"] else None
     ratio_client = (stats["on_client"]["p50"] / stats["off_client"]["p50"]

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import websockets
 
-from bench.launch import Launched, redis_server
+from bench.launch import Launched
+from launcher.redis_server import redis_server
 from bench.stats import goal_mark
 
 V2V_CLIENT_MS = 754.0  # bench.pipeline median, last voiced sample -> first reply audio (docs/benchmarks.md)

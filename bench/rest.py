@@ -34,6 +34,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import httpx
 
+from bench.launch import Launched
 from bench.pipeline import TEXT_PROMPTS
 from bench.stats import summary
 
@@ -153,13 +154,13 @@ async def run(args: argparse.Namespace) -> dict:
     stack = None
     url = args.url
     if url is None:
-        from tests.stack import Stack  # real worker and gateway processes on free ports
-
-        log(f"starting {args.workers} worker(s) and a gateway...")
-        stack = Stack(Path(tempfile.mkdtemp(prefix="bench-rest-")), workers=args.workers,
-                      queue={"capacity": 1000}).start()
+        log(f"starting {args.workers} worker(s) and a gateway...")  # real processes on free ports
+        stack = Launched(Path(tempfile.mkdtemp(prefix="bench-rest-")), workers=args.workers,
+                         queue={"capacity": 1000})
         url = stack.url
     try:
+        if stack is not None:
+            stack.wait_ready()
         async with httpx.AsyncClient(timeout=120) as http:  # warm-up: first-call costs stay out
             for _ in range(max(1, args.workers)):
                 await one_request(http, url, "Say hello.", 12)

@@ -10,10 +10,6 @@ it and then through the gateway. The ratio says how much of the raw rate the rel
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +18,8 @@ from typing import Any
 import httpx
 import websockets
 
-from bench.launch import ROOT, Launched, free_port
+from bench.launch import Launched
+from launcher.processes import free_port, spawn_module, stop
 
 EVENTS = 20000
 
@@ -41,9 +38,7 @@ async def drain(url: str) -> dict[str, float]:
 
 def run_cli(args) -> dict[str, Any]:
     port = free_port()
-    worker = subprocess.Popen([sys.executable, "-m", "bench.synthetic_worker", "--port", str(port),
-                               "--events", str(EVENTS)], cwd=ROOT, start_new_session=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    worker = spawn_module("bench.synthetic_worker", "--port", str(port), "--events", str(EVENTS))
     url = f"http://127.0.0.1:{port}"
     try:
         with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
@@ -60,8 +55,7 @@ def run_cli(args) -> dict[str, Any]:
                 direct = asyncio.run(drain(f"ws://127.0.0.1:{port}/ws/realtime"))
                 relayed = asyncio.run(drain(gw.ws_url + "?record=false"))
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(10)
+        stop(worker)
     return {"direct": direct, "through_gateway": relayed, "event_bytes": 6550,
             "kept_share": round(relayed["events_per_s"] / direct["events_per_s"], 3)}
 

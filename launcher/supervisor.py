@@ -15,6 +15,9 @@ process to start, one log to read, progress while models load, automatic restart
 that stops everything without leaving processes behind. Children run in their own process
 groups, so a terminal's Ctrl-C reaches only the supervisor, which then stops them in order
 (gateway first, so it stops taking sessions, then the workers, then a private redis-server).
+Each child also dies with the supervisor when that is killed outright (``kill -9``): see
+``launcher/processes.py``. The private redis-server's command and the reuse rules are in
+``launcher/redis_server.py``.
 """
 
 from __future__ import annotations
@@ -22,22 +25,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import signal
 import socket
 import sys
-from pathlib import Path
 from typing import TextIO
 
 import httpx
 
 from core.config import AppConfig, add_cli_arguments, config_from_cli
+from launcher.processes import die_with_parent, signal_group
+from launcher.redis_server import local_redis, redis_ping
 
 GATEWAY = "gateway"
 REDIS = "redis"  # the private redis-server of ``--redis local``: started first, stopped last
-
-_PING = b"*1\r\n$4\r\nPING\r\n"
-
 
 def worker_name(index: int) -> str:
     return f"worker {index}"
@@ -55,38 +55,6 @@ def child_commands(config: AppConfig, config_path: str, passthrough: list[str]) 
     return commands
 
 
-def redis_command(config: AppConfig, executable: str) -> list[str]:
-    """The private redis-server of ``--redis local``: loopback only, its append-only file in
-    ``<data_dir>/redis`` (made here), no RDB snapshots."""
-    data = Path(config.data_dir) / "redis"
-    data.mkdir(parents=True, exist_ok=True)
-    return [
-        executable, "--port", str(config.cluster.local_port), "--bind", "127.0.0.1",
-        "--dir", str(data.resolve()), "--appendonly", "yes", "--save", "", "--protected-mode", "yes",
-    ]
-
-
-def redis_ping(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> str | None:
-    """The first reply line to a RESP ``PING`` on ``host:port``: ``"+PONG"``; an error such as
-    ``"-NOAUTH …"`` or ``"-LOADING …"`` (a Redis, not ready for us); ``""`` when something accepts
-    the connection but answers nothing Redis-like; None when nothing listens."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.sendall(_PING)
-            reply = b""
-            while b"\r\n" not in reply and len(reply) < 512:
-                chunk = sock.recv(512)
-                if not chunk:
-                    break
-                reply += chunk
-    except (ConnectionRefusedError, socket.gaierror):
-        return None
-    except OSError:  # accepted, then silent or reset: not a Redis we can use
-        return ""
-    line = reply.split(b"\r\n", 1)[0].decode(errors="replace")
-    return line if line[:1] in ("+", "-") else ""
-
-
 _ANY_HOST = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
 
 
@@ -96,14 +64,6 @@ def _connect_url(host: str, port: int, path: str = "", scheme: str = "http") -> 
     if ":" in host:
         host = f"[{host}]"
     return f"{scheme}://{host}:{port}{path}"
-
-
-def _killpg(pid: int, sig: int) -> None:
-    """Signal a child's whole process group, so its own children go too; gone already is fine."""
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class Supervisor:
@@ -229,12 +189,12 @@ class Supervisor:
         """SIGTERM, wait ``stop_timeout_s``, then SIGKILL the child's process group."""
         proc = self._procs[name]
         if proc.returncode is None:
-            _killpg(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.wait(), self.stop_timeout_s)
             except TimeoutError:
                 self._say(f"[supervisor] {name} did not stop in {self.stop_timeout_s:g}s; killing it")
-        _killpg(proc.pid, signal.SIGKILL)  # also anything it left behind in its group
+        signal_group(proc.pid, signal.SIGKILL)  # also anything it left behind in its group
         await proc.wait()
 
     # ---------------------------------------------------------------- children
@@ -270,6 +230,8 @@ class Supervisor:
                 # lines arrive as they are printed
                 env={**os.environ, "PYTHONUNBUFFERED": "1", **self.child_env.get(name, {})},
                 process_group=0,  # Ctrl-C in the terminal reaches only the supervisor
+                preexec_fn=die_with_parent(),  # gone with the supervisor, even after kill -9 (serve()
+                # runs this loop on the main thread: see launcher.processes)
                 limit=1 << 20,
             )
         except OSError as exc:
@@ -287,7 +249,7 @@ class Supervisor:
         if name in self._ready:
             self._watch(name)
         code = await proc.wait()
-        _killpg(proc.pid, signal.SIGKILL)  # leftovers would hold its port and its output pipes
+        signal_group(proc.pid, signal.SIGKILL)  # leftovers would hold its port and its output pipes
         await asyncio.wait(pumps, timeout=1.0)
         return code
 
@@ -494,37 +456,6 @@ def cli_passthrough(args: argparse.Namespace) -> list[str]:
     if args.gateway_only:
         passthrough.append("--gateway-only")
     return passthrough
-
-
-def local_redis(config: AppConfig) -> list[str] | int | None:
-    """For ``--redis local``: the redis-server command to supervise; None when a Redis already
-    answers on ``127.0.0.1:<cluster.local_port>`` (another launcher's on this host: shared);
-    2 (the exit code) with the reason on stderr when none can be had."""
-    port = config.cluster.local_port
-    reply = redis_ping(port)
-    if reply and not reply.startswith(("+PONG", "-LOADING")):  # -NOAUTH, -DENIED: not ours to use
-        print(f"omniduplex: --redis local: the Redis on 127.0.0.1:{port} (cluster.local_port) refuses PING "
-              f"({reply}); stop it or choose another cluster.local_port", file=sys.stderr)
-        return 2
-    if reply:  # another launcher's private Redis (or still loading its data)
-        print(f"[supervisor] reusing the Redis already answering on 127.0.0.1:{port} (cluster.local_port)",
-              flush=True)
-        return None
-    if reply == "":
-        print(f"omniduplex: --redis local: port {port} (cluster.local_port) is taken by something that does "
-              "not answer Redis PING; stop it or choose another cluster.local_port", file=sys.stderr)
-        return 2
-    executable = shutil.which("redis-server")
-    if executable is None:
-        print("omniduplex: --redis local runs Debian's redis-server, which is not installed (not on PATH).\n"
-              "  Install it:  sudo apt-get install redis-server   (or: bash scripts/install.sh --with-redis)\n"
-              "  or give an existing Redis instead:  --redis redis://HOST:6379/0", file=sys.stderr)
-        return 2
-    try:
-        return redis_command(config, executable)
-    except OSError as exc:
-        print(f"omniduplex: --redis local: cannot create {Path(config.data_dir) / 'redis'}: {exc}", file=sys.stderr)
-        return 2
 
 
 if __name__ == "__main__":

@@ -10,20 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import shutil
-import signal
 import subprocess
-import sys
 import time
 
 import httpx
 import pytest
 import websockets
 
-from tests.support.stack import ROOT, Stack, free_port
-from tests.e2e.test_redis_queue import _pong, start_redis
+from launcher.processes import kill, spawn_module, stop_all
+from launcher.redis_server import redis_ping, start_redis
+from tests.support.stack import Stack, free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian redis-server not installed")
 
@@ -38,7 +36,7 @@ class Cluster:
         self.redis_port = redis_port
         self.redis_dir = tmp / "redis"
         self.redis_dir.mkdir()
-        self.redis = start_redis(redis_port, self.redis_dir)
+        self.redis = start_redis(self.redis_dir, redis_port)
         cluster = {"redis_url": f"redis://127.0.0.1:{redis_port}/0", "lease_ttl_s": LEASE_TTL_S, "gateway_id": "a"}
         self.stack = Stack(tmp, workers=1, cluster=cluster, queue={"capacity": 50})
         self.ports = {"a": self.stack.port}
@@ -60,10 +58,7 @@ class Cluster:
         config["cluster"] = {**config["cluster"], "gateway_id": name}
         path = self.tmp / f"config-{name}.json"
         path.write_text(json.dumps(config))
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--config", str(path)], cwd=ROOT, env=env,
-            stdout=open(self.tmp / f"gateway-{name}.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = spawn_module("gateway", "--config", str(path), log=self.tmp / f"gateway-{name}.log")
 
     def health(self, name: str) -> httpx.Response:
         return httpx.get(f"http://127.0.0.1:{self.ports[name]}/health", timeout=3)
@@ -82,21 +77,13 @@ class Cluster:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in self.tmp.glob("*.log"))
 
     def kill(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(5)
+        kill(self.procs.pop(name))
         del self.ports[name]
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(os.getpgid(proc.pid), signal.SIGTERM)
-        for proc in self.procs.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(10)
+        stop_all(self.procs.values(), grace=10)
         self.stack.stop()
-        self.redis.terminate()
-        self.redis.wait(5)
+        self.redis.stop()
 
     def busy(self) -> int:
         out = subprocess.run(["redis-cli", "-p", str(self.redis_port), "hget", "omniduplex:worker:w0", "busy"],
@@ -317,7 +304,6 @@ async def test_redis_outage(cluster):
     queued = await Waiter.connect(cluster, "b")
     await queued.until("queue.position")
     cluster.redis.kill()
-    cluster.redis.wait(5)
     error = await queued.until("error", timeout=10)  # the waiter is told, not left hanging
     assert error["error"]["code"] == "cluster_unavailable"
     with pytest.raises(websockets.ConnectionClosed) as closed:
@@ -335,7 +321,7 @@ async def test_redis_outage(cluster):
                                                                             "instructions": "Be brief."}}))
     assert await running.until("session.updated", timeout=10)  # still relayed, Redis or not
 
-    cluster.redis = start_redis(cluster.redis_port, cluster.redis_dir)  # back, empty
+    cluster.redis = start_redis(cluster.redis_dir, cluster.redis_port)  # back, empty
     for name in cluster.ports:
         cluster.wait_healthy(name, timeout=20)
     assert cluster.busy() == 1  # gateway a re-asserted its running session's lease
@@ -347,4 +333,4 @@ async def test_redis_outage(cluster):
     after = await Waiter.connect(cluster, "b")
     await after.until("session.created", timeout=15)
     await after.close()
-    assert _pong(cluster.redis_port)
+    assert redis_ping(cluster.redis_port) == "+PONG"

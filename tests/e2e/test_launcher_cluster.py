@@ -24,17 +24,10 @@ import pytest
 
 from core.config import add_cli_arguments, config_from_cli, load_config
 from launcher import supervisor as sup_mod
-from launcher.supervisor import (
-    GATEWAY,
-    REDIS,
-    Supervisor,
-    child_commands,
-    cli_passthrough,
-    local_redis,
-    redis_command,
-    redis_ping,
-)
-from tests.support.stack import ROOT, free_port
+from launcher import redis_server
+from launcher.processes import free_port, spawn_module
+from launcher.redis_server import local_redis, redis_command, redis_ping
+from launcher.supervisor import GATEWAY, REDIS, Supervisor, child_commands, cli_passthrough
 
 PY = sys.executable
 
@@ -96,7 +89,7 @@ def test_redis_command_is_loopback_with_its_data_under_data_dir(tmp_path):
 
 
 def test_redis_local_without_redis_server_exits_2_saying_how_to_install(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sup_mod.shutil, "which", lambda name: None)
+    monkeypatch.setattr(redis_server.shutil, "which", lambda name: None)
     config = write_config(tmp_path)
     assert sup_mod.main(["--config", str(config), "--gateway-only", "--redis", "local"]) == 2
     err = capsys.readouterr().err
@@ -190,12 +183,8 @@ needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
 
 
 def start_launcher(tmp_path: Path, config: Path, name: str, *args: str) -> tuple[subprocess.Popen, Path]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     log = tmp_path / f"{name}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([PY, "-m", "launcher", "--config", str(config), *args], cwd=ROOT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    return proc, log
+    return spawn_module("launcher", "--config", str(config), *args, log=log), log
 
 
 def wait_for(what: str, predicate, proc: subprocess.Popen, log: Path, timeout: float = 20.0) -> None:

@@ -35,7 +35,7 @@ from tests.support.reliability import (
     wait_meta,
     ws_url,
 )
-from tests.e2e.test_supervisor import gone
+from tests.support.helpers import gone
 
 
 STARTED = re.compile(r"\[supervisor\] started (worker \d+|gateway) \(pid (\d+)\)")

@@ -14,7 +14,7 @@ import time
 import psutil
 from openai import AsyncOpenAI
 
-from tests.support.stack import ROOT, free_port, free_ports
+from launcher.processes import ROOT, free_port, free_ports, spawn
 
 
 
@@ -27,10 +27,7 @@ def test_start_all_reaches_ready_and_serves_the_sdk(tmp_path):
         "workers": {"count": 1, "base_port": base},
         "health": {"interval_s": 0.3},
     }))
-    proc = subprocess.Popen(
-        ["bash", str(ROOT / "start_all.sh"), "--config", str(config)], cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
+    proc = spawn(["bash", str(ROOT / "start_all.sh"), "--config", str(config)], stdout=subprocess.PIPE, text=True)
     lines: list[str] = []
     ready = threading.Event()
 

@@ -17,12 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from bench.launch import free_port
 from core.config import load_config
+from launcher.processes import free_port, spawn
 from launcher.supervisor import Supervisor, child_commands
+from tests.support.helpers import gone
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -78,14 +78,6 @@ def make_config(workers: int = 0, gateway_host: str = "127.0.0.1"):
             "gateway.tls.mode": "off",  # the fake gateway speaks plain HTTP (HTTPS: tests/test_tls.py)
         },
     )
-
-
-def gone(pid: int) -> bool:
-    """Exited (a zombie whose parent is gone counts: nothing runs any more)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 async def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:
@@ -281,8 +273,7 @@ def test_sigint_stops_children_and_exits_0(tmp_path):
         f"sup = Supervisor(load_config(None), {{'sleeper': [sys.executable, '-c', {child!r}]}})\n"
         "sys.exit(serve(sup))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([PY, str(script)], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    proc = spawn([PY, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 15
         while not (pid_file.exists() and pid_file.read_text()):

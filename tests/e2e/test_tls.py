@@ -9,11 +9,9 @@ import datetime as dt
 import io
 import ipaddress
 import json
-import os
 import socket
 import ssl
 import stat
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,10 +21,10 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
-from bench.launch import free_port
 from core.config import ConfigError, add_cli_arguments, config_from_cli, load_config
 from gateway.tls import TlsError, ensure_self_signed, fingerprint, tls_files, wanted_names
 from launcher import supervisor
+from launcher.processes import free_port, spawn_module, stop
 from launcher.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -198,10 +196,7 @@ def tls_gateway_config(tmp_path: Path) -> tuple[Path, int]:
 def test_real_gateway_serves_https_with_the_generated_cert(tmp_path):
     config, port = tls_gateway_config(tmp_path)
     log = tmp_path / "gateway.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([PY, "-m", "gateway", "--config", str(config)], cwd=REPO, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = spawn_module("gateway", "--config", str(config), log=log)
     cert = tmp_path / "data" / "tls" / "cert.pem"
     try:
         deadline = time.monotonic() + 30
@@ -222,8 +217,7 @@ def test_real_gateway_serves_https_with_the_generated_cert(tmp_path):
         expected = fingerprint(x509.load_pem_x509_certificate(cert.read_bytes()))
         assert log.read_text().count(f"SHA-256 fingerprint {expected}") == 1
     finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(10)
+        stop(proc)
 
 
 async def test_supervisor_ready_line_is_https_when_tls_is_on(tmp_path):

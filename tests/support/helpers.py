@@ -1,4 +1,4 @@
-"""Small helpers for driving a conversation in tests: feed audio, collect events."""
+"""Small helpers for tests: feed audio, collect events, see whether a process is gone."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import time
 
 import numpy as np
+import psutil
 
 from core.audio import float_to_pcm16, resample
 
@@ -75,3 +76,11 @@ async def recv_until(ws, kind: str, timeout: float = 20.0) -> dict:
         ev = json.loads(await asyncio.wait_for(ws.recv(), left))
         if ev["type"] == kind:
             return ev
+
+
+def gone(pid: int) -> bool:
+    """Exited (a zombie whose parent is gone counts: nothing runs any more)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from bench.launch import free_port, free_ports  # noqa: F401 - re-exported for the tests
-
-ROOT = Path(__file__).resolve().parents[2]
+from launcher.processes import ROOT, free_port, free_ports  # noqa: F401 - re-exported for the tests
+from launcher.processes import kill, spawn_module, stop_all
 
 
 class Stack:
@@ -56,12 +52,8 @@ class Stack:
         return f"http://{self.worker_host}:{self.base_port + i}"
 
     def _spawn(self, name: str, args: list[str], prefix: list[str] | None = None) -> None:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-        log = open(self.tmp / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(
-            [*(prefix or []), sys.executable, "-m", *args, "--config", str(self.config_path)], cwd=ROOT, env=env,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        self.procs[name] = spawn_module(*args, "--config", str(self.config_path), prefix=prefix or (),
+                                        log=self.tmp / f"{name}.log")
 
     def start_worker(self, i: int) -> None:
         self._spawn(f"worker{i}", ["worker", "--index", str(i)], self.worker_prefix)
@@ -111,17 +103,7 @@ class Stack:
         raise RuntimeError(f"stack not healthy in {timeout}s: {last}\n{logs}")
 
     def kill(self, name: str) -> None:
-        proc = self.procs[name]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(5)
+        kill(self.procs[name])
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                with_group = os.getpgid(proc.pid)
-                os.killpg(with_group, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(self.procs.values(), grace=10)
