@@ -16,7 +16,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from core import logctx
 from core.config import AppConfig
-from core.processors import create_backend
+from core.processors import ModelThreads, create_backend
 from core.processors.base import LoadProgress
 from core.protocol import Dialect, parse_extensions
 from core.session_store import SESSION_ID, new_session_id
@@ -36,7 +36,8 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        backend = create_backend(config.backend.name, config.backend_options())
+        threads = ModelThreads()  # the backend's threads: this runtime's, closed after the backend
+        backend = create_backend(config.backend.name, config.backend_options(), threads)
         ws_state.backend = backend
 
         def progress(p: LoadProgress) -> None:
@@ -63,6 +64,7 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
                 ws_state.recorders.finish_all()
                 await asyncio.to_thread(ws_state.recorders.shutdown)
             backend.close()
+            threads.close()
 
     app = FastAPI(title=f"OmniDuplex worker {index}", lifespan=lifespan)
     app.state.worker = ws_state

@@ -5,14 +5,11 @@ context: new items and references to items in the conversation)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from core.conversation import Item
+from core.conversation import Conversation, Item
 from core.protocol import ProtocolError, ResponseCreate
-from worker.session_config import _max_tokens, _modalities, parse_tools
-
-if TYPE_CHECKING:
-    from worker.session import RealtimeSession
+from worker.session_config import parse_max_tokens, parse_modalities, parse_tools
 
 MAX_METADATA_KEYS = 16
 MAX_INPUT_ITEMS = 64
@@ -42,7 +39,16 @@ def _metadata(value: Any, event_id: str | None) -> dict[str, str] | None:
     return dict(value)
 
 
-async def parse_response_options(ev: ResponseCreate, session: RealtimeSession) -> ResponseOptions:
+class ItemSource(Protocol):
+    """What ``input`` needs of the session (``RealtimeSession``): its conversation, to look items
+    up, and ``new_item``, to check and prepare a client item."""
+
+    conv: Conversation
+
+    async def new_item(self, data: Any, event_id: str | None, param: str = "item") -> tuple[Item, str | None]: ...
+
+
+async def parse_response_options(ev: ResponseCreate, session: ItemSource) -> ResponseOptions:
     """Check every option before the response starts; a bad one is an error and nothing starts."""
     p = ev.response or {}
     eid = ev.event_id
@@ -58,8 +64,8 @@ async def parse_response_options(ev: ResponseCreate, session: RealtimeSession) -
     opts = ResponseOptions(
         event_id=eid,
         instructions=instructions or None,
-        output_audio=_modalities(p.get("output_modalities", p.get("modalities")), "response.output_modalities"),
-        max_output_tokens=_max_tokens(p.get("max_output_tokens", p.get("max_response_output_tokens")),
+        output_audio=parse_modalities(p.get("output_modalities", p.get("modalities")), "response.output_modalities"),
+        max_output_tokens=parse_max_tokens(p.get("max_output_tokens", p.get("max_response_output_tokens")),
                                       "response.max_output_tokens"),
         metadata=_metadata(p.get("metadata"), eid),
         in_conversation=conversation == "auto",

@@ -148,7 +148,8 @@ class RealtimeSession:
         config = ConversationConfig()
         if self.settings.kind == "transcription":
             config, self.settings = apply_session_update(config, {"type": "transcription"}, self.dialect,
-                                                         self.backend.turn_detection_types, self.settings)
+                                                         self.backend.capabilities.turn_detection_types,
+                                                         self.settings)
         self.conv = self.backend.open_conversation(config)
         self.on_state(self._state())
         created = "transcription_session.created" if self._beta_transcription else "session.created"
@@ -199,7 +200,8 @@ class RealtimeSession:
 
     @property
     def _can_transcribe(self) -> bool:
-        return self.backend.transcript_first or self.backend.transcribes_input
+        caps = self.backend.capabilities
+        return caps.transcript_first or caps.transcribes_input
 
     def _session(self) -> dict[str, Any]:
         return session_object(self.conv.config, self.dialect, self.session_id, self.model, self.settings)
@@ -351,8 +353,8 @@ class RealtimeSession:
         body = dict(ev.session)
         if beta_transcription:
             body.pop("type", None)
-        cfg, settings = apply_session_update(self.conv.config, body, self.dialect, self.backend.turn_detection_types,
-                                             self.settings)
+        cfg, settings = apply_session_update(self.conv.config, body, self.dialect,
+                                             self.backend.capabilities.turn_detection_types, self.settings)
         if settings.kind == "transcription" and not self._can_transcribe:
             raise ProtocolError(f"backend {self.backend.name} has no transcriber; transcription sessions are not "
                                 "available on it", code="transcription_unavailable", param="session.type",

@@ -34,7 +34,7 @@ def _turn_detection(value: Any, param: str, types: tuple[str, ...] = ("server_va
         raise ProtocolError(f"{param}.{loc}: {err['msg']}", param=f"{param}.{loc}") from None
 
 
-def _max_tokens(value: Any, param: str) -> int | None:
+def parse_max_tokens(value: Any, param: str) -> int | None:
     if value is None:
         return None
     if value == "inf":
@@ -44,7 +44,7 @@ def _max_tokens(value: Any, param: str) -> int | None:
     raise ProtocolError(f"{param} must be an integer 1..4096 or 'inf'", param=param)
 
 
-def _modalities(value: Any, param: str) -> bool | None:
+def parse_modalities(value: Any, param: str) -> bool | None:
     """Returns whether audio is produced."""
     if value is None:
         return None
@@ -140,17 +140,17 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
             raise ProtocolError("session.temperature must be a number 0..2", param="session.temperature")
         update["temperature"] = float(t)
     if dialect.beta:
-        audio = _modalities(s.get("modalities"), "session.modalities")
+        audio = parse_modalities(s.get("modalities"), "session.modalities")
         in_fmt = parse_format(s.get("input_audio_format"), "session.input_audio_format")
         out_fmt = parse_format(s.get("output_audio_format"), "session.output_audio_format", output=True)
         if "turn_detection" in s:
             update["turn_detection"] = _turn_detection(s["turn_detection"], "session.turn_detection", turn_types)
-        tokens = _max_tokens(s.get("max_response_output_tokens"), "session.max_response_output_tokens")
+        tokens = parse_max_tokens(s.get("max_response_output_tokens"), "session.max_response_output_tokens")
         speed = s.get("speed")
         voice = s.get("voice")
         transcription = _transcription(s.get("input_audio_transcription"), "session.input_audio_transcription")
     else:
-        audio = _modalities(s.get("output_modalities"), "session.output_modalities")
+        audio = parse_modalities(s.get("output_modalities"), "session.output_modalities")
         a = s.get("audio") or {}
         if not isinstance(a, dict):
             raise ProtocolError("session.audio must be an object", param="session.audio")
@@ -163,7 +163,7 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
         if "turn_detection" in inp:
             update["turn_detection"] = _turn_detection(inp["turn_detection"], "session.audio.input.turn_detection",
                                                       turn_types)
-        tokens = _max_tokens(s.get("max_output_tokens"), "session.max_output_tokens")
+        tokens = parse_max_tokens(s.get("max_output_tokens"), "session.max_output_tokens")
         speed = out.get("speed")
         voice = out.get("voice")
         transcription = _transcription(inp.get("transcription"), "session.audio.input.transcription")

@@ -36,7 +36,7 @@ class WorkerState:
             "active_sessions": len(self.sessions),
             "sessions": dict(self.sessions),
             "slots": self.slots,
-            "capabilities": sorted(c.value for c in backend.capabilities) if backend is not None else [],
+            "capabilities": backend.capabilities.wire() if backend is not None else [],
             "backend": backend.name if backend is not None else None,
             "uptime_s": round(time.time() - self.started, 1),
         }

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from core.chat_completions import (
+from core.processors.chat_completions import (
     ChatServer,
     ToolCallStream,
     append_message,

@@ -2,7 +2,9 @@
 
 - ``config``: per-session settings (``ConversationConfig``, ``TurnDetection``);
 - ``items``: the history, with OpenAI item semantics;
-- ``audio_input``: input buffering and VAD;
+- ``model``: what the core needs of a model (``ConversationModel``, ``ModelCapabilities``);
+- ``audio_input``: input buffering and VAD (``vad``: Silero, streaming);
+- ``end_of_turn``: semantic_vad's end-of-turn score and wait;
 - ``reply``: one reply's request and output channel (``ReplyJob``), audio segments, truncation;
 - ``events``: what the conversation emits, in order;
 - ``conversation``: the turn-taking state machine and response lifecycle.

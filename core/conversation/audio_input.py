@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.audio import StreamResampler
-from core.cascade.vad import StreamingVad
+from core.conversation.vad import StreamingVad
 from core.conversation.config import ConversationConfig, TurnDetection
 
 VAD_RATE = 16000  # every model here takes 16 kHz speech

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.cascade.vad import PAUSE_MS
+from core.conversation.vad import PAUSE_MS
 
 
 # semantic_vad: the longest wait after speech per eagerness (OpenAI's documented 8/4/2 s).

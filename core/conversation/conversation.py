@@ -6,7 +6,7 @@ cancel, truncate to the share the listener heard, ``ResponseDone`` bookkeeping) 
 ordered stream of ``ConversationEvent``s. The backend (``core/processors/``) supplies only what
 differs by model: a reply generator, transcription, image preparation, and what it offers.
 
-Two ways a backend can take user speech, chosen by ``backend.transcript_first``:
+Two ways a backend can take user speech, chosen by ``backend.capabilities.transcript_first``:
 - transcript first (a text LLM, the cascade): each turn is transcribed before the reply, the
   transcript is what the model reads, and a turn with no words is dropped;
 - audio (an omni model): the clip itself enters the history and the reply starts at once; its
@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from core.conversation.events import (
     TextDelta,
 )
 from core.conversation.items import ROOT, HistoryMessage, Item, ItemHistory, Part, PartKind, Role
+from core.conversation.model import ConversationModel
 from core.conversation.reply import ReplyJob, Response, Segment, heard_text
 from core.conversation.turns import TurnTaking
 from core.errors import (
@@ -58,9 +59,6 @@ from core.errors import (
     ResponseActiveError,
 )
 from core.ids import new_id
-
-if TYPE_CHECKING:
-    from core.processors.base import Backend
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +89,12 @@ class Conversation(TurnTaking):
     ``_on_audio``, ``_on_config`` and ``_on_history_edited``.
     """
 
-    def __init__(self, backend: Backend, config: ConversationConfig) -> None:
+    def __init__(self, backend: ConversationModel, config: ConversationConfig) -> None:
         self.backend = backend
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[ConversationEvent | None] = asyncio.Queue()
         self._items = ItemHistory()
-        self._frames: deque[Any] = deque(maxlen=backend.max_frames)
+        self._frames: deque[Any] = deque(maxlen=backend.capabilities.max_frames)
         self._response: Response | None = None
         self._past_segments: dict[str, list[Segment]] = {}
         self._audio_lock = asyncio.Lock()
@@ -116,14 +114,14 @@ class Conversation(TurnTaking):
 
     def _checked(self, config: ConversationConfig) -> ConversationConfig:
         td = config.turn_detection
-        types = self.backend.turn_detection_types
+        types = self.backend.capabilities.turn_detection_types
         if td is not None and td.type not in types:
             raise InvalidInputError(
                 f"turn_detection.type {td.type!r} is not supported by backend {self.backend.name}; "
                 f"use one of {', '.join(repr(t) for t in types)} or null",
                 param="turn_detection.type",
             )
-        if config.tools and not self.backend.supports_tools:
+        if config.tools and not self.backend.capabilities.supports_tools:
             raise InvalidInputError(f"backend {self.backend.name} cannot call functions; send no tools",
                                     param="tools")
         if config.tool_choice not in ("auto", "none", "required") and config.tool_choice not in {
@@ -243,10 +241,10 @@ class Conversation(TurnTaking):
                 item.parts.append(Part("image", self.backend.image_text(prepared)))
         if clips:
             audio = np.concatenate(clips)
-            if not self.backend.transcript_first:
+            if not self.backend.capabilities.transcript_first:
                 item.audio = audio
             transcript = None
-            if self.backend.transcript_first or self._transcribes_for_display():
+            if self.backend.capabilities.transcript_first or self._transcribes_for_display():
                 transcript = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_turn, audio)
             item.set_transcript((transcript or "").strip())
         else:

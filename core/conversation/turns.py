@@ -78,7 +78,7 @@ class TurnTaking:
             spec, self._speculation = self._speculation, None
             valid = spec is not None and spec[0] == self._spec_generation
             item = self._commit_audio_item(item_id, segment)
-            if self.backend.transcript_first:
+            if self.backend.capabilities.transcript_first:
                 self._spawn(self._finish_turn(item, segment, td.create_response, spec if valid else None))
                 return
             if td.create_response and self._response is None and not self._closed:
@@ -97,7 +97,7 @@ class TurnTaking:
         item_id = self._speech_item or new_id("item")
         self._speech_item = None
         item = self._commit_audio_item(item_id, segment)
-        if self.backend.transcript_first:
+        if self.backend.capabilities.transcript_first:
             await self._finish_turn(item, segment, create_response=False)
         return item_id
 
@@ -114,7 +114,7 @@ class TurnTaking:
         ``semantic_vad`` the transcript is also scored to set how long this pause may last."""
         self._spec_generation += 1
         generation = self._spec_generation
-        if not self.backend.transcript_first:
+        if not self.backend.capabilities.transcript_first:
             if self._semantic():
                 self._on_turn_score(generation, "", None)  # no words yet: the neutral wait
             return
@@ -193,7 +193,7 @@ class TurnTaking:
             or generation != self._spec_generation
             or td is None
             or not td.create_response
-            or not self.backend.speculative_reply
+            or not self.backend.capabilities.speculative_reply
             or self._response is not None
             or fut.exception() is not None
         ):
@@ -201,8 +201,9 @@ class TurnTaking:
         text = fut.result()
         if not text:
             return None
+        scores_turn = td.type == "semantic_vad" and self.backend.capabilities.scores_turn_in_reply
         resp = Response(new_id("resp"), new_id("item"), self.config.output_audio, held=True, spec=generation,
-                        spec_text=text, scores_turn=td.type == "semantic_vad" and self.backend.scores_turn_in_reply)
+                        spec_text=text, scores_turn=scores_turn)
         self._run(resp, self.config, None, pending=Item("user", text))
         return resp
 
@@ -264,16 +265,16 @@ class TurnTaking:
     # ------------------------------------------------------------------ turns: audio items
 
     def _transcribes_for_display(self) -> bool:
-        return self.config.transcribe_input and self.backend.transcribes_input
+        return self.config.transcribe_input and self.backend.capabilities.transcribes_input
 
     def _commit_audio_item(self, item_id: str, segment: np.ndarray) -> Item:
         """The turn's user item enters the history at commit (as OpenAI's does); a transcript-first
         backend gets its words when the transcript is made."""
         previous = self._items.last_id()
-        audio = None if self.backend.transcript_first else segment
+        audio = None if self.backend.capabilities.transcript_first else segment
         item = self._remember(Item("user", "", audio=audio, item_id=item_id, parts=[Part("audio", None)]))
         self._emit(InputCommitted(item_id, int(segment.size * 1000 / VAD_RATE), previous))
-        if not self.backend.transcript_first and self._transcribes_for_display():
+        if not self.backend.capabilities.transcript_first and self._transcribes_for_display():
             self._spawn(self._transcribe_when_idle(item))
         return item
 

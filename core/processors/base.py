@@ -2,17 +2,18 @@
 
 A ``Backend`` is loaded once per worker (slow; done in a thread, reporting progress) and opens
 one ``Conversation`` per session: the model-independent core in ``core/conversation/`` (items,
-turn-taking, responses, the ordered event stream). The core asks the backend for a reply
-(``generate_reply``: a ``ReplyJob`` in, text deltas and segmented audio out), for transcripts of
-user speech, and for images prepared the way its model takes them. Model work happens in the
-backend's threads, so a worker's event loop never stalls.
+turn-taking, responses, the ordered event stream). The core sees a backend only through the
+``ConversationModel`` protocol it defines (``core/conversation/model.py``): a reply
+(``generate_reply``: a ``ReplyJob`` in, text deltas and segmented audio out), transcripts of user
+speech, images prepared the way its model takes them, and ``capabilities`` (one frozen
+``ModelCapabilities``: what it takes and gives, and how it takes part in turns). Model work runs
+on the threads the runtime hands it (``ModelThreads``), so a worker's event loop never stalls.
 """
 
 from __future__ import annotations
 
 import abc
 import concurrent.futures
-import enum
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,16 +23,14 @@ import numpy as np
 
 from core.conversation import Conversation, ConversationConfig, ReplyJob, ReplyStats
 from core.conversation.end_of_turn import MessageEnd
+from core.conversation.model import Capability, ConversationModel, ModelCapabilities
 from core.errors import BackendNotLoadedError
+from core.processors.threads import ModelThreads
 
-
-class Capability(str, enum.Enum):
-    AUDIO_INPUT = "audio_input"
-    AUDIO_OUTPUT = "audio_output"
-    TEXT_OUTPUT = "text_output"
-    IMAGE_INPUT = "image_input"
-    VIDEO_INPUT = "video_input"
-    DUPLEX = "duplex"
+__all__ = [
+    "Backend", "Capability", "LoadProgress", "ModelCapabilities", "ModelThreads", "ProgressCallback",
+    "TranscriptSegment", "Transcription",
+]
 
 
 @dataclass(slots=True)
@@ -67,29 +66,27 @@ class Transcription:
     segments: tuple[TranscriptSegment, ...] = ()
 
 
-
-
-class Backend(abc.ABC):
+class Backend(ConversationModel, abc.ABC):
     """A loaded model stack. ``load`` is blocking: call it via ``asyncio.to_thread``.
 
-    Subclasses set ``vad_model`` (Silero, for turn detection), ``io_pool`` (decoding, VAD,
-    resampling) and ``transcribe_pool`` (where ``transcribe_turn`` runs) when they load.
+    Built with the runtime's ``ModelThreads`` (its own when none is given, then closed by
+    ``close``); subclasses name the threads they need from it and set ``io_pool`` (decoding, VAD,
+    resampling) and ``transcribe_pool`` (where ``transcribe_turn`` runs), and ``vad_model``
+    (Silero, for turn detection) when they load.
     """
 
     name: str
-    capabilities: frozenset[Capability]
+    capabilities: ModelCapabilities = ModelCapabilities()
     voices: tuple[str, ...] = ()
     default_voice: str | None = None
-    turn_detection_types: tuple[str, ...] = ("server_vad", "semantic_vad")
-    # A text model reads the user's words: each turn is transcribed before the reply (and a
-    # turn with no words dropped). An omni model hears the clip itself.
-    transcript_first: bool = False
-    # Can its replies call functions (``session.tools``)? Backends that cannot refuse tools.
-    supports_tools: bool = False
     conversation_class: type[Conversation] = Conversation
     vad_model: Any = None
     io_pool: concurrent.futures.Executor
     transcribe_pool: concurrent.futures.Executor
+
+    def __init__(self, threads: ModelThreads | None = None) -> None:
+        self.threads = threads if threads is not None else ModelThreads()
+        self._owns_threads = threads is None
 
     @abc.abstractmethod
     def load(self, progress: ProgressCallback | None = None) -> None: ...
@@ -104,8 +101,11 @@ class Backend(abc.ABC):
             raise BackendNotLoadedError("backend is not loaded yet")
         return self.conversation_class(self, config or ConversationConfig())
 
-    def close(self) -> None:  # pragma: no cover - default no-op
-        """Release threads and memory."""
+    def close(self) -> None:
+        """Release the model. Its threads are the runtime's: closed here only when the backend
+        made them itself (built without ``threads``)."""
+        if self._owns_threads:
+            self.threads.close()
 
     def health_detail(self) -> dict[str, Any]:
         """Extra fields for the worker's ``/health`` (a remote server's state, say). Cheap: no I/O."""
@@ -124,10 +124,6 @@ class Backend(abc.ABC):
     def default_instructions(self) -> str | None:
         """The system prompt when the session sets none."""
         return self.options.instructions
-
-    max_frames: int = 1  # latest camera frames given to each reply
-    speculative_reply: bool = False  # transcript-first: start the reply at a pause in speech
-    transcribes_input: bool = True  # audio items: the client gets a transcript for display
 
     @abc.abstractmethod
     async def generate_reply(self, job: ReplyJob) -> ReplyStats:
@@ -149,10 +145,6 @@ class Backend(abc.ABC):
     @property
     def turn_scorer_pool(self) -> concurrent.futures.Executor:
         return self.transcribe_pool
-
-    # Scores the user's words as a by-product of a held speculative reply's prefill (the reply's
-    # generator calls ``job.end_of_message``), so semantic_vad costs no extra model pass.
-    scores_turn_in_reply: bool = False
 
     def prepare_image(self, data: bytes) -> Any:
         """An image (JPEG/PNG bytes) as the model takes it. Blocking: runs in ``io_pool``."""

@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -24,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.audio import OUTPUT_RATE
-from core.chat_completions import check_base_url, until_cancelled
+from core.processors.chat_completions import check_base_url, until_cancelled
 from core.cascade.chunker import SpeechChunker
 from core.cascade.llm import GenerationStats, KvState
 from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
@@ -37,6 +38,8 @@ from core.processors.base import (
     Backend,
     Capability,
     LoadProgress,
+    ModelCapabilities,
+    ModelThreads,
     ProgressCallback,
     Transcription,
     TranscriptSegment,
@@ -93,11 +96,14 @@ class CascadeOptions(BaseModel):
 
 class CascadeBackend(Backend):
     name = "cascade"
-    capabilities = frozenset(Capability)
-    transcript_first = True  # SmolLM2 reads text: every turn is transcribed before the reply
-    supports_tools = True  # the model picks call or answer under a grammar (core/cascade/tool_calls.py)
+    capabilities = ModelCapabilities.of(
+        *Capability,
+        transcript_first=True,  # SmolLM2 reads text: every turn is transcribed before the reply
+        supports_tools=True,  # the model picks call or answer under a grammar (core/cascade/tool_calls.py)
+    )
 
-    def __init__(self, options: CascadeOptions | None = None) -> None:
+    def __init__(self, options: CascadeOptions | None = None, threads: ModelThreads | None = None) -> None:
+        super().__init__(threads)
         self.options = options or CascadeOptions()
         self.remote_llm = None
         if self.options.llm_url:
@@ -109,7 +115,8 @@ class CascadeBackend(Backend):
                                         read_timeout_s=o.llm_read_timeout_s)
         # semantic_vad: the embedded reply's prefill yields SmolLM2's end-of-message probability;
         # a remote LLM's does not, so SmolLM2 scores turns on its own pass then.
-        self.scores_turn_in_reply = self.remote_llm is None
+        self.capabilities = replace(type(self).capabilities, speculative_reply=self.options.speculative_reply,
+                                    scores_turn_in_reply=self.remote_llm is None)
         self.vad_model = None
         self.asr = None
         self.llm = None
@@ -118,10 +125,10 @@ class CascadeBackend(Backend):
         self.turn_scorer = None
         self._loaded = False
         # One thread per stage: stages overlap with each other, never with themselves.
-        self.io_pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="vad")
-        self.asr_pool = self.transcribe_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="asr")
-        self.llm_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llm")
-        self.tts_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tts")
+        self.io_pool = self.threads.pool("vad", 2)
+        self.asr_pool = self.transcribe_pool = self.threads.pool("asr")
+        self.llm_pool = self.threads.pool("llm")
+        self.tts_pool = self.threads.pool("tts")
         self.load_seconds: dict[str, float] = {}
 
     @property
@@ -132,7 +139,7 @@ class CascadeBackend(Backend):
         from core.cascade.asr import WhisperAsr
         from core.cascade.llm import SmolLm
         from core.cascade.tts import PiperTts
-        from core.cascade.vad import SileroModel
+        from core.conversation.vad import SileroModel
         from core.cascade.vision import FrameDescriber
 
         opts = self.options
@@ -208,10 +215,6 @@ class CascadeBackend(Backend):
         """
         return self.llm_pool.submit(fn).result()
 
-    @property
-    def speculative_reply(self) -> bool:
-        return self.options.speculative_reply
-
     def resolve_voice(self, voice: str | None) -> str | None:
         return None  # one fixed Piper voice (``voice_path``); the session reports its name
 
@@ -219,8 +222,7 @@ class CascadeBackend(Backend):
         return {"upstream": self.remote_llm.server.health()} if self.remote_llm is not None else {}
 
     def close(self) -> None:
-        for pool in (self.io_pool, self.asr_pool, self.llm_pool, self.tts_pool):
-            pool.shutdown(wait=False, cancel_futures=True)
+        super().close()  # the stage threads are the runtime's (``ModelThreads``)
 
     # ------------------------------------------------------------------ one-shot (REST)
 

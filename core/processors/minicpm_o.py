@@ -34,7 +34,7 @@ from core.conversation import Conversation, ConversationConfig, ConversationErro
 from core.conversation.audio_input import VAD_RATE
 from core.errors import InvalidInputError
 from core.ids import new_id
-from core.processors.base import Capability, ProgressCallback
+from core.processors.base import Capability, ModelCapabilities, ModelThreads, ProgressCallback
 from core.processors.omni_base import (
     OmniBackendBase,
     OmniOptions,
@@ -89,12 +89,11 @@ class MiniCpmOOptions(OmniOptions):
 
 class MiniCpmOBackend(OmniBackendBase):
     name = "minicpm_o"
-    capabilities = frozenset({Capability.AUDIO_INPUT, Capability.AUDIO_OUTPUT, Capability.TEXT_OUTPUT,
-                              Capability.IMAGE_INPUT, Capability.VIDEO_INPUT, Capability.DUPLEX})
-    turn_detection_types = ("server_vad", "semantic_vad", "model_duplex")
+    capabilities = ModelCapabilities.of(*Capability,
+                                        turn_detection_types=("server_vad", "semantic_vad", "model_duplex"))
 
-    def __init__(self, options: MiniCpmOOptions) -> None:
-        super().__init__(options)
+    def __init__(self, options: MiniCpmOOptions, threads: ModelThreads | None = None) -> None:
+        super().__init__(options, threads)
         self.options: MiniCpmOOptions = options
         self.model = None
         self.duplex = None

@@ -10,17 +10,17 @@ of one known piece of text) through the ``ReplyJob``.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import io
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.conversation import ReplyJob, ReplyStats
 from core.errors import InvalidImageError
-from core.processors.base import Backend, LoadProgress, ProgressCallback
+from core.processors.base import Backend, LoadProgress, ModelThreads, ProgressCallback
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +48,20 @@ class OmniOptions(BaseModel):
 class OmniBackendBase(Backend):
     """Threads, VAD and options shared by the omni backends; subclasses load their model.
 
-    ``model_pool`` (one thread) owns the model: generations and transcriptions queue there, so
+    ``model_pool`` (one thread, ``<name>-model``) owns the model: generations and transcriptions queue there, so
     one slow request never runs two forward passes at once on the same weights.
     """
 
     options: OmniOptions
 
-    def __init__(self, options: OmniOptions) -> None:
+    def __init__(self, options: OmniOptions, threads: ModelThreads | None = None) -> None:
+        super().__init__(threads)
         self.options = options
+        self.capabilities = replace(type(self).capabilities, max_frames=options.max_frames,
+                                    transcribes_input=options.transcribe_input)
         self._loaded = False
-        self.model_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-model")
-        self.io_pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix=f"{self.name}-io")
+        self.model_pool = self.threads.pool(f"{self.name}-model")
+        self.io_pool = self.threads.pool(f"{self.name}-io", 2)
         self.transcribe_pool = self.model_pool
         self.load_seconds: dict[str, float] = {}
 
@@ -66,21 +69,13 @@ class OmniBackendBase(Backend):
     def loaded(self) -> bool:
         return self._loaded
 
-    @property
-    def max_frames(self) -> int:
-        return self.options.max_frames
-
-    @property
-    def transcribes_input(self) -> bool:
-        return self.options.transcribe_input
-
     def report(self, progress: ProgressCallback | None, stage: str, fraction: float, detail: str = "") -> None:
         log.info("load %s %.0f%% %s", stage, fraction * 100, detail)
         if progress:
             progress(LoadProgress(stage, fraction, detail))
 
     def load(self, progress: ProgressCallback | None = None) -> None:
-        from core.cascade.vad import SileroModel
+        from core.conversation.vad import SileroModel
 
         t0 = time.perf_counter()
         self.report(progress, "vad", 0.0)
@@ -105,8 +100,7 @@ class OmniBackendBase(Backend):
         return decode_image(data, self.options.max_image_side)
 
     def close(self) -> None:
-        for pool in (self.model_pool, self.io_pool):
-            pool.shutdown(wait=False, cancel_futures=True)
+        super().close()  # the model and io threads are the runtime's (``ModelThreads``)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -26,7 +26,7 @@ from pydantic import Field, field_validator
 from core.audio import OUTPUT_RATE
 from core.cascade.chunker import SpeechChunker
 from core.conversation import ReplyJob, ReplyStats
-from core.processors.base import Capability, ProgressCallback
+from core.processors.base import Capability, ModelCapabilities, ModelThreads, ProgressCallback
 from core.processors.omni_base import (
     OmniBackendBase,
     OmniOptions,
@@ -87,14 +87,12 @@ class QwenOmniOptions(OmniOptions):
 
 class QwenOmniBackend(OmniBackendBase):
     name = "qwen_omni"
-    capabilities = frozenset({Capability.AUDIO_INPUT, Capability.AUDIO_OUTPUT, Capability.TEXT_OUTPUT,
-                              Capability.IMAGE_INPUT, Capability.VIDEO_INPUT, Capability.DUPLEX})
     # Qwen's own tool format: tools listed in the system turn, calls as <tool_call> JSON blocks
     # in the reply (parsed while streaming by ``ToolCallFilter``), results as <tool_response>.
-    supports_tools = True
+    capabilities = ModelCapabilities.of(*Capability, supports_tools=True)
 
-    def __init__(self, options: QwenOmniOptions) -> None:
-        super().__init__(options)
+    def __init__(self, options: QwenOmniOptions, threads: ModelThreads | None = None) -> None:
+        super().__init__(options, threads)
         self.options: QwenOmniOptions = options
         self.model = None
         self.processor = None
@@ -103,7 +101,7 @@ class QwenOmniBackend(OmniBackendBase):
         self.dtype = None
         self.has_video = False
         # The Talker + vocoder run beside the Thinker: one thread, so pieces are spoken in order.
-        self.talker_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qwen-talker")
+        self.talker_pool = self.threads.pool("qwen-talker")
 
     # ------------------------------------------------------------------ loading
 
@@ -182,10 +180,6 @@ class QwenOmniBackend(OmniBackendBase):
         """One tiny pass through each stage so the first real turn pays no first-call costs."""
         inputs = self._inputs([{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], [], [], [])
         self._thinker_generate(inputs, max_new_tokens=2, temperature=0.0, cancel=threading.Event(), streamer=None)
-
-    def close(self) -> None:
-        super().close()
-        self.talker_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ prompts
 

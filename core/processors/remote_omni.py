@@ -28,7 +28,7 @@ import httpx
 import numpy as np
 from pydantic import Field, field_validator
 
-from core.chat_completions import (
+from core.processors.chat_completions import (
     ChatServer,
     ChatServerError,
     ToolCallStream,
@@ -43,7 +43,7 @@ from core.chat_completions import (
 from core.conversation import Item, ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
 from core.media import wav_bytes
-from core.processors.base import Capability, ProgressCallback
+from core.processors.base import Capability, ModelCapabilities, ModelThreads, ProgressCallback
 from core.processors.omni_base import (
     OmniBackendBase,
     OmniOptions,
@@ -84,14 +84,12 @@ RemoteEngineError = ChatServerError  # the engine answered with an error, or did
 
 class RemoteOmniBackend(OmniBackendBase):
     name = "remote_omni"
-    capabilities = frozenset({Capability.AUDIO_INPUT, Capability.AUDIO_OUTPUT, Capability.TEXT_OUTPUT,
-                              Capability.IMAGE_INPUT, Capability.VIDEO_INPUT, Capability.DUPLEX})
     # Tools go to the engine as chat-completions ``tools``; its streamed ``delta.tool_calls``
     # become the reply's function calls (the engine must be started with tool parsing on).
-    supports_tools = True
+    capabilities = ModelCapabilities.of(*Capability, supports_tools=True)
 
-    def __init__(self, options: RemoteOmniOptions) -> None:
-        super().__init__(options)
+    def __init__(self, options: RemoteOmniOptions, threads: ModelThreads | None = None) -> None:
+        super().__init__(options, threads)
         self.options: RemoteOmniOptions = options
         self.voices = tuple(options.voices)
         self.default_voice = options.default_voice or (self.voices[0] if self.voices else None)

@@ -9,13 +9,12 @@ With both, turn-taking runs deterministically and fast, as LiveKit Agents' scrip
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import time
 
 import numpy as np
 
 from core.conversation import ReplyJob, ReplyStats
-from core.processors.base import Backend, Capability
+from core.processors.base import Backend, Capability, ModelCapabilities
 
 SEGMENT_S = 0.2  # audio per scripted word
 
@@ -34,20 +33,21 @@ class _Options:
 
 class ScriptedBackend(Backend):
     name = "scripted"
-    capabilities = frozenset(Capability)
+    supports_tools = False
 
     def __init__(self, words: list[str], *, transcript_first: bool = True, step_s: float = 0.0,
                  transcript: str = "hello there", speculative: bool = True) -> None:
+        super().__init__()
+        self.capabilities = ModelCapabilities.of(*Capability, transcript_first=transcript_first,
+                                                 speculative_reply=speculative, supports_tools=self.supports_tools)
         self.options = _Options()
         self.words = words
-        self.transcript_first = transcript_first
-        self.speculative_reply = speculative
         self.step_s = step_s
         self.transcript = transcript
         self.vad_model = EnergyVadModel()
-        self.io_pool = concurrent.futures.ThreadPoolExecutor(1)
-        self.model_pool = concurrent.futures.ThreadPoolExecutor(1)
-        self.transcribe_pool = concurrent.futures.ThreadPoolExecutor(1)
+        self.io_pool = self.threads.pool("scripted-io")
+        self.model_pool = self.threads.pool("scripted-model")
+        self.transcribe_pool = self.threads.pool("scripted-asr")
         self.jobs: list[ReplyJob] = []
         self.released: list = []
 
@@ -88,8 +88,7 @@ class ScriptedBackend(Backend):
         return await asyncio.get_running_loop().run_in_executor(self.model_pool, self._run, job)
 
     def close(self) -> None:
-        for pool in (self.io_pool, self.model_pool, self.transcribe_pool):
-            pool.shutdown(wait=False, cancel_futures=True)
+        super().close()  # its own threads (built without the runtime's)
 
 
 def tone(seconds: float, rate: int = 16000) -> bytes:

@@ -32,7 +32,7 @@ def voiced_bounds_ms(pcm: bytes, rate: int) -> tuple[float, float]:
 def test_backend_declares_capabilities(cascade_backend):
     assert cascade_backend.loaded
     assert {Capability.AUDIO_INPUT, Capability.AUDIO_OUTPUT, Capability.TEXT_OUTPUT,
-            Capability.IMAGE_INPUT, Capability.DUPLEX} <= cascade_backend.capabilities
+            Capability.IMAGE_INPUT, Capability.DUPLEX} <= cascade_backend.capabilities.offered
 
 
 @pytest.mark.parametrize("rate, realtime", [(16000, False), (24000, True)])

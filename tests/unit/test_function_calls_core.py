@@ -21,7 +21,7 @@ CLOCK = FunctionTool(name="get_time", description="The time.")
 class CallingBackend(ScriptedBackend):
     """Says a word, then calls ``get_time``; with ``hold`` it stops mid-arguments until cancelled."""
 
-    supports_tools = True
+    supports_tools = True  # in its capabilities
 
     def __init__(self, hold: bool = False) -> None:
         super().__init__(["Checking."])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core.audio import OUTPUT_RATE, resample
-from core.cascade.vad import RATE, SileroModel, StreamingVad
+from core.conversation.vad import RATE, SileroModel, StreamingVad
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Streaming voice activity detection with Silero VAD (ONNX, shipped in ``silero-vad``).
+"""Streaming voice activity detection with Silero VAD (ONNX, shipped in ``silero-vad``), which every
+backend's turn-taking uses (``audio_input.py``).
 
 ``SileroModel`` is shared by a worker's conversations (one ONNX session); each conversation owns
 a ``StreamingVad`` holding its recurrent state, so streams never mix. Besides speech start/end
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import onnxruntime
 
 from core.audio import frame_rms
 
@@ -39,6 +39,8 @@ MIN_LEVEL = 1e-4  # digital silence
 
 class SileroModel:
     def __init__(self, path: str | None = None) -> None:
+        import onnxruntime  # here, not at import: the conversation core's config reads PAUSE_MS
+
         if path is None:
             path = str(importlib.resources.files("silero_vad.data").joinpath("silero_vad.onnx"))
         opts = onnxruntime.SessionOptions()

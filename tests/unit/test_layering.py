@@ -1,0 +1,170 @@
+"""Layering: what the gateway process loads, and no import circles among our own modules.
+
+- The gateway shares only ``core``'s top-level modules with the worker; the model side
+  (``core.conversation``, ``core.processors``, ``core.cascade``) and the model runtimes stay out
+  of its process.
+- No import circle among the project's packages, type-only imports (``if TYPE_CHECKING:``) and
+  imports inside functions included: each module's imports are read with ``ast``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("core", "gateway", "worker", "launcher", "bench")
+MODEL_SIDE = ("core.conversation", "core.processors", "core.cascade",
+              "torch", "onnxruntime", "ctranslate2", "transformers")
+
+# Runs in a fresh interpreter: records who imported each module first (the importing frame's
+# module), so a failure names the chain from the gateway down to the forbidden module.
+_PROBE = r"""
+import builtins, json, sys
+parent = {}
+_real = builtins.__import__
+def _tracking(name, globals=None, locals=None, fromlist=(), level=0):
+    before = set(sys.modules)
+    try:
+        return _real(name, globals, locals, fromlist, level)
+    finally:
+        who = (globals or {}).get("__name__", "?")
+        for mod in set(sys.modules) - before:
+            parent.setdefault(mod, who)
+builtins.__import__ = _tracking
+import gateway.app
+import gateway.__main__
+builtins.__import__ = _real
+forbidden = %r
+bad = sorted(m for m in sys.modules if any(m == f or m.startswith(f + ".") for f in forbidden))
+chains = {}
+for m in bad:
+    chain, cur = [m], m
+    while cur in parent and parent[cur] not in chain and len(chain) < 40:
+        cur = parent[cur]
+        chain.append(cur)
+    chains[m] = " <- ".join(chain)
+print(json.dumps(chains))
+"""
+
+
+def test_gateway_loads_no_model_side():
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE % (MODEL_SIDE,)], cwd=ROOT, capture_output=True, text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    chains = json.loads(out.stdout.strip().splitlines()[-1])
+    # Report the top of each chain once (a package pulls in many submodules).
+    roots = {m: c for m, c in chains.items() if not any(m.startswith(o + ".") for o in chains)}
+    assert not roots, "the gateway imports the model side:\n  " + "\n  ".join(roots.values())
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _project_modules() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            if "__pycache__" not in path.parts:
+                mods[_module_name(path)] = path
+    return mods
+
+
+def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
+    """Every project module ``name`` imports, wherever the import statement stands."""
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+
+    def add(target: str) -> None:
+        # ``import a.b.c`` runs a, a.b and a.b.c; the importer depends on the deepest one that is ours
+        while target and target not in mods:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            out.add(target)
+
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                add(sub if sub in mods else module)
+    return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            for nxt in it:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        m = stack.pop()
+                        on_stack.discard(m)
+                        comp.append(m)
+                        if m == node:
+                            break
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+    return found
+
+
+def _edges_within(comp: list[str], graph: dict[str, set[str]]) -> str:
+    members = set(comp)
+    return "; ".join(f"{m} -> {', '.join(sorted(graph[m] & members))}" for m in comp)
+
+
+def test_no_import_cycles():
+    mods = _project_modules()
+    graph = {name: _imports(name, path, mods) for name, path in mods.items()}
+    cycles = _cycles(graph)
+    assert not cycles, "import circles:\n  " + "\n  ".join(_edges_within(c, graph) for c in cycles)
+
+
+def test_cycle_finder_sees_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
