@@ -165,6 +165,28 @@ def test_no_import_cycles():
     assert not cycles, "import circles:\n  " + "\n  ".join(_edges_within(c, graph) for c in cycles)
 
 
+# Who may import what inside core: its top-level modules are what the gateway and the worker share;
+# the conversation core knows no backend (it defines the ``ConversationModel`` they implement).
+FORBIDDEN = {
+    "core": ("core.conversation", "core.processors", "core.cascade"),  # top-level core modules
+    "core.conversation": ("core.processors", "core.cascade"),
+}
+
+
+def test_core_layers():
+    mods = _project_modules()
+    bad = []
+    for name, path in sorted(mods.items()):
+        if name.startswith("core.conversation"):
+            rule = FORBIDDEN["core.conversation"]
+        elif name.startswith("core.") and name.count(".") == 1 and name not in FORBIDDEN["core"] or name == "core":
+            rule = FORBIDDEN["core"]
+        else:
+            continue
+        bad += [f"{name} -> {m}" for m in sorted(_imports(name, path, mods)) if m.startswith(rule)]
+    assert not bad, "imports across core's layers:\n  " + "\n  ".join(bad)
+
+
 def test_cycle_finder_sees_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
