@@ -30,11 +30,12 @@ def heard() -> list[tuple[str, int, MessageEnd | None]]:
     probabilities) per dev phrase."""
     from pathlib import Path
 
-    from bench.turn_set import VOICES, _espeak, items
+    from bench.turn_set import VOICES, items
     from core.audio import resample
     from core.cascade.asr import WhisperAsr
     from core.cascade.llm import SmolLm
     from core.cascade.turn_scorer import EndOfMessageScorer
+    from core.espeak import espeak
 
     overlap = (set(DEV_COMPLETE) | set(DEV_OPEN)) & {t for it in items() for t in it.parts}
     assert not overlap, f"dev phrases in the benchmark's set: {overlap}"
@@ -44,7 +45,7 @@ def heard() -> list[tuple[str, int, MessageEnd | None]]:
     for k, (texts, label) in enumerate(((DEV_COMPLETE, 1), (DEV_OPEN, 0))):
         for i, text in enumerate(texts):
             voice, speed, pitch = VOICES[(i + k + (2 if i >= 30 else 0)) % len(VOICES)]
-            audio = resample(_espeak(text, voice, speed, pitch).astype(np.float32) / 32768, 24000, 16000)
+            audio = resample(espeak(text, voice, speed, pitch).astype(np.float32) / 32768, 24000, 16000)
             pad = np.zeros(4800, np.float32)
             result = asr.transcribe(np.concatenate([pad, audio, pad]))
             said = HeardText(result.text.strip(), result.last_word_confidence)

@@ -20,24 +20,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import subprocess
-import tempfile
 import wave
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import soxr
 
 from bench.sets.turns import EVAL_COMPLETE, EVAL_PAUSED, VOICES
+from core.espeak import VOICED as ESPEAK_VOICED
+from core.espeak import espeak, espeak_path  # noqa: F401 - espeak_path: for callers of this module
+from core.files import atomic_write_bytes
+from core.media import write_wav
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "data" / "turn_set"
 RATE = 24000
 ESPEAK_RATE = 22050
-VOICED = 300  # |sample| above this (int16, about -40 dBFS) counts as voiced when trimming
+VOICED = ESPEAK_VOICED  # |sample| above this (int16, about -40 dBFS) counts as voiced when trimming
 SYNTH_VERSION = 1  # bump when synthesis changes, so cached WAVs are remade
 
 
@@ -98,54 +97,6 @@ def items(kind: str | None = None, limit: int | None = None) -> list[Item]:
     return out
 
 
-def espeak_path() -> str | None:
-    return shutil.which("espeak-ng")
-
-
-def _espeak(text: str, voice: str, speed: int, pitch: int) -> np.ndarray:
-    """One piece spoken by espeak-ng, resampled to RATE and trimmed to its voiced span (int16)."""
-    exe = espeak_path()
-    if exe is None:
-        raise RuntimeError("espeak-ng is not installed (apt-get install espeak-ng)")
-    raw = subprocess.run([exe, "-v", voice, "-s", str(speed), "-p", str(pitch), "--stdout", text],
-                         check=True, capture_output=True, timeout=60).stdout
-    # --stdout writes a streaming WAV whose size fields are bogus: find the data chunk by hand.
-    at = raw.find(b"data", 12)
-    if raw[:4] != b"RIFF" or at < 0:
-        raise RuntimeError(f"espeak-ng gave no WAV for {text!r}")
-    rate = int.from_bytes(raw[24:28], "little")
-    pcm = np.frombuffer(raw[at + 8:len(raw) - (len(raw) - at - 8) % 2], dtype="<i2")
-    out = soxr.resample(pcm.astype(np.float32), rate, RATE)
-    out = np.clip(np.round(out), -32768, 32767).astype(np.int16)
-    voiced = np.flatnonzero(np.abs(out.astype(np.int32)) > VOICED)
-    if voiced.size == 0:
-        raise RuntimeError(f"espeak-ng gave silence for {text!r}")
-    return out[voiced[0]:voiced[-1] + 1]
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _wav_bytes(pcm: np.ndarray) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes(pcm.astype("<i2").tobytes())
-    return buf.getvalue()
-
-
 def _load(item: Item, wav_path: Path, meta_path: Path) -> Clip | None:
     try:
         meta = json.loads(meta_path.read_text())
@@ -170,7 +121,7 @@ def synthesize(item: Item, cache_dir: Path | None = None) -> Clip:
         clip = _load(item, wav_path, meta_path)
         if clip is not None:
             return clip
-    pieces = [_espeak(text, item.voice, item.speed, item.pitch) for text in item.parts]
+    pieces = [espeak(text, item.voice, item.speed, item.pitch, RATE, VOICED) for text in item.parts]
     pause_start = resume = None
     if item.kind == "paused":
         pause_start = pieces[0].size
@@ -182,8 +133,8 @@ def synthesize(item: Item, cache_dir: Path | None = None) -> Clip:
     meta = {"id": item.id, "kind": item.kind, "text": item.text, "voice": item.voice, "speed": item.speed,
             "pitch": item.pitch, "pause_s": item.pause_s, "rate": RATE, "samples": int(pcm.size),
             "last_voiced": int(pcm.size - 1), "pause_start": pause_start, "resume": resume}
-    _write_atomic(wav_path, _wav_bytes(pcm))
-    _write_atomic(meta_path, json.dumps(meta, indent=1).encode())
+    write_wav(wav_path, pcm, RATE)
+    atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode())
     return Clip(item, pcm, meta["last_voiced"], pause_start, resume, wav_path)
 
 

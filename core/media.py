@@ -12,10 +12,12 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
 from core.errors import InvalidAudioError
+from core.files import atomic_write_bytes
 from core.rest_jobs import SpeechFormat
 
 CONTENT_TYPES: dict[str, str] = {
@@ -91,17 +93,35 @@ def decode_audio(data: bytes, rate: int = 16000, max_seconds: float = MAX_DECODE
     return samples
 
 
-def wav_header(rate: int, data_bytes: int | None = None) -> bytes:
-    """A PCM16 mono WAV header; ``data_bytes=None`` writes the streaming form (sizes 0xFFFFFFFF)."""
+def wav_header(rate: int, data_bytes: int | None = None, channels: int = 1, sample_width: int = 2) -> bytes:
+    """A PCM WAV header (16-bit mono unless told); ``data_bytes=None`` writes the streaming form
+    (sizes 0xFFFFFFFF)."""
     data_size = 0xFFFFFFFF if data_bytes is None else data_bytes
     riff_size = 0xFFFFFFFF if data_bytes is None else 36 + data_bytes
+    block = channels * sample_width
     return b"RIFF" + struct.pack("<I", riff_size) + b"WAVEfmt " + struct.pack(
-        "<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16
+        "<IHHIIHH", 16, 1, channels, rate, rate * block, block, sample_width * 8
     ) + b"data" + struct.pack("<I", data_size)
 
 
-def wav_bytes(pcm: bytes, rate: int = 24000) -> bytes:
-    return wav_header(rate, len(pcm)) + pcm
+def wav_bytes(pcm: bytes | np.ndarray, rate: int = 24000, channels: int = 1, sample_width: int = 2) -> bytes:
+    """The one WAV writer: a whole PCM WAV file. ``pcm``: little-endian 16-bit samples (8-bit
+    unsigned with ``sample_width=1``), interleaved when ``channels`` > 1, as bytes or as an integer
+    array (converted to ``<i2`` / ``u1``; scale float audio first). A partial last frame is dropped."""
+    if isinstance(pcm, np.ndarray):
+        pcm = pcm.astype("<i2" if sample_width == 2 else "u1", copy=False).tobytes()
+    block = channels * sample_width
+    pcm = bytes(pcm[: len(pcm) // block * block])
+    return wav_header(rate, len(pcm), channels, sample_width) + pcm
+
+
+def write_wav(path: Path | str, pcm: bytes | np.ndarray, rate: int = 24000, channels: int = 1,
+              sample_width: int = 2) -> Path:
+    """:func:`wav_bytes` written to ``path`` atomically (a temporary file, then renamed): a reader
+    never sees half a file."""
+    path = Path(path)
+    atomic_write_bytes(path, wav_bytes(pcm, rate, channels, sample_width))
+    return path
 
 
 class _Sink:

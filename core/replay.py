@@ -22,6 +22,7 @@ import numpy as np
 
 from core.audio import resample
 from core.files import atomic_write_bytes
+from core.media import wav_bytes
 from core.session_store import REPLAY_MP4, REPLAY_WAV
 
 RATE = 24000
@@ -104,13 +105,7 @@ def stereo_wav(user: np.ndarray, ai: np.ndarray) -> bytes:
     inter = np.empty(len(user) * 2, dtype="<i2")
     inter[0::2] = np.clip(user * 32768, -32768, 32767).astype("<i2")
     inter[1::2] = np.clip(ai * 32768, -32768, 32767).astype("<i2")
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(2)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes(inter.tobytes())
-    return buf.getvalue()
+    return wav_bytes(inter, RATE, channels=2)
 
 
 def subtitle_at(events: list[dict[str, Any]], t_ms: float) -> str:

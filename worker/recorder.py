@@ -18,16 +18,15 @@ import asyncio
 import base64
 import binascii
 import concurrent.futures as cf
-import io
 import logging
 import os
 import threading
 import time
-import wave
 from pathlib import Path
 from typing import Any
 
 from core.files import atomic_write_bytes, atomic_write_json, read_json
+from core.media import write_wav
 from core.replay import build_replays
 from core.session_store import META, RECORDING
 
@@ -318,14 +317,7 @@ class SessionRecorder:
     # ------------------------------------------------------------------ pool jobs
 
     def _write_wav(self, name: str, chunks: list[str], rate: int) -> None:
-        pcm = b"".join(_b64(c) for c in chunks)
-        buf = io.BytesIO()
-        with wave.open(buf, "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(rate)
-            w.writeframes(pcm[: len(pcm) // 2 * 2])
-        atomic_write_bytes(self.path / name, buf.getvalue())
+        write_wav(self.path / name, b"".join(_b64(c) for c in chunks), rate)  # atomic; an odd byte dropped
 
     def _write_image(self, name: str, b64: str) -> None:
         data = _b64(b64)

@@ -16,7 +16,6 @@ import hmac
 import json
 import re
 import time
-import wave
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -436,7 +435,7 @@ def _save_voice(data: bytes, path: Path) -> float:
     import numpy as np
 
     from core.errors import InvalidAudioError
-    from core.media import decode_audio
+    from core.media import decode_audio, write_wav
 
     try:
         audio = decode_audio(data, rate=24000, max_seconds=VOICE_MAX_SECONDS)
@@ -446,14 +445,7 @@ def _save_voice(data: bytes, path: Path) -> float:
     if seconds < 1.0 or seconds > VOICE_MAX_SECONDS:
         raise HTTPException(422, f"a reference voice needs 1 to {VOICE_MAX_SECONDS:.0f} s of speech "
                                  f"(got {seconds:.1f} s)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".wav.tmp")
-    with wave.open(str(tmp), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(24000)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
-    tmp.replace(path)
+    write_wav(path, (np.clip(audio, -1, 1) * 32767).astype("<i2"), 24000)  # atomic
     return round(seconds, 2)
 
 

@@ -13,13 +13,13 @@ import io
 import json
 import shutil
 import time
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 import websockets
 
+from core.media import write_wav
 from tests.support.stack import Stack
 
 
@@ -29,12 +29,7 @@ REPLY = "I see and hear you, friend."
 
 def write_wav(path: Path, seconds: float, freq: float, rate: int = 16000) -> str:
     t = np.arange(int(seconds * rate)) / rate
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((0.2 * np.sin(2 * np.pi * freq * t) * 32767).astype("<i2").tobytes())
-    return str(path)
+    return str(write_wav(path, (0.2 * np.sin(2 * np.pi * freq * t) * 32767).astype("<i2"), rate))
 
 
 def build_double(root: Path) -> Path:

@@ -457,15 +457,10 @@ def test_client_leaving_a_long_transcription_frees_the_worker_soon(stack, fox_pc
     frees its slot, so the request after it is served, not refused as busy."""
     speech = np.frombuffer(fox_pcm + b"\x00\x00" * 24000 * 20, "<i2")[::3]  # 8 kHz is plenty here
     u8 = ((np.tile(speech, 40).astype(np.int32) >> 8) + 128).astype(np.uint8).tobytes()  # 15 min: 30 windows
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:  # 8-bit 8 kHz WAV keeps the upload at 7 MB
-        w.setnchannels(1)
-        w.setsampwidth(1)
-        w.setframerate(8000)
-        w.writeframes(u8)
+    long_wav = wav_bytes(u8, 8000, sample_width=1)  # 8-bit 8 kHz WAV keeps the upload at 7 MB
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{stack.url}/v1/audio/transcriptions", data={"model": MODEL},
-                   files={"file": ("long.wav", buf.getvalue())}, timeout=2.0)
+                   files={"file": ("long.wav", long_wav)}, timeout=2.0)
     started = time.monotonic()
     wait_idle(stack, timeout=3)
     assert time.monotonic() - started < 2.5

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from gateway.pool.redis_queue import ClusterUnavailable, QueueFull, RedisQueue
-from launcher.redis_server import redis_server
+from launcher.redis_server import redis_server, start_redis
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian redis-server not installed")
 
@@ -132,9 +132,8 @@ async def test_redis_away_gives_clear_errors_and_comes_back(tmp_path):
     once it is back the queue works again (its state starts empty: no persistence here)."""
     from gateway.pool.redis_queue import redis_client
 
-    port = free_port()
-    proc = start_redis(port, tmp_path)
-    client = redis_client(f"redis://127.0.0.1:{port}/0")  # the gateway's own client
+    server = start_redis(tmp_path)
+    client = redis_client(server.url)  # the gateway's own client
     q = RedisQueue(client, gateway_id="a", lease_ttl_s=1.5)
     try:
         await q.start()
@@ -142,13 +141,12 @@ async def test_redis_away_gives_clear_errors_and_comes_back(tmp_path):
         held = await q.acquire()
         waiting = asyncio.create_task(q.acquire())
         await asyncio.sleep(0.1)
-        proc.kill()
-        proc.wait(5)
+        server.kill()
         with pytest.raises(ClusterUnavailable, match="unreachable"):
             await asyncio.wait_for(waiting, 5)
         with pytest.raises(ClusterUnavailable):
             await asyncio.wait_for(q.acquire(), 5)
-        proc = start_redis(port, tmp_path)
+        server = start_redis(tmp_path, server.port)
         await q.upsert_worker("w0", "http://w0", 1, frozenset(), "healthy")
         again = await asyncio.wait_for(q.acquire(), 5)
         assert again.worker_id == "w0" and again.ticket != held.ticket
@@ -157,8 +155,7 @@ async def test_redis_away_gives_clear_errors_and_comes_back(tmp_path):
     finally:
         await asyncio.wait_for(q.close(), 5)
         await asyncio.wait_for(client.aclose(), 5)
-        proc.kill()
-        proc.wait(5)
+        server.kill()
 
 
 async def test_a_burst_of_joins_queues_for_redis_connections(redis_url):

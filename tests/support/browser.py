@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 import time
-import wave
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pytest
 
+from core import media
 from tests.support.stack import ROOT, Stack
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -68,12 +68,7 @@ def speech_48k(tts, text: str) -> np.ndarray:
 
 
 def write_wav(path: Path, audio: np.ndarray) -> Path:
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(WAV_RATE)
-        w.writeframes(np.clip(audio, -32768, 32767).astype("<i2").tobytes())
-    return path
+    return media.write_wav(path, np.clip(audio, -32768, 32767).astype("<i2"), WAV_RATE)
 
 
 def spoken_wav(path: Path, tts, text: str, lead_s: float = 1.0, total_s: float = 8.0, tail_s: float = 3.0) -> Path:

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 import threading
 import time
-import wave
 from typing import Self
 
 import numpy as np
@@ -19,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from core.media import wav_bytes
 from tests.support.stack import free_port
 
 REPLY = "Hello from the double, nice to meet you."
@@ -30,13 +29,7 @@ def tone(seconds: float, rate: int = 24000, freq: float = 440.0) -> np.ndarray:
 
 
 def wav_b64(samples: np.ndarray, rate: int) -> str:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((samples * 32767).astype("<i2").tobytes())
-    return base64.b64encode(buf.getvalue()).decode()
+    return base64.b64encode(wav_bytes((samples * 32767).astype("<i2"), rate)).decode()
 
 
 class OmniEngineDouble:

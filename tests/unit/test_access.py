@@ -147,19 +147,12 @@ def test_log_lines_carry_session_and_worker(caplog):
 
 
 def test_reference_voices_only_where_a_worker_offers_them(tmp_path):
-    import io
-    import wave
-
     import numpy as np
 
+    from core.media import wav_bytes
+
     admin = {"Authorization": f"Bearer {ADMIN}"}
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((np.sin(np.arange(32000) / 10) * 8000).astype("<i2").tobytes())
-    sample = buf.getvalue()
+    sample = wav_bytes((np.sin(np.arange(32000) / 10) * 8000).astype("<i2"), 16000)
     with make_client(tmp_path) as c:
         pool = c.app.state.pool
         worker = pool.add_worker("http://127.0.0.1:9")

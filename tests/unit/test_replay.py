@@ -7,18 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
+from core.media import write_wav
 from core.replay import RATE, build_replays, render_tracks, subtitle_at
 
 
 def _wav(path: Path, seconds: float, rate: int = RATE, freq: float = 440.0) -> None:
     t = np.arange(int(seconds * rate)) / rate
     pcm = (0.3 * np.sin(2 * np.pi * freq * t) * 32767).astype("<i2")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
+    write_wav(path, pcm, rate)  # makes the folder
 
 
 def _active(track: np.ndarray) -> tuple[float, float]:
