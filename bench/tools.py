@@ -15,7 +15,7 @@ values the prompt names, e.g. the city), and for calls the latency from ``respon
 ``response.function_call_arguments.done``. A call is right only in a completed response; an
 answer only in a response that completed or ran out of the bench's own short budget
 (``incomplete``, ``max_output_tokens``): a failed, cancelled or empty one is wrong. DEV chose the
-tool prompt and the answer bias (``python -m bench.tool_fit``); EVAL is held out. The run is
+tool prompt and the answer bias (``python -m bench.fit.tool_fit``); EVAL is held out. The run is
 repeated ``--runs`` times on one stack (the choice is greedy, so runs differ only where the CPU's
 float sums do); the report gives each run and the median with its spread.
 """

@@ -2,7 +2,7 @@
 
 Half the prompts need a tool, half do not (decoys: jokes, facts, thanks...). Each case names the
 tool it needs (None: an answer) and the argument values the prompt names. ``DEV`` chooses the
-tool prompt and ``ANSWER_BIAS`` (``core/cascade/tool_calls.py``, ``python -m bench.tool_fit``);
+tool prompt and ``ANSWER_BIAS`` (``core/cascade/tool_calls.py``, ``python -m bench.fit.tool_fit``);
 ``EVAL`` is what ``python -m bench tools`` reports on, never quoted in code or a test
 (``tests/test_eval_leaks.py``).
 """
@@ -29,7 +29,7 @@ TOOLS: list[dict[str, Any]] = [
 
 # (prompt, expected tool or None for an answer, expected argument values (case-insensitive,
 # strings matched as substrings), part): "dev" prompts choose the tool prompt and the answer bias
-# (``python -m bench.tool_fit``); "eval" prompts are held out.
+# (``python -m bench.fit.tool_fit``); "eval" prompts are held out.
 CASES: list[tuple[str, str | None, dict[str, Any], str]] = [
     ("What's the weather like in Paris?", "get_weather", {"city": "paris"}, "dev"),
     ("Is it raining in London right now?", "get_weather", {"city": "london"}, "eval"),

@@ -4,7 +4,7 @@
   or request; an unfinished phrase, a pause of 0.6-1.5 s fixed per item, then the rest). Never
   fit weights on them, never quote them in code or a test (``tests/test_eval_leaks.py``).
 - ``DEV_COMPLETE`` / ``DEV_OPEN``: the development set the semantic_vad weights are fitted on
-  (``python -m bench.turn_fit``) and that tests may use: complete requests, and phrases cut off
+  (``python -m bench.fit.turn_fit``) and that tests may use: complete requests, and phrases cut off
   mid-sentence. No phrase in common with the eval part.
 
 Spoken by Debian ``espeak-ng`` with ``VOICES`` (``bench/turn_set.py`` synthesises and caches).

@@ -88,7 +88,7 @@ def parse_choice(text: str) -> tuple[str, str] | None:
 # Zhao et al. 2021: it removes the prompt's own lean, e.g. towards the last example's tool), and
 # ``ANSWER`` gets ANSWER_BIAS. The likeliest wins; the arguments are then written under the
 # grammar for that tool. ANSWER_BIAS is chosen on the DEV prompts of ``bench/sets/tools.py`` only,
-# each in a four-tool and a one-tool session (``python -m bench.tool_fit``: +0.75 is the single
+# each in a four-tool and a one-tool session (``python -m bench.fit.tool_fit``: +0.75 is the single
 # best, 80 %); ``python -m bench tools`` reports it on EVAL (docs/benchmarks.md).
 ANSWER_BIAS = 0.75
 _calibration: dict[tuple[int, ...], torch.Tensor] = {}

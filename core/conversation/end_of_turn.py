@@ -42,7 +42,7 @@ OPEN_ENDINGS = frozenset(
 )  # not "it", "you", "do", "like", "well": sentences end on them often ("What time is it?")
 FILLERS = frozenset("um uh uhm umm er erm ah hmm mm".split())
 
-# Weights fitted (``python -m bench.turn_fit``) on a development set of 60 espeak-spoken phrases
+# Weights fitted (``python -m bench.fit.turn_fit``) on a development set of 60 espeak-spoken phrases
 # not in the benchmark's set (30 complete, 30 cut off; transcribed by the cascade's Whisper as at
 # a pause), for no slower complete turns and the fewest open phrases answered within a 1 s
 # pause; among the weights that tied there, the ones that keep question-shaped complete turns
@@ -56,7 +56,7 @@ NO_LM_PRIOR = 0.5  # without a language model: lean slightly towards complete
 WAIT_EXPONENT = 1.5
 NO_WORDS_SHARE = 0.125  # nothing to judge (no words yet): an eighth of the maximum, auto = 500 ms
 # The weight of the whole transcript's score is the last word's confidence to this power (fitted
-# second, the weights above held; ``bench.turn_fit``): Whisper's token probabilities run low on
+# second, the weights above held; ``bench.fit.turn_fit``): Whisper's token probabilities run low on
 # words it did hear, so a 0.5 confidence still keeps three quarters of the weight.
 CONFIDENCE_EXPONENT = 0.4
 # A one-word transcript whose word is in doubt reads like no words at all: the neutral wait.

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 PRESETS_FILE = "presets.json"
 # The embedded model's default instructions (one short spoken sentence, with examples): a 135M
-# model answers far better under them (bench/answer_fit.py). Presets that ask for a different
+# model answers far better under them (bench/fit/answer_fit.py). Presets that ask for a different
 # style start from a neutral line instead, since the examples would pull every reply to one sentence.
 _BASE = "You are a friendly voice assistant. Your replies are read aloud, so use plain words: no lists, no markdown."
 

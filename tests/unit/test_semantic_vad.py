@@ -92,7 +92,7 @@ def test_a_complete_question_the_language_model_doubts_waits_longer_than_server_
 
     That is a real cost, and accepted, not hidden: the weights minimise the dev set's cost (the
     complete turns' extra wait plus 2 s per share of cut-off phrases answered inside a 1 s pause,
-    ``python -m bench.turn_fit``); a flatter LM slope that answers this question at once answers
+    ``python -m bench.fit.turn_fit``); a flatter LM slope that answers this question at once answers
     more cut-off phrases too. The wait stays under a second, and ``python -m bench turns``
     reports such turns in its complete-turn V2V p90, where they show."""
     p = end_of_turn_probability("Can you recommend a good book?", 0.0007)

@@ -1,8 +1,8 @@
 """How the embedded model's voice defaults (``core/cascade/voice_prompt.py``) were chosen.
 
-    python -m bench.answer_fit                    # every candidate on DEV (~1 min each on two cores)
-    python -m bench.answer_fit --only pool-4      # one candidate
-    python -m bench.answer_fit --set eval --only default   # the chosen defaults, once, on EVAL
+    python -m bench.fit.answer_fit                    # every candidate on DEV (~1 min each on two cores)
+    python -m bench.fit.answer_fit --only pool-4      # one candidate
+    python -m bench.fit.answer_fit --set eval --only default   # the chosen defaults, once, on EVAL
 
 Each candidate is a system prompt and the decoding keywords for ``SmolLm.generate``; each scored
 question is asked alone (a fresh conversation under that system prompt) and the reply scored: the

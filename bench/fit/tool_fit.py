@@ -1,6 +1,6 @@
 """How ``ANSWER_BIAS`` in ``core/cascade/tool_calls.py`` is chosen: on the DEV prompts only.
 
-    python -m bench.tool_fit              # DEV: right decisions per bias (~1 min on two cores)
+    python -m bench.fit.tool_fit              # DEV: right decisions per bias (~1 min on two cores)
 
 Each DEV prompt of ``bench/sets/tools.py`` is put to the embedded SmolLM2 in-process through the
 cascade's own tool prompt (``tool_calls.tool_prompt``: the tool list, the few-shot turns built from

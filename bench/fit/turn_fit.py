@@ -1,6 +1,6 @@
 """How the semantic_vad weights in ``core/conversation/end_of_turn.py`` were chosen.
 
-    python -m bench.turn_fit          # ~3 min: speak, transcribe, score, grid-search, print
+    python -m bench.fit.turn_fit          # ~3 min: speak, transcribe, score, grid-search, print
 
 The development set (``bench/sets/turns.py``: ``DEV_COMPLETE`` / ``DEV_OPEN``, no phrase in common
 with the benchmark's eval part): 40 complete requests and 40 phrases cut off mid-sentence, spoken
