@@ -66,7 +66,7 @@ async def parse_response_options(ev: ResponseCreate, session: ItemSource) -> Res
         instructions=instructions or None,
         output_audio=parse_modalities(p.get("output_modalities", p.get("modalities")), "response.output_modalities"),
         max_output_tokens=parse_max_tokens(p.get("max_output_tokens", p.get("max_response_output_tokens")),
-                                      "response.max_output_tokens"),
+                                           "response.max_output_tokens"),
         metadata=_metadata(p.get("metadata"), eid),
         in_conversation=conversation == "auto",
         tools=parse_tools(p.get("tools"), p.get("tool_choice"), "response") or None,
