@@ -14,7 +14,7 @@ import pytest
 import websockets
 
 from core.config import AppConfig
-from tests.support.helpers import recv_until
+from tests.support.realtime_client import recv_until
 from tests.support.stack import Stack, free_port
 
 

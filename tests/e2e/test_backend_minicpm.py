@@ -20,6 +20,7 @@ import pytest
 import websockets
 
 from core.media import write_wav
+from tests.support.realtime_client import recv_until
 from tests.support.stack import Stack
 
 
@@ -74,16 +75,6 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-async def recv_until(ws, kind: str, timeout: float = 30.0, seen: list | None = None) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        ev = json.loads(await asyncio.wait_for(ws.recv(), max(0.01, deadline - time.monotonic())))
-        if seen is not None:
-            seen.append(ev)
-        if ev["type"] == kind:
-            return ev
-
-
 def url(stack) -> str:
     return f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-minicpm_o&extensions=all"
 
@@ -97,7 +88,7 @@ async def say(ws, text: str, **response) -> tuple[dict, list[dict]]:
         "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}))
     await ws.send(json.dumps({"type": "response.create", "response": response}))
     events: list[dict] = []
-    done = await recv_until(ws, "response.done", seen=events)
+    done = await recv_until(ws, "response.done", log=events)
     return done, events
 
 
@@ -127,7 +118,7 @@ async def test_loads_through_remote_code_and_answers_a_mixed_turn(mini_stack, do
                         {"type": "input_text", "text": "What is this?"}]}}))
         await ws.send(json.dumps({"type": "response.create"}))
         events: list[dict] = []
-        done = await recv_until(ws, "response.done", seen=events)
+        done = await recv_until(ws, "response.done", log=events)
     deltas = [e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta"]
     assert "".join(deltas) == REPLY and len(deltas) == 3 and done["response"]["status"] == "completed"
     assert len(pcm_of(events)) // 2 == 3 * 7200  # three 0.3 s pieces at 24 kHz
@@ -176,9 +167,9 @@ async def test_cancel_closes_the_generator_and_counts_exact_audio(mini_stack, do
             "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Something slow."}]}}))
         await ws.send(json.dumps({"type": "response.create"}))
         events: list[dict] = []
-        await recv_until(ws, "response.output_audio.delta", seen=events)
+        await recv_until(ws, "response.output_audio.delta", log=events)
         await ws.send(json.dumps({"type": "response.cancel"}))
-        done = await recv_until(ws, "response.done", seen=events)
+        done = await recv_until(ws, "response.done", log=events)
         metrics = await recv_until(ws, "session.metrics")
         assert done["response"]["status"] == "cancelled"
         assert abs(metrics["metrics"]["audio_ms"] - len(pcm_of(events)) / 48) < 1.0
@@ -217,7 +208,7 @@ async def test_model_duplex_the_model_decides_when_to_speak(mini_stack, double_d
         for i in range(0, len(stream), step):
             await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64(stream[i:i + step])}))
             await asyncio.sleep(0.01)
-        done = await recv_until(ws, "response.done", seen=events, timeout=60)
+        done = await recv_until(ws, "response.done", log=events, timeout=60)
         kinds = [e["type"] for e in events]
         text = "".join(e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta")
         assert "input_audio_buffer.speech_started" in kinds and "input_audio_buffer.committed" not in kinds

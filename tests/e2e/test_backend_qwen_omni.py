@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import io
 import json
 import time
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 import websockets
 
+from tests.support import realtime_client
 from tests.support.stack import Stack
 from tests.support.tiny_omni import build_qwen2_5_omni, build_qwen3_omni
 
@@ -45,23 +47,12 @@ def qwen_stack(tmp_path_factory, qwen25_model):
     s.stop()
 
 
+# a model's first reply may take a minute; an error event fails at once
+recv_until = functools.partial(realtime_client.recv_until, timeout=60.0, raise_on_error=True)
+
+
 def ws_url(stack) -> str:
     return f"ws://127.0.0.1:{stack.port}/v1/realtime?model=omniduplex-qwen_omni&extensions=all"
-
-
-async def recv_until(ws, kind: str, timeout: float = 60.0, seen: list | None = None) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no {kind}; saw {[e['type'] for e in (seen or [])][-15:]}")
-        ev = json.loads(await asyncio.wait_for(ws.recv(), left))
-        if seen is not None:
-            seen.append(ev)
-        if ev["type"] == "error" and kind != "error":
-            raise AssertionError(f"error event: {ev['error']}")
-        if ev["type"] == kind:
-            return ev
 
 
 async def send(ws, kind: str, **fields) -> None:
@@ -109,7 +100,7 @@ async def test_audio_and_text_in_streamed_text_and_speech_out(qwen_stack):
         await recv_until(ws, "conversation.item.done")
         await send(ws, "response.create", response={"max_output_tokens": 24})
         events: list[dict] = []
-        done = await recv_until(ws, "response.done", seen=events)
+        done = await recv_until(ws, "response.done", log=events)
         metrics = await recv_until(ws, "session.metrics")
     kinds = [e["type"] for e in events]
     deltas = [e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta"]
@@ -135,9 +126,9 @@ async def test_cancel_and_truncate_count_only_what_was_sent(qwen_stack):
             "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell me a story."}]})
         await send(ws, "response.create", response={"max_output_tokens": 200})
         events: list[dict] = []
-        first = await recv_until(ws, "response.output_audio.delta", seen=events)
+        first = await recv_until(ws, "response.output_audio.delta", log=events)
         await send(ws, "response.cancel")
-        done = await recv_until(ws, "response.done", seen=events)
+        done = await recv_until(ws, "response.done", log=events)
         metrics = await recv_until(ws, "session.metrics")
         heard_ms = len(audio_of(events)) // 2 / 24
         assert done["response"]["status"] == "cancelled"
@@ -157,7 +148,7 @@ async def test_cancel_and_truncate_count_only_what_was_sent(qwen_stack):
         # nothing more arrives for the cancelled reply, and the session takes a new one
         await send(ws, "response.create", response={"output_modalities": ["text"], "max_output_tokens": 4})
         later: list[dict] = []
-        await recv_until(ws, "response.done", seen=later)
+        await recv_until(ws, "response.done", log=later)
         assert not [e for e in later if e.get("response_id") == done["response"]["id"]]
 
 
@@ -195,7 +186,7 @@ async def test_server_vad_turn_images_frames_and_voices(qwen_stack, tts):
         stream = silence + speech + silence * 2
         for i in range(0, len(stream), step):
             await send(ws, "input_audio_buffer.append", audio=b64(stream[i:i + step]))
-        await recv_until(ws, "response.done", seen=events, timeout=90)
+        await recv_until(ws, "response.done", log=events, timeout=90)
         # the Thinker transcribes the turn once the reply is out (random weights: random words)
         transcript = await recv_until(ws, "conversation.item.input_audio_transcription.completed")
     kinds = [e["type"] for e in events]
@@ -505,6 +496,6 @@ async def test_session_update_with_tools_is_accepted(qwen_stack):
             "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]})
         await send(ws, "response.create", response={"max_output_tokens": 12})
         events: list[dict] = []
-        done = await recv_until(ws, "response.done", seen=events)
+        done = await recv_until(ws, "response.done", log=events)
     assert done["response"]["status"] in ("completed", "incomplete")
     assert not audio_of(events), "a forced call is not spoken"

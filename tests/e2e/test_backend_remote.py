@@ -22,6 +22,7 @@ import websockets
 
 from core.processors import create_backend
 from core.conversation import ConversationConfig, TurnDetection
+from tests.support.realtime_client import recv_until
 from tests.support.engine_double import REPLY, OmniEngineDouble, tone
 from tests.support.helpers import Collector, stream
 from tests.support.stack import Stack
@@ -42,16 +43,6 @@ def remote(engine, flavor: str, **extra):
 
 def pcm_of(events: list[dict]) -> bytes:
     return b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
-
-
-async def recv_until(ws, kind: str, timeout: float = 30.0, seen: list | None = None) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        ev = json.loads(await asyncio.wait_for(ws.recv(), max(0.01, deadline - time.monotonic())))
-        if seen is not None:
-            seen.append(ev)
-        if ev["type"] == kind:
-            return ev
 
 
 async def test_vllm_omni_stream_through_our_worker_gateway_and_recording(engine, tmp_path):
@@ -81,7 +72,7 @@ async def test_vllm_omni_stream_through_our_worker_gateway_and_recording(engine,
                     {"type": "input_text", "text": "What is this?"}]}}))
             await ws.send(json.dumps({"type": "response.create"}))
             events: list[dict] = []
-            done = await recv_until(ws, "response.done", seen=events)
+            done = await recv_until(ws, "response.done", log=events)
             session_id = created["session"]["id"]
         text = "".join(e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta")
         pcm = pcm_of(events)

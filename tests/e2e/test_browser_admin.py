@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 
+from tests.support.realtime_client import recv_until_sync
 from tests.support.browser import dump_console, require_browser, screenshot_both, silence_wav, wait_until
 
 require_browser()
@@ -45,14 +46,6 @@ def click(browser, css: str, timeout: float = 10.0) -> None:
             time.sleep(0.1)
 
 
-def recv_until(ws, kind: str, timeout: float = 20.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        ev = json.loads(ws.recv(timeout=max(0.01, deadline - time.monotonic())))
-        if ev["type"] == kind:
-            return ev
-
-
 def test_sign_in_form(stack, launch, tmp_path):
     browser = launch(silence_wav(tmp_path / "s.wav", 2))
     browser.get(f"{stack.url}/admin")
@@ -77,7 +70,7 @@ def test_admin_page_shows_the_real_worker_and_drain_works(stack, launch, tmp_pat
         assert card["buttons"] == ["disable", "dead", "remove"]
 
         a = connect(url)
-        recv_until(a, "session.created")
+        recv_until_sync(a, "session.created")
         card = wait_until(lambda: (c := worker_card(browser, "w0")) and "1 / 1 busy" in c["text"] and c, timeout=10)
         assert card and "api" in card["text"], card
         assert wait_until(lambda: len((overview(browser) or {}).get("live", [])) == 1, timeout=5)
@@ -88,7 +81,7 @@ def test_admin_page_shows_the_real_worker_and_drain_works(stack, launch, tmp_pat
         assert health.json()["workers"][0]["health"] == "disabled"
 
         b = connect(url)
-        assert recv_until(b, "queue.position")["position"] == 1
+        assert recv_until_sync(b, "queue.position")["position"] == 1
         a.close()
         a = None
         # The drained worker is free but takes nobody: the page shows one waiting, none busy.
@@ -100,8 +93,8 @@ def test_admin_page_shows_the_real_worker_and_drain_works(stack, launch, tmp_pat
         problems = screenshot_both(browser, screenshot_dir, "admin_draining")
 
         click(browser, "button[data-action='enable'][data-worker='w0']")
-        assert recv_until(b, "queue.assigned")["worker_id"] == "w0"
-        recv_until(b, "session.created")
+        assert recv_until_sync(b, "queue.assigned")["worker_id"] == "w0"
+        recv_until_sync(b, "session.created")
         assert wait_until(lambda: worker_card(browser, "w0")["badge"] == "healthy", timeout=10)
         assert not problems, problems
         print(f"admin screenshots in {screenshot_dir}")

@@ -12,14 +12,22 @@ import json
 import re
 
 
-from tests.support.browser import dump_console, layout_problems, require_browser, silence_wav, wait_until
+from tests.support.browser import (
+    BUSY,
+    dump_console,
+    layout_problems,
+    open_chat,
+    require_browser,
+    send_text,
+    silence_wav,
+    snapshot,
+    wait_until,
+)
 
 require_browser()
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
-
-from tests.e2e.test_browser_turnbased import BUSY, open_chat, send_text, snapshot
 
 
 

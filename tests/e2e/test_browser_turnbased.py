@@ -16,11 +16,15 @@ import numpy as np
 import pytest
 
 from tests.support.browser import (
+    BUSY,
     WAV_RATE,
     dump_console,
+    open_chat,
     require_browser,
     screenshot_both,
+    send_text,
     silence_wav,
+    snapshot,
     speech_48k,
     wait_until,
     write_wav,
@@ -31,35 +35,15 @@ require_browser()
 
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
-from selenium.webdriver.common.keys import Keys
 
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "What is the capital of France?"
-BUSY = {"connecting", "queued", "assigned", "transcribing", "thinking", "responding", "recording"}
 
 
 @pytest.fixture
 def silence(tmp_path) -> Path:
     return silence_wav(tmp_path / "silence.wav")
-
-
-def snapshot(driver) -> dict | None:
-    return driver.execute_script(
-        "const o = window.omni; return o ? {state: o.state, messages: o.messages, playedMs: o.playedMs,"
-        " error: o.error, deltaCount: o.deltaCount, alert: o.alert, shareUrl: o.shareUrl} : null;"
-    )
-
-
-def open_chat(launch, stack, wav: Path, voice: bool = True):
-    browser = launch(wav)
-    browser.get(f"{stack.url}/turnbased.html")
-    # Presets arrive from /api/presets and fill the settings; wait so they do not overwrite ours.
-    assert wait_until(lambda: browser.execute_script("return document.querySelectorAll('#preset option').length"), 10)
-    voice_box = browser.find_element(By.ID, "voice")
-    if voice_box.is_selected() != voice:
-        voice_box.click()
-    return browser
 
 
 def answers(snap: dict | None) -> list[str]:
@@ -77,12 +61,6 @@ def wait_for_answer(browser, count: int = 1, played_ms: float = 0, timeout: floa
     snap = wait_until(ready, timeout)
     assert snap, f"no answer: {json.dumps(snapshot(browser), indent=1)}"
     return snap
-
-
-def send_text(browser, text: str) -> None:
-    box = browser.find_element(By.ID, "input")
-    box.send_keys(text)
-    box.send_keys(Keys.ENTER)
 
 
 def test_typed_question_streams_text_and_plays_audio(stack, launch, silence, tmp_path):

@@ -14,7 +14,8 @@ import time
 import pytest
 import websockets
 
-from tests.support.reliability import LONG, TEXT_ITEM, end, health, recv_until, wait_idle, ws_url
+from tests.support.realtime_client import recv_until
+from tests.support.reliability import LONG, TEXT_ITEM, end, health, wait_idle, ws_url
 from tests.support.stack import Stack
 
 

@@ -17,7 +17,8 @@ import websockets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.reliability import LONG, recv_until, wait_idle, ws_url
+from tests.support.realtime_client import recv_until
+from tests.support.reliability import LONG, wait_idle, ws_url
 from tests.support.stack import Stack
 
 

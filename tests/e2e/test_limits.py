@@ -18,6 +18,7 @@ import websockets
 
 from core.config import LimitsConfig
 from core.protocol import ProtocolError
+from tests.support.realtime_client import recv_until
 from tests.support.stack import Stack
 from worker.limits import FrameRate, check_image, image_dimensions, message_too_large
 
@@ -87,14 +88,6 @@ async def connect(stack):
     ws = await websockets.connect(f"ws://127.0.0.1:{stack.port}/v1/realtime?extensions=all", max_size=None)
     await recv_until(ws, "session.created")
     return ws
-
-
-async def recv_until(ws, kind: str, timeout: float = 20.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        ev = json.loads(await asyncio.wait_for(ws.recv(), max(0.01, deadline - time.monotonic())))
-        if ev["type"] == kind:
-            return ev
 
 
 async def ended(ws, timeout: float = 15.0) -> tuple[dict | None, int, float]:

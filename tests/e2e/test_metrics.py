@@ -13,6 +13,7 @@ import pytest
 import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.realtime_client import recv_until
 from tests.support.stack import Stack
 
 
@@ -44,14 +45,6 @@ def scrape(url: str) -> dict[tuple[str, tuple], float]:
 
 def value(m: dict, name: str, **labels) -> float:
     return m.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-async def recv_until(ws, kind: str, timeout: float = 30.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        ev = json.loads(await asyncio.wait_for(ws.recv(), max(0.01, deadline - time.monotonic())))
-        if ev["type"] == kind:
-            return ev
 
 
 async def speak(ws, pcm: bytes, chunk_ms: int = 40, speedup: float = 2.0) -> None:

@@ -21,14 +21,14 @@ import httpx
 import pytest
 import websockets
 
+from tests.support.realtime_client import recv_until
 from tests.support.reliability import (
     TEXT_ITEM,
     closed_with,
     gateway_health,
     health,
     make_stack,
-    recv_until,
-    wait_idle,
+wait_idle,
     ws_url,
 )
 

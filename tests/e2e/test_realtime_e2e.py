@@ -15,7 +15,7 @@ import pytest
 import websockets
 from openai import AsyncOpenAI
 
-from tests.support.helpers import recv_until
+from tests.support.realtime_client import recv_until
 from tests.support.stack import Stack
 
 

@@ -27,13 +27,13 @@ import psutil
 import pytest
 import websockets
 
+from tests.support.realtime_client import recv_until
 from tests.support.reliability import (
     end,
     health,
     make_stack,
     open_session,
-    recv_until,
-    say,
+say,
     wait_idle,
     wait_meta,
     ws_url,

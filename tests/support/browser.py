@@ -23,6 +23,7 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 WAV_RATE = 48000  # Chrome's fake capture device runs at 48 kHz; no resampling surprises
 DESKTOP = (1280, 800)
 PHONE = (390, 844)
+BUSY = {"connecting", "queued", "assigned", "transcribing", "thinking", "responding", "recording"}  # chat page states: busy
 
 
 
@@ -196,3 +197,38 @@ def screenshot_both(driver, directory: Path, name: str) -> list[str]:
         problems += [f"{label}: {p}" for p in layout_problems(driver)]
     driver.set_window_size(*DESKTOP)
     return problems
+
+
+# ---------------------------------------------------------------- the chat page (turnbased.html)
+
+
+def snapshot(driver) -> dict | None:
+    """The chat page's state (``window.omni``): None before its script ran."""
+    return driver.execute_script(
+        "const o = window.omni; return o ? {state: o.state, messages: o.messages, playedMs: o.playedMs,"
+        " error: o.error, deltaCount: o.deltaCount, alert: o.alert, shareUrl: o.shareUrl} : null;"
+    )
+
+
+def open_chat(launch, stack, wav: Path, voice: bool = True):
+    """A browser (``launch`` fixture) on the stack's chat page, presets loaded, spoken replies on or off."""
+    from selenium.webdriver.common.by import By
+
+    browser = launch(wav)
+    browser.get(f"{stack.url}/turnbased.html")
+    # Presets arrive from /api/presets and fill the settings; wait so they do not overwrite ours.
+    assert wait_until(lambda: browser.execute_script("return document.querySelectorAll('#preset option').length"), 10)
+    voice_box = browser.find_element(By.ID, "voice")
+    if voice_box.is_selected() != voice:
+        voice_box.click()
+    return browser
+
+
+def send_text(browser, text: str) -> None:
+    """Type ``text`` into the chat box and press Enter."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = browser.find_element(By.ID, "input")
+    box.send_keys(text)
+    box.send_keys(Keys.ENTER)

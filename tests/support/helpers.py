@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import numpy as np
@@ -64,18 +63,6 @@ async def stream(conversation, pcm: bytes, rate: int, chunk_ms: int = 20, realti
             ahead = start + (i + step) / 2 / rate - time.perf_counter()
             if ahead > 0:
                 await asyncio.sleep(ahead)
-
-
-async def recv_until(ws, kind: str, timeout: float = 20.0) -> dict:
-    """Read a raw WebSocket until an event of ``kind`` arrives (AssertionError after ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no {kind}")
-        ev = json.loads(await asyncio.wait_for(ws.recv(), left))
-        if ev["type"] == kind:
-            return ev
 
 
 def gone(pid: int) -> bool:

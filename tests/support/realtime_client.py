@@ -1,5 +1,9 @@
-"""A realtime test client that records every server event and validates each one against the
-``openai`` package's own types (``core/openai_events.py``), as the OpenAI Agents SDK does."""
+"""Realtime test clients.
+
+- :func:`recv_until`: read a raw WebSocket until an event of one type arrives (the one helper for
+  that: async, and :func:`recv_until_sync` for ``websockets.sync`` sockets).
+- :class:`Client`: one connection that records every server event and validates each one against
+  the ``openai`` package's own types (``core/openai_events.py``), as the OpenAI Agents SDK does."""
 
 from __future__ import annotations
 
@@ -13,6 +17,40 @@ from core.openai_events import validation_error
 from core.protocol import EXTENSION_EVENTS
 
 _open: list = []
+
+
+async def recv_until(ws, kind: str, timeout: float = 30.0, log: list | None = None, *,
+                     timed: bool = False, raise_on_error: bool = False) -> dict:
+    """Read ``ws`` until an event of ``kind`` arrives and return it; AssertionError naming the last
+    events seen after ``timeout`` seconds. ``log``: every event read is appended to it (as
+    ``(time.monotonic(), event)`` with ``timed``); ``raise_on_error``: an ``error`` event (when
+    not waiting for one) fails at once."""
+    deadline = time.monotonic() + timeout
+    seen: list[str] = []
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            ev = json.loads(await asyncio.wait_for(ws.recv(), left))
+        except TimeoutError:
+            raise AssertionError(f"no {kind} within {timeout}s; saw {seen[-15:]}") from None
+        seen.append(ev["type"])
+        if log is not None:
+            log.append((time.monotonic(), ev) if timed else ev)
+        if raise_on_error and ev["type"] == "error" and kind != "error":
+            raise AssertionError(f"error event: {ev['error']}")
+        if ev["type"] == kind:
+            return ev
+
+
+def recv_until_sync(ws, kind: str, timeout: float = 20.0) -> dict:
+    """:func:`recv_until` for a ``websockets.sync`` connection."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ev = json.loads(ws.recv(timeout=max(0.01, deadline - time.monotonic())))
+        if ev["type"] == kind:
+            return ev
 
 
 async def close_leftovers() -> None:

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 import httpx
 import websockets
 
+from tests.support.realtime_client import recv_until
+
 LONG = os.environ.get("OMNIDUPLEX_LONG", "") not in ("", "0")
 
 TEXT_ITEM = {"type": "conversation.item.create", "item": {"type": "message", "role": "user",
@@ -24,19 +26,6 @@ TEXT_ITEM = {"type": "conversation.item.create", "item": {"type": "message", "ro
 def ws_url(stack, **params: str) -> str:
     query = "&".join(f"{k}={v}" for k, v in {"model": "omniduplex-cascade", "extensions": "all", **params}.items())
     return f"ws://127.0.0.1:{stack.port}/v1/realtime?{query}"
-
-
-async def recv_until(ws, kind: str, timeout: float = 20.0, log: list | None = None) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no {kind} within {timeout}s")
-        ev = json.loads(await asyncio.wait_for(ws.recv(), left))
-        if log is not None:
-            log.append(ev)
-        if ev["type"] == kind:
-            return ev
 
 
 async def say(ws, text: str, respond: bool = True) -> None:
