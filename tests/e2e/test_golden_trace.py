@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import websockets
 
+from tests.support.realtime_client import Client
 from tests.support.stack import Stack
 from tests.support.tiny_omni import build_qwen2_5_omni
 
@@ -93,33 +94,11 @@ def backend(request):
 # --------------------------------------------------------------------------- a recorded session
 
 
-class Session:
+class Session(Client):
+    """The shared test client (its event checks are not asserted here: the trace is) and audio streaming."""
+
     def __init__(self, ws) -> None:
-        self.ws = ws
-        self.events: list[dict] = []
-
-    async def send(self, kind: str, **fields) -> None:
-        await self.ws.send(json.dumps({"type": kind, **fields}))
-
-    async def until(self, kind: str, timeout: float = 90.0, count: int = 1) -> dict:
-        deadline = time.monotonic() + timeout
-        while sum(e["type"] == kind for e in self.events) < count:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no {kind}; saw {[(e['type'], e.get('error')) for e in self.events][-12:]}")
-            try:
-                self.events.append(json.loads(await asyncio.wait_for(self.ws.recv(), left)))
-            except TimeoutError:
-                continue
-        return [e for e in self.events if e["type"] == kind][count - 1]
-
-    async def settle(self, seconds: float) -> None:
-        """Read whatever still comes within ``seconds`` of quiet."""
-        while True:
-            try:
-                self.events.append(json.loads(await asyncio.wait_for(self.ws.recv(), seconds)))
-            except TimeoutError:
-                return
+        super().__init__(ws, timeout=90.0)
 
     async def stream(self, pcm: bytes, chunk_ms: int = 40, realtime: bool = True) -> None:
         step = 16000 * chunk_ms // 1000 * 2

@@ -18,16 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
 from core.config import add_cli_arguments, config_from_cli, load_config
-from launcher import supervisor as sup_mod
 from launcher import redis_server
+from launcher import supervisor as sup_mod
 from launcher.processes import free_port, spawn_module
 from launcher.redis_server import local_redis, redis_command, redis_ping
 from launcher.supervisor import GATEWAY, REDIS, Supervisor, child_commands, cli_passthrough
+from tests.support.helpers import http_answers, wait_for
 
 PY = sys.executable
 
@@ -187,23 +187,6 @@ def start_launcher(tmp_path: Path, config: Path, name: str, *args: str) -> tuple
     return spawn_module("launcher", "--config", str(config), *args, log=log), log
 
 
-def wait_for(what: str, predicate, proc: subprocess.Popen, log: Path, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert proc.poll() is None, f"launcher exited ({proc.returncode}) before {what}:\n{log.read_text()}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{log.read_text()}"
-        time.sleep(0.1)
-
-
-def gateway_answers(port: int) -> bool:
-    """Any HTTP answer on /health: the gateway's cluster support (200 or 503) is not this test's business."""
-    try:
-        httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0, trust_env=False)
-        return True
-    except httpx.HTTPError:
-        return False
-
-
 def stop(proc: subprocess.Popen, log: Path) -> float:
     began = time.monotonic()
     proc.send_signal(signal.SIGINT)
@@ -238,12 +221,12 @@ def test_gateway_only_with_local_redis_starts_reuses_and_stops_it(tmp_path):
     second = second_log = None
     try:
         wait_for("redis PONG", lambda: redis_ping(redis_port) == "+PONG", first, first_log)
-        wait_for("the gateway", lambda: gateway_answers(port), first, first_log)
+        wait_for("the gateway", lambda: http_answers(port), first, first_log)
         # (c) a second gateway on this host shares that Redis instead of starting its own
         port2 = free_port()
         second, second_log = start_launcher(tmp_path, config, "second", "--gateway-only", "--redis", "local",
                                             "--port", str(port2))
-        wait_for("the second gateway", lambda: gateway_answers(port2), second, second_log)
+        wait_for("the second gateway", lambda: http_answers(port2), second, second_log)
         assert stop(second, second_log) < 15 and second.returncode == 0, second_log.read_text()
         text = second_log.read_text()
         assert f"reusing the Redis already answering on 127.0.0.1:{redis_port}" in text

@@ -13,38 +13,19 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
-
-import httpx
 
 from launcher.processes import free_port, spawn, spawn_module, stop
 from launcher.redis_server import redis_ping
-from tests.support.helpers import gone
+from tests.support.helpers import gone, http_answers, wait_for
 
 PY = sys.executable
 STARTED = re.compile(r"\[supervisor\] started (\w+) \(pid (\d+)\)")
-
-
-def wait_for(what: str, predicate, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert proc.poll() is None, f"exited ({proc.returncode}) before {what}:\n{log.read_text()}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{log.read_text()}"
-        time.sleep(0.1)
 
 
 def listening(port: int) -> bool:
     """Something accepts connections on the port (a TIME_WAIT left by a closed one does not count)."""
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def answers(port: int) -> bool:
-    try:
-        httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0, trust_env=False)
-        return True
-    except httpx.HTTPError:
-        return False
 
 
 def test_launcher_killed_with_sigkill_takes_its_children_and_frees_their_ports(tmp_path):
@@ -61,7 +42,7 @@ def test_launcher_killed_with_sigkill_takes_its_children_and_frees_their_ports(t
     launcher = spawn_module("launcher", "--config", str(config), *args, log=log)
     children: dict[str, int] = {}
     try:
-        wait_for("the gateway", lambda: answers(port), launcher, log)
+        wait_for("the gateway", lambda: http_answers(port), launcher, log, timeout=30)
         children = {name: int(pid) for name, pid in STARTED.findall(log.read_text())}
         assert set(children) == ({"gateway", "redis"} if with_redis else {"gateway"}), log.read_text()
         launcher.send_signal(signal.SIGKILL)  # no chance to stop anything itself
@@ -73,7 +54,7 @@ def test_launcher_killed_with_sigkill_takes_its_children_and_frees_their_ports(t
                 f"left behind: {[n for n, pid in children.items() if not gone(pid)]}, "
                 f"listening: gateway {listening(port)}, redis {listening(redis_port)}")
             time.sleep(0.05)
-        assert redis_ping(redis_port) is None and not answers(port)
+        assert redis_ping(redis_port) is None and not http_answers(port)
     finally:
         stop(launcher, grace=1)
         for pid in children.values():

@@ -71,3 +71,23 @@ def gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def wait_for(what: str, predicate, proc, log, timeout: float = 20.0) -> None:
+    """Until ``predicate()`` holds; fails (with ``log``'s text) if ``proc`` exits first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"exited ({proc.returncode}) before {what}:\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{log.read_text()}"
+        time.sleep(0.1)
+
+
+def http_answers(port: int) -> bool:
+    """Any HTTP answer on ``127.0.0.1:port/health`` (200 or 503 alike)."""
+    import httpx
+
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0, trust_env=False)
+        return True
+    except httpx.HTTPError:
+        return False

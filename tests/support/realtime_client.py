@@ -62,8 +62,9 @@ async def close_leftovers() -> None:
 class Client:
     """One connection; records every event and checks each against the openai types."""
 
-    def __init__(self, ws, beta: bool, extensions: frozenset[str] = frozenset()) -> None:
-        self.ws, self.beta, self.extensions = ws, beta, extensions
+    def __init__(self, ws, beta: bool = False, extensions: frozenset[str] = frozenset(), timeout: float = 60.0) -> None:
+        """``timeout``: how long :meth:`until` waits unless told."""
+        self.ws, self.beta, self.extensions, self.timeout = ws, beta, extensions, timeout
         self.events: list[dict] = []
         self.invalid: list[str] = []
 
@@ -94,8 +95,9 @@ class Client:
     async def send(self, kind: str, **fields) -> None:
         await self.ws.send(json.dumps({"type": kind, **fields}))
 
-    async def until(self, kind: str, timeout: float = 60.0, count: int = 1) -> dict:
-        deadline = time.monotonic() + timeout
+    async def until(self, kind: str, timeout: float | None = None, count: int = 1) -> dict:
+        """The ``count``-th event of ``kind`` (read on until it has come)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while sum(e["type"] == kind for e in self.events) < count:
             left = deadline - time.monotonic()
             if left <= 0:
