@@ -78,15 +78,15 @@ async def test_session_recording_is_complete_and_on_the_wall_clock(stack, questi
     log: list = []
     opened = time.monotonic()
     async with websockets.connect(ws_url(stack, app="test")) as ws:
-        rec = await recv_until(ws, "session.recording", log, timed=True)
-        await recv_until(ws, "session.created", log, timed=True)
+        rec = await recv_until(ws, "session.recording", log=log, timed=True)
+        await recv_until(ws, "session.created", log=log, timed=True)
         await ws.send(json.dumps({"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}))
-        await recv_until(ws, "session.updated", log, timed=True)
+        await recv_until(ws, "session.updated", log=log, timed=True)
         await ws.send(json.dumps({"type": "input_image_buffer.append", "image": jpeg_b64()}))
-        await recv_until(ws, "input_image_buffer.appended", log, timed=True)
+        await recv_until(ws, "input_image_buffer.appended", log=log, timed=True)
         await ws.send(json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
                       "content": [{"type": "input_image", "image_url": f"data:image/jpeg;base64,{jpeg_b64((200, 0, 0))}"}]}}))
-        await recv_until(ws, "conversation.item.done", log, timed=True)
+        await recv_until(ws, "conversation.item.done", log=log, timed=True)
         sent = await stream_realtime(ws, question)
         # The user's last voiced sample, on the client's clock.
         last_voiced = int(np.flatnonzero(np.abs(question) > VOICED * 32768)[-1])
@@ -95,9 +95,9 @@ async def test_session_recording_is_complete_and_on_the_wall_clock(stack, questi
         await asyncio.sleep(2.0)  # the reply starts a good 2 s after the user stopped
         await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
         await ws.send(json.dumps({"type": "response.create"}))
-        first_delta = await recv_until(ws, "response.output_audio.delta", log, timeout=60, timed=True)
+        first_delta = await recv_until(ws, "response.output_audio.delta", log=log, timeout=60, timed=True)
         got_first = log[-1][0]
-        done = await recv_until(ws, "response.done", log, timeout=60, timed=True)
+        done = await recv_until(ws, "response.done", log=log, timeout=60, timed=True)
         assert done["response"]["status"] == "completed"
         await asyncio.sleep(1.0)
     closed = time.monotonic()
@@ -136,10 +136,10 @@ async def test_session_recording_is_complete_and_on_the_wall_clock(stack, questi
 async def test_viewer_data_needs_the_share_or_admin_token(stack, question):
     log: list = []
     async with websockets.connect(ws_url(stack)) as ws:
-        rec = await recv_until(ws, "session.recording", log, timed=True)
-        await recv_until(ws, "session.created", log, timed=True)
+        rec = await recv_until(ws, "session.recording", log=log, timed=True)
+        await recv_until(ws, "session.created", log=log, timed=True)
         await say(ws, "Say hello.")
-        await recv_until(ws, "response.done", log, timeout=60, timed=True)
+        await recv_until(ws, "response.done", log=log, timeout=60, timed=True)
     sid = rec["session_id"]
     await wait_meta(stack, sid)
     token = rec["share_url"].split("token=", 1)[1]
@@ -170,7 +170,7 @@ async def test_viewer_data_needs_the_share_or_admin_token(stack, question):
 async def test_recording_off_for_one_session(stack):
     log: list = []
     async with websockets.connect(ws_url(stack, record="false")) as ws:
-        first = await recv_until(ws, "session.created", log, timed=True)
+        first = await recv_until(ws, "session.created", log=log, timed=True)
     assert not any(ev["type"] == "session.recording" for _, ev in log), log
     assert not (stack.sessions_dir / first["session"]["id"]).exists()
 
@@ -178,10 +178,10 @@ async def test_recording_off_for_one_session(stack):
 async def test_client_gone_mid_reply_leaves_a_readable_recording(stack, question):
     log: list = []
     ws = await websockets.connect(ws_url(stack))
-    rec = await recv_until(ws, "session.recording", log, timed=True)
-    await recv_until(ws, "session.created", log, timed=True)
+    rec = await recv_until(ws, "session.recording", log=log, timed=True)
+    await recv_until(ws, "session.created", log=log, timed=True)
     await say(ws, "Tell me a long story about a dragon.")
-    await recv_until(ws, "response.output_audio.delta", log, timeout=60, timed=True)
+    await recv_until(ws, "response.output_audio.delta", log=log, timeout=60, timed=True)
     ws.transport.abort()  # vanish without a close frame
     meta = await wait_meta(stack, rec["session_id"])
     assert meta["end_reason"] == "client_closed"
@@ -195,10 +195,10 @@ async def test_worker_killed_mid_reply_leaves_a_recording_up_to_that_moment(tmp_
     try:
         log: list = []
         async with websockets.connect(ws_url(s)) as ws:
-            rec = await recv_until(ws, "session.recording", log, timed=True)
-            await recv_until(ws, "session.created", log, timed=True)
+            rec = await recv_until(ws, "session.recording", log=log, timed=True)
+            await recv_until(ws, "session.created", log=log, timed=True)
             await say(ws, "Tell me a long story about a dragon.")
-            await recv_until(ws, "response.output_audio.delta", log, timeout=60, timed=True)
+            await recv_until(ws, "response.output_audio.delta", log=log, timeout=60, timed=True)
             await asyncio.sleep(1.5)  # a snapshot lands at least every second
             s.kill("worker0")
         d = s.sessions_dir / rec["session_id"]
@@ -222,10 +222,10 @@ async def test_limit_and_worker_shutdown_both_finish_the_recording(tmp_path):
     try:
         log: list = []
         async with websockets.connect(ws_url(s)) as ws:
-            rec = await recv_until(ws, "session.recording", log, timed=True)
-            await recv_until(ws, "session.created", log, timed=True)
+            rec = await recv_until(ws, "session.recording", log=log, timed=True)
+            await recv_until(ws, "session.created", log=log, timed=True)
             await ws.send(json.dumps({"type": "session.pause"}))
-            await recv_until(ws, "session.paused", log, timed=True)
+            await recv_until(ws, "session.paused", log=log, timed=True)
             with pytest.raises(websockets.ConnectionClosed):
                 while True:
                     await asyncio.wait_for(ws.recv(), 10)
@@ -233,10 +233,10 @@ async def test_limit_and_worker_shutdown_both_finish_the_recording(tmp_path):
         assert meta["end_reason"] == "pause timeout" and meta["close_code"] == 4002
 
         async with websockets.connect(ws_url(s)) as ws:
-            rec = await recv_until(ws, "session.recording", log, timed=True)
-            await recv_until(ws, "session.created", log, timed=True)
+            rec = await recv_until(ws, "session.recording", log=log, timed=True)
+            await recv_until(ws, "session.created", log=log, timed=True)
             await say(ws, "Hello.", respond=False)
-            await recv_until(ws, "conversation.item.done", log, timed=True)
+            await recv_until(ws, "conversation.item.done", log=log, timed=True)
             s.procs["worker0"].terminate()  # SIGTERM: a graceful worker shutdown
             meta = await wait_meta(s, rec["session_id"])
         assert meta["end_reason"] == "worker_shutdown", meta
