@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.sets.turns import EVAL_COMPLETE, EVAL_PAUSED, VOICES
-from core.espeak import VOICED as ESPEAK_VOICED
-from core.espeak import espeak, espeak_path  # noqa: F401 - espeak_path: for callers of this module
+from devtools.espeak import VOICED as ESPEAK_VOICED
+from devtools.espeak import espeak, espeak_path  # noqa: F401 - espeak_path: for callers of this module
 from core.files import atomic_write_bytes
 from core.media import write_wav
 

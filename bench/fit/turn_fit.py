@@ -35,7 +35,7 @@ def heard() -> list[tuple[str, int, MessageEnd | None]]:
     from core.cascade.asr import WhisperAsr
     from core.cascade.llm import SmolLm
     from core.cascade.turn_scorer import EndOfMessageScorer
-    from core.espeak import espeak
+    from devtools.espeak import espeak
 
     overlap = (set(DEV_COMPLETE) | set(DEV_OPEN)) & {t for it in items() for t in it.parts}
     assert not overlap, f"dev phrases in the benchmark's set: {overlap}"

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import websockets
 
-from core.media import write_wav
+from core.media import write_wav as write_wav_file
 from tests.support.realtime_client import recv_until
 from tests.support.stack import Stack
 
@@ -28,9 +28,9 @@ DOUBLE = Path(__file__).resolve().parents[1] / "support" / "minicpm_double"
 REPLY = "I see and hear you, friend."
 
 
-def write_wav(path: Path, seconds: float, freq: float, rate: int = 16000) -> str:
+def tone_wav(path: Path, seconds: float, freq: float, rate: int = 16000) -> str:
     t = np.arange(int(seconds * rate)) / rate
-    return str(write_wav(path, (0.2 * np.sin(2 * np.pi * freq * t) * 32767).astype("<i2"), rate))
+    return str(write_wav_file(path, (0.2 * np.sin(2 * np.pi * freq * t) * 32767).astype("<i2"), rate))
 
 
 def build_double(root: Path) -> Path:
@@ -59,7 +59,7 @@ def double_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mini_stack(tmp_path_factory, double_dir):
-    voices = {"Anna": write_wav(double_dir / "anna.wav", 1.0, 220), "Ben": write_wav(double_dir / "ben.wav", 1.5, 180)}
+    voices = {"Anna": tone_wav(double_dir / "anna.wav", 1.0, 220), "Ben": tone_wav(double_dir / "ben.wav", 1.5, 180)}
     s = Stack(tmp_path_factory.mktemp("minicpm_stack"), workers=1, backend={"name": "minicpm_o", "options": {
         "model_path": str(double_dir), "device": "cpu", "dtype": "float32", "voices": voices}}).start(timeout=180)
     yield s

@@ -3,6 +3,8 @@
 - The gateway shares only ``core``'s top-level modules with the worker; the model side
   (``core.conversation``, ``core.processors``, ``core.cascade``) and the model runtimes stay out
   of its process.
+- The product (core, gateway, worker, launcher) imports no benchmark, test or dev tool; bench and
+  tests never import each other, except the tests of bench's own code.
 - No import circle among the project's packages, type-only imports (``if TYPE_CHECKING:``) and
   imports inside functions included: each module's imports are read with ``ast``.
 """
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "gateway", "worker", "launcher", "bench")
+PACKAGES = ("core", "gateway", "worker", "launcher", "bench", "devtools", "tests")
 MODEL_SIDE = ("core.conversation", "core.processors", "core.cascade",
               "torch", "onnxruntime", "ctranslate2", "transformers")
 
@@ -185,6 +187,29 @@ def test_core_layers():
             continue
         bad += [f"{name} -> {m}" for m in sorted(_imports(name, path, mods)) if m.startswith(rule)]
     assert not bad, "imports across core's layers:\n  " + "\n  ".join(bad)
+
+
+PRODUCT = ("core", "gateway", "worker", "launcher")
+# Tests of bench's own code import it, as the tests of the gateway import the gateway.
+BENCH_TESTS = ("tests.unit.test_answer_set", "tests.unit.test_turn_set", "tests.unit.test_bench_quality",
+               "tests.unit.test_eval_leaks", "tests.e2e.test_bench")
+
+
+def test_product_bench_and_tests_apart():
+    mods = _project_modules()
+    bad = []
+    for name, path in sorted(mods.items()):
+        top = name.split(".")[0]
+        if top in PRODUCT:
+            rule: tuple[str, ...] = ("bench", "tests", "devtools")
+        elif top == "bench":
+            rule = ("tests",)
+        elif top == "tests" and name not in BENCH_TESTS:
+            rule = ("bench",)
+        else:
+            continue
+        bad += [f"{name} -> {m}" for m in sorted(_imports(name, path, mods)) if m.split(".")[0] in rule]
+    assert not bad, "imports across product, bench and tests:\n  " + "\n  ".join(bad)
 
 
 def test_cycle_finder_sees_a_circle():

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from core.espeak import espeak_path
+from devtools.espeak import espeak_path
 from core.conversation import ConversationConfig, TurnDetection
 from core.conversation.end_of_turn import HeardText, MessageEnd, end_of_turn_probability, wait_ms
 from tests.support.helpers import Collector
@@ -321,7 +321,7 @@ def test_an_ending_whisper_invents_after_the_voice_gets_no_confidence(cascade_ba
     import numpy as np
 
     from core.audio import resample
-    from core.espeak import espeak
+    from devtools.espeak import espeak
 
     def heard(text: str) -> HeardText:
         audio = resample(espeak(text, "en-us+m7", 150, 35).astype(np.float32) / 32768, 24000, 16000)
