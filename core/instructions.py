@@ -9,7 +9,7 @@ model code, so it cannot import it from ``core/cascade/``). Chosen with
 # The examples are quoted speech, not "Q:"/"A:" lines: with those the model began its own reply
 # with "A:". They come from the DEV pool of ``bench/fit/answer_fit.py`` (issue 30: the two, four
 # and six-example candidates tied at 72 % right on the rest of DEV; the two-example prompt gave
-# the shortest answers). No EVAL question may appear here (tests/test_eval_leaks.py).
+# the shortest answers). No EVAL question may appear here (tests/unit/test_eval_leaks.py).
 DEFAULT_INSTRUCTIONS = (
     "You are a friendly voice assistant. Your replies are read aloud, so answer every question with "
     "one short, correct sentence in plain words: no lists, no markdown, no emoji.\n\n"

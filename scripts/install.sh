@@ -3,10 +3,10 @@
 # CPU build of torch pinned for this environment; see docs/operations.md for CUDA hosts.
 #   scripts/install.sh                  Python environment only (what start_all.sh needs)
 #   scripts/install.sh --with-browser   also Debian chromium + chromium-driver (browser tests),
-#                                       iproute2 (`ip netns`, tests/test_netns.py) and espeak-ng
+#                                       iproute2 (`ip netns`, tests/e2e/test_netns.py) and espeak-ng
 #                                       (the turn-taking set's voices) and redis-server (the
 #                                       shared queue's tests), when missing, and
-#                                       .venv-frameworks (tests/test_frameworks.py)
+#                                       .venv-frameworks (tests/e2e/test_frameworks.py)
 #   scripts/install.sh --with-redis     also Debian redis-server, when missing (the private Redis of
 #                                       `./start_all.sh --redis local`; docs/operations.md)
 # The options combine. Debian packages are installed only when running as root (no sudo prompt);
@@ -30,7 +30,7 @@ if [ "$with_browser" = 1 ]; then
   command -v espeak-ng >/dev/null || missing+=(espeak-ng)  # other voices: bench/turn_set.py
 fi
 if [ "$with_browser" = 1 ] || [ "$with_redis" = 1 ]; then
-  # the shared queue: tests/test_redis_queue.py, and `--redis local` (launcher/supervisor.py)
+  # the shared queue: tests/e2e/test_redis_queue.py, and `--redis local` (launcher/supervisor.py)
   command -v redis-server >/dev/null || missing+=(redis-server)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
@@ -47,7 +47,7 @@ fi
 
 PYTHON=${PYTHON:-python3}
 
-# Voice-agent framework clients (OpenAI Agents SDK, Pipecat, LiveKit Agents) for tests/test_frameworks.py, in their
+# Voice-agent framework clients (OpenAI Agents SDK, Pipecat, LiveKit Agents) for tests/e2e/test_frameworks.py, in their
 # own .venv-frameworks: their pins clash with requirements.txt (see requirements-frameworks.txt).
 # The stamp marks a complete install.
 if [ "$with_browser" = 1 ]; then

@@ -6,7 +6,7 @@
 
 ``dev`` is where prompts, few-shot examples, thresholds, weights and word lists are chosen, and
 where test cases come from; ``eval`` is run once a choice is made and appears nowhere else:
-``tests/test_eval_leaks.py`` fails when the normalised text of an ``eval`` item appears in a
+``tests/unit/test_eval_leaks.py`` fails when the normalised text of an ``eval`` item appears in a
 shipped file or a test. A new set adds its module here.
 """
 

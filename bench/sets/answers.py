@@ -4,7 +4,7 @@
     right = score(reply_text, EVAL[0])
 
 - ``EVAL``: the evaluation set ``python -m bench answers`` reports on. Never tune prompts on it,
-  never quote it in a prompt, an example or a test (``tests/test_eval_leaks.py`` fails if one
+  never quote it in a prompt, an example or a test (``tests/unit/test_eval_leaks.py`` fails if one
   does).
 - ``DEV``: a disjoint set of the same kinds of questions (different questions, not paraphrases) for
   tuning prompts and decoding defaults, and for test cases.

@@ -4,7 +4,7 @@ Half the prompts need a tool, half do not (decoys: jokes, facts, thanks...). Eac
 tool it needs (None: an answer) and the argument values the prompt names. ``DEV`` chooses the
 tool prompt and ``ANSWER_BIAS`` (``core/cascade/tool_calls.py``, ``python -m bench.fit.tool_fit``);
 ``EVAL`` is what ``python -m bench tools`` reports on, never quoted in code or a test
-(``tests/test_eval_leaks.py``).
+(``tests/unit/test_eval_leaks.py``).
 """
 
 from __future__ import annotations

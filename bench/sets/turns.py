@@ -2,7 +2,7 @@
 
 - ``EVAL_COMPLETE`` / ``EVAL_PAUSED``: what ``python -m bench turns`` reports on (a whole question
   or request; an unfinished phrase, a pause of 0.6-1.5 s fixed per item, then the rest). Never
-  fit weights on them, never quote them in code or a test (``tests/test_eval_leaks.py``).
+  fit weights on them, never quote them in code or a test (``tests/unit/test_eval_leaks.py``).
 - ``DEV_COMPLETE`` / ``DEV_OPEN``: the development set the semantic_vad weights are fitted on
   (``python -m bench.fit.turn_fit``) and that tests may use: complete requests, and phrases cut off
   mid-sentence. No phrase in common with the eval part.

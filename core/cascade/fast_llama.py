@@ -3,7 +3,7 @@
 transformers' generic forward spends more time in Python bookkeeping (masks, cache objects,
 hooks) than in arithmetic for a 135M model on two cores. This module runs the same maths on
 the same weights with fused projections (q|k|v and gate|up), a preallocated KV cache and
-torch's SDPA, which cuts the time per token roughly in half. ``tests/test_fast_llama.py``
+torch's SDPA, which cuts the time per token roughly in half. ``tests/unit/test_fast_llama.py``
 checks its logits against transformers' own forward.
 """
 

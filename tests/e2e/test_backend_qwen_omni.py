@@ -1,5 +1,5 @@
 """The ``qwen_omni`` backend, real code end to end on CPU, with tiny random-weight models built in
-a temp directory (``tests/tiny_omni.py``): Qwen2.5-Omni through real worker + gateway processes
+a temp directory (``tests/support/tiny_omni.py``): Qwen2.5-Omni through real worker + gateway processes
 and the realtime protocol; Qwen3-Omni through the worker app in-process.
 
 Random weights speak noise and write random tokens, so these tests check the plumbing the real

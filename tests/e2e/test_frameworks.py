@@ -11,7 +11,7 @@ logs (its plugin logs what it cannot handle rather than raising).
 The frameworks pin ``websockets<17`` (Agents SDK), ``soxr~=1.0`` and ``protobuf<7`` (Pipecat),
 which clash with ``requirements.txt``, so they live in their own ``.venv-frameworks``
 (``requirements-frameworks.txt``, built by ``scripts/install.sh --with-browser``). The clients
-are scripts in ``tests/frameworks/`` run in that venv; each prints a JSON summary as its last
+are scripts in ``tests/support/frameworks/`` run in that venv; each prints a JSON summary as its last
 line of stdout.
 """
 

@@ -3,7 +3,7 @@
 The conversation logic (items, turns, responses) is shared by every backend; a change to it
 must not change what clients see. Each scenario runs through a real gateway and worker (the
 cascade, and the ``qwen_omni`` backend on a tiny random-weight Qwen2.5-Omni) and its events
-are normalised and compared with ``tests/golden/<backend>.json``:
+are normalised and compared with ``tests/e2e/golden/<backend>.json``:
 
 - every event's type, in order; ids replaced by names in order of first appearance that keep
   the role (``u1`` user item, ``a1`` assistant item, ``r1`` response), so id linkage is pinned

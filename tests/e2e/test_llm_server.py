@@ -2,7 +2,7 @@
 
 Two servers: ``transformers serve`` on the bundled SmolLM2 directory, a real third-party server,
 which holds a spoken realtime turn and a REST chat and is killed mid-reply; and the
-chat-completions test double (``tests/engine_double.py``) for what a model cannot be made to do
+chat-completions test double (``tests/support/engine_double.py``) for what a model cannot be made to do
 on cue: stream tool calls, stall, stream slowly so a cancel can be seen to close the stream.
 """
 

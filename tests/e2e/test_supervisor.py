@@ -75,7 +75,7 @@ def make_config(workers: int = 0, gateway_host: str = "127.0.0.1"):
             "workers.base_port": free_port(),
             "gateway.port": free_port(),
             "gateway.host": gateway_host,
-            "gateway.tls.mode": "off",  # the fake gateway speaks plain HTTP (HTTPS: tests/test_tls.py)
+            "gateway.tls.mode": "off",  # the fake gateway speaks plain HTTP (HTTPS: tests/e2e/test_tls.py)
         },
     )
 

@@ -1,8 +1,8 @@
-"""The conversation core on a scripted backend (tests/scripted_backend.py): turn-taking, the
+"""The conversation core on a scripted backend (tests/support/scripted_backend.py): turn-taking, the
 held speculative reply, barge-in, cancel, truncate to the heard share, items, close.
 
 Deterministic and fast: the "VAD" hears loudness, the "model" speaks a fixed script with one
-0.2 s segment per word. The real backends run the same core (tests/test_golden_trace.py).
+0.2 s segment per word. The real backends run the same core (tests/e2e/test_golden_trace.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """semantic_vad: the end-of-turn score and the wait it sets, on the conversation core.
 
 The scorer's cues are checked directly; turn-taking runs on the scripted backend with the
-energy "VAD" (tests/scripted_backend.py), a scripted transcript per ASR call and a scripted
+energy "VAD" (tests/support/scripted_backend.py), a scripted transcript per ASR call and a scripted
 end-of-message probability, so each case is deterministic: a finished question ends its turn
 long before server_vad's 500 ms, a pause after an open phrase is waited out until speech
 resumes, and eagerness bounds the wait.

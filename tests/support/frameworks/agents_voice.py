@@ -1,7 +1,7 @@
 """OpenAI Agents SDK client (``agents.realtime``): a spoken question streamed in real time.
 
 Runs in ``.venv-frameworks`` (see ``requirements-frameworks.txt``), launched by
-``tests/test_frameworks.py``. It connects a ``RealtimeRunner`` to the gateway with
+``tests/e2e/test_frameworks.py``. It connects a ``RealtimeRunner`` to the gateway with
 ``server_vad`` turn detection (or, with ``--defaults``, the SDK's default settings: semantic_vad), streams PCM16 24 kHz mono speech from ``--audio`` at real-time
 pace followed by silence, and waits for the spoken reply. Every error the SDK reports is kept:
 ``RealtimeError`` events (server ``error`` events and the SDK's own failures to validate a

@@ -3,7 +3,7 @@
 function tool answers; each must get a spoken reply.
 
 Runs in ``.venv-frameworks`` (see ``requirements-frameworks.txt``), launched by
-``tests/test_frameworks.py``. No LiveKit server or room: ``AgentSession.start`` takes no room, and
+``tests/e2e/test_frameworks.py``. No LiveKit server or room: ``AgentSession.start`` takes no room, and
 the session gets its own audio input and output instead (as the framework's console mode does).
 The model is the plugin's, unchanged, with ``base_url="ws://HOST:PORT/v1"`` (the plugin adds
 ``/realtime?model=``), the plugin's defaults otherwise (semantic_vad, ``gpt-4o-mini-transcribe``,

@@ -1,7 +1,7 @@
 """Pipecat client (``OpenAIRealtimeLLMService``): a typed question, a spoken reply.
 
 Runs in ``.venv-frameworks`` (see ``requirements-frameworks.txt``), launched by
-``tests/test_frameworks.py``. A minimal pipeline ``[service, collector]`` runs under
+``tests/e2e/test_frameworks.py``. A minimal pipeline ``[service, collector]`` runs under
 Pipecat's own ``PipelineWorker`` and ``WorkerRunner``; the question goes in as the
 ``LLMContextFrame`` that a user context aggregator would push, and the collector keeps the
 ``TTSAudioRawFrame``s the service pushes downstream. Every ``ErrorFrame`` (seen by an

@@ -1,7 +1,7 @@
 """Pipecat client (``OpenAIRealtimeLLMService``) with a registered function: the server's model
 calls it, Pipecat runs the handler and sends the result back, and the model speaks a follow-up.
 
-Runs in ``.venv-frameworks``, launched by ``tests/test_frameworks.py``. The pipeline is the one
+Runs in ``.venv-frameworks``, launched by ``tests/e2e/test_frameworks.py``. The pipeline is the one
 Pipecat documents for realtime services: ``[user aggregator, service, collector, assistant
 aggregator]`` over one ``LLMContext`` that carries the tool schema. Errors are kept as in
 ``pipecat_text.py``; the last line of stdout is a JSON summary.
