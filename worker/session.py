@@ -22,6 +22,7 @@ from core.conversation import ConversationConfig, Item
 from core.conversation.items import Part
 from core.errors import InvalidInputError, NoActiveResponseError, OmniDuplexError, ResponseActiveError
 from core.ids import new_id
+from core.json_limits import NestingTooDeep, check_nesting
 from core.processors.base import Backend
 from core.protocol import (
     EXTENSION_EVENTS,
@@ -249,6 +250,7 @@ class RealtimeSession:
                 continue
             data: Any = None
             try:
+                check_nesting(text)
                 data = json.loads(text)
                 event = parse_client_event(data)
                 recorded = await self._handle(event)
@@ -256,6 +258,9 @@ class RealtimeSession:
                     self.recorder.client_event(recorded or data, self.conv.config.input_sample_rate)
             except json.JSONDecodeError as exc:
                 self.send_error(f"message is not valid JSON: {exc.msg}", param="message")
+            except NestingTooDeep as exc:  # dropped unparsed; the session goes on
+                self._count_limit("nesting_too_deep")
+                self.send_error(f"message dropped: {exc}", "nesting_too_deep", param="message")
             except ProtocolError as exc:
                 if exc.code in LIMIT_CODES:
                     self._count_limit(exc.code)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
+from core.json_limits import NestingTooDeep, check_nesting
 from gateway.rest.models import ApiError
 
 M = TypeVar("M", bound=BaseModel)
@@ -82,6 +83,10 @@ def validation_error(exc: ValidationError) -> ApiError:
 
 
 def _validate_json(model: type[M], body: bytes) -> M:
+    try:
+        check_nesting(body)
+    except NestingTooDeep as exc:
+        raise ApiError(400, f"We could not parse the JSON body of your request: {exc}.", "invalid_json") from None
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
