@@ -338,7 +338,8 @@ def _worker_idle(launched: Launched, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{launched.worker_url()}/health", timeout=2).json().get("active_sessions") == 0:
+            if httpx.get(f"{launched.worker_url()}/health", timeout=2,
+                         headers=launched.worker_headers).json().get("active_sessions") == 0:
                 return
         except (httpx.HTTPError, ValueError):
             pass

@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from core.config import load_config
+from core.worker_auth import auth_headers, load_worker_secret
 from launcher.processes import ROOT, free_port, free_ports, spawn_module, stop, stop_all
 
 
@@ -76,6 +78,17 @@ class Launched:
     def worker_ws(self, i: int = 0) -> str:
         return f"ws://127.0.0.1:{self.base_port + i}/ws/realtime"
 
+    @property
+    def worker_headers(self) -> dict[str, str]:
+        """What a direct call to a worker must carry: the deployment's worker secret."""
+        return auth_headers(load_worker_secret(load_config(self.config_path)))
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The admin token ({} before the gateway made it): the gateway's /health details need it."""
+        path = self.data / "admin_token"
+        return {"Authorization": f"Bearer {path.read_text().strip()}"} if path.exists() else {}
+
     def pid(self, name: str) -> int:
         return self.procs[name].pid
 
@@ -106,7 +119,8 @@ class Launched:
             if self.procs[name].poll() is not None:
                 raise RuntimeError(f"{name} exited: {(self.tmp / f'{name}.log').read_text()[-2000:]}")
             try:
-                body = httpx.get(f"http://127.0.0.1:{self.gateway_ports[name]}/health", timeout=2).json()
+                body = httpx.get(f"http://127.0.0.1:{self.gateway_ports[name]}/health", timeout=2,
+                                 headers=self.admin_headers).json()
                 if body.get("workers_healthy", 0) >= 1 and body.get("cluster", {"ok": True}).get("ok"):
                     return body
             except (httpx.HTTPError, ValueError):
@@ -136,7 +150,8 @@ class Launched:
                 if "gateway" in self.procs:
                     if httpx.get(f"{self.url}/health", timeout=2).json()["workers_healthy"] >= self.workers:
                         return
-                elif all(httpx.get(f"{self.worker_url(i)}/health", timeout=2).json().get("state") == "IDLE"
+                elif all(httpx.get(f"{self.worker_url(i)}/health", timeout=2,
+                                   headers=self.worker_headers).json().get("state") == "IDLE"
                          for i in range(self.workers)):
                     return
             except (httpx.HTTPError, ValueError, KeyError):

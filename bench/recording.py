@@ -45,13 +45,13 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-async def spoken_session(url: str, pcm: np.ndarray, record: bool) -> dict[str, float]:
+async def spoken_session(url: str, pcm: np.ndarray, record: bool, headers: dict[str, str]) -> dict[str, float]:
     ws_url = url.replace("http://", "ws://") + f"/ws/realtime?record={'true' if record else 'false'}&app=bench&extensions=all"
     audio = np.concatenate([np.zeros(RATE // 2, dtype="<i2"), pcm, np.zeros(RATE * 3 // 2, dtype="<i2")])
     last_voiced = RATE // 2 + int(np.flatnonzero(np.abs(pcm) > 0.02 * 32768)[-1])
     step = RATE * CHUNK_MS // 1000
     result: dict[str, float] = {}
-    async with websockets.connect(ws_url, max_size=None) as ws:
+    async with websockets.connect(ws_url, max_size=None, additional_headers=headers) as ws:
         while json.loads(await ws.recv())["type"] != "session.created":
             pass
         voiced_sent_at: list[float] = []
@@ -83,16 +83,17 @@ async def spoken_session(url: str, pcm: np.ndarray, record: bool) -> dict[str, f
     return result
 
 
-async def run(url: str, runs: int) -> dict[str, list[float]]:
+async def run(url: str, runs: int, headers: dict[str, str]) -> dict[str, list[float]]:
+    """``headers``: the worker secret (the sessions go to the worker directly)."""
     from core.cascade.tts import PiperTts
 
     tts = PiperTts()
     speech = [np.frombuffer(b"".join(tts.synthesize(p, deterministic=True)), dtype="<i2") for p in PROMPTS]
     out: dict[str, list[float]] = {"on_v2v": [], "off_v2v": [], "on_client": [], "off_client": []}
-    await spoken_session(url, speech[0], False)  # warm-up, not counted
+    await spoken_session(url, speech[0], False, headers)  # warm-up, not counted
     for i in range(runs):
         for record in ((True, False) if i % 2 == 0 else (False, True)):
-            r = await spoken_session(url, speech[i % len(speech)], record)
+            r = await spoken_session(url, speech[i % len(speech)], record, headers)
             key = "on" if record else "off"
             if "v2v_ms" in r:
                 out[f"{key}_v2v"].append(r["v2v_ms"])
@@ -110,7 +111,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
         with Launched(Path(tmp), workers=1, start_gateway=False) as worker:  # stopped on leaving
             worker.wait_ready(300)
-            samples = asyncio.run(run(worker.worker_url(), args.runs))
+            samples = asyncio.run(run(worker.worker_url(), args.runs, worker.worker_headers))
     stats = {k: summary(v) for k, v in samples.items()}
     ratio = stats["on_v2v"]["p50"] / stats["off_v2v"]["p50"] if stats["off_v2v"]["p50"] else None
     ratio_client = (stats["on_client"]["p50"] / stats["off_client"]["p50"]

@@ -44,8 +44,9 @@ ADDED_P50_GOAL_MS = 0.2  # goal: latency the gateway adds per relayed event, p50
 SHARE_GOAL_PCT = 2.0  # goal: the two relayed events on a turn's critical path, share of V2V
 
 
-async def session(url: str):
-    ws = await websockets.connect(url, max_size=None, compression=None, ping_interval=None)
+async def session(url: str, headers: dict[str, str] | None = None):
+    ws = await websockets.connect(url, max_size=None, compression=None, ping_interval=None,
+                                  additional_headers=headers)
     while json.loads(await ws.recv())["type"] != "session.created":
         pass
     # Manual turns: nothing the probes send may start a reply.
@@ -62,9 +63,10 @@ async def until(ws, kind: str) -> dict[str, Any]:
             return ev
 
 
-async def probes(direct_url: str, gateway_url: str, n: int,
-                 cluster_url: str | None = None) -> dict[str, dict[str, list[float]]]:
-    paths = {"direct": await session(direct_url), "gateway": await session(gateway_url)}
+async def probes(direct_url: str, gateway_url: str, n: int, cluster_url: str | None = None,
+                 worker_headers: dict[str, str] | None = None) -> dict[str, dict[str, list[float]]]:
+    """``worker_headers``: the worker secret, for the direct path."""
+    paths = {"direct": await session(direct_url, worker_headers), "gateway": await session(gateway_url)}
     if cluster_url:
         paths["cluster"] = await session(cluster_url)
     append = json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(1920)).decode()})
@@ -114,7 +116,7 @@ def run_cli(args) -> dict[str, Any]:
             # the last gateway, which knows the worker only through Redis
             cluster_url = launched.gateway_ws(names[-1]) + "?record=false"
         raw = asyncio.run(probes(launched.worker_ws() + "?record=false", launched.ws_url + "?record=false",
-                                 args.events, cluster_url))
+                                 args.events, cluster_url, launched.worker_headers))
     result: dict[str, Any] = {"v2v_client_ms": V2V_CLIENT_MS, "probes": args.events}
     for kind, paths in raw.items():
         result[kind] = added(paths["direct"], paths["gateway"])

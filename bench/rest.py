@@ -171,7 +171,7 @@ async def run(args: argparse.Namespace) -> dict:
             workers = args.workers
         else:
             async with httpx.AsyncClient(timeout=10) as http:
-                workers = len((await http.get(f"{url}/health")).json()["workers"])
+                workers = (await http.get(f"{url}/health")).json()["workers_total"]
         return {"levels": levels, "workers": workers, "max_tokens": args.max_tokens, "machine": machine()}
     finally:
         if stack is not None:

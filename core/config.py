@@ -73,6 +73,10 @@ class WorkersConfig(_Strict):
     base_port: int = Field(22400, ge=1, le=65535)
     slots: int = Field(1, ge=1, le=64, description="sessions per worker; 1 = exclusive")
     urls: list[str] = Field(default_factory=list, description="extra workers on other hosts")
+    secret: str | None = Field(None, min_length=16, description="the secret every call from the gateway (or the "
+                               "launcher) to a worker carries; null: generated once into <data_dir>/worker_secret "
+                               "(the environment's OMNIDUPLEX_WORKER_SECRET wins over both). Set the same value "
+                               "on every host when workers run elsewhere")
     connect_timeout_s: float = Field(5.0, gt=0, description="a worker must accept a session's WebSocket, then "
                                      "send session.created, each within this, else worker_unavailable")
     ping_interval_s: float = Field(20.0, gt=0, description="WebSocket ping between gateway and worker, both ways; "
@@ -181,6 +185,15 @@ class RecordingConfig(_Strict):
     temp_max_age_s: float = Field(3600.0, gt=0, description="stale *.tmp files and diagnostics older than this go")
 
 
+class SharesConfig(_Strict):
+    """Saved chat transcripts (``POST /api/shares``): with ``auth.api_keys`` set, creating one needs a key."""
+
+    expiry_days: float = Field(30.0, gt=0, le=3650, description="a share is deleted this long after it was made; "
+                               "also the most a client may ask for (expires_in_days)")
+    per_ip_per_minute: int = Field(10, ge=0, description="shares one client address may create per minute; 0 = no limit")
+    per_key_per_minute: int = Field(0, ge=0, description="shares one API key may create per minute; 0 = no limit")
+
+
 class AdminConfig(_Strict):
     """The operator's token for /admin, /api/admin/* and any recording; generated if not given."""
 
@@ -198,6 +211,7 @@ class AppConfig(_Strict):
     health: HealthConfig = Field(default_factory=HealthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     recording: RecordingConfig = Field(default_factory=RecordingConfig)
+    shares: SharesConfig = Field(default_factory=SharesConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @model_validator(mode="after")

@@ -14,16 +14,17 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from core.config import AppConfig
+from core.worker_auth import auth_headers, load_worker_secret
 from gateway.access.middleware import api_access_middleware
 from gateway.access.policy import Access
 from gateway.access.rate_limits import SessionLimiter
 from gateway.admin.routes import admin_router
 from gateway.admin.settings import SettingsStore
-from gateway.admin.token import load_admin_token
+from gateway.admin.token import is_admin, load_admin_token
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.pool.factory import make_pool
 from gateway.pool.health_checker import HealthChecker
@@ -44,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def create_app(config: AppConfig) -> FastAPI:
     pool = make_pool(config)
+    pool.worker_headers = auth_headers(load_worker_secret(config))  # every call to a worker carries it
     checker = HealthChecker(
         pool, interval_s=config.health.interval_s, timeout_s=config.health.timeout_s, jitter=config.health.jitter
     )
@@ -89,26 +91,30 @@ def create_app(config: AppConfig) -> FastAPI:
         return JSONResponse({"detail": str(exc)}, status_code=503)
 
     @app.get("/health")
-    async def health() -> Response:
+    async def health(request: Request) -> Response:
+        """Public: ok or not, and the counts. The details (worker URLs, the upstream LLM's URL and
+        error, the cluster's Redis) only with the admin token as ``Authorization: Bearer``."""
         snap = pool.snapshot(with_queue=False)
         cluster = pool.cluster_health()
+        status = 200 if cluster is None or cluster["ok"] else 503  # several gateways: 503 without Redis
         body = {
-            "status": "ok" if cluster is None or cluster["ok"] else "unavailable",
+            "status": "ok" if status == 200 else "unavailable",
             "workers_total": len(snap["workers"]),
             "workers_healthy": snap["healthy"],
             "slots_total": snap["slots_total"],
             "slots_busy": snap["busy"],
             "queue_length": snap["queue_length"],
-            "workers": [
+        }
+        auth = request.headers.get("authorization", "")
+        if is_admin(auth[7:].strip() if auth[:7].lower() == "bearer " else None, admin_token):
+            body["workers"] = [
                 {**{k: w[k] for k in ("id", "url", "health", "slots", "busy", "capabilities")},
                  **({"upstream": w["last_probe"]["upstream"]} if (w["last_probe"] or {}).get("upstream") else {})}
                 for w in snap["workers"]
-            ],
-        }
-        if cluster is not None:  # several gateways: 503 while the shared state is out of reach
-            body["cluster"] = cluster
-            return JSONResponse(body, status_code=200 if cluster["ok"] else 503)
-        return JSONResponse(body)
+            ]
+            if cluster is not None:
+                body["cluster"] = cluster
+        return JSONResponse(body, status_code=status)
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:
@@ -118,7 +124,7 @@ def create_app(config: AppConfig) -> FastAPI:
     app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live))
 
     app.include_router(presets_router(Path(config.data_dir)))
-    app.include_router(shares_router(Path(config.data_dir)))
+    app.include_router(shares_router(config, access, admin_token))
     app.include_router(recordings_router(config, admin_token, ROOT / "static"))
     app.include_router(apps_router(settings, access))
     app.include_router(admin_router(app, admin_token, ROOT / "static"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import signal
 import socket
@@ -83,6 +84,25 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
     return True
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server already listens on ``host:port`` (binding as a server would, with
+    SO_REUSEADDR: connections of a stopped server still in TIME_WAIT do not count).
+    ``0.0.0.0``/``::``/empty probe every address; a host name is resolved."""
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return False  # the server's own start will say why
+    for family, kind, proto, _, addr in infos[:1]:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(addr)
+            except OSError as exc:
+                return exc.errno == errno.EADDRINUSE
+    return False
 
 
 # ---------------------------------------------------------------- dying with the parent

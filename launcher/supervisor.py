@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -33,7 +34,8 @@ from typing import TextIO
 import httpx
 
 from core.config import AppConfig, add_cli_arguments, config_from_cli
-from launcher.processes import die_with_parent, signal_group
+from core.worker_auth import INSTANCE_ENV, auth_headers, load_worker_secret
+from launcher.processes import die_with_parent, port_in_use, signal_group
 from launcher.redis_server import local_redis, redis_ping
 
 GATEWAY = "gateway"
@@ -110,6 +112,9 @@ class Supervisor:
         self._finished = asyncio.Event()
         self._running = False
         self._client: httpx.AsyncClient | None = None
+        self._instances: dict[str, str] = {}  # worker name -> the nonce its current start reports on /health
+        self._worker_headers: dict[str, str] = {}  # the deployment's worker secret, for /health
+        self.exit_code = 0  # 1 when it stopped on an error (another process holds a worker's port)
 
     @property
     def children(self) -> dict[str, int]:
@@ -127,6 +132,8 @@ class Supervisor:
         self._client = httpx.AsyncClient(timeout=2.0, trust_env=False, verify=False)
         workers = [name for name in self.commands if self._worker_index(name) is not None]
         self._ready = {name: asyncio.Event() for name in workers}
+        if workers:  # made here, before any child starts, so the workers and the gateway read one file
+            self._worker_headers = auth_headers(load_worker_secret(self.config))
         self._tasks.append(asyncio.create_task(self._start_children()))
         try:
             await self._stop_requested.wait()
@@ -221,6 +228,9 @@ class Supervisor:
 
     async def _run_once(self, name: str) -> int | None:
         """Start the child, relay its output, return its exit code (None: it could not start)."""
+        instance = {}
+        if name in self._ready:  # a worker: this start's nonce, which it reports on /health
+            self._instances[name] = instance[INSTANCE_ENV] = secrets.token_hex(8)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.commands[name],
@@ -228,7 +238,7 @@ class Supervisor:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 # lines arrive as they are printed
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.child_env.get(name, {})},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.child_env.get(name, {}), **instance},
                 process_group=0,  # Ctrl-C in the terminal reaches only the supervisor
                 preexec_fn=die_with_parent(),  # gone with the supervisor, even after kill -9 (serve()
                 # runs this loop on the main thread: see launcher.processes)
@@ -289,7 +299,13 @@ class Supervisor:
         deadline = loop.time() + self.ready_timeout_s
         last = last_error = None
         while True:
-            health = await self._get_json(url)
+            status, health = await self._get_health(url)
+            stranger = self._stranger(name, status, health)
+            if stranger:
+                self._fail(f"{url} is answered by another process, not the {name} this launcher started "
+                           f"({stranger}): another OmniDuplex (or any program) holds port {port}. Stop it, "
+                           "or give this one other ports (workers.base_port, gateway.port); exiting")
+                return
             if health.get("model_loaded"):
                 self._say(f"[{name}] ready")
                 self._ready[name].set()
@@ -315,14 +331,37 @@ class Supervisor:
                 )
             await asyncio.sleep(self.poll_interval_s)
 
-    async def _get_json(self, url: str) -> dict:
-        """The health JSON, or {} while the server is not up yet or answers something else."""
+    async def _get_health(self, url: str) -> tuple[int | None, dict]:
+        """The HTTP status (None: no answer) and the health JSON ({} when it is not a JSON object)."""
         try:
-            response = await self._client.get(url)
+            response = await self._client.get(url, headers=self._worker_headers)
+        except httpx.HTTPError:
+            return None, {}
+        try:
             body = response.json()
-        except (httpx.HTTPError, ValueError):
-            return {}
-        return body if isinstance(body, dict) else {}
+        except ValueError:
+            body = {}
+        return response.status_code, body if isinstance(body, dict) else {}
+
+    def _stranger(self, name: str, status: int | None, health: dict) -> str | None:
+        """Why what answers on the worker's port is not the worker this start launched; None if it is
+        (or nothing answers yet)."""
+        if status is None:
+            return None
+        if status in (401, 403):
+            return f"it refused this deployment's worker secret (HTTP {status})"
+        if status == 200 and health.get("instance") != self._instances.get(name):
+            pid = health.get("pid")
+            proc = self._procs.get(name)
+            return (f"it reports pid {pid}" if pid is not None else "it does not report this start's nonce") + \
+                (f", ours is pid {proc.pid}" if proc is not None else "")
+        return None
+
+    def _fail(self, message: str) -> None:
+        """Stop everything and make the launcher exit 1 with ``message``."""
+        self._say(f"[supervisor] ERROR: {message}", err=True)
+        self.exit_code = 1
+        self.request_stop()
 
     async def _announce(self) -> None:
         """Once every worker has loaded and the gateway answers, print where to go.
@@ -358,7 +397,7 @@ def serve(supervisor: Supervisor) -> int:
         await supervisor.run()
 
     asyncio.run(_main())
-    return 0
+    return supervisor.exit_code
 
 
 def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
@@ -430,6 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     except TlsError as exc:
         print(f"omniduplex: {exc}", file=sys.stderr)
         return 2
+    taken = ports_taken(config)
+    if taken:
+        print(f"omniduplex: {taken}", file=sys.stderr)
+        return 2
     commands: dict[str, list[str]] = {}
     if config.cluster.redis_url == "local":
         redis = local_redis(config)
@@ -439,6 +482,18 @@ def main(argv: list[str] | None = None) -> int:
             commands[REDIS] = redis
     commands.update(child_commands(config, args.config, cli_passthrough(args)))
     return serve(Supervisor(config, commands, child_env=child_env))
+
+
+def ports_taken(config: AppConfig) -> str | None:
+    """Why this launcher cannot start here: a port of its gateway or of a local worker is taken by
+    another process (a second instance would otherwise relay this one's sessions to the stranger)."""
+    wanted = [(worker_name(i), config.workers.host, config.workers.base_port + i) for i in range(config.workers.count)]
+    wanted.append((GATEWAY, config.gateway.host, config.gateway.port))
+    for name, host, port in wanted:
+        if port_in_use(port, host):
+            return (f"port {port} ({name}, {host}) is already in use by another process (another OmniDuplex "
+                    f"on this host?). Stop it, or choose other ports: workers.base_port / gateway.port (--port)")
+    return None
 
 
 def cli_passthrough(args: argparse.Namespace) -> list[str]:

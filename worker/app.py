@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import Any
 
 from fastapi import FastAPI, Response, WebSocket
@@ -21,6 +22,8 @@ from core.processors.base import LoadProgress
 from core.protocol import Dialect, parse_extensions
 from core.session_store import SESSION_ID, new_session_id
 from core.transport import WebSocketChannel
+from core.worker_auth import INSTANCE_ENV, load_worker_secret
+from worker.auth import WorkerSecretMiddleware
 from worker.metrics import WorkerMetrics
 from worker.recorder import RecorderPool
 from worker.rest import rest_router
@@ -67,6 +70,10 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
             threads.close()
 
     app = FastAPI(title=f"OmniDuplex worker {index}", lifespan=lifespan)
+    # Only the gateway (and the launcher) may call: they hold the deployment's worker secret.
+    app.add_middleware(WorkerSecretMiddleware, secret=load_worker_secret(config))
+    # Which start of which process answers on this port: the launcher checks it is the one it started.
+    instance = {"instance": os.environ.get(INSTANCE_ENV) or None, "pid": os.getpid()}
     app.state.worker = ws_state
     app.state.metrics = metrics
 
@@ -76,7 +83,7 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return ws_state.health()
+        return {**ws_state.health(), **instance}
 
     app.include_router(rest_router(ws_state))  # internal REST jobs for the gateway's OpenAI API
 

@@ -85,7 +85,7 @@ class HealthChecker:
             client = self._tls_client
         ok, failure, info, error = False, True, None, None
         try:
-            resp = await client.get(f"{worker.url}/health", timeout=self.timeout_s)
+            resp = await client.get(f"{worker.url}/health", timeout=self.timeout_s, headers=self.pool.worker_headers)
         except httpx.HTTPError as e:
             error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         else:
@@ -96,6 +96,9 @@ class HealthChecker:
             info = body if isinstance(body, dict) else None
             if resp.status_code in _RETRYABLE or resp.status_code >= 500:
                 error = f"HTTP {resp.status_code}"
+            elif resp.status_code == 401:  # not ours to use: a worker of another deployment, or a wrong secret
+                failure, error = False, ("HTTP 401: the worker refused this gateway's worker secret (set the same "
+                                         "workers.secret or OMNIDUPLEX_WORKER_SECRET on both)")
             elif resp.status_code != 200:
                 failure, error = False, f"HTTP {resp.status_code}"
             elif info is None:

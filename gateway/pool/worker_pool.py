@@ -153,6 +153,8 @@ class WorkerPool:
         self.remote_sessions: list[dict] = []  # other gateways' live sessions (shared pool only)
         self.local_sessions: Callable[[], list[dict]] = list  # the app's, for the shared pool
         self.end_local: Callable[[str, str], bool] = lambda session, reason: False
+        # What every call to a worker carries (the deployment's worker secret; set by the app).
+        self.worker_headers: dict[str, str] = {}
 
     # ------------------------------------------------------------------ workers
 

@@ -228,7 +228,7 @@ class RealtimeProxy:
             conn = await websockets.connect(
                 # Server events from our own worker: not bounded by the client message limit (a
                 # spoken reply's audio delta can be larger than what a client may send).
-                url, open_timeout=wcfg.connect_timeout_s,
+                url, open_timeout=wcfg.connect_timeout_s, additional_headers=self.pool.worker_headers,
                 max_size=max(self.config.limits.transport_max_bytes, 16 * 2**20),
                 ping_interval=wcfg.ping_interval_s, ping_timeout=wcfg.ping_interval_s, compression=None,
                 # a hung worker never completes a close handshake: give up on it after 2 s

@@ -1,10 +1,11 @@
-"""Storage cleanup for recordings: age first, then a size cap, oldest first; never a live session.
+"""Storage cleanup for recordings and shares: age first, then a size cap, oldest first; never a live session.
 
 Runs inside the gateway every ``recording.cleanup_interval_s`` (in a thread) and from the command
 line: ``python -m gateway.recordings.cleanup --config config.json [--dry-run]`` prints what it would delete.
 Also removes stale temp files (``*.tmp`` left by a crash mid-write) and old diagnostics
 (``<data_dir>/diagnostics``). Live sessions (see ``StoredSession.is_live``) are never touched,
-not even to meet the size cap.
+not even to meet the size cap. Shares (``<data_dir>/shares``) go when they expire, and count towards
+the same cap (``recording.max_storage_gb``): over it, the oldest of finished sessions and shares go first.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from core.config import AppConfig, add_cli_arguments, config_from_cli
 from core.session_store import StoredSession, list_sessions, sessions_root
+from gateway.recordings.shares import StoredShare, list_shares
 
 log = logging.getLogger(__name__)
 GB = 1024**3
@@ -30,6 +32,8 @@ class CleanupPlan:
     expired: list[StoredSession] = field(default_factory=list)
     over_cap: list[StoredSession] = field(default_factory=list)
     temp_files: list[Path] = field(default_factory=list)
+    expired_shares: list[StoredShare] = field(default_factory=list)
+    over_cap_shares: list[StoredShare] = field(default_factory=list)
     kept_live: list[str] = field(default_factory=list)
     total_bytes: int = 0
     bytes_after: int = 0
@@ -56,14 +60,20 @@ def plan_cleanup(config: AppConfig, now: float | None = None) -> CleanupPlan:
             plan.expired.append(s)
         else:
             keep.append(s)
-    # Live sessions count towards the cap but only finished ones can make room.
-    size = live_bytes + sum(s.size_bytes for s in keep)
+    shares = list_shares(config.data_dir, config.shares.expiry_days)
+    plan.total_bytes += sum(sh.size_bytes for sh in shares)
+    plan.expired_shares = [sh for sh in shares if sh.expires_at <= now]
+    kept_shares = [sh for sh in shares if sh.expires_at > now]
+    # Live sessions count towards the cap but only finished ones (and shares) can make room.
+    size = live_bytes + sum(s.size_bytes for s in keep) + sum(sh.size_bytes for sh in kept_shares)
     cap = rec.max_storage_gb * GB
-    for s in sorted(keep, key=lambda s: s.started_at):  # oldest first
+    by_age = sorted([(s.started_at, s) for s in keep] + [(sh.created_at, sh) for sh in kept_shares],
+                    key=lambda pair: pair[0])
+    for _, item in by_age:  # oldest first
         if size <= cap:
             break
-        plan.over_cap.append(s)
-        size -= s.size_bytes
+        (plan.over_cap_shares if isinstance(item, StoredShare) else plan.over_cap).append(item)
+        size -= item.size_bytes
     plan.bytes_after = size
     plan.temp_files = _stale_temp_files(config, now)
     return plan
@@ -92,6 +102,12 @@ def apply_cleanup(plan: CleanupPlan) -> int:
         freed += s.size_bytes
         log.info("cleanup: deleted session %s (%d bytes, %s)", s.id, s.size_bytes,
                  "expired" if s in plan.expired else "over storage cap")
+    for sh in plan.expired_shares + plan.over_cap_shares:
+        with contextlib.suppress(FileNotFoundError):
+            sh.path.unlink()
+            freed += sh.size_bytes
+            log.info("cleanup: deleted share %s (%d bytes, %s)", sh.id, sh.size_bytes,
+                     "expired" if sh in plan.expired_shares else "over storage cap")
     for p in plan.temp_files:
         with contextlib.suppress(FileNotFoundError):
             freed += p.stat().st_size
@@ -126,9 +142,13 @@ def describe(plan: CleanupPlan, dry_run: bool) -> str:
         lines.append(f"  {verb} {s.id}: over the storage cap, oldest first ({s.size_bytes / 1e6:.1f} MB)")
     for sid in plan.kept_live:
         lines.append(f"  kept {sid}: live")
+    for sh in plan.expired_shares:
+        lines.append(f"  {verb} share {sh.id}: expired ({sh.size_bytes / 1e6:.2f} MB)")
+    for sh in plan.over_cap_shares:
+        lines.append(f"  {verb} share {sh.id}: over the storage cap, oldest first ({sh.size_bytes / 1e6:.2f} MB)")
     for p in plan.temp_files:
         lines.append(f"  {verb} stale temp file {p}")
-    lines.append(f"after cleanup: {plan.bytes_after / 1e6:.1f} MB of sessions")
+    lines.append(f"after cleanup: {plan.bytes_after / 1e6:.1f} MB of sessions and shares")
     return "\n".join(lines)
 
 

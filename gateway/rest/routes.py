@@ -145,7 +145,7 @@ class WorkerCall:
         assert self.lease is not None
         request = self.http.build_request(
             "POST", self.lease.worker.url + path, content=content, params=params,
-            headers={REQUEST_ID_HEADER: self.ticket},
+            headers={REQUEST_ID_HEADER: self.ticket, **self.pool.worker_headers},
         )
         try:
             self.upstream = await self.race(self.http.send(request, stream=True),

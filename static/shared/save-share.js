@@ -21,13 +21,17 @@ async function reason(r) {
 export async function saveShare(conversation) {
   let r;
   try {
-    r = await fetch("/api/shares", {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(conversation),
-    });
+    // With API keys configured, saving needs one: the key this browser stored (shared/app-gate.js).
+    let key = "";
+    try { key = localStorage.getItem("omniduplex.apiKey") || ""; } catch { key = ""; }
+    const headers = { "Content-Type": "application/json", ...(key ? { Authorization: `Bearer ${key}` } : {}) };
+    r = await fetch("/api/shares", { method: "POST", headers, body: JSON.stringify(conversation) });
   } catch {
     throw new ShareError("The server could not be reached to save the conversation. Check the connection and try again.");
   }
   if (r.status === 413) throw new ShareError(`This conversation is too large to share: ${await reason(r)}.`);
+  if (r.status === 401) throw new ShareError("Saving a share needs an API key on this server: enter it on the start page first.");
+  if (r.status === 429) throw new ShareError(`Too many shares saved just now: ${await reason(r)}.`);
   if (!r.ok) throw new ShareError(`The conversation could not be saved (${await reason(r)}).`);
   const body = await r.json();
   return { ...body, absoluteUrl: new URL(body.url, location.origin).href };

@@ -198,8 +198,8 @@ async def test_end_a_running_session_and_cancel_a_queued_one(stack):
     err = events[-1]["error"]
     assert err["code"] == "session_ended_by_operator" and "ended by the test" in err["message"]
     await wait_state(stack, idle)
-    worker = await asyncio.to_thread(httpx.get, f"{stack.worker_url()}/health", timeout=2)
-    assert worker.json()["active_sessions"] == 0
+    worker = await asyncio.to_thread(stack.worker_health)
+    assert worker["active_sessions"] == 0
     # Both processes logged the session's end with the same ids on the line.
     tag = f"session={running['session_id']} worker=w0"
     for log in ("gateway.log", "worker0.log"):

@@ -265,8 +265,9 @@ def test_qwen3_omni_through_the_worker_app(tmp_path):
 
     model = build_qwen3_omni(tmp_path / "model")
     config = AppConfig.model_validate({"data_dir": str(tmp_path / "data"), "recording": {"enabled": False},
+                                       "workers": {"secret": "s" * 24},
                                        "backend": {"name": "qwen_omni", "options": options(model)}})
-    with TestClient(create_app(config)) as client:
+    with TestClient(create_app(config), headers={"Authorization": f"Bearer {'s' * 24}"}) as client:
         deadline = time.monotonic() + 120
         while not client.get("/health").json()["model_loaded"]:
             assert client.get("/health").json()["state"] != "ERROR", client.get("/health").json()

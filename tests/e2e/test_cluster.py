@@ -62,7 +62,7 @@ class Cluster:
         self.procs[name] = spawn_module("gateway", "--config", str(path), log=self.tmp / f"gateway-{name}.log")
 
     def health(self, name: str) -> httpx.Response:
-        return httpx.get(f"http://127.0.0.1:{self.ports[name]}/health", timeout=3)
+        return httpx.get(f"http://127.0.0.1:{self.ports[name]}/health", timeout=3, headers=self.stack.admin_headers)
 
     def wait_healthy(self, name: str, timeout: float = 60) -> dict:
         deadline = time.monotonic() + timeout
@@ -92,7 +92,7 @@ class Cluster:
         return int(out or 0)
 
     def worker_sessions(self) -> int:
-        return httpx.get(f"{self.stack.worker_url(0)}/health", timeout=3).json()["active_sessions"]
+        return self.stack.worker_health(0)["active_sessions"]
 
 
 @pytest.fixture(scope="module")

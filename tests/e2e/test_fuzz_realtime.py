@@ -55,8 +55,8 @@ def stack(tmp_path_factory):
     s.stop()
 
 
-async def run_sequence(url: str, events: list) -> None:
-    async with websockets.connect(url, max_size=None) as ws:
+async def run_sequence(url: str, events: list, headers: dict[str, str] | None = None) -> None:
+    async with websockets.connect(url, max_size=None, additional_headers=headers) as ws:
         await recv_until(ws, "session.created")
         for ev in events:
             await ws.send(ev if isinstance(ev, str) else json.dumps(ev))
@@ -75,7 +75,7 @@ def fuzz(target: str):
         url = ws_url(stack) if target == "gateway" else stack.worker_url().replace("http", "ws") + "/ws/realtime?record=false"
 
         async def go() -> None:
-            await run_sequence(url, events)
+            await run_sequence(url, events, None if target == "gateway" else stack.worker_headers)
             await wait_idle(stack, 1.0)
 
         asyncio.run(go())

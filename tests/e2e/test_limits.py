@@ -203,5 +203,6 @@ async def test_camera_frames_above_the_rate_are_dropped(stack):
     # The worker counted every refusal.
     import httpx
 
-    text = (await asyncio.to_thread(httpx.get, f"{stack.worker_url()}/metrics", timeout=5)).text
+    text = (await asyncio.to_thread(httpx.get, f"{stack.worker_url()}/metrics", timeout=5,
+                                    headers=stack.worker_headers)).text
     assert 'omniduplex_worker_limit_events_total{code="frame_rate_exceeded"} 4.0' in text

@@ -125,7 +125,7 @@ def speech24k():
 
 
 def worker_health(stack: Stack) -> dict:
-    return httpx.get(f"{stack.worker_url(0)}/health", timeout=2).json()
+    return stack.worker_health(0)
 
 
 def transcript(c: Client) -> str:

@@ -32,9 +32,10 @@ def tts():
     return PiperTts()
 
 
-def scrape(url: str) -> dict[tuple[str, tuple], float]:
-    """{(sample name, sorted labels): value}; raises if the text does not parse."""
-    r = httpx.get(f"{url}/metrics", timeout=5)
+def scrape(url: str, headers: dict[str, str] | None = None) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value}; raises if the text does not parse (``headers``: a
+    worker's /metrics needs the worker secret)."""
+    r = httpx.get(f"{url}/metrics", timeout=5, headers=headers)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     out = {}
     for family in text_string_to_metric_families(r.text):
@@ -57,7 +58,7 @@ async def speak(ws, pcm: bytes, chunk_ms: int = 40, speedup: float = 2.0) -> Non
 
 async def test_metrics_parse_and_move_with_traffic(stack, tts):
     url = f"ws://127.0.0.1:{stack.port}/v1/realtime?extensions=all"
-    g0, w0 = scrape(stack.url), scrape(stack.worker_url())
+    g0, w0 = scrape(stack.url), scrape(stack.worker_url(), stack.worker_headers)
     assert value(g0, "omniduplex_queue_length") == 0
     assert value(g0, "omniduplex_worker_health", worker="w0", health="healthy") == 1
     assert value(g0, "omniduplex_workers", health="healthy") == 1
@@ -67,7 +68,7 @@ async def test_metrics_parse_and_move_with_traffic(stack, tts):
     await recv_until(a, "session.created")
     b = await websockets.connect(url)
     await recv_until(b, "queue.position")
-    g1, w1 = scrape(stack.url), scrape(stack.worker_url())
+    g1, w1 = scrape(stack.url), scrape(stack.worker_url(), stack.worker_headers)
     assert value(g1, "omniduplex_queue_length") == 1
     assert value(g1, "omniduplex_sessions", state="queued") == 1
     assert value(g1, "omniduplex_sessions", state="active") == 1
@@ -85,7 +86,7 @@ async def test_metrics_parse_and_move_with_traffic(stack, tts):
 
     deadline = time.monotonic() + 5
     while True:
-        g2, w2 = scrape(stack.url), scrape(stack.worker_url())
+        g2, w2 = scrape(stack.url), scrape(stack.worker_url(), stack.worker_headers)
         if value(g2, "omniduplex_realtime_sessions_total", ended_by="client") >= \
                 value(g0, "omniduplex_realtime_sessions_total", ended_by="client") + 1 or time.monotonic() > deadline:
             break

@@ -133,9 +133,11 @@ def netns_stack(tmp_path):
 async def worker_health_inside(stack, link) -> dict | None:
     """The worker's /health asked from inside its namespace (works while the veth is cut);
     None if it does not answer within 2 s."""
-    code = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())"
+    code = ("import sys, urllib.request as u; print(u.urlopen(u.Request(sys.argv[1], headers="
+            "{'Authorization': sys.argv[2]}), timeout=2).read().decode())")
     proc = await asyncio.create_subprocess_exec(
         IP, "netns", "exec", link.ns, sys.executable, "-S", "-c", code, f"{stack.worker_url(0)}/health",
+        stack.worker_headers["Authorization"],
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
     out, _ = await asyncio.wait_for(proc.communicate(), 10)
     return json.loads(out) if proc.returncode == 0 else None
@@ -155,7 +157,7 @@ async def worker_idle_via_veth(stack, timeout: float) -> float:
     async with httpx.AsyncClient(timeout=2, trust_env=False) as http:
         while time.monotonic() - t0 < timeout:
             try:
-                last = (await http.get(f"{stack.worker_url(0)}/health")).json()
+                last = (await http.get(f"{stack.worker_url(0)}/health", headers=stack.worker_headers)).json()
                 if last["active_sessions"] == 0:
                     return time.monotonic() - t0
             except httpx.HTTPError as exc:

@@ -103,7 +103,7 @@ def wait_idle(stack, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         h = stack.health()
-        w = httpx.get(f"{stack.worker_url()}/health", timeout=2).json()
+        w = stack.worker_health()
         if h["slots_busy"] == 0 and h["queue_length"] == 0 and w["active_sessions"] == 0:
             return
         if time.monotonic() > deadline:

@@ -9,7 +9,6 @@ import json
 import random
 import time
 
-import httpx
 import numpy as np
 import pytest
 import websockets
@@ -46,7 +45,7 @@ async def wait_idle(stack, timeout: float = 3.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         h = stack.health()
-        w = httpx.get(f"{stack.worker_url()}/health", timeout=2).json()
+        w = stack.worker_health()
         if h["slots_busy"] == 0 and h["queue_length"] == 0 and w["active_sessions"] == 0:
             return h
         if time.monotonic() > deadline:
@@ -251,7 +250,7 @@ async def test_pause_resume(stack):
         await ws.send(json.dumps({"type": "session.pause"}))
         paused = await recv_until(ws, "session.paused")
         assert paused["pause_timeout_s"] > 0
-        w = httpx.get(f"{stack.worker_url()}/health", timeout=2).json()
+        w = stack.worker_health()
         assert w["state"] == "DUPLEX_PAUSED"
         await ws.send(json.dumps({"type": "session.resume"}))
         await recv_until(ws, "session.resumed")

@@ -14,7 +14,6 @@ import time
 import zlib
 from collections import Counter
 
-import httpx
 import numpy as np
 import pytest
 import requests
@@ -165,7 +164,7 @@ def test_worker_idle_after_fuzzing(stack):
     deadline = time.monotonic() + 5
     while True:
         h = stack.health()
-        w = httpx.get(f"{stack.worker_url()}/health", timeout=2).json()
+        w = stack.worker_health()
         if h["slots_busy"] == 0 and h["queue_length"] == 0 and w["active_sessions"] == 0:
             return
         assert time.monotonic() < deadline, f"not idle: gateway {h}, worker {w}"

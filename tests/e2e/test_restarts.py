@@ -173,7 +173,7 @@ def two_slot_stack(tmp_path):
 
 async def worker_health(stack) -> dict:
     async with httpx.AsyncClient(timeout=2) as http:
-        return (await http.get(f"{stack.worker_url(0)}/health")).json()
+        return (await http.get(f"{stack.worker_url(0)}/health", headers=stack.worker_headers)).json()
 
 
 async def turn(ws, text: str, until_kind: str = "response.done") -> dict:

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 FAKE_SERVER = r'''
-import json, sys, time
+import json, os, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 role, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -50,6 +50,7 @@ class Health(BaseHTTPRequestHandler):
                     body = {"state": "LOADING", "model_loaded": False,
                             "load_progress": {"stage": stage, "fraction": fraction, "detail": detail}}
                     break
+        body["instance"] = os.environ.get("OMNIDUPLEX_WORKER_INSTANCE")  # the launcher's nonce, as a worker does
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

@@ -58,7 +58,7 @@ async def gateway_health(stack) -> dict:
     """Only the gateway's /health, for a test whose worker is down, hung or cut off on purpose
     (``health`` would fail on it, after waiting out its timeout on a hung one)."""
     async with httpx.AsyncClient(timeout=2, trust_env=False) as http:
-        return (await http.get(f"{stack.url}/health")).json()
+        return (await http.get(f"{stack.url}/health", headers=stack.admin_headers)).json()
 
 
 async def _snapshot(stack, down: Iterable[int]) -> tuple[dict, list[dict | None], list[str]]:
@@ -71,11 +71,11 @@ async def _snapshot(stack, down: Iterable[int]) -> tuple[dict, list[dict | None]
     problems: list[str] = []
     workers: list[dict | None] = []
     async with httpx.AsyncClient(timeout=2) as http:
-        gw = (await http.get(f"{stack.url}/health")).json()
+        gw = (await http.get(f"{stack.url}/health", headers=stack.admin_headers)).json()
         for i in range(stack.n):
             url, why = f"{stack.worker_url(i)}/health", "no body"
             try:
-                body = (await http.get(url)).json()
+                body = (await http.get(url, headers=stack.worker_headers)).json()
             except (httpx.HTTPError, ValueError) as exc:
                 body, why = None, f"{type(exc).__name__}: {exc}".rstrip(": ")
             if i in down:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import httpx
 
+from core.config import load_config
+from core.worker_auth import auth_headers, load_worker_secret
 from launcher.processes import ROOT, free_port, free_ports  # noqa: F401 - re-exported for the tests
 from launcher.processes import kill, spawn_module, stop_all
 
@@ -82,8 +84,23 @@ class Stack:
     def admin_token(self) -> str:
         return (self.data_dir / "admin_token").read_text().strip()
 
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The admin token as a Bearer header ({} before the gateway made it): /health's details need it."""
+        path = self.data_dir / "admin_token"
+        return {"Authorization": f"Bearer {path.read_text().strip()}"} if path.exists() else {}
+
+    @property
+    def worker_headers(self) -> dict[str, str]:
+        """What a direct call to a worker must carry: the deployment's worker secret."""
+        return auth_headers(load_worker_secret(load_config(self.config_path)))
+
     def health(self) -> dict:
-        return httpx.get(f"{self.url}/health", timeout=2).json()
+        """The gateway's /health with its details (worker URLs, upstream), as the admin sees it."""
+        return httpx.get(f"{self.url}/health", timeout=2, headers=self.admin_headers).json()
+
+    def worker_health(self, i: int = 0) -> dict:
+        return httpx.get(f"{self.worker_url(i)}/health", timeout=2, headers=self.worker_headers).json()
 
     def wait_healthy(self, count: int, timeout: float = 180.0) -> dict:
         deadline = time.monotonic() + timeout
