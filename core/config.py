@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,10 +56,29 @@ class TlsConfig(_Strict):
         return self
 
 
+_HOST_ENTRY = re.compile(r"^(\*|(\*\.)?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?\.?|\[[0-9a-f:.]+\])(:[0-9]{1,5})?$")
+
+
 class GatewayConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8006, ge=1, le=65535)
     tls: TlsConfig = Field(default_factory=TlsConfig)
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Host names (name, name:port, *.domain, '*' = any) the gateway answers "
+        "besides localhost, 127.0.0.1, ::1 and gateway.host; anything else gets 400 (stops DNS rebinding)")
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, hosts: list[str]) -> list[str]:
+        out = []
+        for raw in hosts:
+            host = raw.strip().lower()
+            if not _HOST_ENTRY.match(host):
+                raise PydanticCustomError(
+                    "host_name", "'{host}' is not a host name: give name or name:port (no scheme, path or "
+                    "spaces; IPv6 as [::1]), *.example.com for its subdomains, or * for any", {"host": raw})
+            out.append(host)
+        return out
 
     def tls_enabled(self) -> bool:
         """Whether the gateway serves HTTPS (``tls.mode``; auto = on for any non-loopback host)."""
@@ -161,7 +181,8 @@ class AuthConfig(_Strict):
 
     api_keys: list[str] = Field(default_factory=list, description="accepted keys; empty = no key needed")
     allowed_origins: list[str] = Field(
-        default_factory=list, description="extra browser Origins for WebSockets ('*' = any); own origin always ok")
+        default_factory=list, description="extra browser Origins for WebSockets and state-changing requests "
+        "(POST, PUT, PATCH, DELETE) ('*' = any); own origin always ok")
     per_ip: RateLimit = Field(default_factory=lambda: RateLimit(sessions_per_minute=600, concurrent=32))
     per_key: RateLimit = Field(default_factory=RateLimit)
     trust_forwarded_for: bool = Field(False, description="take the client IP from X-Forwarded-For (behind a proxy)")
@@ -198,6 +219,8 @@ class AdminConfig(_Strict):
     """The operator's token for /admin, /api/admin/* and any recording; generated if not given."""
 
     token: str | None = Field(None, min_length=16)
+    session_hours: float = Field(12.0, gt=0, le=720, description="an admin sign-in (the session cookie the "
+                                 "token is exchanged for) lasts this long; sign-out, a restart or a new token ends it")
 
 
 class AppConfig(_Strict):

@@ -21,8 +21,10 @@ from core.config import AppConfig
 from core.worker_auth import auth_headers, load_worker_secret
 from gateway.access.middleware import api_access_middleware
 from gateway.access.policy import Access
+from gateway.access.web import web_guard_middleware
 from gateway.access.rate_limits import SessionLimiter
 from gateway.admin.routes import admin_router
+from gateway.admin.sessions import AdminAuth
 from gateway.admin.settings import SettingsStore
 from gateway.admin.token import is_admin, load_admin_token
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
@@ -38,6 +40,7 @@ from gateway.recordings.shares import shares_router
 from gateway.rest.routes import openai_router
 from gateway.site.apps import apps_router
 from gateway.site.presets import presets_router
+from gateway.site.headers import SecurityHeaders
 from gateway.site.static_pages import install_pages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +87,10 @@ def create_app(config: AppConfig) -> FastAPI:
     app.state.access = access
     app.state.limiter = limiter
     app.state.checker = checker
+    app.state.admin_auth = AdminAuth(admin_token, config.admin.session_hours * 3600)
     app.add_middleware(api_access_middleware(access, settings))
+    app.add_middleware(web_guard_middleware(config, access))  # Host, Origin, REST body types: before all
+    app.add_middleware(SecurityHeaders)  # outermost: refusals get the headers too
 
     @app.exception_handler(ClusterUnavailable)
     async def cluster_unavailable(request, exc: ClusterUnavailable) -> Response:
@@ -125,7 +131,7 @@ def create_app(config: AppConfig) -> FastAPI:
 
     app.include_router(presets_router(Path(config.data_dir)))
     app.include_router(shares_router(config, access, admin_token))
-    app.include_router(recordings_router(config, admin_token, ROOT / "static"))
+    app.include_router(recordings_router(config, app.state.admin_auth, ROOT / "static"))
     app.include_router(apps_router(settings, access))
     app.include_router(admin_router(app, admin_token, ROOT / "static"))
     app.include_router(openai_router(pool))

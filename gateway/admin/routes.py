@@ -1,9 +1,10 @@
 """The operator's API and page: workers, queue, live sessions, apps, presets, ETA, voices, charts.
 
-Every ``/admin`` and ``/api/admin/*`` route answers 401 without the admin token, shown as
-``Authorization: Bearer <token>``, ``?token=`` or the ``omni_admin`` cookie that the page's
-login sets (HttpOnly, SameSite=Strict). A state-changing request that authenticates with the
-cookie must also come from our own origin, so another site cannot drive the admin by a form.
+Every ``/admin`` and ``/api/admin/*`` route answers 401 without the admin token as
+``Authorization: Bearer <token>`` or a sign-in's session cookie (``gateway/admin/sessions.py``:
+the page's form, or ``/admin?token=`` once, exchange the token for a random, expiring, revocable
+session). A state-changing request that authenticates with the cookie must also come from our
+own origin, so another site cannot drive the admin by a form.
 
 The pool does the work (drain, enable, mark dead, add/remove, cancel); this module only checks,
 translates and reports. Errors are 4xx with a reason; nothing here can leak a slot.
@@ -12,7 +13,6 @@ translates and reports. Errors are 4xx with a reason; nothing here can leak a sl
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import re
 import time
@@ -24,11 +24,11 @@ from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Requ
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gateway.admin.sessions import AdminAuth
 from gateway.admin.settings import APP_IDS, SettingsStore
 from gateway.pool.worker_pool import WorkerPool
 from gateway.site.presets import BUILTIN_PRESETS, PRESETS_FILE, PresetFile, PresetStore
 
-COOKIE = "omni_admin"
 VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 VOICE_MAX_BYTES = 10 * 2**20
 VOICE_MAX_SECONDS = 60.0
@@ -79,17 +79,6 @@ class EndSession(BaseModel):
 # --------------------------------------------------------------------------- auth
 
 
-def admin_token_of(request: Request) -> tuple[str | None, bool]:
-    """(token, from_cookie)."""
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip() or None, False
-    if request.query_params.get("token"):
-        return request.query_params["token"], False
-    cookie = request.cookies.get(COOKIE)
-    return (cookie, True) if cookie else (None, False)
-
-
 def _same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if origin is None:
@@ -97,14 +86,13 @@ def _same_origin(request: Request) -> bool:
     return urlsplit(origin).netloc.lower() == (request.headers.get("host") or "").lower()
 
 
-def make_require_admin(admin_token: str):
-    expected = admin_token.encode()
-
+def make_require_admin(auth: AdminAuth):
     def require_admin(request: Request) -> None:
-        token, from_cookie = admin_token_of(request)
-        if not token or not hmac.compare_digest(token.encode(), expected):
-            raise HTTPException(401, "admin token required (Authorization: Bearer <token>)",
-                                headers={"WWW-Authenticate": "Bearer"})
+        ok, from_cookie = auth.is_admin(request)
+        if not ok:
+            hint = " (not in the URL)" if request.query_params.get("token") else ""
+            raise HTTPException(401, f"admin token required (Authorization: Bearer <token>{hint}, or sign in "
+                                "on /admin)", headers={"WWW-Authenticate": "Bearer"})
         if from_cookie and request.method not in ("GET", "HEAD") and not _same_origin(request):
             raise HTTPException(403, "cross-site admin request refused")
 
@@ -120,7 +108,8 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
     settings: SettingsStore = st.settings
     data_dir = Path(st.config.data_dir)
     presets = PresetStore(data_dir)
-    require_admin = make_require_admin(admin_token)
+    auth: AdminAuth = st.admin_auth
+    require_admin = make_require_admin(auth)
     guarded = APIRouter(dependencies=[Depends(require_admin)])
     router = APIRouter()
     started = time.time()
@@ -135,39 +124,42 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
     # ---------------------------------------------------------------- the page
 
     def admin_page() -> FileResponse:
+        # same-origin, not no-referrer: with no-referrer a browser sends "Origin: null" on the page's
+        # own form posts (sign-out), which the cross-site check refuses. No token is in our URLs now.
         return FileResponse(static_dir / "admin.html", media_type="text/html",
-                            headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+                            headers={"Cache-Control": "no-store", "Referrer-Policy": "same-origin"})
+
+    def login_page(error: str = "") -> HTMLResponse:
+        return HTMLResponse(LOGIN_PAGE.replace("{error}", error), status_code=401,
+                            headers={"Cache-Control": "no-store", "Referrer-Policy": "same-origin"})
 
     @router.get("/admin", include_in_schema=False)
+    @router.get("/static/admin.html", include_in_schema=False)
     async def page(request: Request) -> Response:
-        token, _ = admin_token_of(request)
-        if not token or not hmac.compare_digest(token.encode(), admin_token.encode()):
-            return HTMLResponse(LOGIN_PAGE.replace("{error}", "Wrong token." if token else ""), status_code=401,
-                                headers={"Cache-Control": "no-store"})
+        """The one route that decides who sees the admin page (``/static/...`` never serves it)."""
+        # ?token=: sign in once, then the same address without it (not in history or Referer).
+        redirect = auth.query_login(request)
+        if redirect is not None:
+            return redirect
         if request.query_params.get("token"):
-            # ?token=: keep it in a cookie and drop it from the address bar (and from history).
-            response = RedirectResponse("/admin", status_code=303)
-            _set_cookie(response, request, token)
-            return response
+            return login_page("Wrong token.")
+        if not auth.is_admin(request)[0]:
+            return login_page()
         return admin_page()
 
     @router.post("/admin/login", include_in_schema=False)
     async def login(request: Request, token: str = Form(..., max_length=200)) -> Response:
-        if not hmac.compare_digest(token.encode(), admin_token.encode()):
-            return HTMLResponse(LOGIN_PAGE.replace("{error}", "Wrong token."), status_code=401)
+        if not auth.token_ok(token):
+            return login_page("Wrong token.")
         response = RedirectResponse("/admin", status_code=303)
-        _set_cookie(response, request, token)
+        auth.login(request, response)
         return response
 
     @router.post("/admin/logout", include_in_schema=False)
-    async def logout() -> Response:
+    async def logout(request: Request) -> Response:
         response = RedirectResponse("/admin", status_code=303)
-        response.delete_cookie(COOKIE, path="/")
+        auth.logout(request, response)
         return response
-
-    @guarded.get("/static/admin.html", include_in_schema=False)
-    async def static_page() -> FileResponse:
-        return admin_page()
 
     # ---------------------------------------------------------------- views
 
@@ -423,11 +415,6 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
 
     router.include_router(guarded)
     return router
-
-
-def _set_cookie(response: Response, request: Request, token: str) -> None:
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/",
-                        secure=request.url.scheme == "https", max_age=7 * 86400)
 
 
 def _save_voice(data: bytes, path: Path) -> float:

@@ -1,7 +1,9 @@
 """Recorded sessions over HTTP: the viewer page, its data, replays, files, zip; admin listing.
 
-Every route answers 404 unless the caller shows the session's share token or the admin token,
-so a wrong token and a missing session look the same. Ids are matched against their pattern
+Every route answers 404 unless the caller shows the session's share token (``?token=`` or
+Bearer) or is the admin (Bearer, or a sign-in's cookie: ``gateway/admin/sessions.py``), so a
+wrong token and a missing session look the same. The admin token in a viewer link
+(``/s/<id>?token=<admin token>``) signs in and redirects to the link without it. Ids are matched against their pattern
 before any path is built; file names against an allow-list of directories and a strict name
 pattern. Disk work (reading, building a missing replay, zipping) runs in threads.
 """
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 from starlette.background import BackgroundTask
 
 from core.config import AppConfig
@@ -33,14 +35,15 @@ from core.session_store import (
     session_dir,
     token_matches,
 )
-from gateway.admin.token import is_admin, presented_token
+from gateway.admin.sessions import AdminAuth
+from gateway.admin.token import presented_token
 
 FILE_NAME = re.compile(r"^[0-9]{6}\.(wav|jpg|png)$")
 MEDIA_TYPES = {".wav": "audio/wav", ".jpg": "image/jpeg", ".png": "image/png", ".mp4": "video/mp4"}
 PRIVATE_META = ("share_token_sha256",)
 
 
-def recordings_router(config: AppConfig, admin_token: str, static_dir: Path) -> APIRouter:
+def recordings_router(config: AppConfig, auth: AdminAuth, static_dir: Path) -> APIRouter:
     router = APIRouter()
     data_dir = config.data_dir
     # One replay build per session at a time (two viewers opening a cut-off session at once).
@@ -54,8 +57,7 @@ def recordings_router(config: AppConfig, admin_token: str, static_dir: Path) -> 
             meta = read_json(path / META)
         except (OSError, ValueError):
             raise HTTPException(404, "no such session") from None
-        token = presented_token(request)
-        if not (is_admin(token, admin_token) or token_matches(token, meta.get("share_token_sha256"))):
+        if not (auth.is_admin(request)[0] or token_matches(presented_token(request), meta.get("share_token_sha256"))):
             raise HTTPException(404, "no such session")
         return path, meta
 
@@ -63,7 +65,12 @@ def recordings_router(config: AppConfig, admin_token: str, static_dir: Path) -> 
         return await asyncio.to_thread(authorized, request, session_id)
 
     @router.get("/s/{session_id}", include_in_schema=False)
-    async def viewer(request: Request, session_id: str) -> FileResponse:
+    async def viewer(request: Request, session_id: str) -> Response:
+        redirect = auth.query_login(request)  # the admin token in the link: sign in, drop it from the URL
+        if redirect is not None:
+            path = session_dir(data_dir, session_id)
+            if path is not None and (path / META).is_file():
+                return redirect
         await authorized_async(request, session_id)
         return FileResponse(static_dir / "viewer.html", media_type="text/html",
                             headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
@@ -126,7 +133,7 @@ def recordings_router(config: AppConfig, admin_token: str, static_dir: Path) -> 
 
     @router.get("/api/admin/sessions")
     async def admin_list(request: Request) -> dict[str, Any]:
-        if not is_admin(presented_token(request), admin_token):
+        if not auth.is_admin(request)[0]:
             raise HTTPException(401, "admin token required (Authorization: Bearer <token>)")
         sessions = await asyncio.to_thread(list_sessions, data_dir)
         return {"sessions": [

@@ -1,12 +1,15 @@
 """Browser pages served by the gateway: home, turn-based chat, audio duplex and omni (camera).
 
 Plain static files (ES modules, no build step). ``StaticFiles`` rejects path traversal, so
-only files under ``static_dir`` are ever served.
+only files under ``static_dir`` are ever served. The admin page's HTML is never one of them,
+however its path is spelled (``/static//admin.html``, ``/static/./admin.html``, ...): the file
+is compared after resolving, and only the admin routes (which check the sign-in) serve it.
 """
 
 from __future__ import annotations
 
 import mimetypes
+import os
 from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, HTTPException
@@ -20,6 +23,21 @@ mimetypes.add_type("text/javascript", ".mjs")
 mimetypes.add_type("text/css", ".css")
 
 PAGES = ("index.html", "turnbased.html", "audio_duplex.html", "omni.html")
+PRIVATE = ("admin.html",)  # served only by gateway/admin/routes.py, behind the admin sign-in
+
+
+class PublicStatic(StaticFiles):
+    """``StaticFiles`` that never serves a private file, whatever spelling reaches it."""
+
+    def __init__(self, *, directory: Path, private: tuple[str, ...] = PRIVATE) -> None:
+        super().__init__(directory=str(directory))
+        self._private = {os.path.realpath(Path(directory) / name) for name in private}
+
+    def lookup_path(self, path: str) -> tuple[str, os.stat_result | None]:
+        full_path, stat_result = super().lookup_path(path)
+        if full_path and os.path.realpath(full_path) in self._private:
+            return "", None
+        return full_path, stat_result
 
 
 def pages_router(static_dir: Path) -> APIRouter:
@@ -47,7 +65,7 @@ def pages_router(static_dir: Path) -> APIRouter:
 
 def mount_static(app: FastAPI, static_dir: Path) -> None:
     """Assets under ``/static/...``; a router cannot mount a sub-app, so this is separate."""
-    app.mount("/static", StaticFiles(directory=str(static_dir)), name="static")
+    app.mount("/static", PublicStatic(directory=Path(static_dir)), name="static")
 
 
 def install_pages(app: FastAPI, static_dir: Path) -> None:

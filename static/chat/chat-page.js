@@ -241,22 +241,6 @@ function mountToolSettings() {
   for (const id of ["demo-tools", "tool-choice"]) $(id).addEventListener("change", sync);
 }
 
-const TOOL_STYLE = `
-.bubble.tool { align-self: flex-start; background: #1b2430; border: 1px solid #2e3d52; font-size: .85rem;
-  font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; padding: 6px 10px; }
-.bubble.tool.call .text::before { content: "\\2192  "; color: #7fb2ff; }
-.bubble.tool.result .text::before { content: "\\2190  "; color: #8fd19e; }
-.bubble.tool.tool-error { border-color: var(--danger, #e5484d); }
-.bubble.tool.tool-error .text::before { color: #ff9aa2; }
-.bubble.tool .meta { font-family: inherit; }
-.tool-settings { display: flex; flex-direction: column; gap: 8px; }
-`;
-function mountToolStyle() {
-  const style = document.createElement("style");
-  style.textContent = TOOL_STYLE;
-  document.head.appendChild(style);
-}
-mountToolStyle();
 mountToolSettings();
 
 function settingsFromFields() {

@@ -418,7 +418,7 @@ def test_payload_limits(stack):
     url = f"{stack.url}/v1/chat/completions"
     # Early: the declared length alone is refused, before any of the body is sent.
     with socket.create_connection(("127.0.0.1", stack.port), timeout=10) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      + f"Content-Length: {50 * 2**20}\r\n\r\n".encode())
         answer = b""
         while b"request_too_large" not in answer and (chunk := sock.recv(65536)):

@@ -20,6 +20,7 @@ KEY = "sk-test-0123456789"
 
 def make_client(tmp_path, **sections) -> TestClient:
     config = AppConfig.model_validate({"data_dir": str(tmp_path), "workers": {"count": 0},
+                                       "gateway": {"allowed_hosts": ["testserver"]},  # TestClient's Host
                                        "admin": {"token": ADMIN}, **sections})
     return TestClient(create_app(config))
 

@@ -24,7 +24,8 @@ def data_dir(tmp_path):
 @pytest.fixture
 def client(data_dir):
     data_dir.mkdir()
-    config = AppConfig.model_validate({"data_dir": str(data_dir), "workers": {"count": 0}})
+    config = AppConfig.model_validate({"data_dir": str(data_dir), "workers": {"count": 0},
+                                       "gateway": {"allowed_hosts": ["testserver"]}})  # TestClient's Host
     with TestClient(create_app(config)) as c:
         yield c
 
