@@ -24,6 +24,7 @@ from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Requ
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from core.json_limits import check_nesting
 from gateway.admin.sessions import AdminAuth
 from gateway.admin.settings import APP_IDS, SettingsStore
 from gateway.pool.worker_pool import WorkerPool
@@ -348,6 +349,7 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
         if len(raw) > 1_000_000:
             raise HTTPException(413, "presets file larger than 1 MB")
         try:
+            check_nesting(raw)
             data = json.loads(raw)
             if isinstance(data, list):
                 data = {"presets": data}
