@@ -34,6 +34,12 @@ class InvalidTextError(InvalidInputError):
     code = "invalid_text"
 
 
+class ContextLengthError(InvalidInputError):
+    """A reply's mandatory part (system prompt and last message) does not fit the model's context."""
+
+    code = "context_length_exceeded"
+
+
 class ItemNotFoundError(InvalidInputError):
     code = "item_not_found"
 

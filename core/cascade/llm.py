@@ -188,6 +188,9 @@ class SmolLm:
                 model.lm_head = _int8_linear(model.lm_head)
             self.runner = _HfRunner(model)
         self.dtypes = (decode_dtype, prefill_dtype)
+        # tokens a prompt and its reply may hold together (the fast path's preallocated KV)
+        self.max_context = min(max_context, self.runner.fast.max_len) if isinstance(self.runner, _FastRunner) \
+            else max_context
         self.path = path
         stop = {self.tokenizer.eos_token_id}
         for name in ("<|im_end|>", "<|endoftext|>"):

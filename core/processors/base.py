@@ -154,6 +154,11 @@ class Backend(ConversationModel, abc.ABC):
         """The text an image item stands for in the history (a text model's note on it)."""
         return ""
 
+    def check_context(self, system: str, last_message: str) -> None:
+        """Raise ``ContextLengthError`` when a reply to ``last_message`` with this system prompt
+        cannot fit the model's context at all (older turns are dropped to fit; these two cannot
+        be). Blocking (it may tokenize): call it from a thread. Default: no known limit."""
+
     def check_tools(self, tools: list) -> None:
         """Raise ``InvalidInputError`` for tools this backend cannot honour (checked on update)."""
 

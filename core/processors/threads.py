@@ -30,6 +30,19 @@ class ModelThreads:
                 self._pools[name] = pool
             return pool
 
+    def barrier(self) -> list[concurrent.futures.Future]:
+        """A no-op queued on every one-thread pool: when they are all done, everything queued
+        there before this call has run (a cancelled reply's last step included)."""
+        with self._lock:
+            pools = [p for p in self._pools.values() if p._max_workers == 1] if not self._closed else []
+        futures = []
+        for pool in pools:
+            try:
+                futures.append(pool.submit(_nothing))
+            except RuntimeError:  # shut down meanwhile
+                pass
+        return futures
+
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self._pools)
@@ -41,3 +54,7 @@ class ModelThreads:
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _nothing() -> None:
+    pass
