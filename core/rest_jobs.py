@@ -28,6 +28,9 @@ CHAT_PATH = "/internal/v1/chat"
 SPEECH_PATH = "/internal/v1/speech"
 TRANSCRIPTION_PATH = "/internal/v1/transcriptions"
 REQUEST_ID_HEADER = "x-request-id"
+# The gateway's word that a request's client left: the worker stops that request's work and
+# answers once the request's slot is free (the gateway releases its lease only then).
+RELEASE_PATH = "/internal/v1/release"
 
 
 class _Job(BaseModel):

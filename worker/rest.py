@@ -14,7 +14,8 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -30,6 +31,7 @@ from core.conversation.items import Item
 from core.ids import new_id
 from core.rest_jobs import (
     CHAT_PATH,
+    RELEASE_PATH,
     REQUEST_ID_HEADER,
     SPEECH_PATH,
     TRANSCRIPTION_PATH,
@@ -44,6 +46,8 @@ log = logging.getLogger(__name__)
 
 REST_STATE = "BUSY_HALF_DUPLEX"  # one request, one reply: half duplex in /health terms
 SLOT_WAIT_S = 2.0  # the gateway frees a slot a moment before the last request here ends
+MODEL_STOP_WAIT_S = 60.0  # a cancelled reply's model threads; past this the slot is freed anyway (logged)
+RELEASE_WAIT_S = 30.0  # how long a release call waits for the request's slot
 
 
 class RestError(Exception):
@@ -66,10 +70,30 @@ def _input_error(exc: OmniDuplexError, param: str | None = None) -> RestError:
 
 
 class _Slot:
-    """This request's place in ``WorkerState.sessions``; ``release`` is idempotent."""
+    """This request's place in ``WorkerState.sessions``; ``release`` is idempotent.
 
-    def __init__(self, state: WorkerState, request_id: str) -> None:
+    ``jobs`` (request id -> slot) lets the gateway's release call find the request: ``stop``
+    (set once the request has work to stop) starts its cleanup, ``freed`` is set by ``release``."""
+
+    def __init__(self, state: WorkerState, request_id: str, jobs: dict[str, _Slot]) -> None:
         self.state, self.request_id, self.held = state, request_id, False
+        self.jobs = jobs
+        self.freed = asyncio.Event()
+        self._cleanup: Callable[[], Awaitable[None]] | None = None
+        self._stopping: asyncio.Future | None = None
+        jobs[request_id] = self
+
+    def on_stop(self, cleanup: Callable[[], Awaitable[None]]) -> None:
+        self._cleanup = cleanup
+
+    def stop(self) -> Awaitable[None] | None:
+        """Run the cleanup given to ``on_stop`` once, however many ask (the client's disconnect,
+        the gateway's release call); None when there is none yet."""
+        if self._cleanup is None:
+            return None
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._cleanup())
+        return asyncio.shield(self._stopping)
 
     async def take(self) -> None:
         state = self.state
@@ -88,10 +112,13 @@ class _Slot:
         self.held = True
 
     def release(self) -> None:
+        if self.jobs.get(self.request_id) is self:
+            del self.jobs[self.request_id]
         if self.held:
             self.held = False
             self.state.sessions.pop(self.request_id, None)
             self.state.refresh()
+        self.freed.set()
 
 
 async def _job(request: Request, model: type):
@@ -120,11 +147,32 @@ def _pcm16k(part: ChatPart) -> bytes:
 
 def rest_router(state: WorkerState) -> APIRouter:
     router = APIRouter(include_in_schema=False)
+    jobs: dict[str, _Slot] = {}
+
+    def new_slot(request: Request) -> _Slot:
+        return _Slot(state, request.headers.get(REQUEST_ID_HEADER) or new_id("req"), jobs)
+
+    @router.post(RELEASE_PATH)
+    async def release(request: Request) -> Response:
+        """The gateway's client left: stop the request's work, answer once its slot is free."""
+        slot = jobs.get(request.headers.get(REQUEST_ID_HEADER) or "")
+        if slot is None:
+            return JSONResponse({"released": True, "waited_ms": 0})
+        t0 = time.perf_counter()
+        slot.stop()
+        try:
+            await asyncio.wait_for(slot.freed.wait(), RELEASE_WAIT_S)
+        except TimeoutError:
+            log.error("REST request %s: still holding its slot %.0f s after its client left",
+                      slot.request_id, RELEASE_WAIT_S)
+            return JSONResponse({"released": False}, status_code=504)
+        return JSONResponse({"released": True, "waited_ms": round((time.perf_counter() - t0) * 1000, 1)})
 
     @router.post(CHAT_PATH)
     async def chat(request: Request) -> Response:
-        slot = _Slot(state, request.headers.get(REQUEST_ID_HEADER) or new_id("req"))
+        slot = new_slot(request)
         conv = None
+        finished = [False]  # the reply's "done" line went out: its model work is over
         try:
             job: ChatJob = await _job(request, ChatJob)
             await slot.take()
@@ -136,6 +184,10 @@ def rest_router(state: WorkerState) -> APIRouter:
                 tool_choice=job.tool_choice,
             ))
             await _load_messages(conv, job)
+            # A 400 now, rather than a failed reply later, when the newest message cannot fit at all.
+            await asyncio.to_thread(state.backend.check_context, conv.system_prompt(job.instructions),
+                                    conv.history[-1].content if conv.history else "")
+            slot.on_stop(lambda: _close(conv, slot, None if finished[0] else state.backend))
             await conv.create_response(output_audio=job.output_audio, instructions=job.instructions)
         except RestError as exc:
             await _close(conv, slot)
@@ -147,12 +199,12 @@ def rest_router(state: WorkerState) -> APIRouter:
             await _close(conv, slot)
             raise
         return ClosingStreamingResponse(
-            _chat_events(conv, job), on_close=lambda: _close(conv, slot), media_type="application/x-ndjson",
+            _chat_events(conv, job, finished), on_close=slot.stop, media_type="application/x-ndjson",
         )
 
     @router.post(SPEECH_PATH)
     async def speech(request: Request) -> Response:
-        slot = _Slot(state, request.headers.get(REQUEST_ID_HEADER) or new_id("req"))
+        slot = new_slot(request)
         stream = None
         try:
             job: SpeechJob = await _job(request, SpeechJob)
@@ -182,13 +234,14 @@ def rest_router(state: WorkerState) -> APIRouter:
             async for chunk in stream:
                 yield chunk
 
+        slot.on_stop(lambda: _close_stream(stream, slot))
         return ClosingStreamingResponse(
-            body(), on_close=lambda: _close_stream(stream, slot), media_type=CONTENT_TYPES[job.response_format],
+            body(), on_close=slot.stop, media_type=CONTENT_TYPES[job.response_format],
         )
 
     @router.post(TRANSCRIPTION_PATH)
     async def transcription(request: Request) -> Response:
-        slot = _Slot(state, request.headers.get(REQUEST_ID_HEADER) or new_id("req"))
+        slot = new_slot(request)
         q = request.query_params
         try:
             try:
@@ -278,8 +331,9 @@ async def _load_messages(conv, job: ChatJob) -> None:
                         "invalid_value", "messages")
 
 
-async def _chat_events(conv, job: ChatJob) -> AsyncIterator[bytes]:
-    """Conversation events -> NDJSON lines; a non-streamed job gets its audio as one encoded file."""
+async def _chat_events(conv, job: ChatJob, finished: list[bool]) -> AsyncIterator[bytes]:
+    """Conversation events -> NDJSON lines; a non-streamed job gets its audio as one encoded file.
+    ``finished[0]`` turns True once the reply is done (nothing of it runs on a model thread)."""
     pcm: list[bytes] = []
     calls: dict[str, int] = {}  # call_id -> its index in the reply
     async for event in conv.events():
@@ -298,6 +352,7 @@ async def _chat_events(conv, job: ChatJob) -> AsyncIterator[bytes]:
         elif event.type == "error":
             yield _line({"type": "error", "code": event.code, "message": event.message})
         elif event.type == "response_done":
+            finished[0] = True
             if job.output_audio and not job.stream and (pcm or not event.calls):  # a bare call has no audio
                 fmt = "pcm" if job.audio_format == "pcm16" else job.audio_format
                 data = await asyncio.to_thread(_encoded_b64, b"".join(pcm), fmt)
@@ -319,10 +374,24 @@ def _line(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
 
 
-async def _close(conv, slot: _Slot) -> None:
+async def _close(conv, slot: _Slot, backend=None) -> None:
+    """Close the conversation (its reply is cancelled: the model threads stop at their next
+    step) and free the slot; with ``backend`` (a reply that did not finish) only once the
+    backend's model threads have run everything queued so far, so the slot is never free while
+    the abandoned reply still holds a model thread."""
     try:
         if conv is not None:
             await conv.close()
+        if backend is not None:
+            t0 = time.perf_counter()
+            futures = [asyncio.wrap_future(f) for f in backend.threads.barrier()]
+            if futures:
+                _, pending = await asyncio.wait(futures, timeout=MODEL_STOP_WAIT_S)
+                if pending:
+                    log.error("REST request %s: the model threads did not stop within %.0f s of a cancel; "
+                              "freeing its slot anyway", slot.request_id, MODEL_STOP_WAIT_S)
+            log.info("REST request %s cancelled: model threads idle after %.0f ms", slot.request_id,
+                     (time.perf_counter() - t0) * 1000)
     finally:
         slot.release()
 

@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 
 from core.ids import new_id
-from core.rest_jobs import CHAT_PATH, REQUEST_ID_HEADER, SPEECH_PATH, TRANSCRIPTION_PATH, SpeechJob
+from core.rest_jobs import CHAT_PATH, RELEASE_PATH, REQUEST_ID_HEADER, SPEECH_PATH, TRANSCRIPTION_PATH, SpeechJob
 from core.streaming import ClosingStreamingResponse
 from gateway.pool.redis_queue import ClusterUnavailable
 from gateway.pool.worker_pool import (
@@ -56,6 +56,7 @@ TRANSCRIPTION_MAX_FILE = 25 * 2**20
 TRANSCRIPTION_MAX_BYTES = TRANSCRIPTION_MAX_FILE + 2**20  # plus the form around the file
 DEFAULT_MODEL = "omniduplex-cascade"
 WORKER_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=60.0, pool=10.0)
+RELEASE_TIMEOUT = httpx.Timeout(connect=5.0, read=35.0, write=5.0, pool=5.0)  # the worker waits up to 30 s
 
 _ERRORS = {status: {"description": text, "content": {"application/json": {"schema": {"type": "object", "properties": {
     "error": {"type": "object", "properties": {"message": {"type": "string"}, "type": {"type": "string"},
@@ -70,13 +71,20 @@ class ClientGone(Exception):
 
 
 class WorkerCall:
-    """One request's lease and its call to the leased worker. ``close`` frees both (idempotent)."""
+    """One request's lease and its call to the leased worker. ``close`` frees both (idempotent).
+
+    A call that ends before the worker's answer was read to its end (the client left, say)
+    closes the upstream and then asks the worker to release the request (``RELEASE_PATH``): the
+    worker stops the work and answers once its own slot is free, and only then is the lease
+    given back, so the pool never hands out a slot whose worker is still busy."""
 
     def __init__(self, request: Request, pool: WorkerPool, http: httpx.AsyncClient) -> None:
         self.request, self.pool, self.http = request, pool, http
         self.ticket = new_id("req")
         self.lease: Lease | None = None
         self.upstream: httpx.Response | None = None
+        self.sent = False  # the request went (or may have gone) to the worker
+        self.finished = False  # the worker's answer was read to its end: its slot is free
         self._watcher: asyncio.Task | None = None
         self._closed = False
 
@@ -147,12 +155,14 @@ class WorkerCall:
             "POST", self.lease.worker.url + path, content=content, params=params,
             headers={REQUEST_ID_HEADER: self.ticket, **self.pool.worker_headers},
         )
+        self.sent = True
         try:
             self.upstream = await self.race(self.http.send(request, stream=True),
                                             discard=lambda response: asyncio.ensure_future(response.aclose()))
             if self.upstream.status_code == 200:
                 return self.upstream
             body = await self.race(self.upstream.aread())
+            self.finished = True  # an error answer: the worker freed its slot before sending it
         except httpx.HTTPError as exc:
             self.worker_failed(f"REST call failed: {exc!r}")
             raise ApiError(503, "the assigned worker could not be reached; please retry",
@@ -176,12 +186,27 @@ class WorkerCall:
         self._closed = True
         self.stop_watching()
         try:
-            if self.upstream is not None:
-                with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
+                if self.upstream is not None:
                     await self.upstream.aclose()
+                if self.lease is not None and self.sent and not self.finished:
+                    await self._release_on_worker()
         finally:
             if self.lease is not None:
                 self.pool.release(self.lease, record=False)
+
+    async def _release_on_worker(self) -> None:
+        """Wait until the worker has stopped this request and freed its slot (a few ms for a
+        reply cancelled between tokens); an unreachable worker is the probes' business."""
+        assert self.lease is not None
+        try:
+            answer = await self.http.post(self.lease.worker.url + RELEASE_PATH, timeout=RELEASE_TIMEOUT,
+                                          headers={REQUEST_ID_HEADER: self.ticket, **self.pool.worker_headers})
+            if answer.status_code != 200:
+                log.warning("REST request %s: worker %s answered %d to its release", self.ticket,
+                            self.lease.worker.id, answer.status_code)
+        except httpx.HTTPError as exc:
+            log.warning("REST request %s: releasing it on worker %s failed: %r", self.ticket, self.lease.worker.id, exc)
 
 
 def known_models(pool: WorkerPool) -> dict[str, set[str]]:
@@ -330,7 +355,9 @@ def openai_router(pool: WorkerPool, transport: httpx.AsyncBaseTransport | None =
             await call.acquire(frozenset({"audio_input"}))
             upstream = await call.open(TRANSCRIPTION_PATH, content=data, params=params)
             try:
-                result = json.loads(await call.race(upstream.aread()))
+                raw = await call.race(upstream.aread())
+                call.finished = True
+                result = json.loads(raw)
             except (httpx.HTTPError, ValueError) as exc:
                 call.worker_failed(f"transcription answer broken: {exc!r}")
                 raise ApiError(502, "the model worker failed on this request; please retry", "worker_failed") from None
@@ -354,6 +381,8 @@ async def _events(call: WorkerCall, upstream: httpx.Response) -> AsyncIterator[d
         async for line in upstream.aiter_lines():
             if line.strip():
                 event = json.loads(line)
+                if event.get("type") == "done":
+                    call.finished = True
                 yield event
                 if event.get("type") == "done":
                     return
@@ -424,6 +453,7 @@ async def _relay_bytes(call: WorkerCall, upstream: httpx.Response) -> AsyncItera
     try:
         async for chunk in upstream.aiter_raw():
             yield chunk
+        call.finished = True
     except httpx.HTTPError as exc:
         call.worker_failed(f"speech stream broken: {exc!r}")
         raise
