@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from core.rest_jobs import CHAT_PATH, SPEECH_PATH, TRANSCRIPTION_PATH
+from core.rest_jobs import CHAT_PATH, RELEASE_PATH, SPEECH_PATH, TRANSCRIPTION_PATH
 from gateway.rest.routes import openai_router
 from gateway.pool.worker_pool import Health, WorkerPool
 
@@ -38,7 +38,8 @@ class WorkerDouble:
     """Test double of ``worker/rest.py``: answers each internal path with a canned response."""
 
     def __init__(self) -> None:
-        self.answers: dict[str, object] = {}
+        # A client that left: the gateway asks the worker to stop the request and free its slot.
+        self.answers: dict[str, object] = {RELEASE_PATH: lambda: httpx.Response(200, json={"released": True})}
         self.requests: list[httpx.Request] = []
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
