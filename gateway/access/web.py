@@ -109,9 +109,14 @@ def web_guard_middleware(config: AppConfig, access: Access):
             self.app = app
 
         async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] not in ("http", "websocket"):
-                await self.app(scope, receive, send)
+            if scope["type"] in ("http", "websocket") and await self._refused(scope, receive, send):
                 return
+            # The checks' objects are gone by now: this frame lives as long as the connection (a
+            # thousand queued WebSockets hold a thousand of them).
+            await self.app(scope, receive, send)
+
+        async def _refused(self, scope: Scope, receive: Receive, send: Send) -> bool:
+            """Answer and return True when the request may not go on."""
             conn = HTTPConnection(scope)
             host = conn.headers.get("host")
             api = scope["path"].startswith("/v1/")
@@ -120,20 +125,20 @@ def web_guard_middleware(config: AppConfig, access: Access):
                     await _refuse_websocket(conn, receive, send, "host_not_allowed", refusal_message(host))
                 else:
                     await _error(400, "host_not_allowed", refusal_message(host), api)(scope, receive, send)
-                return
+                return True
             if scope["type"] == "http" and scope["method"] in STATE_CHANGING:
                 if not access.origin_allowed(conn) and not _same_origin_null(conn):
                     origin = (conn.headers.get("origin") or "")[:100]
                     await _error(403, "origin_not_allowed", f"origin {origin!r} may not send {scope['method']} "
                                  "requests here (cross-site request refused; the operator can list it in "
                                  "auth.allowed_origins)", api)(scope, receive, send)
-                    return
+                    return True
                 if api and scope["method"] != "DELETE":
                     reason = _bad_content_type(scope["path"], conn.headers.get("content-type"))
                     if reason:
                         await _error(415, "unsupported_media_type", reason, api)(scope, receive, send)
-                        return
-            await self.app(scope, receive, send)
+                        return True
+            return False
 
     return WebGuard
 

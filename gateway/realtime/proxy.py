@@ -47,7 +47,15 @@ CLOSE_OPERATOR = 4004  # ended or removed from the queue by the operator
 
 
 class RealtimeProxy:
-    """One client session, whatever its transport: queue, assignment, relay, release."""
+    """One client session, whatever its transport: queue, assignment, relay, release.
+
+    Slotted, and its outbox and stop event made only when needed: a thousand of these wait in the
+    queue at once, and each ``__dict__``, deque and ``Event`` costs about a kilobyte."""
+
+    __slots__ = ("client", "pool", "config", "ticket", "beta", "model", "app_name", "record", "requirements",
+                 "extensions", "unknown_extensions", "intent", "_outbox", "_sender", "_assigned_sent", "early",
+                 "metrics", "client_ip", "created_at", "state", "session_id", "worker_id", "assigned_at",
+                 "_stop", "_stop_reason")
 
     def __init__(self, client: EventChannel, request: SessionRequest, pool: WorkerPool, config: AppConfig) -> None:
         self.client = client
@@ -66,7 +74,7 @@ class RealtimeProxy:
         self.intent = request.intent
         # Queue messages go out through one ordered outbox drained by a short-lived task, not a
         # task per waiting client: a thousand waiters then cost two tasks each, not three.
-        self._outbox: collections.deque[dict[str, Any]] = collections.deque()
+        self._outbox: collections.deque[dict[str, Any]] | None = None
         self._sender: asyncio.Task | None = None
         self._assigned_sent = False
         self.early: list[str] = []
@@ -78,7 +86,7 @@ class RealtimeProxy:
         self.session_id: str | None = None
         self.worker_id: str | None = None
         self.assigned_at: float | None = None
-        self._stop = asyncio.Event()
+        self._stop: asyncio.Event | None = None  # made when the relay starts, or when ended before
         self._stop_reason = ""
 
     def end_by_operator(self, reason: str = "ended by the operator") -> None:
@@ -86,7 +94,12 @@ class RealtimeProxy:
         self._stop_reason = reason
         if self.state == "queued" and self.pool.cancel(self.ticket, reason):
             return
-        self._stop.set()
+        self._stop_event().set()
+
+    def _stop_event(self) -> asyncio.Event:
+        if self._stop is None:
+            self._stop = asyncio.Event()
+        return self._stop
 
     def info(self) -> dict[str, Any]:
         return {"ticket": self.ticket, "session_id": self.session_id, "state": self.state, "app": self.app_name,
@@ -103,6 +116,8 @@ class RealtimeProxy:
     def _post(self, event: dict[str, Any]) -> None:
         if event["type"] in EXTENSION_EVENTS and event["type"] not in self.extensions:
             return
+        if self._outbox is None:
+            self._outbox = collections.deque()
         self._outbox.append(event)
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._drain())
@@ -110,6 +125,7 @@ class RealtimeProxy:
     async def _drain(self) -> None:
         while self._outbox:
             await self._send(self._outbox.popleft())
+        self._outbox = None
 
     async def _flush(self) -> None:
         if self._sender is not None:
@@ -291,7 +307,7 @@ class RealtimeProxy:
         observe = self.metrics.observe_worker_text if self.metrics is not None else None
         drop = None if "session.metrics" in self.extensions else METRICS_PREFIX
         relaying = asyncio.create_task(relay(self.client, conn, self.early, on_worker_text=observe, drop_prefix=drop))
-        stopping = asyncio.create_task(self._stop.wait())
+        stopping = asyncio.create_task(self._stop_event().wait())
         try:
             await asyncio.wait({relaying, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
