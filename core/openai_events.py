@@ -16,6 +16,7 @@ from openai.types.beta.realtime.transcription_session_updated_event import Trans
 from openai.types.realtime import realtime_server_event as ga_events
 from pydantic import TypeAdapter, ValidationError
 
+
 def _members(union: Any) -> dict[str, type]:
     """``type`` literal -> model, for each member of an SDK server-event union."""
     args = typing.get_args(union)

@@ -21,12 +21,12 @@ from core.config import AppConfig
 from core.worker_auth import auth_headers, load_worker_secret
 from gateway.access.middleware import api_access_middleware
 from gateway.access.policy import Access
-from gateway.access.web import web_guard_middleware
 from gateway.access.rate_limits import SessionLimiter
+from gateway.access.web import web_guard_middleware
 from gateway.admin.routes import admin_router
 from gateway.admin.sessions import AdminAuth
 from gateway.admin.settings import SettingsStore
-from gateway.admin.token import is_admin, load_admin_token
+from gateway.admin.token import load_admin_token
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.pool.factory import make_pool
 from gateway.pool.health_checker import HealthChecker
@@ -39,8 +39,8 @@ from gateway.recordings.routes import recordings_router
 from gateway.recordings.shares import shares_router
 from gateway.rest.routes import openai_router
 from gateway.site.apps import apps_router
-from gateway.site.presets import presets_router
 from gateway.site.headers import SecurityHeaders
+from gateway.site.presets import presets_router
 from gateway.site.static_pages import install_pages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def create_app(config: AppConfig) -> FastAPI:
     app.state.access = access
     app.state.limiter = limiter
     app.state.checker = checker
-    app.state.admin_auth = AdminAuth(admin_token, config.admin.session_hours * 3600)
+    admin_auth = app.state.admin_auth = AdminAuth(admin_token, config.admin.session_hours * 3600)
     app.add_middleware(api_access_middleware(access, settings))
     app.add_middleware(web_guard_middleware(config, access))  # Host, Origin, REST body types: before all
     app.add_middleware(SecurityHeaders)  # outermost: refusals get the headers too
@@ -111,8 +111,7 @@ def create_app(config: AppConfig) -> FastAPI:
             "slots_busy": snap["busy"],
             "queue_length": snap["queue_length"],
         }
-        auth = request.headers.get("authorization", "")
-        if is_admin(auth[7:].strip() if auth[:7].lower() == "bearer " else None, admin_token):
+        if admin_auth.is_admin(request)[0]:
             body["workers"] = [
                 {**{k: w[k] for k in ("id", "url", "health", "slots", "busy", "capabilities")},
                  **({"upstream": w["last_probe"]["upstream"]} if (w["last_probe"] or {}).get("upstream") else {})}
@@ -130,8 +129,8 @@ def create_app(config: AppConfig) -> FastAPI:
     app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live))
 
     app.include_router(presets_router(Path(config.data_dir)))
-    app.include_router(shares_router(config, access, admin_token))
-    app.include_router(recordings_router(config, app.state.admin_auth, ROOT / "static"))
+    app.include_router(shares_router(config, access, admin_auth))
+    app.include_router(recordings_router(config, admin_auth, ROOT / "static"))
     app.include_router(apps_router(settings, access))
     app.include_router(admin_router(app, admin_token, ROOT / "static"))
     app.include_router(openai_router(pool))

@@ -23,12 +23,12 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from core.audio import float_to_pcm16
-from core.errors import OmniDuplexError
-from core.media import CONTENT_TYPES, decode_audio, encode_audio, encode_stream
 from core.conversation import ConversationConfig
 from core.conversation.config import FunctionTool
 from core.conversation.items import Item
+from core.errors import OmniDuplexError
 from core.ids import new_id
+from core.media import CONTENT_TYPES, decode_audio, encode_audio, encode_stream
 from core.rest_jobs import (
     CHAT_PATH,
     RELEASE_PATH,

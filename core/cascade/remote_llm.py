@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from core.conversation import ReplyJob, ReplyStats
 from core.processors.chat_completions import (
     ChatServer,
     ToolCallStream,
@@ -21,7 +22,6 @@ from core.processors.chat_completions import (
     tool_fields,
     usage_into,
 )
-from core.conversation import ReplyJob, ReplyStats
 
 log = logging.getLogger(__name__)
 

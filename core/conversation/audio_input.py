@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from core.audio import StreamResampler
-from core.conversation.vad import StreamingVad
 from core.conversation.config import ConversationConfig, TurnDetection
+from core.conversation.vad import StreamingVad
 
 VAD_RATE = 16000  # every model here takes 16 kHz speech
 TAIL_SAMPLES = VAD_RATE * 3 // 10  # audio kept after the last voiced sample for ASR

@@ -8,7 +8,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.conversation.vad import PAUSE_MS
 
-
 # semantic_vad: the longest wait after speech per eagerness (OpenAI's documented 8/4/2 s).
 EAGERNESS_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "high": 2000, "auto": 4000}
 # Under semantic_vad the words are transcribed after a shorter silence than the VAD's usual

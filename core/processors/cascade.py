@@ -25,11 +25,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.audio import OUTPUT_RATE
-from core.processors.chat_completions import check_base_url, until_cancelled
 from core.cascade.chunker import SpeechChunker
 from core.cascade.llm import GenerationStats, KvState
-from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
 from core.cascade.tool_calls import ToolGrammar, grammar_error, parse_choice
+from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
 from core.conversation import ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
 from core.conversation.end_of_turn import HeardText, MessageEnd
@@ -44,6 +43,7 @@ from core.processors.base import (
     Transcription,
     TranscriptSegment,
 )
+from core.processors.chat_completions import check_base_url, until_cancelled
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -139,8 +139,8 @@ class CascadeBackend(Backend):
         from core.cascade.asr import WhisperAsr
         from core.cascade.llm import SmolLm
         from core.cascade.tts import PiperTts
-        from core.conversation.vad import SileroModel
         from core.cascade.vision import FrameDescriber
+        from core.conversation.vad import SileroModel
 
         opts = self.options
 

@@ -28,6 +28,10 @@ import httpx
 import numpy as np
 from pydantic import Field, field_validator
 
+from core.conversation import Item, ReplyJob, ReplyStats
+from core.conversation.audio_input import VAD_RATE
+from core.media import wav_bytes
+from core.processors.base import Capability, ModelCapabilities, ModelThreads, ProgressCallback
 from core.processors.chat_completions import (
     ChatServer,
     ChatServerError,
@@ -40,10 +44,6 @@ from core.processors.chat_completions import (
     until_cancelled,
     usage_into,
 )
-from core.conversation import Item, ReplyJob, ReplyStats
-from core.conversation.audio_input import VAD_RATE
-from core.media import wav_bytes
-from core.processors.base import Capability, ModelCapabilities, ModelThreads, ProgressCallback
 from core.processors.omni_base import (
     OmniBackendBase,
     OmniOptions,

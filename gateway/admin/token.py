@@ -6,12 +6,9 @@ compared in constant time.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import secrets
 from pathlib import Path
-
-from fastapi import Request
 
 from core.config import AppConfig
 from core.files import atomic_write_bytes
@@ -34,14 +31,3 @@ def load_admin_token(config: AppConfig) -> str:
     # Printed once, at creation; afterwards it is only in the file.
     print(f"Admin token (saved in {path}): {token}", flush=True)
     return token
-
-
-def presented_token(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip() or None
-    return request.query_params.get("token") or None
-
-
-def is_admin(token: str | None, admin_token: str) -> bool:
-    return bool(token) and hmac.compare_digest(token.encode(), admin_token.encode())

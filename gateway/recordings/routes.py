@@ -36,7 +36,12 @@ from core.session_store import (
     token_matches,
 )
 from gateway.admin.sessions import AdminAuth
-from gateway.admin.token import presented_token
+
+
+def _share_token(request: Request) -> str | None:
+    """A session's share token: the viewer link's ``?token=``, or Bearer for API clients."""
+    return AdminAuth.bearer(request) or request.query_params.get("token") or None
+
 
 FILE_NAME = re.compile(r"^[0-9]{6}\.(wav|jpg|png)$")
 MEDIA_TYPES = {".wav": "audio/wav", ".jpg": "image/jpeg", ".png": "image/png", ".mp4": "video/mp4"}
@@ -57,7 +62,7 @@ def recordings_router(config: AppConfig, auth: AdminAuth, static_dir: Path) -> A
             meta = read_json(path / META)
         except (OSError, ValueError):
             raise HTTPException(404, "no such session") from None
-        if not (auth.is_admin(request)[0] or token_matches(presented_token(request), meta.get("share_token_sha256"))):
+        if not (auth.is_admin(request)[0] or token_matches(_share_token(request), meta.get("share_token_sha256"))):
             raise HTTPException(404, "no such session")
         return path, meta
 

@@ -41,7 +41,7 @@ from core.config import AppConfig, RateLimit
 from core.files import atomic_write_bytes
 from gateway.access.policy import Access
 from gateway.access.rate_limits import RateLimited, SessionLimiter
-from gateway.admin.token import is_admin
+from gateway.admin.sessions import AdminAuth
 
 GB = 1024**3
 
@@ -99,11 +99,6 @@ class StoredShare:
 
 def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _bearer(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    return (auth[7:].strip() or None) if auth[:7].lower() == "bearer " else None
 
 
 def _expiry(raw: bytes, mtime: float, default_days: float) -> float:
@@ -204,7 +199,7 @@ async def _read_limited(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def shares_router(config: AppConfig, access: Access, admin_token: str) -> APIRouter:
+def shares_router(config: AppConfig, access: Access, admin: AdminAuth) -> APIRouter:
     router = APIRouter()
     cfg = config.shares
     store = ShareStore(Path(config.data_dir), cfg.expiry_days, config.recording.max_storage_gb * GB)
@@ -258,7 +253,7 @@ def shares_router(config: AppConfig, access: Access, admin_token: str) -> APIRou
 
     @router.delete("/api/shares/{share_id}", status_code=204)
     async def delete_share(share_id: str, request: Request) -> Response:
-        token = _bearer(request)
+        token = admin.bearer(request)
         if token is None:
             raise HTTPException(401, "deleting a share needs its delete token (given when it was made) or the "
                                 "admin token, as Authorization: Bearer", headers={"WWW-Authenticate": "Bearer"})
@@ -266,7 +261,7 @@ def shares_router(config: AppConfig, access: Access, admin_token: str) -> APIRou
         if record is None:
             raise HTTPException(404, "no such shared conversation")
         stored = str(record.get("delete_token_sha256") or "")
-        if not (is_admin(token, admin_token) or (stored and hmac.compare_digest(_token_hash(token), stored))):
+        if not (admin.is_admin(request)[0] or (stored and hmac.compare_digest(_token_hash(token), stored))):
             raise HTTPException(403, "this token may not delete this share")
         await asyncio.to_thread(store.delete, share_id)
         return Response(status_code=204)

@@ -26,7 +26,14 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 
 from core.ids import new_id
-from core.rest_jobs import CHAT_PATH, RELEASE_PATH, REQUEST_ID_HEADER, SPEECH_PATH, TRANSCRIPTION_PATH, SpeechJob
+from core.rest_jobs import (
+    CHAT_PATH,
+    RELEASE_PATH,
+    REQUEST_ID_HEADER,
+    SPEECH_PATH,
+    TRANSCRIPTION_PATH,
+    SpeechJob,
+)
 from core.streaming import ClosingStreamingResponse
 from gateway.pool.redis_queue import ClusterUnavailable
 from gateway.pool.worker_pool import (
