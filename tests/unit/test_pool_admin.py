@@ -14,18 +14,7 @@ from gateway.pool.worker_pool import (
     QueueTimeoutError,
     WorkerPool,
 )
-
-
-async def settle(n: int = 5) -> None:
-    for _ in range(n):
-        await asyncio.sleep(0)
-
-
-def healthy(pool: WorkerPool, url: str, **kw):
-    w = pool.add_worker(url, **kw)
-    for _ in range(pool.healthy_after):
-        pool.update_health(w.id, True)
-    return w
+from tests.support.pool import healthy, settle
 
 
 async def test_drain_finishes_running_session_takes_no_new_one_and_enable_restores():

@@ -16,9 +16,10 @@ from websockets.asyncio.server import serve
 
 from core.config import AppConfig
 from core.transport import ChannelClosed, EventChannel
-from gateway.pool.worker_pool import Health, WorkerPool
+from gateway.pool.worker_pool import WorkerPool
 from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.request import SessionRequest
+from tests.support.pool import healthy
 
 
 class MemoryChannelDouble(EventChannel):
@@ -70,10 +71,7 @@ async def echo_worker():
 
 def one_worker_pool(url: str) -> WorkerPool:
     pool = WorkerPool()
-    worker = pool.add_worker(url)
-    for _ in range(pool.healthy_after):
-        pool.update_health(worker.id, True)
-    assert worker.health == Health.HEALTHY
+    healthy(pool, url)
     return pool
 
 

@@ -21,20 +21,7 @@ from gateway.pool.worker_pool import (
 
 AUDIO = frozenset({"audio_input", "audio_output", "duplex"})
 IMAGE = AUDIO | {"image_input"}
-
-
-async def settle(n: int = 5) -> None:
-    """Let woken tasks run (each hop through the loop is one sleep(0))."""
-    for _ in range(n):
-        await asyncio.sleep(0)
-
-
-def healthy(pool: WorkerPool, url: str, **kw):
-    w = pool.add_worker(url, **kw)
-    for _ in range(pool.healthy_after):
-        pool.update_health(w.id, True)
-    assert w.health == Health.HEALTHY
-    return w
+from tests.support.pool import healthy, settle
 
 
 def waiter(pool: WorkerPool, requirements=frozenset(), ticket=None, log=None):
