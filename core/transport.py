@@ -43,11 +43,6 @@ class EventChannel(abc.ABC):
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Close with ``code``; never raises, and does nothing once closed."""
 
-    @property
-    @abc.abstractmethod
-    def open(self) -> bool:
-        """Whether messages can still be sent."""
-
 
 class WebSocketChannel(EventChannel):
     """An accepted Starlette WebSocket as an ``EventChannel``."""
@@ -86,7 +81,3 @@ class WebSocketChannel(EventChannel):
         if self.ws.client_state == WebSocketState.CONNECTED:
             with contextlib.suppress(Exception):
                 await self.ws.close(code, reason[:120])
-
-    @property
-    def open(self) -> bool:
-        return self.ws.client_state == WebSocketState.CONNECTED

@@ -16,6 +16,7 @@ import threading
 class ModelThreads:
     def __init__(self) -> None:
         self._pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
+        self._serial: set[str] = set()  # pools of one thread: their work runs in order
         self._lock = threading.Lock()
         self._closed = False
 
@@ -28,13 +29,15 @@ class ModelThreads:
             if pool is None:
                 pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=name)
                 self._pools[name] = pool
+                if workers == 1:
+                    self._serial.add(name)
             return pool
 
     def barrier(self) -> list[concurrent.futures.Future]:
         """A no-op queued on every one-thread pool: when they are all done, everything queued
         there before this call has run (a cancelled reply's last step included)."""
         with self._lock:
-            pools = [p for p in self._pools.values() if p._max_workers == 1] if not self._closed else []
+            pools = [p for n, p in self._pools.items() if n in self._serial] if not self._closed else []
         futures = []
         for pool in pools:
             try:

@@ -45,10 +45,6 @@ class MemoryChannelDouble(EventChannel):
         if self.closed is None:
             self.closed = (code, reason)
 
-    @property
-    def open(self) -> bool:
-        return self.closed is None
-
     async def next_event(self, timeout: float = 5.0) -> dict:
         return json.loads(await asyncio.wait_for(self.outbox.get(), timeout))
 
