@@ -193,6 +193,8 @@ class AuthConfig(_Strict):
         for key in keys:
             if len(key) < 8 or not key.isprintable() or " " in key:
                 raise PydanticCustomError("api_key", "API keys need at least 8 printable characters, no spaces")
+            if key.startswith("ek_"):
+                raise PydanticCustomError("api_key", "API keys may not start with 'ek_' (the ephemeral keys' prefix)")
         return keys
 
 

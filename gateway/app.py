@@ -19,10 +19,12 @@ from fastapi.responses import JSONResponse
 
 from core.config import AppConfig
 from core.worker_auth import auth_headers, load_worker_secret
+from gateway.access.cors import cors_middleware
+from gateway.access.ephemeral_keys import make_ephemeral_keys
 from gateway.access.middleware import api_access_middleware
 from gateway.access.policy import Access
 from gateway.access.rate_limits import SessionLimiter
-from gateway.access.web import web_guard_middleware
+from gateway.access.web import HostPolicy, web_guard_middleware
 from gateway.admin.routes import admin_router
 from gateway.admin.sessions import AdminAuth
 from gateway.admin.settings import SettingsStore
@@ -32,6 +34,7 @@ from gateway.pool.factory import make_pool
 from gateway.pool.health_checker import HealthChecker
 from gateway.pool.redis_queue import ClusterUnavailable
 from gateway.realtime.admission import Admission
+from gateway.realtime.client_secrets import client_secrets_router
 from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.websocket import realtime_websocket_route
 from gateway.recordings.cleanup import cleanup_loop
@@ -58,6 +61,7 @@ def create_app(config: AppConfig) -> FastAPI:
     pool.set_eta_session_s(settings.settings.eta_session_s)
     access = Access(config, admin_token)
     limiter = SessionLimiter(config.auth.per_ip, config.auth.per_key)
+    ephemeral_keys = make_ephemeral_keys(pool)  # in memory, or in the cluster's Redis
     metrics = GatewayMetrics(pool)
     live: dict[str, RealtimeProxy] = {}  # ticket -> open realtime session (queued or relaying)
 
@@ -87,9 +91,11 @@ def create_app(config: AppConfig) -> FastAPI:
     app.state.access = access
     app.state.limiter = limiter
     app.state.checker = checker
+    app.state.ephemeral_keys = ephemeral_keys
     admin_auth = app.state.admin_auth = AdminAuth(admin_token, config.admin.session_hours * 3600)
     app.add_middleware(api_access_middleware(access, settings))
     app.add_middleware(web_guard_middleware(config, access))  # Host, Origin, REST body types: before all
+    app.add_middleware(cors_middleware(access, HostPolicy(config).allows))  # its headers on the guard's refusals too
     app.add_middleware(SecurityHeaders)  # outermost: refusals get the headers too
 
     @app.exception_handler(ClusterUnavailable)
@@ -125,7 +131,7 @@ def create_app(config: AppConfig) -> FastAPI:
     async def prometheus_metrics() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    admission = Admission(access, settings, limiter, metrics)
+    admission = app.state.admission = Admission(access, settings, limiter, metrics, ephemeral_keys)
     app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live))
 
     app.include_router(presets_router(Path(config.data_dir)))
@@ -134,6 +140,7 @@ def create_app(config: AppConfig) -> FastAPI:
     app.include_router(apps_router(settings, access))
     app.include_router(admin_router(app, admin_token, ROOT / "static"))
     app.include_router(openai_router(pool))
+    app.include_router(client_secrets_router(ephemeral_keys, access, config))
     install_pages(app, ROOT / "static")
     return app
 

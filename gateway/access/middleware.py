@@ -1,7 +1,9 @@
 """The gate in front of ``/v1/*`` HTTP: the API key and the ``api`` app toggle.
 
 ASGI middleware, not a dependency: it answers before routing, with OpenAI-shaped errors, for
-every REST route alike (a new endpoint under ``/v1/`` is covered without opting in).
+every REST route alike (a new endpoint under ``/v1/`` is covered without opting in). On the
+routes that take an ephemeral key instead (``EPHEMERAL_KEY_PATHS``: a browser's WebRTC offer), an
+``ek_...`` key goes on to the route, which redeems it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.access.policy import Access
+from gateway.access.ephemeral_keys import EPHEMERAL_KEY_PATHS, is_ephemeral
+from gateway.access.policy import Access, presented_key
 from gateway.admin.settings import SettingsStore
 
 
@@ -25,7 +28,8 @@ def api_access_middleware(access: Access, settings: SettingsStore):
             if scope["type"] == "http" and scope["path"].startswith("/v1/"):
                 request = Request(scope)
                 ok, _ = access.check_key(request)
-                if not ok:
+                if not ok and not (scope["path"].rstrip("/") in EPHEMERAL_KEY_PATHS
+                                   and is_ephemeral(presented_key(request))):
                     await _openai_error(401, "invalid_api_key", "a valid API key is required "
                                         "(Authorization: Bearer <key>)")(scope, receive, send)
                     return

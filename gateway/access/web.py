@@ -10,9 +10,12 @@ state-changing request, and the body type of the REST API.
 - **Origin** on ``POST``/``PUT``/``PATCH``/``DELETE``: a browser sends it on every such request;
   one that is not our own (``Origin`` = ``Host``) nor in ``auth.allowed_origins`` gets 403, so a
   page on another site cannot make a visitor's browser change anything here (or run the model).
-  Clients that are not browsers send no Origin and are not affected.
+  Clients that are not browsers send no Origin and are not affected. The routes a page on another
+  origin calls as it calls OpenAI's (ephemeral keys, WebRTC calls) follow their CORS rule instead
+  (``gateway/access/cors.py``: ``auth.allowed_origins``, or any origin on an open service).
 - **Content-Type** on ``/v1/*`` bodies: ``application/json``, or ``multipart/form-data`` where
-  OpenAI takes uploads; anything else (``text/plain``, forms) gets 415 with an OpenAI-shaped error.
+  OpenAI takes uploads, or ``application/sdp`` for a WebRTC offer (``/v1/realtime/calls``);
+  anything else (``text/plain``, forms) gets 415 with an OpenAI-shaped error.
   No Content-Type at all is read as JSON (curl, raw clients); browsers cannot send such a request
   cross-site without an Origin, which the check above refuses.
 """
@@ -29,11 +32,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.config import AppConfig, is_loopback
 from core.protocol import error_event
+from gateway.access.cors import cross_origin_allowed, is_cors_path
 from gateway.access.policy import Access, chosen_subprotocol
 
 WILDCARD_BINDS = ("0.0.0.0", "::", "")
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 MULTIPART_PATHS = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations"})
+CALLS_PATH = "/v1/realtime/calls"  # a WebRTC offer: application/sdp, or multipart (sdp + session)
 CLOSE_POLICY = 1008
 
 
@@ -127,7 +132,7 @@ def web_guard_middleware(config: AppConfig, access: Access):
                     await _error(400, "host_not_allowed", refusal_message(host), api)(scope, receive, send)
                 return True
             if scope["type"] == "http" and scope["method"] in STATE_CHANGING:
-                if not access.origin_allowed(conn) and not _same_origin_null(conn):
+                if not _origin_ok(access, conn, scope["path"]):
                     origin = (conn.headers.get("origin") or "")[:100]
                     await _error(403, "origin_not_allowed", f"origin {origin!r} may not send {scope['method']} "
                                  "requests here (cross-site request refused; the operator can list it in "
@@ -141,6 +146,12 @@ def web_guard_middleware(config: AppConfig, access: Access):
             return False
 
     return WebGuard
+
+
+def _origin_ok(access: Access, conn: HTTPConnection, path: str) -> bool:
+    if is_cors_path(path):
+        return cross_origin_allowed(access, conn)
+    return access.origin_allowed(conn) or _same_origin_null(conn)
 
 
 def _same_origin_null(conn: HTTPConnection) -> bool:
@@ -159,6 +170,10 @@ def _bad_content_type(path: str, content_type: str | None) -> str | None:
         if media == "multipart/form-data":
             return None
         return f"Unsupported Content-Type {media!r}: send multipart/form-data (or application/json)"
+    if path.rstrip("/") == CALLS_PATH:
+        if media in ("application/sdp", "multipart/form-data"):
+            return None
+        return f"Unsupported Content-Type {media!r}: send application/sdp (or multipart/form-data with sdp and session)"
     return f"Unsupported Content-Type {media!r}: send application/json"
 
 

@@ -3,6 +3,12 @@
 Checked on the connection's HTTP request before the session enters the queue, the same for
 every transport; each transport turns a ``Refusal`` into its own answer (a WebSocket: an error
 event and a close code; an HTTP offer: a 4xx status).
+
+An ephemeral key (``ek_...``, ``gateway/access/ephemeral_keys.py``) stands for the service's key:
+it is redeemed here, last (a refusal for another reason leaves it unused), and the ``Admitted``
+carries its ``Grant`` (the session config it was minted with) for ``session_request``. Its
+Origin rule is the CORS rule of the minting routes (``gateway/access/cors.py``): a page on an
+allowed origin, or any origin on an open service.
 """
 
 from __future__ import annotations
@@ -12,15 +18,19 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 
-from gateway.access.policy import Access
+from gateway.access.cors import cross_origin_allowed
+from gateway.access.ephemeral_keys import EphemeralKeys, Grant, KeyRefusal, MemoryKeys, is_ephemeral
+from gateway.access.policy import Access, presented_key
 from gateway.access.rate_limits import RateLimited, SessionLimiter, Slot
 from gateway.admin.settings import SettingsStore, app_of
 from gateway.metrics import GatewayMetrics
+from gateway.pool.redis_queue import ClusterUnavailable
 
 log = logging.getLogger(__name__)
 
 CLOSE_POLICY = 1008  # auth, origin, disabled app: do not retry
 CLOSE_RATE_LIMITED = 4029  # per-IP / per-key limits; retry after the time in the message
+CLOSE_TRY_AGAIN = 1013  # the cluster's Redis is unreachable
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,35 +41,70 @@ class Refusal:
     http_status: int  # the same refusal as an HTTP answer
 
 
+@dataclass(eq=False, slots=True)
+class Admitted:
+    """An admitted session: its rate-limit slot (``close()`` it when the session ends) and, when it
+    came with an ephemeral key, what that key grants (its session config, model and session id)."""
+
+    slot: Slot
+    grant: Grant | None = None
+
+    def close(self) -> None:
+        self.slot.close()
+
+
 class Admission:
     def __init__(self, access: Access, settings: SettingsStore, limiter: SessionLimiter,
-                 metrics: GatewayMetrics) -> None:
+                 metrics: GatewayMetrics, keys: EphemeralKeys | None = None) -> None:
         self.access = access
         self.settings = settings
         self.limiter = limiter
         self.metrics = metrics
+        self.keys = keys if keys is not None else MemoryKeys()
 
-    def admit(self, conn: HTTPConnection) -> Slot | Refusal:
-        """A rate-limit slot (close it when the session ends), or why not."""
-        refusal = self._check(conn)
-        if isinstance(refusal, Refusal):
-            self.metrics.rejected.labels(refusal.code).inc()
-            log.info("refused realtime session from %s: %s", self.access.client_ip(conn), refusal.code)
-        return refusal
+    async def admit(self, conn: HTTPConnection) -> Admitted | Refusal:
+        """Admitted (close it when the session ends), or why not."""
+        result = await self._check(conn)
+        if isinstance(result, Refusal):
+            self.metrics.rejected.labels(result.code).inc()
+            log.info("refused realtime session from %s: %s (%s)", self.access.client_ip(conn), result.code,
+                     result.message)
+        return result
 
-    def _check(self, conn: HTTPConnection) -> Slot | Refusal:
+    async def _check(self, conn: HTTPConnection) -> Admitted | Refusal:
         access = self.access
-        if not access.origin_allowed(conn):
+        key = presented_key(conn)
+        ephemeral = is_ephemeral(key)
+        if not (cross_origin_allowed(access, conn) if ephemeral else access.origin_allowed(conn)):
             return Refusal("origin_not_allowed", f"origin {conn.headers.get('origin')} may not open sessions here",
                            CLOSE_POLICY, 403)
-        ok, key = access.check_key(conn)
-        if not ok:
-            return Refusal("invalid_api_key", "a valid API key is required (Authorization: Bearer <key> or the "
-                           "subprotocol openai-insecure-api-key.<key>)", CLOSE_POLICY, 401)
+        key_id = None
+        if not ephemeral:
+            ok, key_id = access.check_key(conn)
+            if not ok:
+                return Refusal("invalid_api_key", "a valid API key is required (Authorization: Bearer <key> or the "
+                               "subprotocol openai-insecure-api-key.<key>)", CLOSE_POLICY, 401)
         app_id = app_of(conn.query_params.get("app"))
         if not self.settings.enabled(app_id):
             return Refusal("app_disabled", f"the {app_id} app is disabled by the operator", CLOSE_POLICY, 403)
         try:
-            return self.limiter.try_open(access.client_ip(conn), key)
+            slot = self.limiter.try_open(access.client_ip(conn), key_id)
         except RateLimited as exc:
             return Refusal(exc.code, exc.message, CLOSE_RATE_LIMITED, 429)
+        if not ephemeral:
+            return Admitted(slot)
+        try:
+            redeemed = await self.keys.redeem(key)
+        except ClusterUnavailable as exc:
+            slot.close()
+            return Refusal("cluster_unavailable", f"the ephemeral key cannot be checked now: {exc}", CLOSE_TRY_AGAIN,
+                           503)
+        except BaseException:
+            slot.close()
+            raise
+        if isinstance(redeemed, KeyRefusal):
+            slot.close()
+            return Refusal("invalid_api_key", redeemed.message, CLOSE_POLICY, 401)
+        log.info("session %s opened with an ephemeral key (minted by %s)", redeemed.grant.session_id,
+                 redeemed.grant.key_id or "an open service")
+        return Admitted(slot, redeemed.grant)

@@ -36,6 +36,7 @@ from gateway.pool.worker_pool import (
     QueueTimeoutError,
     WorkerPool,
 )
+from gateway.realtime.initial_session import start_with_session
 from gateway.realtime.relay import RelayResult, relay
 from gateway.realtime.request import SessionRequest
 
@@ -55,7 +56,7 @@ class RealtimeProxy:
     __slots__ = ("client", "pool", "config", "ticket", "beta", "model", "app_name", "record", "requirements",
                  "extensions", "unknown_extensions", "intent", "_outbox", "_sender", "_assigned_sent", "early",
                  "metrics", "client_ip", "created_at", "state", "session_id", "worker_id", "assigned_at",
-                 "_stop", "_stop_reason")
+                 "_stop", "_stop_reason", "initial_session", "_minted_session_id")
 
     def __init__(self, client: EventChannel, request: SessionRequest, pool: WorkerPool, config: AppConfig) -> None:
         self.client = client
@@ -72,6 +73,9 @@ class RealtimeProxy:
         # standard clients validate every event against OpenAI's types.
         self.extensions, self.unknown_extensions = request.extensions, request.unknown_extensions
         self.intent = request.intent
+        # An ephemeral key's session config (a session.update), and the session id its mint announced.
+        self.initial_session = request.initial_session
+        self._minted_session_id = request.session_id
         # Queue messages go out through one ordered outbox drained by a short-lived task, not a
         # task per waiting client: a thousand waiters then cost two tasks each, not three.
         self._outbox: collections.deque[dict[str, Any]] | None = None
@@ -218,7 +222,7 @@ class RealtimeProxy:
         if not self._assigned_sent:  # assigned at once, without queueing
             self._on_assigned(lease)
         await self._flush()  # queue.* before anything from the worker
-        session_id = new_session_id()
+        session_id = self._minted_session_id or new_session_id()
         self.session_id, self.worker_id, self.assigned_at = session_id, worker.id, time.time()
         self.state = "connecting"
         logctx.bind(session=session_id, worker=worker.id)
@@ -265,10 +269,14 @@ class RealtimeProxy:
         except websockets.ConnectionClosed:
             pass  # the relay reads the close and reports it
         if isinstance(first, str):
-            if self.metrics is not None:
-                self.metrics.observe_worker_text(first)
-            with contextlib.suppress(ChannelClosed):
-                await self.client.send(first)
+            opening: list[str | bytes] = [first]
+            if self.initial_session is not None:
+                opening = await start_with_session(conn, first, self.initial_session, wcfg.connect_timeout_s)
+            for message in opening:
+                if self.metrics is not None and isinstance(message, str):
+                    self.metrics.observe_worker_text(message)
+                with contextlib.suppress(ChannelClosed):
+                    await self.client.send(message)
         started = time.monotonic()
         self.state = "active"
         try:

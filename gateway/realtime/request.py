@@ -6,11 +6,12 @@ request. Either way the proxy gets this one frozen value, not the transport's re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.requests import HTTPConnection
 
 from core.protocol import parse_extensions
+from gateway.access.ephemeral_keys import Grant
 
 DEFAULT_MODEL = "omniduplex-cascade"
 
@@ -26,14 +27,19 @@ class SessionRequest:
     unknown_extensions: tuple[str, ...] = ()  # asked for but unknown: reported, not fatal
     intent: str = ""  # ``transcription`` for a transcription session
     client_ip: str = "unknown"
+    # Opened with an ephemeral key: the ``session.update`` (JSON) its config makes, sent to the
+    # worker before any client event, and the session id the mint announced.
+    initial_session: str | None = None
+    session_id: str | None = None
 
 
-def session_request(conn: HTTPConnection, client_ip: str) -> SessionRequest:
-    """The request of a connection whose options are in its query string (``/v1/realtime?...``)."""
+def session_request(conn: HTTPConnection, client_ip: str, grant: Grant | None = None) -> SessionRequest:
+    """The request of a connection whose options are in its query string (``/v1/realtime?...``).
+    With an ephemeral key's ``grant``, its dialect, model, session type and config win."""
     q = conn.query_params
     extensions, unknown = parse_extensions(q.get("extensions"))
     caps = q.get("capabilities") or ""
-    return SessionRequest(
+    request = SessionRequest(
         beta="realtime=v1" in conn.headers.get("openai-beta", ""),
         model=q.get("model") or DEFAULT_MODEL,
         app=(q.get("app") or "api")[:40],
@@ -44,3 +50,11 @@ def session_request(conn: HTTPConnection, client_ip: str) -> SessionRequest:
         intent=q.get("intent") or "",
         client_ip=client_ip,
     )
+    return granted(request, grant) if grant is not None else request
+
+
+def granted(request: SessionRequest, grant: Grant) -> SessionRequest:
+    """``request`` as an ephemeral key's grant shapes it (any transport)."""
+    return replace(request, beta=grant.beta, model=grant.model or request.model,
+                   intent=grant.intent or request.intent, initial_session=grant.session_update(),
+                   session_id=grant.session_id or None)

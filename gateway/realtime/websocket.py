@@ -34,19 +34,19 @@ def realtime_websocket_route(admission: Admission, pool: WorkerPool, config: App
     async def realtime(ws: WebSocket) -> None:
         await ws.accept(subprotocol=chosen_subprotocol(ws))
         channel = WebSocketChannel(ws)
-        slot = admission.admit(ws)
-        if isinstance(slot, Refusal):
+        admitted = await admission.admit(ws)
+        if isinstance(admitted, Refusal):
             with contextlib.suppress(Exception):
-                await channel.send(json.dumps(error_event(slot.message, slot.code), separators=(",", ":")))
-            await channel.close(slot.close_code, slot.message)
+                await channel.send(json.dumps(error_event(admitted.message, admitted.code), separators=(",", ":")))
+            await channel.close(admitted.close_code, admitted.message)
             return
-        proxy = RealtimeProxy(channel, session_request(ws, access.client_ip(ws)), pool, config)
+        proxy = RealtimeProxy(channel, session_request(ws, access.client_ip(ws), admitted.grant), pool, config)
         proxy.metrics = metrics
         live[proxy.ticket] = proxy
         try:
             await proxy.run()
         finally:
             live.pop(proxy.ticket, None)
-            slot.close()
+            admitted.close()
 
     return WebSocketRoute(PATH, realtime)
