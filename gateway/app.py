@@ -36,6 +36,8 @@ from gateway.pool.redis_queue import ClusterUnavailable
 from gateway.realtime.admission import Admission
 from gateway.realtime.client_secrets import client_secrets_router
 from gateway.realtime.proxy import RealtimeProxy
+from gateway.realtime.webrtc.registry import CallRegistry
+from gateway.realtime.webrtc.routes import calls_router
 from gateway.realtime.websocket import realtime_websocket_route
 from gateway.recordings.cleanup import cleanup_loop
 from gateway.recordings.routes import recordings_router
@@ -78,6 +80,7 @@ def create_app(config: AppConfig) -> FastAPI:
             yield
         finally:
             cleaner.cancel()
+            await calls.close_all()
             await metrics.stop()
             await checker.stop()
             await pool.close()
@@ -133,6 +136,8 @@ def create_app(config: AppConfig) -> FastAPI:
 
     admission = app.state.admission = Admission(access, settings, limiter, metrics, ephemeral_keys)
     app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live))
+    calls = app.state.calls = CallRegistry(pool, config, metrics, live)  # WebRTC calls, in `live` too
+    app.include_router(calls_router(calls, admission, config))
 
     app.include_router(presets_router(Path(config.data_dir)))
     app.include_router(shares_router(config, access, admin_auth))

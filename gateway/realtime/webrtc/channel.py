@@ -1,0 +1,204 @@
+"""``WebRTCChannel``: a call as the ``EventChannel`` the realtime proxy runs on.
+
+``receive()`` yields what the worker should get: the client's events from the ``oai-events`` data
+channel, the microphone's audio as ``input_audio_buffer.append`` events (``tracks.py``), and the
+few client events the gateway itself sends for the call (a truncate after barge-in). ``send()`` routes the worker's events: audio deltas go to the outbound track
+(``Playback``), never to the data channel; everything else goes to the data channel as the same
+JSON text the WebSocket carries. Events sent before the data channel is open wait for it.
+
+The channel watches a few events on the way (the type is read from the text's head, so most events
+are never parsed): ``session.created`` starts the media, ``session.updated`` says whether barge-in
+applies, ``input_audio_buffer.speech_started`` during playback is a barge-in, ``response.done``
+lets the buffer say ``stopped``; and ``error`` events answering the gateway's own events are kept
+from the client. The client's ``output_audio_buffer.clear`` is handled here, not forwarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from core.transport import ChannelClosed, EventChannel, Message
+from gateway.realtime.webrtc.playback import GATEWAY_EVENT_PREFIX, Playback
+from gateway.realtime.webrtc.session import interrupts, pin_update
+
+if TYPE_CHECKING:
+    from aiortc import RTCDataChannel
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING = 1024  # events for the client before its data channel opened
+MAX_BUFFERED_BYTES = 8 * 2**20  # a client this far behind on the data channel is not reading
+CLOSE_NOT_READING = 1008
+DRAIN_S = 1.0  # how long a closing call waits for its last events to leave
+WATCHED = frozenset({"session.created", "session.updated", "response.done", "input_audio_buffer.speech_started",
+                     "error"})
+_CLIENT_MARKERS = ('"output_audio_buffer.clear"', '"session.update"', '"response.cancel"')
+
+
+def event_type(text: str) -> str:
+    """The ``type`` of a server event; ours and the worker's put it first, so no parse is needed."""
+    if text.startswith('{"type":"'):
+        end = text.find('"', 9)
+        if end > 0:
+            return text[9:end]
+    try:
+        event = json.loads(text)
+    except ValueError:
+        return ""
+    return event.get("type", "") if isinstance(event, dict) else ""
+
+
+class WebRTCChannel(EventChannel):
+    """One call's events and audio, as the realtime proxy sees a client."""
+
+    def __init__(self, beta: bool = False) -> None:
+        self.beta = beta
+        self.audio_delta = "response.audio.delta" if beta else "response.output_audio.delta"
+        self._inbox: asyncio.Queue[Message | None] = asyncio.Queue()
+        self._dc: RTCDataChannel | None = None
+        self._pending: list[str] = []
+        self._gone: ChannelClosed | None = None  # the peer left, or the call was closed
+        self._closing = False
+        self.on_close: Callable[[], Awaitable[None]] | None = None  # ends the call (``Call.close``)
+        self.live = False  # the worker's session.created has passed: media flows to it
+        self.interrupts = True
+        self.playback = Playback(self._to_client, self._to_worker)
+        self.events_sent = 0
+
+    # ------------------------------------------------------------------ the client side
+
+    def attach(self, dc: RTCDataChannel) -> None:
+        """The client's ``oai-events`` data channel is open: events flow both ways."""
+        if self._dc is not None or self._gone is not None:
+            return
+        self._dc = dc
+        dc.on("message", self._from_client)
+        dc.on("close", lambda: self.peer_gone(1000, "data channel closed"))
+        pending, self._pending = self._pending, []
+        for text in pending:
+            self._write(text)
+
+    @property
+    def open(self) -> bool:
+        return self._dc is not None
+
+    def peer_gone(self, code: int = 1000, reason: str = "") -> None:
+        """The call ended on the client's side (hangup, ICE failure, closed connection)."""
+        if self._gone is None:
+            self._gone = ChannelClosed(code, reason)
+            self._inbox.put_nowait(None)
+
+    def deliver(self, message: Message) -> None:
+        """An event for the worker, from the media tracks."""
+        if self._gone is None:
+            self._inbox.put_nowait(message)
+
+    def _from_client(self, message: Message) -> None:
+        if self._gone is not None:
+            return
+        if isinstance(message, str) and any(marker in message for marker in _CLIENT_MARKERS):
+            kind = event_type(message)
+            if kind == "output_audio_buffer.clear":
+                self.playback.clear(barge_in=False)
+                return
+            if kind == "response.cancel":
+                self.playback.client_cancelled()
+            elif kind == "session.update":
+                message = pin_update(message, self.beta)
+        self._inbox.put_nowait(message)
+
+    def _to_worker(self, event: dict[str, Any]) -> None:
+        if self.live:
+            self.deliver(json.dumps(event, separators=(",", ":")))
+
+    def _to_client(self, event: dict[str, Any]) -> None:
+        # Also called from the outbound track's pacing: a gone client is the proxy's to notice.
+        with contextlib.suppress(ChannelClosed):
+            self._write(json.dumps(event, separators=(",", ":")))
+
+    def _write(self, text: str) -> None:
+        dc = self._dc
+        if dc is None:
+            if len(self._pending) >= MAX_PENDING:
+                raise ChannelClosed(CLOSE_NOT_READING, "the data channel never opened")
+            self._pending.append(text)
+            return
+        if dc.readyState != "open":
+            self.peer_gone(1000, "data channel closed")
+            raise ChannelClosed(1000, "data channel closed")
+        if dc.bufferedAmount > MAX_BUFFERED_BYTES:
+            raise ChannelClosed(CLOSE_NOT_READING, "client is not reading the data channel")
+        dc.send(text)
+        self.events_sent += 1
+
+    # ------------------------------------------------------------------ EventChannel
+
+    async def receive(self) -> Message:
+        message = await self._inbox.get()
+        if message is None:
+            self._inbox.put_nowait(None)  # every later receive ends the same way
+            raise self._gone or ChannelClosed(1000, "")
+        return message
+
+    async def send(self, message: Message) -> None:
+        if self._gone is not None:
+            raise ChannelClosed(self._gone.code, self._gone.reason)
+        if not isinstance(message, str):
+            return  # the worker sends text only
+        kind = event_type(message)
+        if kind == self.audio_delta:
+            event = json.loads(message)
+            self.playback.push(event.get("response_id", ""), event.get("item_id", ""),
+                               base64.b64decode(event.get("delta", "")))
+            return
+        if kind in WATCHED:
+            message = self._watch(kind, message)
+            if message is None:
+                return
+        self._write(message)
+
+    def _watch(self, kind: str, text: str) -> str | None:
+        """Act on a watched event; the text to pass on, or None to keep it from the client."""
+        event = json.loads(text)
+        if kind == "session.created":
+            self.live = True
+            self.interrupts = interrupts(event.get("session"), self.beta)
+        elif kind == "session.updated":
+            self.interrupts = interrupts(event.get("session"), self.beta)
+        elif kind == "response.done":
+            self._write(text)  # stopped comes after response.done
+            self.playback.done((event.get("response") or {}).get("id", ""))
+            return None
+        elif kind == "input_audio_buffer.speech_started":
+            if self.interrupts and self.playback.active is not None:
+                self._write(text)
+                self.playback.clear(barge_in=True)
+                return None
+        elif kind == "error":
+            answered = (event.get("error") or {}).get("event_id") or ""
+            if answered.startswith(GATEWAY_EVENT_PREFIX):
+                log.info("the worker refused the call's own event: %s", event.get("error"))
+                return None
+        return text
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """The session ended: let the last events leave (briefly), then end the call."""
+        if self._closing:
+            return
+        self._closing = True
+        dc = self._dc
+        if dc is not None and self._gone is None:
+            deadline = time.monotonic() + DRAIN_S
+            while dc.readyState == "open" and dc.bufferedAmount > 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        self.peer_gone(code, reason)
+        if self.on_close is not None:
+            with contextlib.suppress(Exception):
+                await self.on_close()

@@ -1,0 +1,186 @@
+"""What a call's outbound audio track holds and has played, and the events OpenAI sends only on
+WebRTC because only there does the server play the audio itself.
+
+Reply audio reaches the call as ``response.output_audio.delta`` events from the worker; instead of
+passing them on, the channel queues their PCM here and the outbound track takes 20 ms at a time in
+real time (``pull``). So the gateway knows, per response, how much was received and how much was
+actually played, and says so as OpenAI does:
+
+- ``output_audio_buffer.started``: the first audio of a response goes out;
+- ``output_audio_buffer.stopped``: the response is done (``response.done``) and all of its audio
+  has been played;
+- ``output_audio_buffer.cleared``: the queued audio was dropped, on the client's
+  ``output_audio_buffer.clear`` or on barge-in (the user spoke while the reply played).
+
+After a cut, the assistant item is truncated to what was heard: a ``conversation.item.truncate``
+with ``audio_end_ms`` = what was played goes to the worker once the response is done there (a
+truncate while the reply still runs would not stick). A response whose audio was cleared gets no
+more audio played: its late deltas are dropped. On a client's clear of a reply still running, the
+reply is cancelled unless the client did so itself (OpenAI: the clear "stops generating audio").
+
+Pure bookkeeping, on the event loop, no I/O: the channel passes events in and sends what comes out.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from core.ids import new_id
+from core.protocol import server_event
+
+OUTPUT_RATE = 24000  # PCM16 mono, what the worker's audio deltas carry
+GATEWAY_EVENT_PREFIX = "gw_"  # event ids of what the gateway itself sends the worker
+KEEP_RESPONSES = 16
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def gateway_event_id() -> str:
+    """An event id the channel recognises in the worker's ``error`` events (not the client's)."""
+    return new_id(GATEWAY_EVENT_PREFIX + "evt")
+
+
+@dataclass(slots=True)
+class ResponseAudio:
+    """One response's audio at the gateway; sample counts at 24 kHz."""
+
+    response_id: str
+    item_id: str
+    received: int = 0
+    played: int = 0
+    started: bool = False  # output_audio_buffer.started sent
+    done: bool = False  # response.done seen: no more audio will come
+    ended: bool = False  # stopped or cleared: nothing more of it is played
+    cancel_asked: bool = False  # a response.cancel went to the worker (from the client or from us)
+    truncate_ms: int | None = None  # to truncate to, once done
+    truncated: bool = False
+
+    @property
+    def played_ms(self) -> int:
+        return self.played * 1000 // OUTPUT_RATE
+
+
+class Playback:
+    """The outbound audio queue of one call and its ``output_audio_buffer.*`` events.
+
+    ``to_client`` sends an event on the data channel; ``to_worker`` sends a client event to the
+    worker (as if the client had sent it)."""
+
+    def __init__(self, to_client: Emit, to_worker: Emit) -> None:
+        self._to_client = to_client
+        self._to_worker = to_worker
+        self._queue: collections.deque[tuple[ResponseAudio, bytes]] = collections.deque()
+        self._offset = 0  # bytes of the head chunk already played
+        self._responses: collections.OrderedDict[str, ResponseAudio] = collections.OrderedDict()
+        self.buffered = 0  # samples queued, not yet played
+
+    # ------------------------------------------------------------------ from the worker
+
+    def response(self, response_id: str, item_id: str = "") -> ResponseAudio:
+        r = self._responses.get(response_id)
+        if r is None:
+            r = self._responses[response_id] = ResponseAudio(response_id, item_id)
+            while len(self._responses) > KEEP_RESPONSES:
+                self._responses.popitem(last=False)
+        elif item_id and not r.item_id:
+            r.item_id = item_id
+        return r
+
+    def push(self, response_id: str, item_id: str, pcm: bytes) -> None:
+        """Audio of a response (PCM16 mono 24 kHz), queued behind what is there."""
+        r = self.response(response_id, item_id)
+        if r.ended or not pcm:
+            return  # cleared: its late audio is not played
+        pcm = pcm[: len(pcm) // 2 * 2]
+        r.received += len(pcm) // 2
+        self.buffered += len(pcm) // 2
+        self._queue.append((r, pcm))
+
+    def done(self, response_id: str) -> None:
+        """``response.done``: the response sends no more audio."""
+        r = self._responses.get(response_id)
+        if r is None:
+            return
+        r.done = True
+        self._maybe_stopped(r)
+        self._maybe_truncate(r)
+
+    @property
+    def active(self) -> ResponseAudio | None:
+        """The response being played, or queued to play, if any."""
+        if self._queue:
+            return self._queue[0][0]
+        for r in reversed(self._responses.values()):
+            if r.started and not r.ended:
+                return r  # playing, with its buffer momentarily empty
+        return None
+
+    # ------------------------------------------------------------------ from the client
+
+    def client_cancelled(self) -> None:
+        """The client sent ``response.cancel``: every response still running is being cancelled."""
+        for r in self._responses.values():
+            if not r.done:
+                r.cancel_asked = True
+
+    def clear(self, barge_in: bool) -> ResponseAudio | None:
+        """Drop the queued audio (``output_audio_buffer.clear``, or barge-in); says ``cleared``."""
+        cut = self.active
+        cut_ids = {r.response_id for r, _ in self._queue}
+        self._queue.clear()
+        self._offset = 0
+        self.buffered = 0
+        for rid in cut_ids:
+            self._responses[rid].ended = True
+        last = cut or (next(reversed(self._responses.values())) if self._responses else None)
+        self._to_client(server_event("output_audio_buffer.cleared", response_id=last.response_id if last else ""))
+        if cut is None:
+            return None
+        cut.ended = True
+        if not cut.done and not barge_in and not cut.cancel_asked:
+            # The worker cancels on barge-in itself; a client's clear stops the generation here.
+            cut.cancel_asked = True
+            self._to_worker({"type": "response.cancel", "event_id": gateway_event_id(), "response_id": cut.response_id})
+        if cut.played < cut.received and cut.item_id:
+            cut.truncate_ms = cut.played_ms
+            self._maybe_truncate(cut)
+        return cut
+
+    # ------------------------------------------------------------------ to the track
+
+    def pull(self, samples: int) -> bytes:
+        """The next ``samples`` of audio to play (fewer, or b"", when the queue runs dry)."""
+        want = samples * 2
+        out = bytearray()
+        while want > 0 and self._queue:
+            r, data = self._queue[0]
+            if not r.started:
+                r.started = True
+                self._to_client(server_event("output_audio_buffer.started", response_id=r.response_id))
+            piece = data[self._offset:self._offset + want]
+            out += piece
+            want -= len(piece)
+            r.played += len(piece) // 2
+            self.buffered -= len(piece) // 2
+            self._offset += len(piece)
+            if self._offset >= len(data):
+                self._queue.popleft()
+                self._offset = 0
+                self._maybe_stopped(r)
+        return bytes(out)
+
+    # ------------------------------------------------------------------ internals
+
+    def _maybe_stopped(self, r: ResponseAudio) -> None:
+        if r.done and r.started and not r.ended and r.played >= r.received:
+            r.ended = True
+            self._to_client(server_event("output_audio_buffer.stopped", response_id=r.response_id))
+
+    def _maybe_truncate(self, r: ResponseAudio) -> None:
+        if r.done and r.truncate_ms is not None and not r.truncated:
+            r.truncated = True
+            self._to_worker({"type": "conversation.item.truncate", "event_id": gateway_event_id(),
+                             "item_id": r.item_id, "content_index": 0, "audio_end_ms": r.truncate_ms})

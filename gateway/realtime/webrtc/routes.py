@@ -1,0 +1,153 @@
+"""``POST /v1/realtime/calls`` and ``POST /v1/realtime/calls/{call_id}/hangup``, as OpenAI has them.
+
+Two ways to offer a call, both answered ``201`` with the answer SDP (``application/sdp``) and
+``Location: /v1/realtime/calls/{call_id}``:
+
+- the browser's: the offer as the body (``Content-Type: application/sdp``) with an ephemeral key
+  (``Authorization: Bearer ek_...``, minted with the session config the call starts with), as the
+  OpenAI Agents SDK sends it; the server's own key works here too (the ``openai`` SDK sends a raw
+  offer this way when it has no session config);
+- the app server's: ``multipart/form-data`` with the parts ``sdp`` and ``session`` (a GA session
+  config, the one the call starts with) and the server's API key (``openai``'s
+  ``client.realtime.calls.create``).
+
+The order of checks spends nothing on a bad request: the body and the offer are checked first
+(400 ``invalid_offer`` with the reason, so a bad offer does not burn an ephemeral key), then the
+admission (``gateway/realtime/admission.py``: origin, key, app toggle, rate limits; its refusal's
+``http_status``), then the peer connection is made and answered, and the call enters the queue
+before the answer leaves: a full queue is a 429 (``queue_full``), with the call, its slot and its
+ticket gone already. The query takes what ``/v1/realtime`` takes (``model``, ``extensions``,
+``app``, ``record``, ``capabilities``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import logging
+from dataclasses import replace
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from core.config import AppConfig
+from core.ids import new_id
+from gateway.realtime.admission import Admission, Refusal
+from gateway.realtime.minted_session import SessionConfigError, check_session
+from gateway.realtime.request import session_request
+from gateway.realtime.webrtc.registry import SETTLE_S, CallRegistry
+from gateway.realtime.webrtc.sdp import MAX_SDP_BYTES, Offer, check_offer
+from gateway.realtime.webrtc.session import initial_update, pin_update
+from gateway.rest.body import parse_multipart, read_body
+from gateway.rest.models import ApiError
+
+log = logging.getLogger(__name__)
+
+CALLS_PATH = "/v1/realtime/calls"
+MAX_BODY_BYTES = MAX_SDP_BYTES + 256 * 1024  # the offer and a session config (instructions, tools)
+# How a refusal from the queue reads as HTTP (as the REST routes answer them).
+QUEUE_STATUS = {"queue_full": (429, "rate_limit_error"), "queue_timeout": (503, None),
+                "no_capable_worker": (400, None), "cluster_unavailable": (503, None),
+                "queue_cancelled": (503, None)}
+
+
+def calls_router(registry: CallRegistry, admission: Admission, config: AppConfig) -> APIRouter:
+    router = APIRouter(tags=["OpenAI-compatible realtime"])
+
+    @router.post(CALLS_PATH, status_code=201, response_class=Response)
+    async def create_call(request: Request) -> Response:
+        """Answer a WebRTC offer; the call then waits in the queue like any realtime session."""
+        try:
+            return await _create(request, registry, admission, config)
+        except ApiError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
+
+    @router.post(CALLS_PATH + "/{call_id}/hangup", response_class=Response)
+    async def hangup(call_id: str) -> Response:
+        """End a call: the connection closes and its worker slot is free when this answers."""
+        if not await registry.hangup(call_id):
+            err = ApiError(404, f"no call {call_id[:80]!r} (unknown, or already ended)", "call_not_found", "call_id")
+            return JSONResponse(err.body(), status_code=404)
+        return Response(status_code=200)
+
+    return router
+
+
+async def _media() -> Any:
+    """``call.py`` and what it imports (aiortc, ~35 MB), loaded with the first call, in a thread: a
+    gateway that never gets a call stays as lean as before."""
+    return await asyncio.to_thread(importlib.import_module, "gateway.realtime.webrtc.call")
+
+
+async def _offer(request: Request) -> tuple[Offer, dict[str, Any] | None]:
+    """The offer and the multipart ``session`` part (None in a raw ``application/sdp`` offer)."""
+    media = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    body = await read_body(request, MAX_BODY_BYTES)
+    if media == "application/sdp":
+        return await check_offer(body.decode("utf-8", "replace")), None
+    if media != "multipart/form-data":
+        raise ApiError(400, "send the offer as application/sdp, or as multipart/form-data with the parts "
+                            "'sdp' and 'session'", "invalid_content_type")
+    fields, files = await parse_multipart(request, body, MAX_BODY_BYTES)
+    parts = {**{k: v for k, v in fields.items() if isinstance(v, str)},
+             **{k: v.decode("utf-8", "replace") for k, v in files.items()}}
+    if "sdp" not in parts:
+        raise ApiError(400, "Missing required parameter: 'sdp'.", "missing_required_parameter", "sdp")
+    offer = await check_offer(parts["sdp"])
+    if "session" not in parts or not parts["session"].strip():
+        return offer, None
+    try:
+        session = json.loads(parts["session"])
+    except ValueError as exc:
+        raise ApiError(400, f"the 'session' part is not JSON: {exc}", "invalid_json", "session") from None
+    if not isinstance(session, dict):
+        raise ApiError(400, "Invalid type for 'session': expected an object.", "invalid_type", "session")
+    return offer, session
+
+
+async def _create(request: Request, registry: CallRegistry, admission: Admission, config: AppConfig) -> Response:
+    offer, session = await _offer(request)
+    beta = "realtime=v1" in request.headers.get("openai-beta", "")
+    model = None
+    if session is not None:
+        try:
+            session, model = check_session(session, beta=beta, param="session")
+        except SessionConfigError as exc:
+            raise ApiError(400, exc.message, exc.code, exc.param) from None
+    admitted = await admission.admit(request)  # redeems an ephemeral key: last of the checks
+    if isinstance(admitted, Refusal):
+        kind = "permission_error" if admitted.http_status == 403 else None
+        raise ApiError(admitted.http_status, admitted.message, admitted.code, kind=kind)
+    req = session_request(request, admission.access.client_ip(request), admitted.grant)
+    if session is not None:
+        req = replace(req, model=model or req.model, initial_session=initial_update(session, req.beta),
+                      intent="transcription" if session.get("type") == "transcription" else req.intent)
+    elif req.initial_session is not None:
+        req = replace(req, initial_session=pin_update(req.initial_session, req.beta))
+
+    call_id = new_id("rtc")
+    media = await _media()
+    call = media.Call(call_id, media.WebRTCChannel(beta=req.beta), config.limits.max_frame_rate)
+    try:
+        answer = await call.answer(offer)
+    except BaseException:
+        await call.close()
+        admitted.close()
+        raise
+    proxy = registry.start(call, req, admitted)
+    refusal = None
+    with contextlib.suppress(TimeoutError):
+        refusal = await asyncio.wait_for(asyncio.shield(proxy.placed), SETTLE_S)
+    if refusal is not None:
+        await registry.finished(call_id)
+        error = refusal.get("error") or {}
+        code = error.get("code") or "call_ended"
+        status, kind = QUEUE_STATUS.get(code, (503, None))
+        raise ApiError(status, error.get("message") or "the call could not be queued", code, kind=kind)
+    log.info("call %s answered (%s%s)", call_id, "multipart" if session is not None else "sdp",
+             ", camera" if offer.video else "")
+    return Response(answer, status_code=201, media_type="application/sdp",
+                    headers={"Location": f"{CALLS_PATH}/{call_id}"})

@@ -1,0 +1,70 @@
+"""What an offer must hold before the gateway makes a peer connection for it.
+
+A call needs an audio m-line (the microphone; the reply's audio goes back on it), a data channel
+(``m=application ... SCTP``: the ``oai-events`` channel) and the ICE and DTLS parameters to reach
+it. Anything else is refused with 400 and a reason the developer can act on, before any
+``RTCPeerConnection``, port or queue place exists (``invalid_offer``). A video m-line is optional
+(the omni page's camera).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from dataclasses import dataclass
+
+from gateway.rest.models import ApiError
+
+MAX_SDP_BYTES = 64 * 1024  # a browser's offer is 3-6 KB
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    sdp: str
+    video: bool  # the client sends a camera track
+
+
+def bad_offer(reason: str) -> ApiError:
+    return ApiError(400, f"invalid SDP offer: {reason}", "invalid_offer", "sdp")
+
+
+async def check_offer(text: str) -> Offer:
+    """The offer if a call can be made of it; ``ApiError`` 400 saying what is missing if not.
+    (aiortc's parser is imported with the first offer, in a thread: see ``routes._media``.)"""
+    sdp_module = await asyncio.to_thread(importlib.import_module, "aiortc.sdp")
+    return parse_offer(text, sdp_module.SessionDescription)
+
+
+def parse_offer(text: str, session_description) -> Offer:
+    """``check_offer``'s checks, given aiortc's ``SessionDescription``."""
+    if not text.strip():
+        raise bad_offer("the body is empty; send the offer's SDP (application/sdp, or the 'sdp' part)")
+    if len(text.encode()) > MAX_SDP_BYTES:
+        raise bad_offer(f"larger than {MAX_SDP_BYTES // 1024} KiB")
+    if not text.lstrip().startswith("v=0"):
+        raise bad_offer("not an SDP session description (it must start with 'v=0')")
+    sdp = text if text.endswith("\n") else text + "\r\n"
+    try:
+        parsed = session_description.parse(sdp)
+    except Exception as exc:  # noqa: BLE001 - aiortc's parser asserts, and raises what it meets
+        raise bad_offer(f"could not be parsed ({exc.__class__.__name__}: {str(exc)[:120]})") from None
+    kinds = [m.kind for m in parsed.media]
+    audio = [m for m in parsed.media if m.kind == "audio" and m.port != 0]
+    if not audio:
+        raise bad_offer(f"no audio m-line (m-lines: {', '.join(kinds) or 'none'}); add a microphone track or an "
+                        "audio transceiver")
+    if not any(m.kind == "application" and "SCTP" in m.profile.upper() and m.port != 0 for m in parsed.media):
+        raise bad_offer("no data channel (m=application ... SCTP); create the 'oai-events' data channel before "
+                        "the offer")
+    for m in parsed.media:
+        if m.port == 0:
+            continue
+        if m.ice is None or not m.ice.usernameFragment or not m.ice.password:
+            raise bad_offer(f"the {m.kind} m-line has no ICE credentials (a=ice-ufrag, a=ice-pwd)")
+        if m.dtls is None or not m.dtls.fingerprints:
+            raise bad_offer(f"the {m.kind} m-line has no DTLS fingerprint (a=fingerprint)")
+    if not any(c.mimeType.lower() in ("audio/opus", "audio/pcmu", "audio/pcma") for m in audio for c in m.rtp.codecs):
+        raise bad_offer("the audio m-line offers no codec the gateway speaks (opus, PCMU, PCMA)")
+    video = any(m.kind == "video" and m.port != 0 and m.direction in (None, "sendrecv", "sendonly")
+                for m in parsed.media)
+    return Offer(sdp=sdp, video=video)
