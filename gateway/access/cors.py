@@ -67,9 +67,11 @@ def cors_middleware(access: Access, host_allowed: Callable[[str | None], bool]):
             if origin is None:
                 await self.app(scope, receive, send)
                 return
+            if not host_allowed(conn.headers.get("host")):  # the web guard refuses it (DNS rebinding)
+                await self.app(scope, receive, send)
+                return
             allowed = cross_origin_allowed(access, conn)
-            preflight = scope["method"] == "OPTIONS" and "access-control-request-method" in conn.headers
-            if preflight and host_allowed(conn.headers.get("host")):
+            if scope["method"] == "OPTIONS" and "access-control-request-method" in conn.headers:
                 await _preflight(conn, origin, allowed)(scope, receive, send)
                 return
             if not allowed:

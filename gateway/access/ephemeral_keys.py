@@ -20,7 +20,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from gateway.pool.redis_queue import redis_reachable
@@ -106,8 +106,9 @@ def _new_value() -> str:
 @dataclass(slots=True)
 class _Entry:
     expires_at: int
-    payload: str | None  # None once used
-    size: int = field(default=0)
+    payload: str | None  # None once used or expired
+    size: int = 0
+    used: bool = False
 
 
 class MemoryKeys:
@@ -137,13 +138,14 @@ class MemoryKeys:
         entry = self._entries.get(key_hash(value))
         if entry is None:
             return KeyRefusal("invalid")
-        if entry.payload is None:
+        if entry.used:
             return KeyRefusal("used")
-        if self.clock() >= entry.expires_at:
+        if entry.payload is None or self.clock() >= entry.expires_at:
             self._forget_payload(entry)
             return KeyRefusal("expired")
         payload = entry.payload
-        self._forget_payload(entry)  # used: only the tombstone stays
+        entry.used = True
+        self._forget_payload(entry)  # only the tombstone stays
         return Redeemed(Grant.from_json(payload), entry.expires_at)
 
     def _forget_payload(self, entry: _Entry) -> None:
