@@ -1,0 +1,281 @@
+"""A WebRTC call's event logic in one process, no network: what the outbound track played and the
+``output_audio_buffer.*`` events (``Playback``), the channel's routing (audio deltas to the track,
+everything else to the data channel, the gateway's own events kept from the client, barge-in), the
+call's pinned wire formats, and the offer checks (``sdp.py``).
+
+The end-to-end calls with a real ``aiortc`` peer are in ``tests/e2e/webrtc/test_calls.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from aiortc.sdp import SessionDescription
+
+from core.openai_events import validation_error
+from core.transport import ChannelClosed
+from gateway.realtime.webrtc.channel import WebRTCChannel, event_type
+from gateway.realtime.webrtc.playback import Playback
+from gateway.realtime.webrtc.sdp import parse_offer
+from gateway.realtime.webrtc.session import interrupts, pin_formats, pin_update
+from gateway.rest.models import ApiError
+
+MS = 24  # samples per ms at 24 kHz
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.client: list[dict] = []
+        self.worker: list[dict] = []
+
+    def types(self, side: str = "client") -> list[str]:
+        return [e["type"] for e in getattr(self, side)]
+
+
+def pcm(ms: int) -> bytes:
+    return b"\x01\x02" * (ms * MS)
+
+
+def playback() -> tuple[Playback, Recorder]:
+    rec = Recorder()
+    return Playback(rec.client.append, rec.worker.append), rec
+
+
+def test_started_on_first_played_frame_and_stopped_after_done_and_drained():
+    p, rec = playback()
+    p.push("resp_1", "item_1", pcm(30))
+    assert rec.client == []  # queued, not played
+    assert len(p.pull(20 * MS)) == 20 * MS * 2
+    assert rec.types() == ["output_audio_buffer.started"]
+    p.done("resp_1")
+    assert rec.types() == ["output_audio_buffer.started"]  # 10 ms still to play
+    assert len(p.pull(20 * MS)) == 10 * MS * 2  # the rest; the track pads with silence
+    assert rec.types() == ["output_audio_buffer.started", "output_audio_buffer.stopped"]
+    assert all(e["response_id"] == "resp_1" and validation_error(e, beta=False) is None for e in rec.client)
+    assert p.pull(20 * MS) == b"" and rec.worker == []
+
+
+def test_a_reply_without_audio_says_nothing():
+    p, rec = playback()
+    p.done("resp_1")
+    p.response("resp_2")
+    p.done("resp_2")
+    assert rec.client == [] and p.active is None
+
+
+def test_barge_in_clears_and_truncates_to_what_was_played_once_done():
+    p, rec = playback()
+    p.push("resp_1", "item_1", pcm(1000))
+    p.pull(300 * MS)
+    cut = p.clear(barge_in=True)
+    assert cut is not None and cut.played_ms == 300
+    assert rec.types() == ["output_audio_buffer.started", "output_audio_buffer.cleared"]
+    assert rec.worker == []  # the worker cancels on barge-in itself; truncate waits for response.done
+    p.push("resp_1", "item_1", pcm(500))  # late audio of the cut reply: not played
+    assert p.pull(20 * MS) == b"" and p.buffered == 0
+    p.done("resp_1")
+    assert rec.worker == [{"type": "conversation.item.truncate", "event_id": rec.worker[0]["event_id"],
+                           "item_id": "item_1", "content_index": 0, "audio_end_ms": 300}]
+    assert rec.worker[0]["event_id"].startswith("gw_")
+    assert "output_audio_buffer.stopped" not in rec.types()
+    p.done("resp_1")
+    assert len(rec.worker) == 1
+
+
+def test_client_clear_cancels_a_running_reply_unless_the_client_did():
+    p, rec = playback()
+    p.push("resp_1", "item_1", pcm(200))
+    p.pull(40 * MS)
+    p.clear(barge_in=False)
+    assert rec.types("worker") == ["response.cancel"] and rec.worker[0]["response_id"] == "resp_1"
+    p.done("resp_1")
+    assert rec.types("worker") == ["response.cancel", "conversation.item.truncate"]
+    assert rec.worker[1]["audio_end_ms"] == 40
+
+    p, rec = playback()
+    p.push("resp_2", "item_2", pcm(200))
+    p.client_cancelled()
+    p.clear(barge_in=False)
+    assert rec.worker == []
+    p.done("resp_2")
+    assert rec.types("worker") == ["conversation.item.truncate"] and rec.worker[0]["audio_end_ms"] == 0
+
+
+def test_clear_with_nothing_playing_still_answers_cleared():
+    p, rec = playback()
+    assert p.clear(barge_in=False) is None
+    assert rec.types() == ["output_audio_buffer.cleared"] and rec.worker == []
+    p.push("resp_1", "item_1", pcm(20))
+    p.pull(20 * MS)
+    p.done("resp_1")
+    p.clear(barge_in=False)  # all played: nothing to truncate or cancel
+    assert rec.types()[-1] == "output_audio_buffer.cleared" and rec.client[-1]["response_id"] == "resp_1"
+    assert rec.worker == []
+
+
+# ---------------------------------------------------------------------------- the channel
+
+
+class DataChannelDouble:
+    """What the channel uses of aiortc's ``RTCDataChannel``."""
+
+    readyState = "open"
+    bufferedAmount = 0
+
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+        self.handlers: dict[str, object] = {}
+
+    def on(self, name: str, handler=None):
+        self.handlers[name] = handler
+
+    def send(self, text: str) -> None:
+        self.sent.append(json.loads(text))
+
+    def client_sends(self, event: dict) -> None:
+        self.handlers["message"](json.dumps(event))
+
+
+def server(kind: str, **fields) -> str:
+    return json.dumps({"type": kind, "event_id": "event_1", **fields}, separators=(",", ":"))
+
+
+def delta(ms: int, response_id: str = "resp_1", item_id: str = "item_1") -> str:
+    return server("response.output_audio.delta", response_id=response_id, item_id=item_id, output_index=0,
+                  content_index=0, delta=base64.b64encode(pcm(ms)).decode())
+
+
+def session(turn_detection) -> dict:
+    return {"type": "realtime", "audio": {"input": {"turn_detection": turn_detection}}}
+
+
+async def inbox(channel: WebRTCChannel) -> list[dict]:
+    out = []
+    while not channel._inbox.empty():
+        out.append(json.loads(await channel.receive()))
+    return out
+
+
+async def test_channel_routes_audio_to_the_track_and_the_rest_to_the_data_channel():
+    channel = WebRTCChannel()
+    await channel.send(server("session.created", session=session({"type": "server_vad"})))
+    assert channel.live and channel.interrupts
+    await channel.send(delta(100))
+    dc = DataChannelDouble()
+    channel.attach(dc)  # events sent before the data channel opened wait for it
+    assert [e["type"] for e in dc.sent] == ["session.created"]
+    assert channel.playback.buffered == 100 * MS
+    channel.playback.pull(40 * MS)
+    await channel.send(server("response.done", response={"id": "resp_1"}))
+    channel.playback.pull(80 * MS)
+    assert [e["type"] for e in dc.sent] == ["session.created", "output_audio_buffer.started", "response.done",
+                                           "output_audio_buffer.stopped"]
+
+
+async def test_channel_barge_in_and_the_gateways_own_events():
+    channel = WebRTCChannel()
+    dc = DataChannelDouble()
+    channel.attach(dc)
+    await channel.send(server("session.created", session=session({"type": "server_vad"})))
+    await channel.send(delta(1000))
+    channel.playback.pull(500 * MS)
+    await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
+    assert [e["type"] for e in dc.sent][-2:] == ["input_audio_buffer.speech_started", "output_audio_buffer.cleared"]
+    await channel.send(server("response.done", response={"id": "resp_1"}))
+    truncate = (await inbox(channel))[-1]
+    assert truncate["type"] == "conversation.item.truncate" and truncate["audio_end_ms"] == 500
+    sent = len(dc.sent)
+    await channel.send(json.dumps({"type": "error", "event_id": "event_2", "error": {
+        "type": "invalid_request_error", "code": "x", "message": "m", "param": None,
+        "event_id": truncate["event_id"]}}))
+    assert len(dc.sent) == sent  # an error about the gateway's own event is not the client's business
+
+
+async def test_no_barge_in_without_interrupting_turn_detection():
+    channel = WebRTCChannel()
+    channel.attach(DataChannelDouble())
+    await channel.send(server("session.created", session=session(None)))
+    assert not channel.interrupts
+    await channel.send(server("session.updated", session=session({"type": "server_vad",
+                                                                  "interrupt_response": False})))
+    await channel.send(delta(1000))
+    channel.playback.pull(20 * MS)
+    await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
+    assert channel.playback.buffered == 980 * MS
+
+
+async def test_client_events_clear_handled_here_session_update_pinned_and_leaving():
+    channel = WebRTCChannel()
+    dc = DataChannelDouble()
+    channel.attach(dc)
+    dc.client_sends({"type": "output_audio_buffer.clear"})
+    dc.client_sends({"type": "session.update", "session": {"type": "realtime", "instructions": "hi", "audio": {
+        "input": {"format": {"type": "audio/pcmu"}}, "output": {"format": {"type": "audio/pcm", "rate": 24000}}}}})
+    dc.client_sends({"type": "response.create"})
+    got = await inbox(channel)
+    assert [e["type"] for e in got] == ["session.update", "response.create"]  # the clear is not forwarded
+    assert got[0]["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+    assert got[0]["session"]["instructions"] == "hi"
+    assert dc.sent[0]["type"] == "output_audio_buffer.cleared"
+    channel.peer_gone(1000, "hangup")
+    for _ in range(2):
+        with pytest.raises(ChannelClosed):
+            await channel.receive()
+    with pytest.raises(ChannelClosed):
+        await channel.send(server("response.created", response={"id": "resp_1"}))
+
+
+def test_event_type_without_parsing_and_with():
+    assert event_type('{"type":"response.output_audio.delta","delta":"AAAA"}') == "response.output_audio.delta"
+    assert event_type('{"event_id": "e", "type": "session.update"}') == "session.update"
+    assert event_type("not json") == ""
+
+
+def test_pinned_formats_and_interrupts_in_both_dialects():
+    assert pin_formats({"input_audio_format": "g711_ulaw", "voice": "joe"}, beta=True) == {
+        "input_audio_format": "pcm16", "voice": "joe"}
+    assert pin_formats({"type": "realtime"}, beta=False) == {"type": "realtime"}
+    assert json.loads(pin_update('{"type":"session.update","session":{"audio":{"output":{"format":'
+                                 '{"type":"audio/pcmu"},"voice":"joe"}}}}', beta=False))["session"] == {
+        "audio": {"output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": "joe"}}}
+    assert pin_update("not json", beta=False) == "not json"
+    assert interrupts({"turn_detection": {"type": "server_vad"}}, beta=True)
+    assert not interrupts({"turn_detection": None}, beta=True)
+    assert interrupts(session({"type": "semantic_vad"}), beta=False)
+
+
+# ---------------------------------------------------------------------------- offers
+
+OFFER = "\r\n".join([
+    "v=0", "o=- 1 2 IN IP4 127.0.0.1", "s=-", "t=0 0", "a=group:BUNDLE 0 1", "a=msid-semantic:WMS *",
+    "m=audio 9 UDP/TLS/RTP/SAVPF 111 0", "c=IN IP4 0.0.0.0", "a=mid:0", "a=sendrecv", "a=rtcp-mux",
+    "a=rtpmap:111 opus/48000/2", "a=rtpmap:0 PCMU/8000",
+    "a=ice-ufrag:abcd", "a=ice-pwd:0123456789abcdefghijkl",
+    "a=fingerprint:sha-256 " + ":".join(["AB"] * 32), "a=setup:actpass",
+    "m=application 9 UDP/DTLS/SCTP webrtc-datachannel", "c=IN IP4 0.0.0.0", "a=mid:1", "a=sctp-port:5000",
+    "a=ice-ufrag:abcd", "a=ice-pwd:0123456789abcdefghijkl",
+    "a=fingerprint:sha-256 " + ":".join(["AB"] * 32), "a=setup:actpass", "",
+])
+
+
+def refused(text: str) -> str:
+    with pytest.raises(ApiError) as err:
+        parse_offer(text, SessionDescription)
+    assert err.value.status == 400 and err.value.code == "invalid_offer" and err.value.param == "sdp"
+    return err.value.message
+
+
+def test_offer_checks():
+    offer = parse_offer(OFFER, SessionDescription)
+    assert not offer.video
+    assert "empty" in refused("  ")
+    assert "v=0" in refused("hello")
+    assert "no audio m-line" in refused(OFFER.replace("m=audio 9", "m=audio 0"))
+    assert "no data channel" in refused(OFFER.split("m=application")[0])
+    assert "ICE credentials" in refused(OFFER.replace("a=ice-pwd:0123456789abcdefghijkl\r\n", ""))
+    assert "fingerprint" in refused(OFFER.replace("a=fingerprint:", "a=x-fingerprint:"))
+    assert "codec" in refused(OFFER.replace("opus/48000/2", "G729/8000").replace("PCMU/8000", "G729/8000"))
+    assert "parsed" in refused(OFFER.replace("m=audio 9 UDP/TLS/RTP/SAVPF 111 0", "m=audio 9 UDP/TLS/RTP/SAVPF x"))
+    assert "larger than" in refused(OFFER + "a=x:" + "y" * 70_000 + "\r\n")
