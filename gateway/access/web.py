@@ -173,7 +173,8 @@ def _bad_content_type(path: str, content_type: str | None) -> str | None:
     if path.rstrip("/") == CALLS_PATH:
         if media in ("application/sdp", "multipart/form-data"):
             return None
-        return f"Unsupported Content-Type {media!r}: send application/sdp (or multipart/form-data with sdp and session)"
+        return (f"Unsupported Content-Type {media!r}: send application/sdp (or multipart/form-data with sdp "
+                "and session)")
     return f"Unsupported Content-Type {media!r}: send application/json"
 
 

@@ -74,22 +74,16 @@ def client_secrets_router(keys: EphemeralKeys, access: Access, config: AppConfig
                 session, model = check_session(parsed.session or {"type": "realtime"}, beta=False)
             grant = Grant(session=session, beta=beta, model=model, session_id=new_session_id(), key_id=key_id)
             minted = await keys.mint(grant, ttl_s)
-        except ApiError as exc:
-            return JSONResponse(exc.body(), status_code=exc.status)
-        except SessionConfigError as exc:
-            return JSONResponse(ApiError(400, exc.message, exc.code, exc.param).body(), status_code=400)
-        except RateLimited as exc:
-            error = ApiError(429, exc.message.replace("sessions", "ephemeral keys"), exc.code, kind="rate_limit_error")
-            return JSONResponse(error.body(), status_code=429, headers={"Retry-After": str(round(exc.retry_after_s))})
-        except KeyStoreFull as exc:
-            return JSONResponse(ApiError(429, str(exc), "too_many_keys", kind="rate_limit_error").body(), status_code=429)
-        except ClusterUnavailable as exc:
-            return JSONResponse(ApiError(503, str(exc), "cluster_unavailable").body(), status_code=503)
+        except (ApiError, SessionConfigError, RateLimited, KeyStoreFull, ClusterUnavailable) as exc:
+            error = _api_error(exc)
+            headers = {"Retry-After": str(round(exc.retry_after_s))} if isinstance(exc, RateLimited) else None
+            return JSONResponse(error.body(), status_code=error.status, headers=headers)
         log.info("minted an ephemeral key for %s (%s, %d s, session %s)", access.client_ip(request),
                  "beta" if beta else "GA", ttl_s, grant.session_id)
         obj = session_object(session, beta=beta, session_id=grant.session_id, model=model)
         if beta:
-            return JSONResponse({**obj, "client_secret": {"value": minted.value, "expires_at": minted.expires_at}})
+            secret = {"value": minted.value, "expires_at": minted.expires_at}
+            return JSONResponse({**obj, "client_secret": secret})
         return JSONResponse({"value": minted.value, "expires_at": minted.expires_at, "session": obj})
 
     @router.post(CLIENT_SECRETS_PATH, summary="Mint an ephemeral key (ek_...) for one realtime session")
@@ -101,6 +95,19 @@ def client_secrets_router(keys: EphemeralKeys, access: Access, config: AppConfig
         return await mint(request, beta=True)
 
     return router
+
+
+def _api_error(exc: Exception) -> ApiError:
+    """Every refusal of a mint in OpenAI's error shape."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, SessionConfigError):
+        return ApiError(400, exc.message, exc.code, exc.param)
+    if isinstance(exc, RateLimited):
+        return ApiError(429, exc.message.replace("sessions", "ephemeral keys"), exc.code, kind="rate_limit_error")
+    if isinstance(exc, KeyStoreFull):
+        return ApiError(429, str(exc), "too_many_keys", kind="rate_limit_error")
+    return ApiError(503, str(exc), "cluster_unavailable")
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

@@ -73,7 +73,8 @@ def test_answers_and_errors_carry_the_origin_for_allowed_pages(tmp_path):
         for headers, status in (({"Origin": APP}, 401), ({**AUTH, "Origin": APP, "Content-Type": "text/plain"}, 415)):
             r = c.post("/v1/realtime/client_secrets", content=b"{}", headers=headers)
             assert r.status_code == status and r.headers["access-control-allow-origin"] == APP, r.text
-        r = c.post("/v1/realtime/client_secrets", json={"expires_after": {"seconds": 1}}, headers={**AUTH, "Origin": APP})
+        r = c.post("/v1/realtime/client_secrets", json={"expires_after": {"seconds": 1}},
+                   headers={**AUTH, "Origin": APP})
         assert r.status_code == 400 and r.headers["access-control-allow-origin"] == APP
         # A refused origin: 403 from the web guard, and nothing a page could read.
         r = c.post("/v1/realtime/client_secrets", json={}, headers={**AUTH, "Origin": EVIL})

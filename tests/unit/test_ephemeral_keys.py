@@ -246,6 +246,28 @@ def test_ephemeral_key_origins_follow_the_cors_rule(tmp_path):
             assert ws.receive_json()["error"]["code"] == "origin_not_allowed"
 
 
+def test_a_full_store_and_an_unreachable_redis_are_clear_refusals(tmp_path, monkeypatch):
+    from gateway.access import ephemeral_keys
+    from gateway.pool.redis_queue import ClusterUnavailable
+
+    with make_client(tmp_path) as c:
+        monkeypatch.setattr(ephemeral_keys, "MAX_KEYS", 2)
+        key = mint(c).json()["value"]
+        assert mint(c).status_code == 200
+        r = mint(c)
+        assert r.status_code == 429 and r.json()["error"]["code"] == "too_many_keys"
+
+        async def unreachable(value):
+            raise ClusterUnavailable("the shared queue's Redis is unreachable (refused)")
+
+        keys = c.app.state.ephemeral_keys
+        monkeypatch.setattr(keys, "redeem", unreachable)
+        event, code = first_event(c, key)
+        assert code == 1013 and event["error"]["code"] == "cluster_unavailable"
+        monkeypatch.undo()
+        assert first_event(c, key)[1] is None  # it stayed unused
+
+
 async def test_the_memory_store_keeps_hashes_and_forgets_old_keys():
     now = [1000.0]
     keys = MemoryKeys(clock=lambda: now[0])
