@@ -19,10 +19,11 @@ from core.transport import ChannelClosed
 from gateway.realtime.webrtc.channel import WebRTCChannel, event_type
 from gateway.realtime.webrtc.playback import Playback
 from gateway.realtime.webrtc.sdp import parse_offer
+from gateway.realtime.webrtc.tracks import OpusFramer
 from gateway.realtime.webrtc.session import interrupts, pin_formats, pin_update
 from gateway.rest.models import ApiError
 
-MS = 24  # samples per ms at 24 kHz
+FRAME_MS = 20
 
 
 class Recorder:
@@ -34,8 +35,17 @@ class Recorder:
         return [e["type"] for e in getattr(self, side)]
 
 
-def pcm(ms: int) -> bytes:
-    return b"\x01\x02" * (ms * MS)
+def frames(ms: int) -> list[bytes]:
+    """Encoded 20 ms frames (their bytes do not matter to the bookkeeping)."""
+    return [b"opus"] * (ms // FRAME_MS)
+
+
+def play(p: Playback, ms: int) -> int:
+    """Let the track take ``ms`` of frames; how many ms it got."""
+    got = 0
+    for _ in range(ms // FRAME_MS):
+        got += FRAME_MS if p.pull() is not None else 0
+    return got
 
 
 def playback() -> tuple[Playback, Recorder]:
@@ -45,16 +55,16 @@ def playback() -> tuple[Playback, Recorder]:
 
 def test_started_on_first_played_frame_and_stopped_after_done_and_drained():
     p, rec = playback()
-    p.push("resp_1", "item_1", pcm(30))
+    p.push("resp_1", "item_1", frames(40))
     assert rec.client == []  # queued, not played
-    assert len(p.pull(20 * MS)) == 20 * MS * 2
+    assert play(p, 20) == 20
     assert rec.types() == ["output_audio_buffer.started"]
     p.done("resp_1")
-    assert rec.types() == ["output_audio_buffer.started"]  # 10 ms still to play
-    assert len(p.pull(20 * MS)) == 10 * MS * 2  # the rest; the track pads with silence
+    assert rec.types() == ["output_audio_buffer.started"]  # 20 ms still to play
+    assert play(p, 40) == 20  # the rest; then the track sends silence
     assert rec.types() == ["output_audio_buffer.started", "output_audio_buffer.stopped"]
     assert all(e["response_id"] == "resp_1" and validation_error(e, beta=False) is None for e in rec.client)
-    assert p.pull(20 * MS) == b"" and rec.worker == []
+    assert p.pull() is None and rec.worker == []
 
 
 def test_a_reply_without_audio_says_nothing():
@@ -67,14 +77,14 @@ def test_a_reply_without_audio_says_nothing():
 
 def test_barge_in_clears_and_truncates_to_what_was_played_once_done():
     p, rec = playback()
-    p.push("resp_1", "item_1", pcm(1000))
-    p.pull(300 * MS)
+    p.push("resp_1", "item_1", frames(1000))
+    play(p, 300)
     cut = p.clear(barge_in=True)
     assert cut is not None and cut.played_ms == 300
     assert rec.types() == ["output_audio_buffer.started", "output_audio_buffer.cleared"]
     assert rec.worker == []  # the worker cancels on barge-in itself; truncate waits for response.done
-    p.push("resp_1", "item_1", pcm(500))  # late audio of the cut reply: not played
-    assert p.pull(20 * MS) == b"" and p.buffered == 0
+    p.push("resp_1", "item_1", frames(500))  # late audio of the cut reply: not played
+    assert p.pull() is None and p.buffered == 0
     p.done("resp_1")
     assert rec.worker == [{"type": "conversation.item.truncate", "event_id": rec.worker[0]["event_id"],
                            "item_id": "item_1", "content_index": 0, "audio_end_ms": 300}]
@@ -86,8 +96,8 @@ def test_barge_in_clears_and_truncates_to_what_was_played_once_done():
 
 def test_client_clear_cancels_a_running_reply_unless_the_client_did():
     p, rec = playback()
-    p.push("resp_1", "item_1", pcm(200))
-    p.pull(40 * MS)
+    p.push("resp_1", "item_1", frames(200))
+    play(p, 40)
     p.clear(barge_in=False)
     assert rec.types("worker") == ["response.cancel"] and rec.worker[0]["response_id"] == "resp_1"
     p.done("resp_1")
@@ -95,7 +105,7 @@ def test_client_clear_cancels_a_running_reply_unless_the_client_did():
     assert rec.worker[1]["audio_end_ms"] == 40
 
     p, rec = playback()
-    p.push("resp_2", "item_2", pcm(200))
+    p.push("resp_2", "item_2", frames(200))
     p.client_cancelled()
     p.clear(barge_in=False)
     assert rec.worker == []
@@ -107,15 +117,38 @@ def test_clear_with_nothing_playing_still_answers_cleared():
     p, rec = playback()
     assert p.clear(barge_in=False) is None
     assert rec.types() == ["output_audio_buffer.cleared"] and rec.worker == []
-    p.push("resp_1", "item_1", pcm(20))
-    p.pull(20 * MS)
+    p.push("resp_1", "item_1", frames(20))
+    play(p, 20)
     p.done("resp_1")
     p.clear(barge_in=False)  # all played: nothing to truncate or cancel
     assert rec.types()[-1] == "output_audio_buffer.cleared" and rec.client[-1]["response_id"] == "resp_1"
     assert rec.worker == []
 
 
+def test_opus_framer_whole_frames_a_padded_tail_and_a_cut_replys_tail_dropped():
+    framer = OpusFramer()
+    assert len(framer.encode("resp_1", bytes(2 * 24 * 50))) == 2  # 50 ms: two frames, 10 ms left
+    assert len(framer.flush("resp_1")) == 1  # padded to a frame
+    assert framer.flush("resp_1") == []
+    assert framer.encode("resp_2", bytes(2 * 24 * 30)) and framer.flush("resp_3") == []
+    assert framer.encode("resp_3", bytes(2 * 24 * 10)) == [] and framer.flush("resp_3")  # resp_2's tail is gone
+
+
 # ---------------------------------------------------------------------------- the channel
+
+
+class FramerDouble:
+    """One "frame" per 20 ms of PCM, no encoding: the channel's bookkeeping in exact ms."""
+
+    def encode(self, response_id: str, pcm: bytes) -> list[bytes]:
+        return frames(len(pcm) // 48)
+
+    def flush(self, response_id: str) -> list[bytes]:
+        return []
+
+
+def channel_double() -> WebRTCChannel:
+    return WebRTCChannel(framer=FramerDouble())
 
 
 class DataChannelDouble:
@@ -144,7 +177,7 @@ def server(kind: str, **fields) -> str:
 
 def delta(ms: int, response_id: str = "resp_1", item_id: str = "item_1") -> str:
     return server("response.output_audio.delta", response_id=response_id, item_id=item_id, output_index=0,
-                  content_index=0, delta=base64.b64encode(pcm(ms)).decode())
+                  content_index=0, delta=base64.b64encode(bytes(48 * ms)).decode())
 
 
 def session(turn_detection) -> dict:
@@ -159,28 +192,28 @@ async def inbox(channel: WebRTCChannel) -> list[dict]:
 
 
 async def test_channel_routes_audio_to_the_track_and_the_rest_to_the_data_channel():
-    channel = WebRTCChannel()
+    channel = channel_double()
     await channel.send(server("session.created", session=session({"type": "server_vad"})))
     assert channel.live and channel.interrupts
     await channel.send(delta(100))
     dc = DataChannelDouble()
     channel.attach(dc)  # events sent before the data channel opened wait for it
     assert [e["type"] for e in dc.sent] == ["session.created"]
-    assert channel.playback.buffered == 100 * MS
-    channel.playback.pull(40 * MS)
+    assert channel.playback.buffered == 100 * 24
+    play(channel.playback, 40)
     await channel.send(server("response.done", response={"id": "resp_1"}))
-    channel.playback.pull(80 * MS)
+    play(channel.playback, 80)
     assert [e["type"] for e in dc.sent] == ["session.created", "output_audio_buffer.started", "response.done",
                                            "output_audio_buffer.stopped"]
 
 
 async def test_channel_barge_in_and_the_gateways_own_events():
-    channel = WebRTCChannel()
+    channel = channel_double()
     dc = DataChannelDouble()
     channel.attach(dc)
     await channel.send(server("session.created", session=session({"type": "server_vad"})))
     await channel.send(delta(1000))
-    channel.playback.pull(500 * MS)
+    play(channel.playback, 500)
     await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
     assert [e["type"] for e in dc.sent][-2:] == ["input_audio_buffer.speech_started", "output_audio_buffer.cleared"]
     await channel.send(server("response.done", response={"id": "resp_1"}))
@@ -194,20 +227,20 @@ async def test_channel_barge_in_and_the_gateways_own_events():
 
 
 async def test_no_barge_in_without_interrupting_turn_detection():
-    channel = WebRTCChannel()
+    channel = channel_double()
     channel.attach(DataChannelDouble())
     await channel.send(server("session.created", session=session(None)))
     assert not channel.interrupts
     await channel.send(server("session.updated", session=session({"type": "server_vad",
                                                                   "interrupt_response": False})))
     await channel.send(delta(1000))
-    channel.playback.pull(20 * MS)
+    play(channel.playback, 20)
     await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
-    assert channel.playback.buffered == 980 * MS
+    assert channel.playback.buffered == 980 * 24
 
 
 async def test_client_events_clear_handled_here_session_update_pinned_and_leaving():
-    channel = WebRTCChannel()
+    channel = channel_double()
     dc = DataChannelDouble()
     channel.attach(dc)
     dc.client_sends({"type": "output_audio_buffer.clear"})
@@ -276,6 +309,6 @@ def test_offer_checks():
     assert "no data channel" in refused(OFFER.split("m=application")[0])
     assert "ICE credentials" in refused(OFFER.replace("a=ice-pwd:0123456789abcdefghijkl\r\n", ""))
     assert "fingerprint" in refused(OFFER.replace("a=fingerprint:", "a=x-fingerprint:"))
-    assert "codec" in refused(OFFER.replace("opus/48000/2", "G729/8000").replace("PCMU/8000", "G729/8000"))
+    assert "Opus" in refused(OFFER.replace("opus/48000/2", "G729/8000"))
     assert "parsed" in refused(OFFER.replace("m=audio 9 UDP/TLS/RTP/SAVPF 111 0", "m=audio 9 UDP/TLS/RTP/SAVPF x"))
     assert "larger than" in refused(OFFER + "a=x:" + "y" * 70_000 + "\r\n")

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 
-from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc.rtcdatachannel import RTCDataChannel
 
 from gateway.realtime.webrtc.channel import WebRTCChannel
@@ -58,8 +58,11 @@ class Call:
         pc.on("track", self._on_track)
         pc.on("connectionstatechange", self._on_state)
         try:
+            # Our audio transceiver first, Opus only: the outbound track sends Opus frames as they are.
+            audio = pc.addTransceiver(self.outbound, direction="sendrecv")
+            audio.setCodecPreferences([c for c in RTCRtpSender.getCapabilities("audio").codecs
+                                       if c.mimeType.lower() == "audio/opus"])
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer.sdp, type="offer"))
-            pc.addTrack(self.outbound)
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # noqa: BLE001 - aiortc raises what the offer provokes
             raise bad_offer(f"it cannot be answered ({exc.__class__.__name__}: {str(exc)[:160]})") from None

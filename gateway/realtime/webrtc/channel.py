@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from core.transport import ChannelClosed, EventChannel, Message
 from gateway.realtime.webrtc.playback import GATEWAY_EVENT_PREFIX, Playback
 from gateway.realtime.webrtc.session import interrupts, pin_update
+from gateway.realtime.webrtc.tracks import MEDIA_EXECUTOR, OpusFramer
 
 if TYPE_CHECKING:
     from aiortc import RTCDataChannel
@@ -58,7 +59,7 @@ def event_type(text: str) -> str:
 class WebRTCChannel(EventChannel):
     """One call's events and audio, as the realtime proxy sees a client."""
 
-    def __init__(self, beta: bool = False) -> None:
+    def __init__(self, beta: bool = False, framer: OpusFramer | None = None) -> None:
         self.beta = beta
         self.audio_delta = "response.audio.delta" if beta else "response.output_audio.delta"
         self._inbox: asyncio.Queue[Message | None] = asyncio.Queue()
@@ -70,6 +71,7 @@ class WebRTCChannel(EventChannel):
         self.live = False  # the worker's session.created has passed: media flows to it
         self.interrupts = True
         self.playback = Playback(self._to_client, self._to_worker)
+        self.framer = framer or OpusFramer()
         self.events_sent = 0
 
     # ------------------------------------------------------------------ the client side
@@ -154,17 +156,26 @@ class WebRTCChannel(EventChannel):
             return  # the worker sends text only
         kind = event_type(message)
         if kind == self.audio_delta:
-            event = json.loads(message)
-            self.playback.push(event.get("response_id", ""), event.get("item_id", ""),
-                               base64.b64decode(event.get("delta", "")))
+            response_id, item_id, frames = await self._offloop(self._encode_delta, message)
+            self.playback.push(response_id, item_id, frames)
             return
         if kind in WATCHED:
-            message = self._watch(kind, message)
+            message = await self._watch(kind, message)
             if message is None:
                 return
         self._write(message)
 
-    def _watch(self, kind: str, text: str) -> str | None:
+    async def _offloop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(MEDIA_EXECUTOR, fn, *args)
+
+    def _encode_delta(self, text: str) -> tuple[str, str, list[bytes]]:
+        """In the executor: an audio delta's text -> (response id, item id, Opus frames)."""
+        event = json.loads(text)
+        response_id = event.get("response_id", "")
+        return response_id, event.get("item_id", ""), self.framer.encode(response_id, base64.b64decode(
+            event.get("delta", "")))
+
+    async def _watch(self, kind: str, text: str) -> str | None:
         """Act on a watched event; the text to pass on, or None to keep it from the client."""
         event = json.loads(text)
         if kind == "session.created":
@@ -173,8 +184,12 @@ class WebRTCChannel(EventChannel):
         elif kind == "session.updated":
             self.interrupts = interrupts(event.get("session"), self.beta)
         elif kind == "response.done":
+            response_id = (event.get("response") or {}).get("id", "")
+            tail = await self._offloop(self.framer.flush, response_id)
+            if tail:
+                self.playback.push(response_id, "", tail)
             self._write(text)  # stopped comes after response.done
-            self.playback.done((event.get("response") or {}).get("id", ""))
+            self.playback.done(response_id)
             return None
         elif kind == "input_audio_buffer.speech_started":
             if self.interrupts and self.playback.active is not None:

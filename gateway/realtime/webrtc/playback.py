@@ -2,7 +2,8 @@
 WebRTC because only there does the server play the audio itself.
 
 Reply audio reaches the call as ``response.output_audio.delta`` events from the worker; instead of
-passing them on, the channel queues their PCM here and the outbound track takes 20 ms at a time in
+passing them on, the channel encodes their PCM into 20 ms Opus frames (``tracks.OpusFramer``, off
+the event loop) and queues the frames here, and the outbound track takes one frame every 20 ms in
 real time (``pull``). So the gateway knows, per response, how much was received and how much was
 actually played, and says so as OpenAI does:
 
@@ -32,6 +33,7 @@ from core.ids import new_id
 from core.protocol import server_event
 
 OUTPUT_RATE = 24000  # PCM16 mono, what the worker's audio deltas carry
+FRAME_SAMPLES = OUTPUT_RATE // 50  # one queued frame: 20 ms
 GATEWAY_EVENT_PREFIX = "gw_"  # event ids of what the gateway itself sends the worker
 KEEP_RESPONSES = 16
 
@@ -45,7 +47,7 @@ def gateway_event_id() -> str:
 
 @dataclass(slots=True)
 class ResponseAudio:
-    """One response's audio at the gateway; sample counts at 24 kHz."""
+    """One response's audio at the gateway; sample counts at 24 kHz (20 ms frames of 480)."""
 
     response_id: str
     item_id: str
@@ -72,10 +74,8 @@ class Playback:
     def __init__(self, to_client: Emit, to_worker: Emit) -> None:
         self._to_client = to_client
         self._to_worker = to_worker
-        self._queue: collections.deque[tuple[ResponseAudio, bytes]] = collections.deque()
-        self._offset = 0  # bytes of the head chunk already played
+        self._queue: collections.deque[tuple[ResponseAudio, bytes]] = collections.deque()  # one frame each
         self._responses: collections.OrderedDict[str, ResponseAudio] = collections.OrderedDict()
-        self.buffered = 0  # samples queued, not yet played
 
     # ------------------------------------------------------------------ from the worker
 
@@ -89,15 +89,18 @@ class Playback:
             r.item_id = item_id
         return r
 
-    def push(self, response_id: str, item_id: str, pcm: bytes) -> None:
-        """Audio of a response (PCM16 mono 24 kHz), queued behind what is there."""
+    @property
+    def buffered(self) -> int:
+        """Samples queued, not yet played."""
+        return len(self._queue) * FRAME_SAMPLES
+
+    def push(self, response_id: str, item_id: str, frames: list[bytes]) -> None:
+        """Encoded 20 ms frames of a response, queued behind what is there."""
         r = self.response(response_id, item_id)
-        if r.ended or not pcm:
+        if r.ended or not frames:
             return  # cleared: its late audio is not played
-        pcm = pcm[: len(pcm) // 2 * 2]
-        r.received += len(pcm) // 2
-        self.buffered += len(pcm) // 2
-        self._queue.append((r, pcm))
+        r.received += len(frames) * FRAME_SAMPLES
+        self._queue.extend((r, frame) for frame in frames)
 
     def done(self, response_id: str) -> None:
         """``response.done``: the response sends no more audio."""
@@ -131,8 +134,6 @@ class Playback:
         cut = self.active
         cut_ids = {r.response_id for r, _ in self._queue}
         self._queue.clear()
-        self._offset = 0
-        self.buffered = 0
         for rid in cut_ids:
             self._responses[rid].ended = True
         last = cut or (next(reversed(self._responses.values())) if self._responses else None)
@@ -151,26 +152,17 @@ class Playback:
 
     # ------------------------------------------------------------------ to the track
 
-    def pull(self, samples: int) -> bytes:
-        """The next ``samples`` of audio to play (fewer, or b"", when the queue runs dry)."""
-        want = samples * 2
-        out = bytearray()
-        while want > 0 and self._queue:
-            r, data = self._queue[0]
-            if not r.started:
-                r.started = True
-                self._to_client(server_event("output_audio_buffer.started", response_id=r.response_id))
-            piece = data[self._offset:self._offset + want]
-            out += piece
-            want -= len(piece)
-            r.played += len(piece) // 2
-            self.buffered -= len(piece) // 2
-            self._offset += len(piece)
-            if self._offset >= len(data):
-                self._queue.popleft()
-                self._offset = 0
-                self._maybe_stopped(r)
-        return bytes(out)
+    def pull(self) -> bytes | None:
+        """The next 20 ms frame to play, or None when the queue is dry (the track sends silence)."""
+        if not self._queue:
+            return None
+        r, frame = self._queue.popleft()
+        if not r.started:
+            r.started = True
+            self._to_client(server_event("output_audio_buffer.started", response_id=r.response_id))
+        r.played += FRAME_SAMPLES
+        self._maybe_stopped(r)
+        return frame
 
     # ------------------------------------------------------------------ internals
 

@@ -1,10 +1,10 @@
 """What an offer must hold before the gateway makes a peer connection for it.
 
-A call needs an audio m-line (the microphone; the reply's audio goes back on it), a data channel
-(``m=application ... SCTP``: the ``oai-events`` channel) and the ICE and DTLS parameters to reach
-it. Anything else is refused with 400 and a reason the developer can act on, before any
-``RTCPeerConnection``, port or queue place exists (``invalid_offer``). A video m-line is optional
-(the omni page's camera).
+A call needs an audio m-line offering Opus (the microphone; the reply's audio goes back on it;
+every browser offers Opus, and the call speaks nothing else), a data channel (``m=application ...
+SCTP``: the ``oai-events`` channel) and the ICE and DTLS parameters to reach it. Anything else is
+refused with 400 and a reason the developer can act on, before any ``RTCPeerConnection``, port or
+queue place exists (``invalid_offer``). A video m-line is optional (the omni page's camera).
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def parse_offer(text: str, session_description) -> Offer:
             raise bad_offer(f"the {m.kind} m-line has no ICE credentials (a=ice-ufrag, a=ice-pwd)")
         if m.dtls is None or not m.dtls.fingerprints:
             raise bad_offer(f"the {m.kind} m-line has no DTLS fingerprint (a=fingerprint)")
-    if not any(c.mimeType.lower() in ("audio/opus", "audio/pcmu", "audio/pcma") for m in audio for c in m.rtp.codecs):
-        raise bad_offer("the audio m-line offers no codec the gateway speaks (opus, PCMU, PCMA)")
+    if not any(c.mimeType.lower() == "audio/opus" for m in audio for c in m.rtp.codecs):
+        raise bad_offer("the audio m-line does not offer Opus (a=rtpmap:<pt> opus/48000/2), the call's codec")
     video = any(m.kind == "video" and m.port != 0 and m.direction in (None, "sendrecv", "sendonly")
                 for m in parsed.media)
     return Offer(sdp=sdp, video=video)

@@ -7,9 +7,11 @@
 - In, camera: frames are sampled at most ``limits.max_frame_rate`` a second, scaled to at most
   640 px wide and JPEG-encoded (PyAV's mjpeg) in the same executor, and sent as the
   ``input_image_buffer.append`` events the WebSocket pages send.
-- Out: ``OutboundAudioTrack`` hands aiortc one 20 ms frame (PCM16 mono 24 kHz) in real time,
-  taken from ``Playback`` (silence when nothing is queued); aiortc resamples and encodes it to
-  Opus in its default executor. What it took is what was played.
+- Out: the reply's PCM is encoded to Opus (24 kHz mono, 32 kbit/s: speech) by ``OpusFramer`` in
+  that executor as its deltas arrive, and ``OutboundAudioTrack`` hands aiortc one encoded 20 ms
+  frame every 20 ms, taken from ``Playback``, or a constant silence frame when nothing is queued.
+  aiortc only packetises encoded frames (no executor hop, no level metering per frame on the
+  loop, no encoding at all while silent): what the track took is what was played.
 
 Media arriving before the worker's ``session.created`` (the call is still queued) is read and
 dropped: nothing is sent while queued, as on our pages.
@@ -30,16 +32,20 @@ import av
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
-from gateway.realtime.webrtc.playback import OUTPUT_RATE, Playback
+from gateway.realtime.webrtc.playback import FRAME_SAMPLES, OUTPUT_RATE, Playback
 
 log = logging.getLogger(__name__)
 
 INPUT_RATE = 24000  # the session's input rate on a call (channel.py keeps it so)
 APPEND_S = 0.04
-FRAME_SAMPLES = OUTPUT_RATE // 50  # 20 ms
 MAX_FRAME_WIDTH = 640
 RESYNC_S = 0.2  # the loop stalled this long: restart the clock rather than burst to catch up
-TIME_BASE = fractions.Fraction(1, OUTPUT_RATE)
+OPUS_RATE = 48000  # Opus's RTP clock, whatever the encoded rate
+OPUS_TIME_BASE = fractions.Fraction(1, OPUS_RATE)
+OPUS_BITRATE = 32000
+# A 20 ms Opus frame of silence (CELT, one byte of TOC and two of payload): what the track sends
+# while nothing plays, without encoding anything.
+OPUS_SILENCE = b"\xf8\xff\xfe"
 
 # Codec work of every call (resampling, base64, JPEG): two threads, apart from the default executor
 # where aiortc encodes Opus, so neither waits behind the other.
@@ -49,8 +55,51 @@ Deliver = Callable[[str], None]
 Live = Callable[[], bool]
 
 
+class OpusFramer:
+    """A reply's PCM16 (24 kHz mono) -> 20 ms Opus frames, one encoder per call so the stream is
+    continuous. Blocking: called in ``MEDIA_EXECUTOR``, one call at a time per call (the channel
+    awaits each before the next event). A partial frame waits for the next delta of the same
+    response, and is padded with silence at the response's end (``flush``)."""
+
+    def __init__(self) -> None:
+        codec = av.CodecContext.create("libopus", "w")
+        codec.bit_rate = OPUS_BITRATE
+        codec.format, codec.layout, codec.sample_rate = "s16", "mono", OUTPUT_RATE
+        codec.time_base = fractions.Fraction(1, OUTPUT_RATE)
+        codec.options = {"application": "voip"}
+        self.codec = codec
+        self._rest = b""
+        self._response = ""
+        self._pts = 0
+
+    def encode(self, response_id: str, pcm: bytes) -> list[bytes]:
+        if response_id != self._response:
+            self._response, self._rest = response_id, b""  # a cut reply's tail is not played
+        data = self._rest + pcm
+        whole = len(data) // (FRAME_SAMPLES * 2) * FRAME_SAMPLES * 2
+        self._rest = data[whole:]
+        return self._frames(data[:whole])
+
+    def flush(self, response_id: str) -> list[bytes]:
+        if response_id != self._response or not self._rest:
+            return []
+        data, self._rest = self._rest, b""
+        return self._frames(data + bytes(FRAME_SAMPLES * 2 - len(data)))
+
+    def _frames(self, pcm: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        step = FRAME_SAMPLES * 2
+        for start in range(0, len(pcm), step):
+            frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+            frame.planes[0].update(pcm[start:start + step])
+            frame.sample_rate, frame.time_base, frame.pts = OUTPUT_RATE, self.codec.time_base, self._pts
+            self._pts += FRAME_SAMPLES
+            out += [bytes(packet) for packet in self.codec.encode(frame)]
+        return out
+
+
 class OutboundAudioTrack(MediaStreamTrack):
-    """The reply's audio, paced in real time: 20 ms a frame, silence when idle."""
+    """The reply's audio, paced in real time: one encoded 20 ms Opus frame a tick, silence when idle."""
 
     kind = "audio"
 
@@ -58,28 +107,25 @@ class OutboundAudioTrack(MediaStreamTrack):
         super().__init__()
         self.playback = playback
         self._start: float | None = None
-        self._pts = 0
+        self._ticks = 0
 
-    async def recv(self) -> av.AudioFrame:
+    async def recv(self) -> av.Packet:
         if self.readyState != "live":
             raise MediaStreamError
         now = time.monotonic()
         if self._start is None:
             self._start = now
         else:
-            self._pts += FRAME_SAMPLES
-            wait = self._start + self._pts / OUTPUT_RATE - now
+            self._ticks += 1
+            wait = self._start + self._ticks * 0.02 - now
             if wait > 0:
                 await asyncio.sleep(wait)
             elif wait < -RESYNC_S:
-                self._start = now - self._pts / OUTPUT_RATE
-        pcm = self.playback.pull(FRAME_SAMPLES)
-        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
-        frame.planes[0].update(pcm + bytes(FRAME_SAMPLES * 2 - len(pcm)))
-        frame.pts = self._pts
-        frame.sample_rate = OUTPUT_RATE
-        frame.time_base = TIME_BASE
-        return frame
+                self._start = now - self._ticks * 0.02
+        packet = av.Packet(self.playback.pull() or OPUS_SILENCE)
+        packet.pts = self._ticks * (OPUS_RATE // 50)
+        packet.time_base = OPUS_TIME_BASE
+        return packet
 
 
 def _append_event(resampler: av.AudioResampler, frames: list[av.AudioFrame]) -> str:

@@ -26,6 +26,7 @@ import websockets
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 from openai import AsyncOpenAI
 
+from core.media import wav_bytes
 from tests.support.realtime_client import recv_until
 from tests.support.stack import Stack
 from tests.support.webrtc_client import RATE, CallClient
@@ -116,6 +117,10 @@ async def test_spoken_question_spoken_answer_then_hangup(stack, call, speech):
     h = stack.health()
     assert h["slots_busy"] == 0 and h["queue_length"] == 0  # free when the hangup answers
     assert (await c.hangup()).status_code == 404
+    # What came out of the track is the answer, intelligibly: the worker's Whisper hears it.
+    heard = httpx.post(f"{stack.url}/v1/audio/transcriptions", timeout=30, data={"model": "omniduplex-cascade"},
+                       files={"file": ("answer.wav", wav_bytes(bytes(c.audio), RATE), "audio/wav")})
+    assert "paris" in heard.json()["text"].lower(), heard.text
 
 
 async def test_barge_in_truncates_to_what_was_heard(stack, call, speech):
