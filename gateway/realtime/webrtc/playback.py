@@ -145,7 +145,9 @@ class Playback:
             # The worker cancels on barge-in itself; a client's clear stops the generation here.
             cut.cancel_asked = True
             self._to_worker({"type": "response.cancel", "event_id": gateway_event_id(), "response_id": cut.response_id})
-        if cut.played < cut.received and cut.item_id:
+        if cut.item_id:
+            # Even when all that arrived was played: the worker counts what it sent, and more may
+            # have been on its way.
             cut.truncate_ms = cut.played_ms
             self._maybe_truncate(cut)
         return cut
