@@ -68,7 +68,8 @@ class Grant:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Grant:
-        return cls(**json.loads(text))
+        data = json.loads(text)  # fields another gateway's version may add are left out
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True, slots=True)
