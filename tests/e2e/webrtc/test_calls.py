@@ -251,3 +251,23 @@ async def test_camera_track_reaches_the_worker(stack, call):
     assert not c.of("error")
     no_audio_events(c)
     assert (await c.hangup()).status_code == 200
+
+
+async def test_operator_sees_and_ends_a_call(stack, call):
+    c = call()
+    await c.connect()
+    created = await c.until("session.created", timeout=20)
+    async with httpx.AsyncClient(base_url=stack.url, headers=stack.admin_headers, timeout=10) as admin:
+        live = (await admin.get("/api/admin/live")).json()["sessions"]
+        mine = [s for s in live if s.get("call_id") == c.call_id]
+        assert mine and mine[0]["transport"] == "webrtc" and mine[0]["session_id"] == created["session"]["id"]
+        r = await admin.post(f"/api/admin/sessions/{mine[0]['session_id']}/end")
+        assert r.status_code == 200, r.text
+    error = await c.until("error", timeout=10)
+    assert error["error"]["code"] == "session_ended_by_operator"
+    deadline = time.monotonic() + 10
+    while c.pc.connectionState not in ("closed", "failed"):  # the gateway closed the connection
+        assert time.monotonic() < deadline, c.pc.connectionState
+        await asyncio.sleep(0.05)
+    assert (await c.hangup()).status_code == 404
+    no_audio_events(c)
