@@ -2,9 +2,11 @@
 
 ``receive()`` yields what the worker should get: the client's events from the ``oai-events`` data
 channel, the microphone's audio as ``input_audio_buffer.append`` events (``tracks.py``), and the
-few client events the gateway itself sends for the call (a truncate after barge-in). ``send()`` routes the worker's events: audio deltas go to the outbound track
-(``Playback``), never to the data channel; everything else goes to the data channel as the same
-JSON text the WebSocket carries. Events sent before the data channel is open wait for it.
+few client events the gateway itself sends for the call (a truncate after barge-in, a cancel after
+a client's clear). ``send()`` routes the worker's events: audio deltas are parsed, decoded and
+encoded to Opus frames off the event loop (they are the big ones) and queued for the outbound track
+(``Playback``), never sent on the data channel; everything else goes to the data channel as the
+same JSON text the WebSocket carries. Events sent before the data channel is open wait for it.
 
 The channel watches a few events on the way (the type is read from the text's head, so most events
 are never parsed): ``session.created`` starts the media, ``session.updated`` says whether barge-in
