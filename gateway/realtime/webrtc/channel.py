@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_PENDING = 1024  # events for the client before its data channel opened
+MAX_INBOX = 1000  # events for the worker not yet taken (40 s of microphone): a stalled relay drops audio
 MAX_BUFFERED_BYTES = 8 * 2**20  # a client this far behind on the data channel is not reading
 CLOSE_NOT_READING = 1008
 DRAIN_S = 1.0  # how long a closing call waits for its last events to leave
@@ -74,7 +75,7 @@ class WebRTCChannel(EventChannel):
         self.interrupts = True
         self.playback = Playback(self._to_client, self._to_worker)
         self.framer = framer or OpusFramer()
-        self.events_sent = 0
+        self._dropped = 0
 
     # ------------------------------------------------------------------ the client side
 
@@ -100,9 +101,15 @@ class WebRTCChannel(EventChannel):
             self._inbox.put_nowait(None)
 
     def deliver(self, message: Message) -> None:
-        """An event for the worker, from the media tracks."""
-        if self._gone is None:
-            self._inbox.put_nowait(message)
+        """An event for the worker, from the media tracks (dropped while the relay is stalled)."""
+        if self._gone is not None:
+            return
+        if self._inbox.qsize() >= MAX_INBOX:
+            self._dropped += 1
+            if self._dropped == 1:
+                log.warning("the worker is not taking this call's media; dropping it")
+            return
+        self._inbox.put_nowait(message)
 
     def _from_client(self, message: Message) -> None:
         if self._gone is not None:
@@ -140,7 +147,6 @@ class WebRTCChannel(EventChannel):
         if dc.bufferedAmount > MAX_BUFFERED_BYTES:
             raise ChannelClosed(CLOSE_NOT_READING, "client is not reading the data channel")
         dc.send(text)
-        self.events_sent += 1
 
     # ------------------------------------------------------------------ EventChannel
 

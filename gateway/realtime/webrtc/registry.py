@@ -49,16 +49,16 @@ class CallProxy(RealtimeProxy):
         self.placed: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
         self._last_error: dict[str, Any] | None = None
 
-    def _settle(self, refusal: dict[str, Any] | None) -> None:
+    def settle(self, refusal: dict[str, Any] | None) -> None:
         if not self.placed.done():
             self.placed.set_result(refusal)
 
     def _on_status(self, s: QueueStatus) -> None:
-        self._settle(None)
+        self.settle(None)
         super()._on_status(s)
 
     def _on_assigned(self, lease: Lease) -> None:
-        self._settle(None)
+        self.settle(None)
         super()._on_assigned(lease)
 
     async def _send(self, event: dict[str, Any]) -> bool:
@@ -67,7 +67,7 @@ class CallProxy(RealtimeProxy):
         return await super()._send(event)
 
     async def _close(self, code: int, reason: str) -> None:
-        self._settle(self._last_error or {"error": {"code": "call_ended", "message": reason}})
+        self.settle(self._last_error or {"error": {"code": "call_ended", "message": reason}})
         await super()._close(code, reason)
 
     def info(self) -> dict[str, Any]:
@@ -108,7 +108,7 @@ class CallRegistry:
         except Exception:  # noqa: BLE001 - one call's failure must not outlive it
             log.exception("call %s failed", call.id)
         finally:
-            proxy._settle({"error": {"code": "call_ended", "message": "the call ended"}})
+            proxy.settle({"error": {"code": "call_ended", "message": "the call ended"}})
             self.live.pop(proxy.ticket, None)
             admitted.close()
             await call.close()
