@@ -117,6 +117,13 @@ async def test_spoken_question_spoken_answer_then_hangup(stack, call, speech):
     h = stack.health()
     assert h["slots_busy"] == 0 and h["queue_length"] == 0  # free when the hangup answers
     assert (await c.hangup()).status_code == 404
+    # Recorded as any session: the user's audio (the appends the gateway made) and the reply's.
+    recording = stack.sessions_dir / created["session"]["id"]
+    deadline = time.monotonic() + 15
+    while not (recording / "meta.json").exists():
+        assert time.monotonic() < deadline, "the call's session was not recorded"
+        await asyncio.sleep(0.1)
+    assert any((recording / "user_audio").iterdir()) and any((recording / "ai_audio").iterdir())
     # What came out of the track is the answer, intelligibly: the worker's Whisper hears it.
     heard = httpx.post(f"{stack.url}/v1/audio/transcriptions", timeout=30, data={"model": "omniduplex-cascade"},
                        files={"file": ("answer.wav", wav_bytes(bytes(c.audio), RATE), "audio/wav")})
