@@ -29,6 +29,19 @@ from core.protocol import EXTENSION_EVENTS
 RATE = 24000
 FRAME = RATE // 50
 
+# A minimal offer as a browser makes it (audio with Opus, the data channel, ICE and DTLS
+# parameters), for the tests that need one without a peer behind it.
+OFFER = "\r\n".join([
+    "v=0", "o=- 1 2 IN IP4 127.0.0.1", "s=-", "t=0 0", "a=group:BUNDLE 0 1", "a=msid-semantic:WMS *",
+    "m=audio 9 UDP/TLS/RTP/SAVPF 111 0", "c=IN IP4 0.0.0.0", "a=mid:0", "a=sendrecv", "a=rtcp-mux",
+    "a=rtpmap:111 opus/48000/2", "a=rtpmap:0 PCMU/8000",
+    "a=ice-ufrag:abcd", "a=ice-pwd:0123456789abcdefghijkl",
+    "a=fingerprint:sha-256 " + ":".join(["AB"] * 32), "a=setup:actpass",
+    "m=application 9 UDP/DTLS/SCTP webrtc-datachannel", "c=IN IP4 0.0.0.0", "a=mid:1", "a=sctp-port:5000",
+    "a=ice-ufrag:abcd", "a=ice-pwd:0123456789abcdefghijkl",
+    "a=fingerprint:sha-256 " + ":".join(["AB"] * 32), "a=setup:actpass", "",
+])
+
 
 class Microphone(MediaStreamTrack):
     """What the test queues with ``say``, then silence; 20 ms frames in real time."""

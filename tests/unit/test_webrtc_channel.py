@@ -22,6 +22,7 @@ from gateway.realtime.webrtc.sdp import parse_offer
 from gateway.realtime.webrtc.tracks import OpusFramer
 from gateway.realtime.webrtc.session import interrupts, pin_formats, pin_update
 from gateway.rest.models import ApiError
+from tests.support.webrtc_client import OFFER
 
 FRAME_MS = 20
 
@@ -280,18 +281,6 @@ def test_pinned_formats_and_interrupts_in_both_dialects():
 
 
 # ---------------------------------------------------------------------------- offers
-
-OFFER = "\r\n".join([
-    "v=0", "o=- 1 2 IN IP4 127.0.0.1", "s=-", "t=0 0", "a=group:BUNDLE 0 1", "a=msid-semantic:WMS *",
-    "m=audio 9 UDP/TLS/RTP/SAVPF 111 0", "c=IN IP4 0.0.0.0", "a=mid:0", "a=sendrecv", "a=rtcp-mux",
-    "a=rtpmap:111 opus/48000/2", "a=rtpmap:0 PCMU/8000",
-    "a=ice-ufrag:abcd", "a=ice-pwd:0123456789abcdefghijkl",
-    "a=fingerprint:sha-256 " + ":".join(["AB"] * 32), "a=setup:actpass",
-    "m=application 9 UDP/DTLS/SCTP webrtc-datachannel", "c=IN IP4 0.0.0.0", "a=mid:1", "a=sctp-port:5000",
-    "a=ice-ufrag:abcd", "a=ice-pwd:0123456789abcdefghijkl",
-    "a=fingerprint:sha-256 " + ":".join(["AB"] * 32), "a=setup:actpass", "",
-])
-
 
 def refused(text: str) -> str:
     with pytest.raises(ApiError) as err:

@@ -1,0 +1,99 @@
+"""``/v1/realtime/calls`` in process: who may offer a call and what a refused offer leaves behind
+(nothing: no call, no live session, no rate-limit slot), on a gateway with no workers and no room
+in its queue (an offer that passes every check is then refused by the queue: 429 ``queue_full``).
+
+Calls with a real peer and a real worker: ``tests/e2e/webrtc/test_calls.py``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from core.config import AppConfig
+from gateway.app import create_app
+from tests.support.webrtc_client import OFFER
+
+KEY = "sk-test-0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+SDP = {"Content-Type": "application/sdp"}
+CALLS = "/v1/realtime/calls"
+
+
+def make_client(tmp_path, **sections) -> TestClient:
+    config = AppConfig.model_validate({"data_dir": str(tmp_path), "workers": {"count": 0},
+                                       "gateway": {"allowed_hosts": ["testserver"]},
+                                       "admin": {"token": "a" * 24}, "queue": {"capacity": 0}, **sections})
+    return TestClient(create_app(config))
+
+
+def nothing_left(c: TestClient) -> None:
+    state = c.app.state
+    assert state.calls.calls == {} and state.live == {} and state.pool.queue_length == 0
+
+
+def error(r, status: int, code: str) -> dict:
+    assert r.status_code == status, r.text
+    body = r.json()["error"]
+    assert body["code"] == code and body["message"], body
+    return body
+
+
+def multipart(sdp: str = OFFER, session: dict | str | None = None) -> dict:
+    files = {"sdp": (None, sdp.encode(), "application/sdp")}
+    if session is not None:
+        data = session if isinstance(session, str) else json.dumps(session)
+        files["session"] = (None, data.encode(), "application/json")
+    return files
+
+
+def test_keys_on_a_keyed_service(tmp_path):
+    # One open session per address: a refused call that kept its admission slot would make the
+    # next one a 429 rate_limited instead of queue_full.
+    with make_client(tmp_path, auth={"api_keys": [KEY], "per_ip": {"concurrent": 1}}) as c:
+        error(c.post(CALLS, content=OFFER, headers=SDP), 401, "invalid_api_key")
+        error(c.post(CALLS, content=OFFER, headers={**SDP, "Authorization": "Bearer wrong-key-123"}), 401,
+              "invalid_api_key")
+        unknown = error(c.post(CALLS, content=OFFER, headers={**SDP, "Authorization": "Bearer ek_" + "0" * 40}),
+                        401, "invalid_api_key")
+        assert "ephemeral" in unknown["message"]
+        # The service's key passes; the full queue refuses it, as an HTTP answer.
+        error(c.post(CALLS, content=OFFER, headers={**SDP, **AUTH}), 429, "queue_full")
+        nothing_left(c)
+        # A minted key passes too, once: a refused offer (here: by the queue) has spent it.
+        minted = c.post("/v1/realtime/client_secrets", json={}, headers=AUTH).json()["value"]
+        ek = {**SDP, "Authorization": f"Bearer {minted}"}
+        error(c.post(CALLS, content="not sdp", headers=ek), 400, "invalid_offer")  # a bad offer does not
+        error(c.post(CALLS, content=OFFER, headers=ek), 429, "queue_full")
+        used = error(c.post(CALLS, content=OFFER, headers=ek), 401, "invalid_api_key")
+        assert "already used" in used["message"]
+        error(c.post(f"{CALLS}/rtc_0123/hangup", headers=AUTH), 404, "call_not_found")
+        nothing_left(c)
+
+
+def test_bodies(tmp_path):
+    with make_client(tmp_path) as c:
+        r = c.post(CALLS, content=OFFER, headers={"Content-Type": "text/plain"})
+        assert r.status_code == 415, r.text
+        error(c.post(CALLS, files={"session": (None, b"{}", "application/json")}), 400, "missing_required_parameter")
+        bad = error(c.post(CALLS, files=multipart(session={"type": "realtime", "bogus": 1})), 400,
+                    "unknown_parameter")
+        assert bad["param"] == "session.bogus"
+        error(c.post(CALLS, files=multipart(session="{not json")), 400, "invalid_json")
+        error(c.post(CALLS, files=multipart(session=[1, 2])), 400, "invalid_type")
+        error(c.post(CALLS, files=multipart(sdp="v=0\r\n")), 400, "invalid_offer")
+        # A good multipart offer reaches the queue (and with no worker is refused there).
+        error(c.post(CALLS, files=multipart(session={"type": "realtime", "instructions": "hi"})), 429, "queue_full")
+        big = OFFER + "a=x:" + "y" * 400_000 + "\r\n"
+        assert c.post(CALLS, content=big, headers=SDP).status_code == 413
+        nothing_left(c)
+
+
+@pytest.mark.parametrize("origin, status", [("https://elsewhere.example", 403), ("http://testserver", 429)])
+def test_origin_of_a_browser_offer_on_a_keyed_service(tmp_path, origin, status):
+    with make_client(tmp_path, auth={"api_keys": [KEY]}) as c:
+        minted = c.post("/v1/realtime/client_secrets", json={}, headers=AUTH).json()["value"]
+        r = c.post(CALLS, content=OFFER, headers={**SDP, "Authorization": f"Bearer {minted}", "Origin": origin})
+        assert r.status_code == status, r.text  # 429: admitted, then no room in the queue
+        nothing_left(c)
