@@ -10,6 +10,7 @@
     python -m bench tools       # function calling via the realtime API: right decisions, valid arguments, latency
     python -m bench turns       # turn-taking: spoken V2V and mid-sentence cut-ins per turn-detection mode
     python -m bench answers     # answer quality via REST: simple questions answered right and short
+    python -m bench omni        # qwen_omni at Qwen2.5-Omni-7B shapes (random weights) on a GPU: TTFP, RTF, E2E, memory
 
 Each prints a markdown table; ``--json`` prints one JSON object instead; ``--out DIR`` also
 writes JSON (and PNG plots where there are any) into DIR.
@@ -32,7 +33,7 @@ COMMANDS = {
     "turns": "bench.turns",
     "answers": "bench.answers",
 }
-DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording", "rest": "bench.rest"}
+DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording", "rest": "bench.rest", "omni": "bench.omni_gpu"}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -60,7 +60,8 @@ def continuity(arrivals: list[tuple[float, float]]) -> tuple[int, float]:
     return underruns, worst
 
 
-async def one_request(url: str, kind: str, prompt: str, speech: np.ndarray | None) -> dict[str, Any]:
+async def one_request(url: str, kind: str, prompt: str, speech: np.ndarray | None,
+                      max_tokens: int = MAX_TOKENS) -> dict[str, Any]:
     t_connect = time.monotonic()
     r: dict[str, Any] = {"kind": kind}
     async with websockets.connect(url, max_size=None, compression=None, ping_interval=None,
@@ -73,7 +74,7 @@ async def one_request(url: str, kind: str, prompt: str, speech: np.ndarray | Non
             if ev["type"] == "session.created":
                 break
         r["queue_wait_ms"] = (queue_wait if queue_wait is not None else time.monotonic() - t_connect) * 1000
-        update = {"max_output_tokens": MAX_TOKENS}
+        update = {"max_output_tokens": max_tokens}
         if kind == "text":
             update["audio"] = {"input": {"turn_detection": None}}
         await ws.send(json.dumps({"type": "session.update", "session": update}))
@@ -133,7 +134,8 @@ async def stream_speech(ws, speech: np.ndarray, marks: dict[str, float]) -> None
                                   "audio": base64.b64encode(audio[i:i + step].tobytes()).decode()}))
 
 
-async def level(url: str, concurrency: int, jobs: list[tuple[str, str, np.ndarray | None]]) -> list[dict[str, Any]]:
+async def level(url: str, concurrency: int, jobs: list[tuple[str, str, np.ndarray | None]],
+                max_tokens: int = MAX_TOKENS) -> list[dict[str, Any]]:
     todo = list(jobs)
     results: list[dict[str, Any]] = []
 
@@ -141,7 +143,7 @@ async def level(url: str, concurrency: int, jobs: list[tuple[str, str, np.ndarra
         while todo:
             kind, prompt, speech = todo.pop(0)
             try:
-                results.append(await one_request(url, kind, prompt, speech))
+                results.append(await one_request(url, kind, prompt, speech, max_tokens))
             except Exception as exc:  # noqa: BLE001 - counted, not fatal
                 results.append({"kind": kind, "error": repr(exc)})
 

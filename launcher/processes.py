@@ -156,9 +156,12 @@ def _fork_thread() -> ThreadPoolExecutor:
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment for a child: the repository importable, no model downloads
-    (tests and benchmarks use the local model cache), output not buffered; then ``extra``."""
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT),
+    """This process's environment for a child: the repository importable (ahead of what
+    ``PYTHONPATH`` already held: packages installed with ``pip --target`` stay importable), no model
+    downloads (tests and benchmarks use the local model cache), output not buffered; then ``extra``."""
+    path = os.pathsep.join([str(ROOT), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                         if p and p != str(ROOT)]])
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": path,
             "PYTHONUNBUFFERED": "1", **(extra or {})}
 
 

@@ -100,6 +100,7 @@ class QwenOmniBackend(OmniBackendBase):
         self.device = "cpu"
         self.dtype = None
         self.has_video = False
+        self.codec_suppressed: list[int] = []  # Qwen2.5 Talker ids never to sample (see ``codec_suppressed``)
         # The Talker + vocoder run beside the Thinker: one thread, so pieces are spoken in order.
         self.talker_pool = self.threads.pool("qwen-talker")
 
@@ -143,6 +144,13 @@ class QwenOmniBackend(OmniBackendBase):
         if not self.device.startswith("cuda"):
             model.to(self.device)
         self.model = model.eval()
+        t2w = getattr(model, "token2wav", None)
+        if t2w is not None and family == "qwen2_5_omni":
+            t2w.float()  # Token2Wav runs in float32 (as transformers' generate does): once, not in a reply
+            talker = model.talker
+            self.codec_suppressed = codec_suppressed(
+                model.config.talker_config.vocab_size, model.config.token2wav_config.dit_config.num_embeds,
+                talker.codec_bos_token, (talker.codec_pad_token, talker.codec_eos_token))
         predictor = getattr(getattr(model, "talker", None), "code_predictor", None)
         if not self.options.talker_sample and predictor is not None:
             predictor.generation_config.do_sample = False  # Qwen3's residual codes greedy too
@@ -177,9 +185,39 @@ class QwenOmniBackend(OmniBackendBase):
         return bool(getattr(self.model, "has_talker", False) and self.voices)
 
     def _warm_up(self) -> None:
-        """One tiny pass through each stage so the first real turn pays no first-call costs."""
+        """One tiny pass through the Thinker and the vocoder, so the first real turn pays no
+        first-call costs (on a GPU: kernel selection for each new shape, the vocoder's convolutions)."""
+        import torch
+
         inputs = self._inputs([{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], [], [], [])
         self._thinker_generate(inputs, max_new_tokens=2, temperature=0.0, cancel=threading.Event(), streamer=None)
+        if self.family == "qwen2_5_omni" and self.speaks:
+            spk = self.model.speaker_map[self.default_voice]
+            t2w = self.model.token2wav
+            codes = torch.zeros((1, 24), dtype=torch.long, device=t2w.device)
+            with torch.inference_mode():
+                t2w(codes, conditioning=spk["cond"].to(t2w.device).float(),
+                    reference_mel=spk["ref_mel"].to(t2w.device).float(), num_steps=self.options.token2wav_steps)
+        self._sync()
+
+    def _sync(self) -> None:
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def health_detail(self) -> dict[str, Any]:
+        """On a GPU: its memory as this worker's PyTorch sees it (allocated now, reserved by the
+        caching allocator, the peak), so an operator sees a worker that does not give memory back."""
+        if not self.device.startswith("cuda") or self.model is None:
+            return {}
+        import torch
+
+        mib = 1 << 20
+        return {"gpu": {"device": self.device, "name": torch.cuda.get_device_name(self.device),
+                        "allocated_mib": round(torch.cuda.memory_allocated(self.device) / mib),
+                        "reserved_mib": round(torch.cuda.memory_reserved(self.device) / mib),
+                        "peak_allocated_mib": round(torch.cuda.max_memory_allocated(self.device) / mib)}}
 
     # ------------------------------------------------------------------ prompts
 
@@ -401,10 +439,11 @@ class QwenOmniBackend(OmniBackendBase):
         reply_rest = torch.cat([reply[:, 1:], embed(tok(talker.text_eos_token)), embed(tok(talker.text_pad_token))],
                                dim=1)
         kwargs = {k: v for k, v in state["mm"].items() if v is not None}
+        t0 = time.perf_counter()
         codes = talker.generate(
             input_ids=talker_ids, input_text_ids=input_text_ids, thinker_reply_part=reply_rest,
             inputs_embeds=inputs_embeds, attention_mask=torch.ones((1, n_ctx + 2), dtype=torch.long, device=dev),
-            suppress_tokens=[talker.codec_bos_token], eos_token_id=[talker.codec_pad_token, talker.codec_eos_token],
+            suppress_tokens=self.codec_suppressed, eos_token_id=[talker.codec_pad_token, talker.codec_eos_token],
             pad_token_id=talker.codec_pad_token, stopping_criteria=self._stopper(cancel),
             **self._talker_sampling(max_codes), **kwargs,
         )[:, talker_ids.shape[1]:]
@@ -413,12 +452,13 @@ class QwenOmniBackend(OmniBackendBase):
         codes = codes[:, :length]
         if length == 0 or cancel.is_set():
             return np.zeros(0, dtype=np.float32)
-        t2w = model.token2wav
-        if t2w.dtype != torch.float32:
-            t2w.float()  # Token2Wav runs in float32 (as transformers' generate does)
+        t1 = time.perf_counter()
+        t2w = model.token2wav  # float32 since loading
         wav = t2w(codes.to(t2w.device), conditioning=spk["cond"].to(t2w.device).float(),
                   reference_mel=spk["ref_mel"].to(t2w.device).float(), num_steps=self.options.token2wav_steps)
-        return wav.reshape(-1).float().cpu().numpy()
+        samples = wav.reshape(-1).float().cpu().numpy()
+        state["pieces"].append((length, t1 - t0, time.perf_counter() - t1))  # codes, talker s, vocoder s
+        return samples
 
     def _speak3(self, state, piece_ids, voice, max_codes, cancel) -> np.ndarray:
         """Qwen3-Omni: the Talker reads the user turn (thinker states) and the piece's token
@@ -503,7 +543,7 @@ class _Speech:
             "video_second_per_grid": inputs.get("video_second_per_grid"),
             "audio_feature_lengths": feature_mask.sum(dim=1) if feature_mask is not None else None,
             "use_audio_in_video": False,
-        }}
+        }, "pieces": []}
         self.first_done = threading.Event()
 
     def capture(self, module, args, kwargs, output) -> None:
@@ -570,6 +610,10 @@ class _Speech:
                 wav = self.backend.speak_piece(self.state, context_ids, ctx_embeds, ctx_hidden, piece_ids,
                                                piece_embeds, piece_hidden, self.voice, max_codes, job.cancel)
                 job.audio(wav, self.backend.options.vocoder_sample_rate)
+                if start == 0 and self.state["pieces"]:
+                    codes, talker_s, vocoder_s = self.state["pieces"][0]
+                    log.info("first audio piece: %d text tokens, %d codes; talker %.0f ms, vocoder %.0f ms",
+                             end - start, codes, talker_s * 1000, vocoder_s * 1000)
             finally:
                 job.end_segment()
 
@@ -681,6 +725,15 @@ class _ReplyStreamer:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def codec_suppressed(talker_vocab: int, vocoder_codes: int, bos: int, stops: tuple[int, ...]) -> list[int]:
+    """Qwen2.5 Talker ids that must never be sampled: its start token, and every id the vocoder
+    has no embedding for except the stop tokens. ``generate`` suppresses only the start token; a
+    trained Talker never writes the others, but one that does (random weights, a fine-tune gone
+    wrong) would index past the vocoder's codebook, which on a GPU is a device-side assert that
+    poisons the worker's CUDA context for good."""
+    return sorted({bos} | {i for i in range(vocoder_codes, talker_vocab) if i not in stops})
 
 
 def _as_list(value) -> list[int]:

@@ -231,6 +231,35 @@ async def test_first_piece_is_small_and_spoken_while_the_thinker_writes(qwen25_m
         backend.close()
 
 
+async def test_talker_never_writes_a_code_the_vocoder_cannot_take(tmp_path):
+    """Qwen2.5's vocoder has fewer codes than the Talker has ids (8193 against 8448); a Talker that
+    wrote one of the others crashed the vocoder's embedding (on a GPU: a device-side assert that
+    leaves the worker unusable). Here 56 of the tiny Talker's 64 ids have no vocoder code: every
+    piece is still spoken, and the session's reply ends normally."""
+    from core.conversation import ConversationConfig
+    from core.processors import create_backend
+    from core.processors.qwen_omni import codec_suppressed
+    from tests.support.helpers import Collector
+
+    assert codec_suppressed(8448, 8193, 8293, (8292, 8294)) == [i for i in range(8193, 8448) if i not in (8292, 8294)]
+    model = build_qwen2_5_omni(tmp_path / "model", vocoder_codes=8)
+    backend = create_backend("qwen_omni", options(model) | {"warm_up": False})
+    await asyncio.to_thread(backend.load)
+    try:
+        conv = backend.open_conversation(ConversationConfig(turn_detection=None, max_output_tokens=12,
+                                                            temperature=1.0))
+        events = Collector(conv)
+        await conv.add_text("Tell me about the park, please.")
+        await conv.create_response()
+        done = await events.wait_for("response_done", timeout=120)
+        assert done.audio_ms > 0
+        segments = conv._past_segments[done.item_id]
+        assert segments and all(s.emitted_samples > 0 for s in segments), "a piece was not spoken"
+        await conv.close()
+    finally:
+        backend.close()
+
+
 async def test_chat_completions_rest_api_on_this_backend(qwen_stack):
     """Our own OpenAI REST API fronts the omni model too: streamed text + pcm16 speech."""
     body = {"model": "omniduplex-qwen_omni", "stream": True, "max_tokens": 16, "modalities": ["text", "audio"],

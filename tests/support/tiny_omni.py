@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from devtools.omni_models import EXTRA_SPECIAL, write_preprocessor
+
 CORPUS = [
     "Hello there, how are you today? I am fine, thanks. The capital of France is Paris.",
     "What is the weather like? It is sunny and warm. Let us go for a walk in the park.",
@@ -29,18 +31,6 @@ SPECIAL = [
     "<tts_pad>", "<tts_text_bos>", "<tts_text_eos>", "<tts_text_bos_single>",
     "system", "user", "assistant",  # one token each: Qwen3-Omni finds turns by these ids
 ]
-TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
-    "{% if c['type'] == 'text' %}{{ c['text'] }}"
-    "{% elif c['type'] == 'audio' %}<|audio_bos|><|AUDIO|><|audio_eos|>"
-    "{% elif c['type'] == 'image' %}<|vision_bos|><|IMAGE|><|vision_eos|>"
-    "{% elif c['type'] == 'video' %}<|vision_bos|><|VIDEO|><|vision_eos|>{% endif %}"
-    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
 def _tokenizer(out: Path):
     """A byte-level BPE tokenizer with Qwen's special tokens, saved as tokenizer.json."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -54,40 +44,21 @@ def _tokenizer(out: Path):
     tok.train_from_iterator(CORPUS * 4, trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        extra_special_tokens={
-            "audio_token": "<|AUDIO|>", "image_token": "<|IMAGE|>", "video_token": "<|VIDEO|>",
-            "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>",
-            "vision_bos_token": "<|vision_bos|>", "vision_eos_token": "<|vision_eos|>",
-        },
+        extra_special_tokens=EXTRA_SPECIAL,
     )
     fast.save_pretrained(out)
     return fast, {t: tok.token_to_id(t) for t in SPECIAL}
 
 
-def _preprocessor(out: Path, patch_size: int = 14) -> None:
-    """One preprocessor_config.json holding the feature extractor and the image processor."""
-    from transformers import WhisperFeatureExtractor
-
-    try:
-        from transformers import Qwen2VLImageProcessorPil as ImageProcessor
-    except ImportError:  # pragma: no cover - older transformers
-        from transformers import Qwen2VLImageProcessor as ImageProcessor
-    fe = WhisperFeatureExtractor(feature_size=128)
-    ip = ImageProcessor(patch_size=patch_size)
-    pre = {**fe.to_dict(), **ip.to_dict()}
-    pre.pop("mel_filters", None)
-    pre.update(feature_extractor_type="WhisperFeatureExtractor", image_processor_type="Qwen2VLImageProcessor")
-    (out / "preprocessor_config.json").write_text(json.dumps(pre, indent=1, default=str))
-    (out / "chat_template.jinja").write_text(TEMPLATE)
-
-
-def build_qwen2_5_omni(out: Path, seed: int = 0) -> Path:
+def build_qwen2_5_omni(out: Path, seed: int = 0, vocoder_codes: int | None = None) -> Path:
+    """``vocoder_codes``: a vocoder codebook smaller than the Talker's vocabulary, as in the real
+    model (8193 codes against 8448 ids); by default the two are the same size."""
     import torch
     from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
 
     out.mkdir(parents=True, exist_ok=True)
     tok, ids = _tokenizer(out)
-    _preprocessor(out)
+    write_preprocessor(out)
     vocab = len(tok)
     rope = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [1, 1, 2]}
     media = {"audio_token_index": ids["<|AUDIO|>"], "image_token_index": ids["<|IMAGE|>"],
@@ -116,7 +87,7 @@ def build_qwen2_5_omni(out: Path, seed: int = 0) -> Path:
     )
     token2wav = {
         "dit_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "ff_mult": 1, "emb_dim": 16,
-                        "head_dim": 16, "num_embeds": codec, "mel_dim": 80, "enc_emb_dim": 16, "enc_dim": 16,
+                        "head_dim": 16, "num_embeds": vocoder_codes or codec, "mel_dim": 80, "enc_emb_dim": 16, "enc_dim": 16,
                         "enc_channels": [16, 16, 16, 16, 48], "enc_attention_channels": 8, "enc_se_channels": 8,
                         "look_ahead_layers": [0], "look_backward_layers": [0], "block_size": 24, "repeats": 2},
         "bigvgan_config": {"mel_dim": 80, "upsample_initial_channel": 64, "resblock_kernel_sizes": [3],
@@ -151,7 +122,7 @@ def build_qwen3_omni(out: Path, seed: int = 0) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     tok, ids = _tokenizer(out)
-    _preprocessor(out, patch_size=16)
+    write_preprocessor(out, patch_size=16)
     vocab = len(tok)
     rope = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [1, 1, 2], "interleaved": True}
     media = {"audio_token_id": ids["<|AUDIO|>"], "image_token_id": ids["<|IMAGE|>"], "video_token_id": ids["<|VIDEO|>"],
