@@ -18,6 +18,7 @@ Every data-channel event is validated against the ``openai`` package's types.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import httpx
@@ -86,6 +87,10 @@ async def call(stack):
     await settled(stack)
 
 
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9']+", text.lower()))
+
+
 def no_audio_events(c: CallClient) -> None:
     assert c.invalid == []
     assert not c.of("response.output_audio.delta"), "audio must ride the track, not the data channel"
@@ -124,10 +129,12 @@ async def test_spoken_question_spoken_answer_then_hangup(stack, call, speech):
         assert time.monotonic() < deadline, "the call's session was not recorded"
         await asyncio.sleep(0.1)
     assert any((recording / "user_audio").iterdir()) and any((recording / "ai_audio").iterdir())
-    # What came out of the track is the answer, intelligibly: the worker's Whisper hears it.
+    # What came out of the track is the answer, intelligibly: the worker's Whisper (tiny) hears at
+    # least half of its words.
     heard = httpx.post(f"{stack.url}/v1/audio/transcriptions", timeout=30, data={"model": "omniduplex-cascade"},
                        files={"file": ("answer.wav", wav_bytes(bytes(c.audio), RATE), "audio/wav")})
-    assert "paris" in heard.json()["text"].lower(), heard.text
+    said, got = words(transcript), words(heard.json()["text"])
+    assert len(said & got) >= max(2, len(said) // 2), (transcript, heard.text)
 
 
 async def test_barge_in_truncates_to_what_was_heard(stack, call, speech):
