@@ -217,7 +217,7 @@ def report(r: dict[str, Any]) -> str:
 
 def cli() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench omni", description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", type=Path, required=True, help="the model directory (made with --build)")
+    parser.add_argument("--model-dir", type=Path, help="the model directory (made with --build)")
     parser.add_argument("--build", action="store_true", help="build the random-weight model there first")
     parser.add_argument("--depth", type=int, help="layers per stack (a dry run; default: the real depth)")
     parser.add_argument("--device", default="cuda:0")
@@ -236,6 +236,8 @@ def cli() -> None:
     if args.save_speech:
         save_speech(args.save_speech)
         return
+    if args.model_dir is None:
+        parser.error("--model-dir is required (with --build to make the model there)")
     result = run(args)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
