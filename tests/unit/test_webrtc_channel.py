@@ -301,3 +301,17 @@ def test_offer_checks():
     assert "Opus" in refused(OFFER.replace("opus/48000/2", "G729/8000"))
     assert "parsed" in refused(OFFER.replace("m=audio 9 UDP/TLS/RTP/SAVPF 111 0", "m=audio 9 UDP/TLS/RTP/SAVPF x"))
     assert "larger than" in refused(OFFER + "a=x:" + "y" * 70_000 + "\r\n")
+
+
+async def test_beta_dialect_audio_and_barge_in():
+    channel = WebRTCChannel(beta=True, framer=FramerDouble())
+    dc = DataChannelDouble()
+    channel.attach(dc)
+    await channel.send(server("session.created", session={"turn_detection": {"type": "server_vad"}}))
+    await channel.send(server("response.audio.delta", response_id="resp_1", item_id="item_1", output_index=0,
+                              content_index=0, delta=base64.b64encode(bytes(48 * 200)).decode()))
+    assert channel.playback.buffered == 200 * 24 and [e["type"] for e in dc.sent] == ["session.created"]
+    play(channel.playback, 100)
+    await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
+    assert dc.sent[-1]["type"] == "output_audio_buffer.cleared"
+    assert validation_error(dc.sent[-1], beta=True) is None
