@@ -225,6 +225,78 @@ class AdminConfig(_Strict):
                                  "token is exchanged for) lasts this long; sign-out, a restart or a new token ends it")
 
 
+class IceServerConfig(_Strict):
+    """A STUN or TURN server for the gateway's side of WebRTC calls (as in ``RTCIceServer``)."""
+
+    urls: list[str] = Field(min_length=1, description="stun:host[:port], turn:host[:port][?transport=udp|tcp], turns:host[:port]?transport=tcp")
+    username: str | None = None
+    credential: str | None = None
+
+    @field_validator("urls", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("urls")
+    @classmethod
+    def _schemes(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not re.match(r"^(stun|turn|turns):[^\s/?]+(:\d+)?(\?transport=(udp|tcp))?$", url):
+                raise PydanticCustomError("ice_url", "'{url}' is not a stun:, turn: or turns: URL "
+                                          "(host[:port][?transport=udp|tcp])", {"url": url})
+        return urls
+
+    @model_validator(mode="after")
+    def _turn_needs_credentials(self) -> IceServerConfig:
+        if any(u.startswith("turn") for u in self.urls) and (self.username is None or self.credential is None):
+            raise ValueError("a TURN server needs username and credential")
+        return self
+
+
+class WebRTCConfig(_Strict):
+    """How the gateway's end of a WebRTC call is reached (docs/operations.md, "WebRTC behind NAT")."""
+
+    public_ip: str | None = Field(None, description="the address clients reach this gateway at, when it differs "
+                                  "from the host's (NAT, containers): offered beside the host candidates")
+    udp_port_min: int | None = Field(None, ge=1024, le=65535, description="media ports: the first of the range")
+    udp_port_max: int | None = Field(None, ge=1024, le=65535, description="media ports: the last of the range")
+    host_addresses: list[str] = Field(default_factory=list, description="interfaces to offer; empty = all")
+    ice_servers: list[IceServerConfig] = Field(default_factory=list, description="STUN/TURN servers the gateway "
+                                               "uses for its own candidates; none by default")
+
+    @field_validator("public_ip")
+    @classmethod
+    def _an_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                raise PydanticCustomError("ip", "'{value}' is not an IP address", {"value": value}) from None
+        return value
+
+    @field_validator("host_addresses")
+    @classmethod
+    def _addresses(cls, values: list[str]) -> list[str]:
+        for value in values:
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                raise PydanticCustomError("ip", "'{value}' is not an IP address", {"value": value}) from None
+        return values
+
+    @model_validator(mode="after")
+    def _port_range(self) -> WebRTCConfig:
+        if (self.udp_port_min is None) != (self.udp_port_max is None):
+            raise ValueError("set both udp_port_min and udp_port_max, or neither")
+        if self.udp_port_min is not None and self.udp_port_min > self.udp_port_max:
+            raise ValueError(f"udp_port_min {self.udp_port_min} is above udp_port_max {self.udp_port_max}")
+        return self
+
+    @property
+    def port_range(self) -> range | None:
+        return None if self.udp_port_min is None else range(self.udp_port_min, self.udp_port_max + 1)
+
+
 class AppConfig(_Strict):
     data_dir: str = "data"
     admin: AdminConfig = Field(default_factory=AdminConfig)
@@ -238,6 +310,7 @@ class AppConfig(_Strict):
     recording: RecordingConfig = Field(default_factory=RecordingConfig)
     shares: SharesConfig = Field(default_factory=SharesConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    webrtc: WebRTCConfig = Field(default_factory=WebRTCConfig)
 
     @model_validator(mode="after")
     def _ports_do_not_collide(self) -> AppConfig:

@@ -2,8 +2,9 @@
 
 The answer is made at once: aiortc gathers the host candidates inside ``setLocalDescription``, so
 the answer it returns carries them and the browser can connect while the call waits in the queue.
-No STUN server is asked (``iceServers=[]``; aiortc would ask Google's by default): the gateway is
-the side with the public address.
+Where the answer's candidates point (a UDP port range, the public address in front of a NAT,
+STUN/TURN servers) is ``webrtc`` in config.json (``ice.py``); by default no STUN server is asked
+(aiortc would ask Google's): the gateway is the side with the public address.
 
 The connection's end, whichever side ends it, reaches the proxy as the channel's ``peer_gone``:
 the client's hangup (the route), a closed or failed connection (``connectionstatechange``), a
@@ -17,9 +18,11 @@ import asyncio
 import contextlib
 import logging
 
-from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc.rtcdatachannel import RTCDataChannel
 
+from core.config import WebRTCConfig
+from gateway.realtime.webrtc import ice
 from gateway.realtime.webrtc.channel import WebRTCChannel
 from gateway.realtime.webrtc.sdp import Offer, bad_offer
 from gateway.realtime.webrtc.tracks import OutboundAudioTrack, pump_audio, pump_video
@@ -36,12 +39,15 @@ CLOSE_GONE = 1006
 class Call:
     """A peer connection and what runs on it: the data channel, the media pumps, the output track."""
 
-    def __init__(self, call_id: str, channel: WebRTCChannel, max_frame_rate: float) -> None:
+    def __init__(self, call_id: str, channel: WebRTCChannel, max_frame_rate: float,
+                 network: WebRTCConfig | None = None) -> None:
         self.id = call_id
         self.channel = channel
         channel.on_close = self.close  # the session ended: so does the call
         self.max_frame_rate = max_frame_rate
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        network = network or WebRTCConfig()
+        ice.install(network)
+        self.pc = RTCPeerConnection(ice.rtc_configuration(network))
         self.outbound = OutboundAudioTrack(channel.playback)
         self._tasks: set[asyncio.Task] = set()
         self._audio_in = False

@@ -130,7 +130,7 @@ async def _create(request: Request, registry: CallRegistry, admission: Admission
 
     call_id = new_id("rtc")
     media = await _media()
-    call = media.Call(call_id, media.WebRTCChannel(beta=req.beta), config.limits.max_frame_rate)
+    call = media.Call(call_id, media.WebRTCChannel(beta=req.beta), config.limits.max_frame_rate, config.webrtc)
     try:
         answer = await call.answer(offer)
     except BaseException:
