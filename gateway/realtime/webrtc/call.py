@@ -9,7 +9,9 @@ STUN/TURN servers) is ``webrtc`` in config.json (``ice.py``); by default no STUN
 The connection's end, whichever side ends it, reaches the proxy as the channel's ``peer_gone``:
 the client's hangup (the route), a closed or failed connection (``connectionstatechange``), a
 closed data channel, or a call that never connected (``CONNECT_TIMEOUT_S`` after the answer: a
-client that posted an offer and vanished must not keep its place in the queue).
+client that posted an offer and vanished must not keep its place in the queue). A connected client
+that vanishes without closing is noticed by aioice's consent checks (RFC 7675: six failed checks
+5 s apart, then the connection fails).
 """
 
 from __future__ import annotations
