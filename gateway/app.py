@@ -38,6 +38,7 @@ from gateway.realtime.client_secrets import client_secrets_router
 from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.webrtc.registry import CallRegistry
 from gateway.realtime.webrtc.routes import calls_router
+from gateway.realtime.webrtc.sideband import CallBridge
 from gateway.realtime.websocket import realtime_websocket_route
 from gateway.recordings.cleanup import cleanup_loop
 from gateway.recordings.routes import recordings_router
@@ -135,8 +136,10 @@ def create_app(config: AppConfig) -> FastAPI:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     admission = app.state.admission = Admission(access, settings, limiter, metrics, ephemeral_keys)
-    app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live))
-    calls = app.state.calls = CallRegistry(pool, config, metrics, live)  # WebRTC calls, in `live` too
+    shared = getattr(pool, "shared", None)  # a cluster: sidebands reach calls on any gateway
+    bridge = CallBridge(shared.redis, shared.prefix, shared.gateway_id) if shared is not None else None
+    calls = app.state.calls = CallRegistry(pool, config, metrics, live, bridge)  # WebRTC calls, in `live` too
+    app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live, calls))
     app.include_router(calls_router(calls, admission, config))
 
     app.include_router(presets_router(Path(config.data_dir)))

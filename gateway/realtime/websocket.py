@@ -1,7 +1,8 @@
 """``/v1/realtime`` over WebSocket: the first transport into the realtime proxy.
 
 Accepts the socket (with the subprotocol a browser offered), admits it, and runs a
-``RealtimeProxy`` on a ``WebSocketChannel``. A plain Starlette route, not FastAPI's: no
+``RealtimeProxy`` on a ``WebSocketChannel``; with ``?call_id=`` it is a sideband that joins a
+running WebRTC call's session instead (``webrtc/sideband.py``). A plain Starlette route, not FastAPI's: no
 dependency-injection scaffolding per connection (a few KB each, which adds up with a thousand
 clients waiting in the queue).
 """
@@ -17,28 +18,44 @@ from starlette.websockets import WebSocket
 from core.config import AppConfig
 from core.protocol import error_event
 from core.transport import WebSocketChannel
-from gateway.access.policy import chosen_subprotocol
+from gateway.access.ephemeral_keys import is_ephemeral
+from gateway.access.policy import chosen_subprotocol, presented_key
 from gateway.metrics import GatewayMetrics
 from gateway.pool.worker_pool import WorkerPool
-from gateway.realtime.admission import Admission, Refusal
+from gateway.realtime.admission import CLOSE_POLICY, Admission, Refusal
 from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.request import session_request
+from gateway.realtime.webrtc.registry import CallRegistry
+from gateway.realtime.webrtc.sideband import serve_sideband
 
 PATH = "/v1/realtime"
 
 
 def realtime_websocket_route(admission: Admission, pool: WorkerPool, config: AppConfig, metrics: GatewayMetrics,
-                             live: dict[str, RealtimeProxy]) -> WebSocketRoute:
+                             live: dict[str, RealtimeProxy], calls: CallRegistry | None = None) -> WebSocketRoute:
     access = admission.access
 
     async def realtime(ws: WebSocket) -> None:
         await ws.accept(subprotocol=chosen_subprotocol(ws))
         channel = WebSocketChannel(ws)
+        call_id = ws.query_params.get("call_id")
+        if call_id is not None and is_ephemeral(presented_key(ws)):
+            message = "a sideband connection (call_id) needs the service's API key, not an ephemeral key"
+            with contextlib.suppress(Exception):
+                await channel.send(json.dumps(error_event(message, "invalid_api_key"), separators=(",", ":")))
+            await channel.close(CLOSE_POLICY, message)
+            return
         admitted = await admission.admit(ws)
         if isinstance(admitted, Refusal):
             with contextlib.suppress(Exception):
                 await channel.send(json.dumps(error_event(admitted.message, admitted.code), separators=(",", ":")))
             await channel.close(admitted.close_code, admitted.message)
+            return
+        if call_id is not None and calls is not None:
+            try:
+                await serve_sideband(channel, call_id, calls, calls.bridge)
+            finally:
+                admitted.close()
             return
         proxy = RealtimeProxy(channel, session_request(ws, access.client_ip(ws), admitted.grant), pool, config)
         proxy.metrics = metrics

@@ -76,6 +76,9 @@ class WebRTCChannel(EventChannel):
         self.playback = Playback(self._to_client, self._to_worker)
         self.framer = framer or OpusFramer()
         self._dropped = 0
+        # Sideband connections (``sideband.py``): each gets a copy of every event for the client,
+        # and None when the call ends.
+        self._taps: list[Callable[[str | None], None]] = []
 
     # ------------------------------------------------------------------ the client side
 
@@ -88,7 +91,7 @@ class WebRTCChannel(EventChannel):
         dc.on("close", lambda: self.peer_gone(1000, "data channel closed"))
         pending, self._pending = self._pending, []
         for text in pending:
-            self._write(text)
+            self._to_dc(text)
 
     @property
     def open(self) -> bool:
@@ -99,6 +102,24 @@ class WebRTCChannel(EventChannel):
         if self._gone is None:
             self._gone = ChannelClosed(code, reason)
             self._inbox.put_nowait(None)
+            for tap in list(self._taps):
+                tap(None)
+
+    def add_tap(self, tap: Callable[[str | None], None]) -> bool:
+        """A sideband joins: ``tap`` gets every later event for the client (None at the end);
+        False if the call has ended already."""
+        if self._gone is not None:
+            return False
+        self._taps.append(tap)
+        return True
+
+    def remove_tap(self, tap: Callable[[str | None], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._taps.remove(tap)
+
+    def inject(self, message: Message) -> None:
+        """A client event from a sideband connection: handled as one from the data channel."""
+        self._from_client(message)
 
     def deliver(self, message: Message) -> None:
         """An event for the worker, from the media tracks (dropped while the relay is stalled)."""
@@ -135,6 +156,11 @@ class WebRTCChannel(EventChannel):
             self._write(json.dumps(event, separators=(",", ":")))
 
     def _write(self, text: str) -> None:
+        for tap in self._taps:
+            tap(text)
+        self._to_dc(text)
+
+    def _to_dc(self, text: str) -> None:
         dc = self._dc
         if dc is None:
             if len(self._pending) >= MAX_PENDING:

@@ -28,6 +28,7 @@ from gateway.realtime.request import SessionRequest
 
 if TYPE_CHECKING:  # aiortc is loaded with the first call (routes._media)
     from gateway.realtime.webrtc.call import Call
+    from gateway.realtime.webrtc.sideband import CallBridge
     from gateway.realtime.webrtc.channel import WebRTCChannel
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,9 @@ class CallRegistry:
     """Call id -> (call, its proxy's task)."""
 
     def __init__(self, pool: WorkerPool, config: AppConfig, metrics: GatewayMetrics,
-                 live: dict[str, RealtimeProxy]) -> None:
+                 live: dict[str, RealtimeProxy], bridge: CallBridge | None = None) -> None:
         self.pool, self.config, self.metrics, self.live = pool, config, metrics, live
+        self.bridge = bridge  # a cluster's gateways take sidebands for each other's calls
         self.calls: dict[str, tuple[Call, asyncio.Task]] = {}
         metrics.registry.register(_CallsCollector(self))
 
@@ -100,6 +102,8 @@ class CallRegistry:
         self.live[proxy.ticket] = proxy
         task = asyncio.create_task(self._run(call, proxy, admitted), name=f"webrtc-call-{call.id}")
         self.calls[call.id] = (call, task)
+        if self.bridge is not None:
+            self.bridge.host(call.id, call.channel)
         return proxy
 
     async def _run(self, call: Call, proxy: CallProxy, admitted: Admitted) -> None:
@@ -113,6 +117,8 @@ class CallRegistry:
             admitted.close()
             await call.close()
             self.calls.pop(call.id, None)
+            if self.bridge is not None:
+                await self.bridge.unhost(call.id)
             log.info("call %s ended", call.id)
 
     async def finished(self, call_id: str, timeout: float = HANGUP_WAIT_S) -> None:
