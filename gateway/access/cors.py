@@ -28,7 +28,10 @@ from gateway.access.policy import Access
 
 CORS_PATHS = re.compile(r"^/v1/realtime/(client_secrets|sessions|calls(/[A-Za-z0-9_.-]{1,128}(/hangup)?)?)/?$")
 ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
-ALLOW_HEADERS = ("Authorization", "Content-Type", "OpenAI-Beta", "OpenAI-Organization", "OpenAI-Project")
+# X-OpenAI-Agents-SDK: the Agents SDK for JavaScript puts it on its WebRTC offer (a browser refuses the
+# POST unless the preflight allows it).
+ALLOW_HEADERS = ("Authorization", "Content-Type", "OpenAI-Beta", "OpenAI-Organization", "OpenAI-Project",
+                 "X-OpenAI-Agents-SDK")
 EXPOSE_HEADERS = "Location, x-request-id"
 MAX_AGE_S = "600"
 _ALLOWED_LOWER = frozenset(h.lower() for h in ALLOW_HEADERS)

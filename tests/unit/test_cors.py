@@ -52,6 +52,18 @@ def test_preflight_from_an_allowed_origin(tmp_path, path):
         assert r.headers["x-content-type-options"] == "nosniff"  # the security headers as on any answer
 
 
+def test_preflight_allows_what_the_agents_sdk_sends_with_its_offer(tmp_path):
+    """The OpenAI Agents SDK for JavaScript posts its WebRTC offer with ``X-OpenAI-Agents-SDK``:
+    Chromium's preflight asks for exactly these headers, and refuses the POST unless all are allowed."""
+    with make_client(tmp_path, api_keys=[KEY], allowed_origins=[APP]) as c:
+        r = c.options("/v1/realtime/calls", headers={
+            "Origin": APP, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type,x-openai-agents-sdk"})
+        assert r.status_code == 204, r.text
+        allowed = {h.strip().lower() for h in r.headers["access-control-allow-headers"].split(",")}
+        assert {"authorization", "content-type", "x-openai-agents-sdk"} <= allowed
+
+
 def test_preflight_from_a_refused_origin_gets_no_cors_headers(tmp_path):
     with make_client(tmp_path, api_keys=[KEY], allowed_origins=[APP]) as c:
         r = c.options("/v1/realtime/calls", headers={"Origin": EVIL, **PREFLIGHT})
