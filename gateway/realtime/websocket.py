@@ -53,7 +53,7 @@ def realtime_websocket_route(admission: Admission, pool: WorkerPool, config: App
             return
         if call_id is not None and calls is not None:
             try:
-                await serve_sideband(channel, call_id, calls, calls.bridge)
+                await serve_sideband(channel, call_id, calls.channel_of(call_id), calls.bridge)
             finally:
                 admitted.close()
             return

@@ -121,6 +121,11 @@ class CallRegistry:
                 await self.bridge.unhost(call.id)
             log.info("call %s ended", call.id)
 
+    def channel_of(self, call_id: str) -> WebRTCChannel | None:
+        """The channel of a call this gateway holds (a sideband joins it), else None."""
+        entry = self.calls.get(call_id)
+        return entry[0].channel if entry is not None else None
+
     async def finished(self, call_id: str, timeout: float = HANGUP_WAIT_S) -> None:
         entry = self.calls.get(call_id)
         if entry is not None:

@@ -27,7 +27,6 @@ from core.transport import ChannelClosed, EventChannel
 
 if TYPE_CHECKING:
     from gateway.realtime.webrtc.channel import WebRTCChannel
-    from gateway.realtime.webrtc.registry import CallRegistry
 
 log = logging.getLogger(__name__)
 
@@ -218,12 +217,11 @@ class CallBridge:
             await client.close(CLOSE_ENDED, "")
 
 
-async def serve_sideband(client: EventChannel, call_id: str, registry: CallRegistry,
+async def serve_sideband(client: EventChannel, call_id: str, local: WebRTCChannel | None,
                          bridge: CallBridge | None) -> None:
-    """Join ``call_id``'s session: here if this gateway holds the call, else through the cluster."""
-    entry = registry.calls.get(call_id)
-    if entry is not None:
-        await serve_local(client, entry[0].channel)
+    """Join ``call_id``'s session: ``local`` when this gateway holds the call, else through the cluster."""
+    if local is not None:
+        await serve_local(client, local)
         return
     if bridge is not None:
         try:
