@@ -10,6 +10,7 @@
     python -m bench tools       # function calling via the realtime API: right decisions, valid arguments, latency
     python -m bench turns       # turn-taking: spoken V2V and mid-sentence cut-ins per turn-detection mode
     python -m bench answers     # answer quality via REST: simple questions answered right and short
+    python -m bench calls       # WebRTC calls: V2V against WebSocket, gateway CPU per call, 20 calls without underruns
     python -m bench omni        # qwen_omni at Qwen2.5-Omni-7B shapes (random weights) on a GPU: TTFP, RTF, E2E, memory
 
 Each prints a markdown table; ``--json`` prints one JSON object instead; ``--out DIR`` also
@@ -32,6 +33,7 @@ COMMANDS = {
     "tools": "bench.tools",
     "turns": "bench.turns",
     "answers": "bench.answers",
+    "calls": "bench.calls",
 }
 DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording", "rest": "bench.rest", "omni": "bench.omni_gpu"}
 
@@ -48,19 +50,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write results (and plots) into this directory")
     parser.add_argument("--clients", type=int, default=1000, help="capacity: queued clients")
-    parser.add_argument("--hold", type=float, default=10.0, help="capacity: seconds to hold them")
+    parser.add_argument("--hold", type=float, default=10.0,
+                        help="capacity: seconds to hold them; calls: seconds each load level is measured")
     parser.add_argument("--gateways", type=int, default=1,
                         help="capacity, relay: gateways sharing one queue through a private redis-server "
                              "(2+ also measures one gateway in the same run, side by side)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4], help="serve: levels")
-    parser.add_argument("--prompts", type=int, default=8, help="serve: prompts per kind and level")
+    parser.add_argument("--prompts", type=int, default=8,
+                        help="serve: prompts per kind and level; calls: spoken prompts per transport and run")
     parser.add_argument("--workers", type=int, default=1, help="serve: workers to start")
     parser.add_argument("--events", type=int, default=400, help="relay: probes per direction")
     parser.add_argument("--seconds", type=float, default=5.0, help="throughput: seconds of streaming")
     parser.add_argument("--modes", nargs="+", help="turns: turn-detection modes (default: all)")
     parser.add_argument("--limit", type=int, help="turns: the first N items of each kind; answers: the first N questions")
     parser.add_argument("--set", choices=["eval", "dev"], default="eval", help="answers, tools: which part of the set")
-    parser.add_argument("--runs", type=int, help="tools, turns (default 3): repeat on one stack, report the median and spread")
+    parser.add_argument("--runs", type=int,
+                        help="tools, turns, calls (default 3): repeat on one stack, report the median and spread")
+    parser.add_argument("--parts", nargs="+", choices=["v2v", "load"], help="calls: which parts (default: both)")
+    parser.add_argument("--calls", type=int, nargs="+", help="calls: concurrent calls per load level (default 1 5 10 20)")
     parser.add_argument("--llm-url", help="answers: also run the cascade with this OpenAI-compatible LLM")
     parser.add_argument("--llm-model", help="answers: the model name at --llm-url")
     parser.add_argument("--llm-api-key", help="answers: the API key for --llm-url")

@@ -1,35 +1,69 @@
-"""A synthetic worker: a TEST DOUBLE used only by the relay-throughput benchmark.
+"""A synthetic worker: a TEST DOUBLE used only by benchmarks (never on a product path).
 
-It answers ``/health`` like a ready worker and, on ``/ws/realtime``, sends ``session.created``
-and then audio deltas as fast as the socket takes them (100 ms of 24 kHz PCM16 each, the size
-the real worker sends), so the gateway's relay, not a model, is the bottleneck. Never used on a
-product path. ``python -m bench.synthetic_worker --port P --events N``.
+It answers ``/health`` like a ready worker and, on ``/ws/realtime``, sends ``session.created`` and
+then audio deltas of 100 ms of 24 kHz PCM16 (the size the real worker sends), so the gateway, not a
+model, is what is measured:
+
+- default (``bench throughput``): silent deltas as fast as the socket takes them, ``--events`` of
+  them, then ``response.done`` and a normal close;
+- ``--paced`` (``bench calls``): one endless reply per session in real time (a short lead sent at
+  once, as a TTS ahead of the listener, then one delta every 100 ms on a monotonic schedule) of a
+  voiced, amplitude-modulated tone (so the gateway's Opus encoder has real work), while everything
+  the client sends is read and dropped; until the session closes. Reports ``--slots`` on /health.
+
+``python -m bench.synthetic_worker --port P [--events N | --paced --slots S]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
+import contextlib
+import itertools
 import json
+import math
+import time
 
 import uvicorn
 from fastapi import FastAPI, WebSocket
 
 DELTA = base64.b64encode(bytes(4800)).decode()  # 100 ms of 24 kHz PCM16 silence
+RATE = 24000
+DELTA_S = 0.1
+LEAD_DELTAS = 3  # paced: 300 ms ahead of real time, then real time
 
 
-def create_app(events: int) -> FastAPI:
+def voiced_deltas(seconds: int = 1) -> list[str]:
+    """``seconds`` of a 150 Hz voice-like tone (harmonics, 4 Hz syllable envelope) as base64 100 ms deltas."""
+    n = RATE * seconds
+    out = bytearray()
+    for i in range(n):
+        t = i / RATE
+        env = 0.55 + 0.45 * math.sin(2 * math.pi * 4 * t)
+        v = sum(math.sin(2 * math.pi * 150 * k * t) / k for k in (1, 2, 3, 5))
+        out += int(max(-32767, min(32767, 6000 * env * v))).to_bytes(2, "little", signed=True)
+    step = int(RATE * DELTA_S) * 2
+    return [base64.b64encode(bytes(out[i:i + step])).decode() for i in range(0, len(out), step)]
+
+
+def create_app(events: int, paced: bool = False, slots: int = 1) -> FastAPI:
     app = FastAPI(title="synthetic worker (benchmark test double)")
+    voiced = voiced_deltas() if paced else []
+    sessions = itertools.count(1)
 
     @app.get("/health")
     async def health() -> dict:
-        return {"worker_id": "synthetic", "state": "IDLE", "model_loaded": True, "slots": 1, "active_sessions": 0,
+        return {"worker_id": "synthetic", "state": "IDLE", "model_loaded": True, "slots": slots, "active_sessions": 0,
                 "capabilities": ["audio_input", "audio_output", "duplex", "text_output"], "backend": "synthetic"}
 
     @app.websocket("/ws/realtime")
     async def realtime(ws: WebSocket) -> None:
         await ws.accept()
         await ws.send_text(json.dumps({"type": "session.created", "session": {"id": "synthetic"}}))
+        if paced:
+            await _paced(ws, voiced, next(sessions))
+            return
         frame = json.dumps({"type": "response.output_audio.delta", "response_id": "resp_x", "item_id": "item_x",
                             "output_index": 0, "content_index": 0, "delta": DELTA}, separators=(",", ":"))
         for _ in range(events):
@@ -40,13 +74,49 @@ def create_app(events: int) -> FastAPI:
     return app
 
 
+async def _paced(ws: WebSocket, voiced: list[str], n: int) -> None:
+    rid, iid = f"resp_synth{n}", f"item_synth{n}"
+
+    async def drain() -> None:
+        while True:
+            msg = await ws.receive()
+            if msg.get("type") == "websocket.disconnect":
+                return
+
+    reader = asyncio.create_task(drain())
+    frames = [json.dumps({"type": "response.output_audio.delta", "response_id": rid, "item_id": iid, "output_index": 0,
+                          "content_index": 0, "delta": d}, separators=(",", ":")) for d in voiced]
+    try:
+        await ws.send_text(json.dumps({"type": "response.created", "response": {
+            "id": rid, "object": "realtime.response", "status": "in_progress", "output": []}}))
+        t0 = time.monotonic()
+        for k in itertools.count():
+            due = t0 + max(0, k - LEAD_DELTAS) * DELTA_S
+            wait = due - time.monotonic()
+            if wait > 0:
+                done, _ = await asyncio.wait({reader}, timeout=wait)
+                if done:
+                    return
+            elif reader.done():
+                return
+            await ws.send_text(frames[k % len(frames)])
+    except Exception:  # noqa: BLE001 - the gateway closed the session: the reply ends with it
+        return
+    finally:
+        reader.cancel()
+        with contextlib.suppress(BaseException):
+            await reader
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.synthetic_worker")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--events", type=int, default=20000)
+    parser.add_argument("--paced", action="store_true", help="one endless reply per session, in real time")
+    parser.add_argument("--slots", type=int, default=1, help="what /health reports")
     args = parser.parse_args()
-    uvicorn.run(create_app(args.events), host="127.0.0.1", port=args.port, log_level="warning",
-                ws="websockets-sansio", ws_per_message_deflate=False)
+    uvicorn.run(create_app(args.events, args.paced, args.slots), host="127.0.0.1", port=args.port,
+                log_level="warning", ws="websockets-sansio", ws_per_message_deflate=False)
 
 
 if __name__ == "__main__":
