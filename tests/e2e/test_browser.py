@@ -1,9 +1,13 @@
-"""The audio duplex page in a real browser: headless Chromium with a fake microphone that plays a
-WAV file, against real worker and gateway processes.
+"""The audio duplex and omni pages in a real browser: headless Chromium with a fake microphone that
+plays a WAV file, against real worker and gateway processes.
 
-It proves the whole browser path works together: getUserMedia -> capture worklet -> PCM16 over
-the WebSocket -> server VAD/ASR/LLM/TTS -> player worklet actually playing the reply, with the
-page's transcripts and the session.metrics latencies visible through ``window.omni``.
+It proves the whole browser path works together, over both of the page's transports:
+- WebRTC (the default): getUserMedia with the browser's echo cancellation, noise suppression and
+  gain control -> the call's Opus track -> the gateway -> server VAD/ASR/LLM/TTS -> the reply on
+  the call's remote track, played by the page's ``<audio>`` element; events on ``oai-events``;
+- WebSocket (the "Connection" choice): capture worklet -> PCM16 over the socket -> player worklet
+  actually playing the reply;
+with the page's transcripts and the session.metrics latencies visible through ``window.omni``.
 """
 
 from __future__ import annotations
@@ -94,10 +98,18 @@ def done(snap: dict | None) -> bool:
     )
 
 
-def start_duplex(launch, stack, wav: Path):
-    """Open the duplex page with ``wav`` as the microphone and press Start."""
+def choose_transport(browser, transport: str) -> None:
+    """Pick the page's "Connection" (``webrtc`` or ``websocket``); it applies from the next Start."""
+    Select(browser.find_element(By.ID, "transport")).select_by_value(transport)
+
+
+def start_duplex(launch, stack, wav: Path, transport: str | None = None, page: str = "audio_duplex.html"):
+    """Open the duplex page with ``wav`` as the microphone, choose ``transport`` (None: the page's
+    default, WebRTC) and press Start."""
     browser = launch(wav)
-    browser.get(f"{stack.url}/audio_duplex.html")
+    browser.get(f"{stack.url}/{page}")
+    if transport is not None:
+        choose_transport(browser, transport)
     browser.find_element(By.ID, "start").click()
     return browser
 
@@ -112,19 +124,114 @@ def wait_for_snapshot(browser, predicate, timeout: float = 90.0) -> dict | None:
     return snap
 
 
-def test_duplex_page_voice_exchange(stack, launch, question_wav, screenshot_dir):
-    browser = start_duplex(launch, stack, question_wav)
+def test_duplex_page_voice_exchange_over_websocket(stack, launch, question_wav, screenshot_dir):
+    """The "WebSocket" choice: PCM16 over the socket both ways, the page's own player playing the
+    reply; the choice is kept for the next visit."""
+    browser = start_duplex(launch, stack, question_wav, transport="websocket")
     snap = None
     with duplex_page(browser):
+        assert browser.execute_script("return window.omni.transport") == "websocket"
         heard = wait_until(lambda: ((snapshot(browser) or {}).get("levels", {}).get("mic") or -999) > -50, timeout=30)
         snap = wait_for_snapshot(browser, done)
         assert done(snap), f"page never completed a voice exchange: {json.dumps(snap, indent=1)}"
         assert heard, "the mic's LUFS meter never moved while the question was spoken"
         assert browser.find_element(By.ID, "status-text").text
         assert browser.find_element(By.CSS_SELECTOR, '[data-metric="v2v"]').text.isdigit()
+        assert browser.execute_script("return window.omni.callId") is None
         problems = screenshot_both(browser, screenshot_dir, "audio_duplex_in_call")
         assert not problems, problems
         print(f"screenshots in {screenshot_dir}; final state {json.dumps(snap)}")
+        browser.execute_script("window.omni.session.stop()")
+        browser.get(f"{stack.url}/audio_duplex.html")
+        assert Select(browser.find_element(By.ID, "transport")).first_selected_option.text == "WebSocket"
+
+
+@pytest.fixture
+def long_question_wav(tmp_path, tts) -> Path:
+    """The spoken question, then silence to 14 s: the fake device's loop asks again only after
+    the answer has played, even on a busy machine."""
+    return spoken_wav(tmp_path / "question_long.wav", tts, "What is the capital of France?", total_s=14.0)
+
+
+def live_calls(stack) -> list[dict]:
+    """The sessions the operator sees (``/api/admin/live``)."""
+    return httpx.get(f"{stack.url}/api/admin/live", headers=stack.admin_headers, timeout=5).json()["sessions"]
+
+
+REPLY_AUDIO_JS = """
+const a = document.getElementById('reply-audio'), s = a.srcObject;
+return {paused: a.paused, muted: a.muted, volume: a.volume,
+        tracks: s ? s.getTracks().map((t) => ({kind: t.kind, state: t.readyState, remote: !!t.id})) : []};
+"""
+
+
+def test_duplex_page_voice_exchange_over_webrtc_by_default(stack, launch, long_question_wav):
+    """The default: a WebRTC call. The microphone goes out with the browser's echo cancellation,
+    noise suppression and gain control; the question is heard, the answer's transcript arrives on
+    the data channel and its audio on the call's remote track, which the page's <audio> element
+    plays (the level off that track rises while the reply plays); the operator sees a call."""
+    browser = launch(long_question_wav)
+    browser.get(f"{stack.url}/audio_duplex.html")
+    select = Select(browser.find_element(By.ID, "transport"))
+    assert select.first_selected_option.text == "WebRTC"
+    assert [o.text for o in select.options] == ["WebRTC", "WebSocket"]
+    browser.find_element(By.ID, "start").click()
+    with duplex_page(browser, stack):
+        assert not browser.find_element(By.ID, "transport").is_enabled()  # chosen per session: locked while one runs
+        loudest = -999.0
+
+        def answered(snap: dict | None) -> bool:
+            nonlocal loudest
+            if snap:
+                loudest = max(loudest, (snap.get("levels") or {}).get("output") or -999.0)
+            return done(snap)
+
+        snap = wait_for_snapshot(browser, answered)
+        assert done(snap), f"page never completed a voice exchange: {json.dumps(snap, indent=1)}"
+        hooks = browser.execute_script("return {t: window.omni.transport, call: window.omni.callId,"
+                                       " mic: window.omni.micSettings}")
+        assert hooks["t"] == "webrtc" and (hooks["call"] or "").startswith("rtc_"), hooks
+        mic = hooks["mic"]
+        assert mic["echoCancellation"] is True and mic["noiseSuppression"] is True and mic["autoGainControl"] is True, mic
+        audio = browser.execute_script(REPLY_AUDIO_JS)
+        assert not audio["paused"] and not audio["muted"] and audio["volume"] > 0, audio
+        assert [t["kind"] for t in audio["tracks"]] == ["audio"] and audio["tracks"][0]["state"] == "live", audio
+        assert loudest > -50, f"the reply's remote track never carried audible sound (loudest {loudest} LUFS)"
+        sent = browser.execute_script("return window.omni.sentEvents")
+        assert "input_audio_buffer.append" not in sent and sent.get("session.update"), sent  # audio on the track
+        assert browser.find_element(By.CSS_SELECTOR, '[data-metric="v2v"]').text.isdigit()
+        mine = [s for s in live_calls(stack) if s.get("call_id") == hooks["call"]]
+        assert mine and mine[0]["transport"] == "webrtc", live_calls(stack)
+        assert mine[0]["app"] == "audio_duplex", mine
+        print(f"WebRTC exchange: {json.dumps(snap)}")
+
+        browser.find_element(By.ID, "stop").click()  # hangup: the call and its slot are gone at once
+        assert wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=5)
+        assert not [s for s in live_calls(stack) if s.get("call_id") == hooks["call"]]
+        assert wait_until(lambda: browser.execute_script("return window.omni.state") == "closed", timeout=5)
+        assert browser.execute_script(REPLY_AUDIO_JS)["tracks"] == []
+        assert not browser.find_element(By.ID, "alert").is_displayed()  # a normal end says nothing
+        assert browser.find_element(By.ID, "transport").is_enabled()
+
+
+def test_omni_page_over_webrtc_sends_the_camera_as_a_video_track(stack, launch, question_wav):
+    """The omni page's default call carries the camera as a video track (the page sends no JPEGs):
+    the gateway samples it and the worker confirms the frames it got."""
+    browser = start_duplex(launch, stack, question_wav, page="omni.html")
+    with duplex_page(browser, stack):
+        snap = wait_for_snapshot(browser, lambda s: bool(s and s["framesAcked"] >= 2), timeout=30)
+        assert snap and snap["framesAcked"] >= 2, f"the worker confirmed too few frames: {json.dumps(snap, indent=1)}"
+        sender = browser.execute_script(
+            "const c = window.omni.session.call;"
+            " return {t: window.omni.transport, video: c.videoSender && c.videoSender.track"
+            " && [c.videoSender.track.kind, c.videoSender.track.readyState], sent: window.omni.sentEvents};")
+        assert sender["t"] == "webrtc" and sender["video"] == ["video", "live"], sender
+        # Camera and microphone ride the tracks: no JPEG or PCM events on the data channel.
+        assert "input_image_buffer.append" not in sender["sent"], sender
+        assert "input_audio_buffer.append" not in sender["sent"], sender
+        assert snapshot(browser)["framesSent"] > 0  # frames the browser encoded on the track
+        assert "frames seen" in browser.find_element(By.ID, "frames").text
+        assert browser.execute_script("return document.getElementById('camera').videoWidth") > 0
 
 
 def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
@@ -137,7 +244,7 @@ def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
     """
     measured = None
     for attempt in range(3):
-        browser = start_duplex(launch, stack, barge_in_wav)
+        browser = start_duplex(launch, stack, barge_in_wav, transport="websocket")
         with duplex_page(browser, stack):
             snap = wait_for_snapshot(browser, lambda s: bool(s and s["truncates"] and any(
                 "russia" in t["text"].lower() for t in s["transcripts"] if t["role"] == "user")))
@@ -244,9 +351,8 @@ def test_home_page_shows_live_service_status(stack, launch, question_wav):
 
 
 def test_omni_page_sends_camera_frames_the_worker_receives(stack, launch, question_wav, screenshot_dir):
-    browser = launch(question_wav)
-    browser.get(f"{stack.url}/omni.html")
-    browser.find_element(By.ID, "start").click()
+    """Over the WebSocket choice the page itself sends one JPEG a second."""
+    browser = start_duplex(launch, stack, question_wav, transport="websocket", page="omni.html")
     try:
         snap = wait_for_snapshot(browser, lambda s: bool(s and s["framesAcked"] >= 3 and any(
             t["role"] == "user" and "capital" in t["text"].lower() for t in s["transcripts"])), timeout=60)

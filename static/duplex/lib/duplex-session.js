@@ -1,11 +1,20 @@
-// One audio duplex session: mic -> capture worklet -> WebSocket (OpenAI Realtime GA dialect)
-// -> player worklet. UI-free: it emits events and keeps its state in plain fields so the page
-// (and tests, through window.omni) can read them.
+// One audio duplex session (OpenAI Realtime GA dialect), over either transport:
+// - "webrtc" (the default): the microphone (and camera) as tracks of a WebRTC call, the reply's
+//   audio on the call's remote track played by an <audio> element, events on the "oai-events"
+//   data channel (realtime-call.js). The browser's echo canceller hears the reply, its jitter
+//   buffer plays it, and the gateway plays out and truncates on barge-in (it knows what was heard).
+// - "websocket": mic -> capture worklet -> PCM16 over the WebSocket -> player worklet; the page
+//   guards against echo, holds and flushes its player and truncates what was not played.
+// UI-free: it emits events and keeps its state in plain fields so the page (and tests, through
+// window.omni) can read them.
 import { b64, onEvents } from "../../shared/wire.js";
 import { AudioPlayer } from "./audio-player.js";
 import { LufsMeter } from "./lufs.js";
 import { Mixer } from "./mixer-controller.js";
 import { QueueChimes } from "./queue-chimes.js";
+import { CallError, RealtimeCall } from "./realtime-call.js";
+
+export const TRANSPORTS = ["webrtc", "websocket"];
 
 const RATE = 24000; // the wire rate, both directions
 const FRAME_MS = 40;
@@ -36,6 +45,17 @@ const ECHO_HANGOVER_MS = 250; // room reverb outlives the last played sample a l
 const ONSET_RMS = 0.03;
 const ONSET_FRAMES = 2;
 const HOLD_MAX_MS = 700;
+// On a call the reply is measured where it is heard: the remote track's level, read in ~10 ms
+// windows after a barge-in, until it stays below SILENT_RMS (or STOP_WAIT_MS passes).
+const SILENT_RMS = 0.003;
+const STOP_WAIT_MS = 1500;
+
+// An error event's code -> the WebSocket close code the same ending has (a call has no close code).
+const ENDING_CODES = {
+  queue_full: 1013, queue_timeout: 1013, cluster_unavailable: 1013, no_capable_worker: 1008,
+  idle_timeout: 4001, pause_timeout: 4002, session_expired: 4003,
+  session_ended_by_operator: 4004, queue_cancelled: 4004, worker_failed: 1011, worker_unavailable: 1011,
+};
 
 export class MicError extends Error {
   constructor(kind, message) {
@@ -46,13 +66,24 @@ export class MicError extends Error {
 
 export class DuplexSession extends EventTarget {
   constructor({ url, model = "omniduplex-cascade", turnDetection = "semantic_vad", eagerness = "auto",
-                silenceMs = 500, chimes = true, app = "audio_duplex", record = true } = {}) {
+                silenceMs = 500, chimes = true, app = "audio_duplex", record = true, transport = "webrtc",
+                audio = null, videoTrack = null } = {}) {
     super();
     this.chimesEnabled = chimes;
+    this.transport = transport === "websocket" ? "websocket" : "webrtc";
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     // extensions=all: queue position, the recording's share link, metrics, pause acks.
     const query = new URLSearchParams({ model, app, record: record ? "true" : "false", extensions: "all" });
-    this.url = url || `${proto}//${location.host}/v1/realtime?${query}`;
+    this.url = url || (this.transport === "webrtc" ? `/v1/realtime/calls?${query}`
+      : `${proto}//${location.host}/v1/realtime?${query}`);
+    this.audio = audio; // webrtc: the <audio> element that plays the reply (one is made if null)
+    this.videoTrack = videoTrack; // webrtc: the camera's track, sent on the call
+    this.call = null; // webrtc: the RealtimeCall
+    this._playing = false; // webrtc: output_audio_buffer.started seen, not yet stopped or cleared
+    this._playStart = 0;
+    this._playedSpans = 0; // webrtc: ms between started and stopped/cleared, summed
+    this._lastError = null;
+    this.sentEvents = {}; // client event type -> how many were sent (for tests)
     this.recording = null; // {session_id, share_url} when the server records this session
     this.turnDetection = turnDetection; // "semantic_vad" | "server_vad"
     this.eagerness = eagerness; // semantic_vad only
@@ -94,16 +125,29 @@ export class DuplexSession extends EventTarget {
     this.dispatchEvent(new CustomEvent(type, { detail }));
   }
 
+  /** Reply audio played so far (ms). On a call: the time between the gateway's
+   * output_audio_buffer.started and .stopped/.cleared, which is when it played the audio out. */
   get playedMs() {
+    if (this.transport === "webrtc") {
+      return this._playedSpans + (this._playing ? performance.now() - this._playStart : 0);
+    }
     return this.player ? this.player.totalPlayedMs : 0;
   }
 
+  /** Audio held ahead of the speaker: the player's queue, or on a call the jitter buffer's delay. */
   get bufferedMs() {
+    if (this.transport === "webrtc") return this.call ? this.call.stats.bufferedMs : 0;
     return this.player ? this.player.bufferedMs : 0;
   }
 
+  /** Underruns of the player, or on a call the jitter buffer's concealment events (lost audio). */
   get gaps() {
+    if (this.transport === "webrtc") return this.call ? this.call.stats.gaps : 0;
     return this.player ? this.player.stats.gaps : 0;
+  }
+
+  get callId() {
+    return this.call ? this.call.callId : null;
   }
 
   /** Audio clock minus wall clock since start (ms): a drifting sound card shows here. */
@@ -120,7 +164,7 @@ export class DuplexSession extends EventTarget {
     };
   }
 
-  /** Mic first (so a refusal is reported before we take a queue slot), then the socket. */
+  /** Mic first (so a refusal is reported before we take a queue slot), then the connection. */
   async start() {
     this._set("starting");
     if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
@@ -144,7 +188,8 @@ export class DuplexSession extends EventTarget {
       throw new MicError("other", `Could not open the microphone: ${e && e.message ? e.message : e}`);
     }
     await this._startAudio();
-    this._connect();
+    if (this.transport === "webrtc") await this._call();
+    else this._connect();
   }
 
   async _startAudio() {
@@ -160,9 +205,11 @@ export class DuplexSession extends EventTarget {
     const base = new URL(".", import.meta.url);
     await this.ctx.audioWorklet.addModule(new URL("capture-processor.js", base));
     this.mixer = new Mixer(this.ctx);
-    this.player = new AudioPlayer(this.ctx, { sourceRate: RATE, output: this.mixer.output });
-    await this.player.start();
-    this.player.addEventListener("progress", (e) => this._onProgress(e.detail));
+    if (this.transport === "websocket") {
+      this.player = new AudioPlayer(this.ctx, { sourceRate: RATE, output: this.mixer.output });
+      await this.player.start();
+      this.player.addEventListener("progress", (e) => this._onProgress(e.detail));
+    }
     let source;
     try {
       source = this.ctx.createMediaStreamSource(this.stream);
@@ -184,7 +231,40 @@ export class DuplexSession extends EventTarget {
     source.connect(micGain);
     micGain.connect(this.capture);
     this.micMeter = new LufsMeter(cctx, micGain);
-    this.outMeter = new LufsMeter(this.ctx, this.mixer.output);
+    if (this.transport === "webrtc") {
+      // The call sends the mic after the mixer's gain (the browser's echo cancellation, noise
+      // suppression and gain control already ran on the captured track); the capture worklet
+      // then only feeds the barge-in stopwatch. The reply is metered off the call's remote track.
+      this.micOut = cctx.createMediaStreamDestination();
+      micGain.connect(this.micOut);
+    } else {
+      this.outMeter = new LufsMeter(this.ctx, this.mixer.output);
+    }
+  }
+
+  /** The reply's remote track is here: its level (meter, stop measurement), never its sound
+   * (the <audio> element plays it, where the echo canceller hears it). */
+  _meterRemote(stream) {
+    try {
+      const src = this.ctx.createMediaStreamSource(stream);
+      this.outMeter = new LufsMeter(this.ctx, src);
+      this._outProbe = this.ctx.createAnalyser();
+      this._outProbe.fftSize = 256; // ~10 ms at 24 kHz
+      src.connect(this._outProbe);
+    } catch (e) {
+      this._emit("log", { level: "info", text: `reply level not metered here: ${e.message || e}` });
+    }
+  }
+
+  /** RMS of the reply as the remote track has it now (last ~10 ms); null when not metered. */
+  _outputRms() {
+    const a = this._outProbe;
+    if (!a) return null;
+    const buf = this._probeBuf || (this._probeBuf = new Float32Array(a.fftSize));
+    a.getFloatTimeDomainData(buf);
+    let sum = 0;
+    for (let i = 0; i < buf.length; i++) sum += buf[i] * buf[i];
+    return Math.sqrt(sum / buf.length);
   }
 
   /** The `turn_detection` this session asks for. */
@@ -202,9 +282,10 @@ export class DuplexSession extends EventTarget {
     });
   }
 
-  /** Mixer setting: "mic" 0..2 or "output" 0..1. */
+  /** Mixer setting: "mic" 0..2 or "output" 0..1 (on a call, the <audio> element's volume). */
   setLevel(channel, value) {
     if (this.mixer) this.mixer.set(channel, value);
+    if (channel === "output" && this.audio && this.mixer) this.audio.volume = this.mixer.outputLevel;
   }
 
   _onProgress(stats) {
@@ -225,6 +306,13 @@ export class DuplexSession extends EventTarget {
   }
 
   _onFrame({ pcm, rms }) {
+    if (this.transport === "webrtc") {
+      // The call's track carries the microphone: a frame here only times a barge-in.
+      if (!this.live || this.paused) return;
+      this.micLevel = rms;
+      this._localOnset(rms >= ONSET_RMS, performance.now());
+      return;
+    }
     // Nothing is sent while queued: nobody listens yet, and the gateway keeps only a few events.
     if (!this.live || !this.ws || this.ws.readyState !== WebSocket.OPEN || this.paused) return;
     const now = performance.now();
@@ -244,6 +332,7 @@ export class DuplexSession extends EventTarget {
   }
 
   _audible() {
+    if (this.transport === "webrtc") return this._playing;
     const st = this.player && this.player.stats;
     return !!st && !st.held && (st.playing || st.buffered > 0);
   }
@@ -259,7 +348,11 @@ export class DuplexSession extends EventTarget {
     // The frame arrived at `now`; its first sample was captured one frame earlier.
     if (this._loudRun++ === 0) this._onsetAt = now - FRAME_MS;
     // Speech that began in a pause of the reply overlaps it only from when the reply resumed.
-    if (this._loudRun >= ONSET_FRAMES && audible && !this._hold) this._holdPlayback(this._overlapStart());
+    // On a call the gateway plays the reply and stops it on the server's speech_started (a local
+    // hold would make it count as heard what the user never heard), so nothing is held here.
+    if (this.transport === "websocket" && this._loudRun >= ONSET_FRAMES && audible && !this._hold) {
+      this._holdPlayback(this._overlapStart());
+    }
   }
 
   /** When the user's current speech and the assistant's audio started to overlap. */
@@ -281,10 +374,12 @@ export class DuplexSession extends EventTarget {
     this._emit("log", { level: "info", text: "no speech after all: reply resumed" });
   }
 
-  /** One barge-in's stop latency: start of the overlap -> worklet silent, plus output latency. */
-  _recordStop(onsetAt, via) {
+  /** One barge-in's stop latency: start of the overlap -> worklet silent (or, on a call, the
+   * remote track silent at `silentAt`), plus the output latency. */
+  _recordStop(onsetAt, via, silentAt = performance.now()) {
     if (onsetAt == null) return;
-    const stopMs = performance.now() - onsetAt + this.player.outputLatencyS * 1000;
+    const latencyS = this.player ? this.player.outputLatencyS : (this.ctx.baseLatency || 0) + (this.ctx.outputLatency || 0);
+    const stopMs = silentAt - onsetAt + latencyS * 1000;
     this.bargeIns.push({ stopMs: Math.round(stopMs), via });
     this._emit("bargein", { stopMs, via });
   }
@@ -297,12 +392,33 @@ export class DuplexSession extends EventTarget {
     return null;
   }
 
-  _send(event) {
-    if (this.ws && this.ws.readyState === WebSocket.OPEN) {
-      this.ws.send(JSON.stringify(event));
-      return true;
+  /** On a call: when the reply's track went quiet after a barge-in (null: it never did, or is not metered). */
+  async _whenReplySilent() {
+    if (!this._outProbe) return null;
+    const t0 = performance.now();
+    let quiet = 0;
+    while (performance.now() - t0 < STOP_WAIT_MS) {
+      const rms = this._outputRms();
+      if (rms != null && rms < SILENT_RMS) {
+        // Two quiet windows in a row; the analyser's window lags by about its length.
+        if (++quiet >= 2) return performance.now() - (this._outProbe.fftSize / this.ctx.sampleRate) * 1000;
+      } else {
+        quiet = 0;
+      }
+      await new Promise((r) => setTimeout(r, 5));
     }
-    return false;
+    return null;
+  }
+
+  _send(event) {
+    let sent = false;
+    if (this.call) sent = this.call.send(event);
+    else if (this.ws && this.ws.readyState === WebSocket.OPEN) {
+      this.ws.send(JSON.stringify(event));
+      sent = true;
+    }
+    if (sent) this.sentEvents[event.type] = (this.sentEvents[event.type] || 0) + 1;
+    return sent;
   }
 
   /** Send a client event (e.g. a camera frame) once the session is live; false if not sent. */
@@ -310,16 +426,55 @@ export class DuplexSession extends EventTarget {
     return this.live && !this.paused ? this._send(event) : false;
   }
 
+  /** WebRTC: offer the mic (and camera) tracks; the events drive the same state as the socket's. */
+  async _call() {
+    this._set("connecting");
+    if (!this.audio) this.audio = new Audio();
+    this.audio.autoplay = true;
+    this.audio.volume = this.mixer.outputLevel;
+    const call = (this.call = new RealtimeCall({
+      url: this.url, micTrack: this.micOut.stream.getAudioTracks()[0], videoTrack: this.videoTrack, audio: this.audio,
+    }));
+    call.addEventListener("event", (e) => this._onEvent(e.detail));
+    call.addEventListener("remote", (e) => this._meterRemote(e.detail.stream));
+    call.addEventListener("stats", () => this._emit("progress", {}));
+    call.addEventListener("log", (e) => this._emit("log", e.detail));
+    call.addEventListener("closed", (e) => this._callClosed(e.detail.code));
+    try {
+      await call.connect();
+    } catch (e) {
+      if (!(e instanceof CallError)) {
+        this._stopAudio();
+        throw e;
+      }
+      const code = e.status === 429 && e.code !== "queue_full" ? 4029
+        : { 0: 1006, 401: 1008, 403: 1008, 429: 1013 }[e.status] || 1011;
+      this._closed(code, e.message);
+      return;
+    }
+    this._emit("log", { level: "info", text: `WebRTC call ${call.callId} answered` });
+  }
+
+  /** The call ended: by Stop (1000), or by the gateway, whose last error event says why. */
+  _callClosed(code) {
+    if (code === 1000) return this._closed(1000, closeReason(1000, ""));
+    const err = this._lastError;
+    const ending = err && ENDING_CODES[err.code];
+    if (ending) return this._closed(ending, closeReason(ending, ""));
+    return this._closed(code, err && err.message ? `Connection closed: ${err.message}` : closeReason(code, ""));
+  }
+
+  _closed(code, reason) {
+    this._stopAudio();
+    this._set("closed", { code, reason });
+    this._emit("closed", { code, reason });
+  }
+
   _connect() {
     this._set("connecting");
     const ws = (this.ws = new WebSocket(this.url));
     onEvents(ws, (ev) => this._onEvent(ev));
-    ws.onclose = (e) => {
-      this._stopAudio();
-      const reason = closeReason(e.code, e.reason);
-      this._set("closed", { code: e.code, reason });
-      this._emit("closed", { code: e.code, reason });
-    };
+    ws.onclose = (e) => this._closed(e.code, closeReason(e.code, e.reason));
     ws.onerror = () => this._emit("log", { level: "error", text: "WebSocket error" });
   }
 
@@ -375,6 +530,13 @@ export class DuplexSession extends EventTarget {
         }
         const onsets = [this._onsetAt, this._capturedAt(ev.audio_start_ms)].filter((t) => t != null);
         const overlapAt = onsets.length ? this._overlapStart(Math.min(...onsets)) : null;
+        if (this.transport === "webrtc") {
+          // The gateway stops the reply now (output_audio_buffer.cleared) and truncates it to what
+          // it played; what is measured here is when the reply went quiet at this end.
+          if (wasAudible) this._whenReplySilent().then((at) => { if (at != null) this._recordStop(overlapAt, "server", at); });
+          this._set("hearing");
+          break;
+        }
         this._bargeIn().then(() => {
           // Already measured when held locally; otherwise the server's VAD stopped it.
           if (wasAudible && !held) this._recordStop(overlapAt, "server");
@@ -409,7 +571,31 @@ export class DuplexSession extends EventTarget {
         if (this.state !== "speaking" && this.state !== "hearing") this._set("speaking");
         break;
       case "response.output_audio.done":
-        this.player.end(ev.item_id);
+        if (this.player) this.player.end(ev.item_id);
+        break;
+      // A call's reply plays at the gateway, which says when (WebRTC only).
+      case "output_audio_buffer.started":
+        this._playing = true;
+        this._playStart = performance.now();
+        if (this.state !== "hearing") this._set("speaking");
+        break;
+      case "output_audio_buffer.stopped":
+      case "output_audio_buffer.cleared":
+        if (this._playing) this._playedSpans += performance.now() - this._playStart;
+        this._playing = false;
+        if (this.state === "speaking") this._set("listening");
+        break;
+      case "conversation.item.truncated":
+        // On a call the gateway truncated the reply to what it played (the page's own truncates
+        // are counted when sent).
+        if (this.transport === "webrtc" && !this._truncated.has(ev.item_id)) {
+          this._truncated.add(ev.item_id);
+          this.truncates.push({ item_id: ev.item_id, audio_end_ms: ev.audio_end_ms });
+          const entry = this._assistant.get(ev.item_id);
+          if (entry) entry.interrupted = true;
+          this._emit("transcript", { role: "assistant" });
+          this._emit("log", { level: "info", text: `interrupted: ${ev.item_id} truncated at ${ev.audio_end_ms} ms (what was played)` });
+        }
         break;
       case "response.output_audio_transcript.delta":
       case "response.output_text.delta": {
@@ -435,7 +621,7 @@ export class DuplexSession extends EventTarget {
           const entry = (r.output || []).map((o) => this._assistant.get(o.id)).find(Boolean);
           if (entry) entry.interrupted = true;
           this._emit("transcript", { role: "assistant" });
-        } else {
+        } else if (this.player) {
           for (const o of r.output || []) this.player.end(o.id);
         }
         if (!this._userSpeaking && this.state === "thinking") this._set("listening");
@@ -455,6 +641,7 @@ export class DuplexSession extends EventTarget {
         break;
       case "error":
         this.error = ev.error || ev;
+        this._lastError = this.error;
         this._emit("log", { level: "error", text: `${this.error.code || "error"}: ${this.error.message || ""}` });
         break;
       default:
@@ -465,7 +652,7 @@ export class DuplexSession extends EventTarget {
   /** Stop playback now and tell the server how much of the reply was heard. */
   async _bargeIn() {
     const item = this._currentItem;
-    if (!this.player) return;
+    if (!this.player) return; // on a call the gateway stops the reply and truncates it
     if (item && this._streaming) this._interrupted.add(item);
     const res = await this.player.flush();
     if (!item || this._truncated.has(item)) return;
@@ -481,10 +668,23 @@ export class DuplexSession extends EventTarget {
   pause() {
     this._send({ type: "session.pause" });
     this.paused = true; // stop sending at once; the server confirms with session.paused
+    this._micEnabled(false);
   }
 
   resume() {
     this._send({ type: "session.resume" });
+    this._micEnabled(true);
+  }
+
+  /** On a call, a paused mic sends silence (the worker drops audio while paused anyway). */
+  _micEnabled(on) {
+    if (this.micOut) for (const t of this.micOut.stream.getAudioTracks()) t.enabled = on;
+  }
+
+  /** Flip camera on a call: the new track replaces the old one. */
+  async setVideoTrack(track) {
+    this.videoTrack = track;
+    if (this.call) await this.call.replaceVideoTrack(track);
   }
 
   _stopAudio() {
@@ -494,12 +694,17 @@ export class DuplexSession extends EventTarget {
     if (this.stream) this.stream.getTracks().forEach((t) => t.stop());
     if (this.capture) this.capture.port.onmessage = null;
     if (this.player) this.player.stop();
+    if (this.micOut) this.micOut.stream.getTracks().forEach((t) => t.stop());
+    this._playing = false;
     for (const c of [this.ctx, this.captureCtx]) if (c && c.state !== "closed") c.close().catch(() => {});
     this.stream = null;
   }
 
   stop() {
-    if (this.ws && this.ws.readyState <= WebSocket.OPEN) this.ws.close(1000, "client stop");
+    if (this.call) {
+      if (!this.call.ended) this.call.hangup();
+      else this._stopAudio();
+    } else if (this.ws && this.ws.readyState <= WebSocket.OPEN) this.ws.close(1000, "client stop");
     else this._stopAudio();
   }
 }
@@ -514,6 +719,8 @@ function closeReason(code, reason) {
     4001: "Closed after being idle.",
     4002: "Closed: paused for too long.",
     4003: "Maximum session length reached.",
+    4004: "The operator ended this session.",
+    4029: "Too many sessions just now. Try again in a moment.",
   };
   return `${known[code] || `Closed (${code}).`}${reason ? ` ${reason}` : ""}`;
 }

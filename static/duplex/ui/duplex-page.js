@@ -3,7 +3,7 @@
 // `window.omni` exposes read-only views of the live session for the browser tests.
 import { renderNav } from "../../shared/app-nav.js";
 import { Camera, CameraError, FrameSender } from "../lib/camera.js";
-import { DuplexSession, MicError } from "../lib/duplex-session.js";
+import { DuplexSession, MicError, TRANSPORTS } from "../lib/duplex-session.js";
 import { rememberSession } from "../lib/recent-sessions.js";
 import { LevelMeters } from "./level-meters.js";
 import { MetricsPanel } from "./metrics-panel.js";
@@ -25,6 +25,20 @@ function savedTurnMode() {
     return v && Object.hasOwn(TURN_MODES, v) ? v : TURN_DEFAULT;
   } catch {
     return TURN_DEFAULT;
+  }
+}
+
+// The "Connection" choice: WebRTC (the default) or WebSocket, kept per browser; applies from the
+// next Start.
+const TRANSPORT_KEY = "omniduplex.transport";
+const TRANSPORT_DEFAULT = "webrtc";
+
+function savedTransport() {
+  try {
+    const v = localStorage.getItem(TRANSPORT_KEY);
+    return TRANSPORTS.includes(v) ? v : TRANSPORT_DEFAULT;
+  } catch {
+    return TRANSPORT_DEFAULT;
   }
 }
 
@@ -71,7 +85,11 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
     get bargeIns() { return session ? session.bargeIns : []; },
     get queue() { return session ? session.queue : null; },
     get chimes() { return session && session.chimes ? session.chimes.played : []; },
-    get framesSent() { return frames ? frames.sent : 0; },
+    // Camera frames sent: by the page (WebSocket), or as the call's video track encoded them (WebRTC).
+    get framesSent() {
+      if (session && session.transport === "webrtc") return session.call ? session.call.stats.videoFramesSent : 0;
+      return frames ? frames.sent : 0;
+    },
     get framesAcked() { return session ? session.framesAcked : 0; },
     get levels() { return levels.values; },
     get recording() { return session ? session.recording : null; },
@@ -79,7 +97,24 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
     get turnMode() { return turnSelect ? turnSelect.value : TURN_DEFAULT; },
     get turnDetectionSent() { return session ? session.turnDetectionConfig() : null; },
     get turnDetection() { return session ? session.serverTurnDetection : null; },
+    get transport() { return session ? session.transport : (transportSelect ? transportSelect.value : TRANSPORT_DEFAULT); },
+    get callId() { return session ? session.callId : null; },
+    get sentEvents() { return session ? { ...session.sentEvents } : {}; },
+    // What the browser applied to the microphone (echoCancellation, noiseSuppression, autoGainControl, ...).
+    get micSettings() {
+      const t = session && session.stream && session.stream.getAudioTracks()[0];
+      return t ? t.getSettings() : null;
+    },
   });
+
+  // Connection: WebRTC or WebSocket, for the next session (the select is locked during one).
+  const transportSelect = $("transport");
+  if (transportSelect) {
+    transportSelect.value = savedTransport();
+    transportSelect.addEventListener("change", () => {
+      try { localStorage.setItem(TRANSPORT_KEY, transportSelect.value); } catch { /* private mode: not kept */ }
+    });
+  }
 
   // Turn detection: applies to the next session and, through session.update, to a live one.
   const turnSelect = $("turn-detection");
@@ -137,6 +172,7 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
 
   function setRunning(running) {
     $("start").disabled = running;
+    if (transportSelect) transportSelect.disabled = running;
     $("pause").disabled = !running;
     $("stop").disabled = !running;
     $("pause").textContent = "Pause";
@@ -169,10 +205,13 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
     showAlert("");
     setRunning(true);
     startedAt = 0;
+    frames = null;
     const s = (session = new DuplexSession({
       chimes: !$("chimes") || $("chimes").checked, app: appId, record: !$("record") || $("record").checked,
       ...turnOptions(turnSelect ? turnSelect.value : TURN_DEFAULT),
+      transport: transportSelect ? transportSelect.value : TRANSPORT_DEFAULT, audio: $("reply-audio"),
     }));
+    log(`connecting over ${s.transport === "webrtc" ? "WebRTC" : "WebSocket"}`);
     $("replay").hidden = true;
     s.addEventListener("recording", (e) => {
       const a = $("replay-link");
@@ -207,7 +246,10 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
     });
     try {
       if (camera && (await startCamera())) {
-        frames = new FrameSender(camera, (ev) => s.send(ev), { intervalMs: 1000 });
+        // WebSocket: the page sends a JPEG a second. WebRTC: the camera is a track of the call and
+        // the gateway samples it (at most limits.max_frame_rate a second).
+        if (s.transport === "webrtc") s.videoTrack = camera.stream.getVideoTracks()[0];
+        else frames = new FrameSender(camera, (ev) => s.send(ev), { intervalMs: 1000 });
       }
       await s.start();
     } catch (e) {
@@ -235,6 +277,7 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
       if (!camera.stream) return;
       try {
         await camera.flip();
+        if (session && session.transport === "webrtc") await session.setVideoTrack(camera.stream.getVideoTracks()[0]);
       } catch (e) {
         showAlert(e.message || String(e), "warn");
       }
