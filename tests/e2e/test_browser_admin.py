@@ -166,3 +166,52 @@ def test_chat_page_with_api_keys_asks_once_and_sends_the_key_as_subprotocol(keye
     except BaseException:
         dump_console(browser)
         raise
+
+
+HANGUP_STATUS_JS = """
+const e = performance.getEntriesByType('resource').filter((r) => r.name.endsWith('/hangup'));
+return e.length ? e[e.length - 1].responseStatus : null;
+"""
+
+
+def test_duplex_page_call_with_api_keys_sends_the_stored_key(keyed_stack, launch, tmp_path):
+    """On a service with API keys the duplex page's WebRTC call carries the key this browser stored
+    (``Authorization: Bearer``, as Save & share sends it; the page never mints or holds another):
+    without one the call is refused with a sentence and nothing is left at the gateway; with it the
+    call is admitted, and Stop's hangup (with the key) frees the slot."""
+    from selenium.webdriver.common.keys import Keys
+
+    stack = keyed_stack
+    browser = launch(silence_wav(tmp_path / "s.wav", 2))
+    try:
+        browser.get(f"{stack.url}/audio_duplex.html")
+        gate = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "[data-gate='audio_duplex'] input[type=password]"),
+                          10)
+        assert gate, "the page did not ask for the API key"
+        browser.find_element(By.ID, "start").click()
+        alert = browser.find_element(By.ID, "alert")
+        assert wait_until(lambda: alert.is_displayed() and alert.text, timeout=20), "no alert for the refused call"
+        assert "API key" in alert.text and "{" not in alert.text, alert.text
+        assert browser.execute_script("return window.omni.state") == "closed"
+        assert browser.find_element(By.ID, "start").is_enabled()
+        assert stack.health()["slots_busy"] == 0 and stack.health()["queue_length"] == 0
+
+        gate[0].send_keys(KEY)
+        gate[0].send_keys(Keys.ENTER)  # saved in this browser; the page reloads
+        assert wait_until(lambda: browser.execute_script("return document.readyState") == "complete"
+                          and not browser.find_elements(By.CSS_SELECTOR, "[data-gate]"), 10)
+        browser.find_element(By.ID, "start").click()
+        assert wait_until(lambda: browser.execute_script("return window.omni.state") == "listening", timeout=30), \
+            browser.execute_script("return {state: window.omni.state, error: window.omni.error}")
+        call_id = browser.execute_script("return window.omni.callId")
+        live = httpx.get(f"{stack.url}/api/admin/live", headers=stack.admin_headers, timeout=5).json()["sessions"]
+        assert [s["transport"] for s in live if s.get("call_id") == call_id] == ["webrtc"], live
+        browser.find_element(By.ID, "stop").click()
+        assert wait_until(lambda: browser.execute_script(HANGUP_STATUS_JS), timeout=5) == 200
+        assert wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=5)
+        assert not browser.find_element(By.ID, "alert").is_displayed()
+    except BaseException:
+        dump_console(browser)
+        raise
+    finally:
+        browser.execute_script("window.omni && window.omni.session && window.omni.session.stop()")
