@@ -6,7 +6,9 @@
 #                                       iproute2 (`ip netns`, tests/e2e/test_netns.py) and espeak-ng
 #                                       (the turn-taking set's voices) and redis-server (the
 #                                       shared queue's tests), when missing, and
-#                                       .venv-frameworks (tests/e2e/test_frameworks.py)
+#                                       .venv-frameworks (tests/e2e/test_frameworks.py) and, when
+#                                       node and npm are there, the pinned npm packages of tests/js
+#                                       (the Agents SDK for JavaScript: tests/e2e/test_agents_js.py)
 #   scripts/install.sh --with-redis     also Debian redis-server, when missing (the private Redis of
 #                                       `./start_all.sh --redis local`; docs/operations.md)
 # The options combine. Debian packages are installed only when running as root (no sudo prompt);
@@ -62,6 +64,26 @@ if [ "$with_browser" = 1 ]; then
     .venv-frameworks/bin/python -m pip install --quiet --upgrade pip
     .venv-frameworks/bin/python -m pip install --quiet -r requirements-frameworks.txt
     echo "$fw_want" > "$FW_STAMP"
+  fi
+fi
+
+# The OpenAI Agents SDK for JavaScript (tests/e2e/test_agents_js.py), pinned by tests/js/package-lock.json
+# and installed exactly as locked (`npm ci`) into tests/js/node_modules; the stamp inside marks a complete
+# install of that lock with this node. --loglevel=error: npm warns that the SDK's `openai` dependency wants
+# Node >= 22; the realtime SDK does not load it, and runs on Node 20.
+if [ "$with_browser" = 1 ]; then
+  if command -v node >/dev/null && command -v npm >/dev/null; then
+    JS_STAMP=tests/js/node_modules/.omniduplex-install
+    js_want="$(cat tests/js/package.json tests/js/package-lock.json | sha256sum | cut -d' ' -f1) $(node --version)"
+    if [ -f "$JS_STAMP" ] && [ "$(cat "$JS_STAMP")" = "$js_want" ]; then
+      echo "[install] tests/js/node_modules is up to date"
+    else
+      echo "[install] installing the pinned npm packages of tests/js (npm ci)"
+      (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
+      echo "$js_want" > "$JS_STAMP"
+    fi
+  else
+    echo "[install] node/npm missing: the Agents SDK for JavaScript tests (tests/e2e/test_agents_js.py) will be skipped (install Node.js 20+ and npm)"
   fi
 fi
 
