@@ -27,7 +27,7 @@ from core.config import WebRTCConfig
 from gateway.realtime.webrtc import ice
 from gateway.realtime.webrtc.channel import WebRTCChannel
 from gateway.realtime.webrtc.sdp import Offer, bad_offer
-from gateway.realtime.webrtc.tracks import OutboundAudioTrack, pump_audio, pump_video
+from gateway.realtime.webrtc.tracks import OutboundAudioTrack, pump_audio, pump_video, quick_mic
 
 log = logging.getLogger(__name__)
 # aioice logs every candidate pair's every state at INFO: a dozen lines per call.
@@ -71,6 +71,9 @@ class Call:
             audio.setCodecPreferences([c for c in RTCRtpSender.getCapabilities("audio").codecs
                                        if c.mimeType.lower() == "audio/opus"])
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer.sdp, type="offer"))
+            for transceiver in pc.getTransceivers():
+                if transceiver.kind == "audio":
+                    quick_mic(transceiver.receiver)  # the microphone feeds VAD/ASR, not a speaker
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # noqa: BLE001 - aiortc raises what the offer provokes
             raise bad_offer(f"it cannot be answered ({exc.__class__.__name__}: {str(exc)[:160]})") from None
