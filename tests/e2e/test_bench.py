@@ -154,3 +154,63 @@ def test_capacity_benchmark_with_two_gateways_reports_cross_gateway_dispatch():
     assert r["slots_busy_after"] == {"busy": {"w0": 0}, "queue_length": 0}
     assert r["gateway_log_problems"] == []
     assert "2 gateways (Redis)" in report(r)
+
+
+def test_calls_benchmark_load_part_relays_calls_both_ways():
+    """``bench calls --parts load`` in miniature (synthetic worker, two WebRTC calls): both calls play
+    reply audio, the gateway's CPU is split into its event loop and the rest, /health is timed, and
+    the report marks its goals. (The V2V part needs the cascade worker: minutes, not run here.)"""
+    from bench.calls import report
+
+    out = subprocess.run([sys.executable, "-m", "bench", "calls", "--parts", "load", "--calls", "2", "--hold", "1",
+                          "--json"], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    idle, two = r["load"]["levels"]
+    assert idle["calls"] == 0 and two["calls"] == 2
+    assert two["playing"] == 2 and two["calls_open_at_gateway"] == 2
+    assert two["reply_s"] > 1.0  # both calls' reply audio arrived in the window, told from idle frames
+    assert two["gateway_cpu_pct"] > 0 and two["gateway_loop_cpu_pct"] > 0
+    assert abs(two["gateway_loop_cpu_pct"] + two["gateway_off_loop_cpu_pct"] - two["gateway_cpu_pct"]) < 0.1
+    assert two["health_ms"]["n"] >= 5 and two["per_call_pct"] == round(two["gateway_cpu_pct"] / 2, 2)
+    assert {"underruns", "dry_frames", "worst_late_ms"} <= set(two)
+    text = report(r)
+    assert "| 2 |" in text and "% of a core per call:" in text
+    assert "20 calls, 0 underruns: **missed** (not measured)" in text  # fewer than 20 calls: not claimed
+
+
+def test_calls_report_marks_goals_from_the_median_of_runs():
+    """Synthetic results (no run): V2V judged on the median of the runs' p50 differences, CPU on the
+    worst level per call, underruns at 20 calls (a call that never played counts as one)."""
+    from bench.calls import goals, report, v2v_summary
+
+    def rows(ws: list[float], rtc: list[float]) -> list[dict]:
+        base = {"underruns": 0, "worst_late_ms": 0.0, "speech_stopped_ms": 600.0, "response_created_ms": 601.0}
+        return ([{"transport": "websocket", "v2v_ms": v, **base} for v in ws]
+                + [{"transport": "webrtc", "v2v_ms": v, "v2v_wire_ms": v - 80, "dry_frames": 0, **base} for v in rtc])
+
+    runs = [v2v_summary(rows([700, 720, 800], [750, 790, 900])),  # +70
+            v2v_summary(rows([700, 710, 800], [740, 760, 900])),  # +50
+            v2v_summary(rows([690, 700, 800], [730, 740, 900]))]  # +40
+    assert [s["diff_p50_ms"] for s in runs] == [70.0, 50.0, 40.0]
+    from bench.stats import median_spread
+
+    v2v = {"prompts": 3, "runs": [{"loadavg_start": [1.0, 1.0, 1.0], "summary": s} for s in runs],
+           "median": {"diff_p50_ms": median_spread([70.0, 50.0, 40.0]), "diff_wire_p50_ms": median_spread([-10.0]),
+                      "underruns": {"websocket": 0, "webrtc": 0}}}
+    level = {"loadavg_end": [1.0], "gateway_loop_cpu_pct": 2.0, "gateway_off_loop_cpu_pct": 1.0,
+             "health_ms": {"p50": 1, "p99": 2, "max": 3}, "calls_with_underruns": 0, "worst_late_ms": 0.0,
+             "dry_frames": 0, "reply_s": 1.0, "bench_cpu_pct": 5, "worker_cpu_pct": 1}
+    load = {"hold_s": 10, "levels": [
+        {**level, "calls": 0, "gateway_cpu_pct": 1.0, "underruns": 0},
+        {**level, "calls": 1, "playing": 1, "gateway_cpu_pct": 4.0, "per_call_pct": 4.0, "per_call_above_idle_pct": 3.0,
+         "underruns": 0},
+        {**level, "calls": 20, "playing": 19, "gateway_cpu_pct": 110.0, "per_call_pct": 5.5,
+         "per_call_above_idle_pct": 5.45, "underruns": 0}]}
+    r = {"cpus": 2, "loadavg_start": [1.0], "loadavg_end": [1.0], "v2v": v2v, "load": load}
+    r["goals"] = g = goals(r)
+    assert g["v2v"]["value"] == 50.0 and g["v2v"]["mark"].endswith(": met")
+    assert g["cpu"]["value"] == 5.5 and g["cpu"]["mark"].endswith("**missed**")
+    assert g["underruns"]["value"] == 1 and g["underruns"]["mark"].endswith("**missed**")  # one call never played
+    text = report(r)
+    assert "50 (40.0-70.0) ms" in text and "| 20 (19 playing) |" in text
