@@ -43,6 +43,18 @@ def question_wav(tmp_path, tts) -> Path:
     return spoken_wav(tmp_path / "question.wav", tts, "What is the capital of France?", total_s=LOOP_S)
 
 
+def barge_in_audio(path: Path, tts, after_s: float) -> Path:
+    """A request for a long answer, then "Wait, stop. What is the capital of Russia?" ``after_s``
+    after the request ended, then 30 s of silence."""
+    ask = speech_48k(tts, "Please tell me a long story about a brave little dragon.")
+    interrupt = speech_48k(tts, "Wait, stop. What is the capital of Russia?")
+    start_2 = WAV_RATE + len(ask) + int(after_s * WAV_RATE)
+    audio = np.zeros(start_2 + len(interrupt) + 30 * WAV_RATE, dtype=np.float32)
+    audio[WAV_RATE:WAV_RATE + len(ask)] = ask
+    audio[start_2:start_2 + len(interrupt)] = interrupt
+    return write_wav(path, audio)
+
+
 @pytest.fixture
 def barge_in_wav(tmp_path, tts) -> Path:
     """A request for a long answer, then the user talks over the reply ~BARGE_AFTER_S after asking.
@@ -52,13 +64,14 @@ def barge_in_wav(tmp_path, tts) -> Path:
     player's prebuffer), so the second utterance lands
     while the assistant is speaking. Long trailing silence keeps the file's loop out of the way.
     """
-    ask = speech_48k(tts, "Please tell me a long story about a brave little dragon.")
-    interrupt = speech_48k(tts, "Wait, stop. What is the capital of Russia?")
-    start_2 = WAV_RATE + len(ask) + int(BARGE_AFTER_S * WAV_RATE)
-    audio = np.zeros(start_2 + len(interrupt) + 30 * WAV_RATE, dtype=np.float32)
-    audio[WAV_RATE:WAV_RATE + len(ask)] = ask
-    audio[start_2:start_2 + len(interrupt)] = interrupt
-    return write_wav(tmp_path / "barge_in.wav", audio)
+    return barge_in_audio(tmp_path / "barge_in.wav", tts, BARGE_AFTER_S)
+
+
+@pytest.fixture
+def late_barge_in_wav(tmp_path, tts) -> Path:
+    """As ``barge_in_wav``, the interruption 5 s after the request: the long reply is playing by
+    then even on a busy machine (and goes on for much longer)."""
+    return barge_in_audio(tmp_path / "late_barge_in.wav", tts, 5.0)
 
 
 @contextlib.contextmanager
@@ -262,6 +275,32 @@ def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
     assert measured, "the user's speech never overlapped audible reply audio in three attempts"
     print(f"barge-in stop: {measured['stopMs']} ms via {measured['via']}")
     assert 0 < measured["stopMs"] <= 300, measured
+
+
+def test_barge_in_over_webrtc_is_cut_by_the_gateway_to_what_was_played(stack, launch, late_barge_in_wav):
+    """On a call the gateway plays the reply, so it stops it and truncates it to what it played
+    (``conversation.item.truncated``); the page sends no truncate of its own, shows the cut and
+    measures, off the call's remote track, how long the reply kept sounding over the user.
+
+    The reply must have started playing by the time the user talks over it; on a starved machine
+    it may not have, so the scenario runs up to twice."""
+    for attempt in range(2):
+        browser = start_duplex(launch, stack, late_barge_in_wav)
+        with duplex_page(browser, stack):
+            snap = wait_for_snapshot(browser, lambda s: bool(s and s["truncates"] and s["bargeIns"] and any(
+                "russia" in t["text"].lower() for t in s["transcripts"] if t["role"] == "user")), timeout=60)
+            print(f"WebRTC barge-in attempt {attempt + 1}: {json.dumps(snap)}")
+            if snap and snap["truncates"]:
+                break
+    assert snap and snap["truncates"], f"no barge-in happened: {json.dumps(snap, indent=1)}"
+    cut = snap["truncates"][0]
+    assert 0 < cut["audio_end_ms"] < 15000, cut
+    sent = browser.execute_script("return window.omni.sentEvents")
+    assert "conversation.item.truncate" not in sent, sent  # the gateway's, not the page's
+    assert snap["bargeIns"] and snap["bargeIns"][0]["via"] == "server", snap["bargeIns"]
+    stop_ms = snap["bargeIns"][0]["stopMs"]
+    print(f"WebRTC barge-in stop: {stop_ms} ms")
+    assert 0 < stop_ms <= 500, snap["bargeIns"]
 
 
 def turn_detection(browser) -> dict | None:

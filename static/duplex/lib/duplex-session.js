@@ -49,6 +49,7 @@ const HOLD_MAX_MS = 700;
 // windows after a barge-in, until it stays below SILENT_RMS (or STOP_WAIT_MS passes).
 const SILENT_RMS = 0.003;
 const STOP_WAIT_MS = 1500;
+const HEARD_RMS = 1e-4; // above the decoded silence frames (zeros), below any speech
 
 // An error event's code -> the WebSocket close code the same ending has (a call has no close code).
 const ENDING_CODES = {
@@ -80,8 +81,8 @@ export class DuplexSession extends EventTarget {
     this.videoTrack = videoTrack; // webrtc: the camera's track, sent on the call
     this.call = null; // webrtc: the RealtimeCall
     this._playing = false; // webrtc: output_audio_buffer.started seen, not yet stopped or cleared
-    this._playStart = 0;
-    this._playedSpans = 0; // webrtc: ms between started and stopped/cleared, summed
+    this._heardMs = 0; // webrtc: time the remote track carried sound (not the idle silence frames)
+    this._heardTimer = null;
     this._lastError = null;
     this.sentEvents = {}; // client event type -> how many were sent (for tests)
     this.recording = null; // {session_id, share_url} when the server records this session
@@ -125,12 +126,11 @@ export class DuplexSession extends EventTarget {
     this.dispatchEvent(new CustomEvent(type, { detail }));
   }
 
-  /** Reply audio played so far (ms). On a call: the time between the gateway's
-   * output_audio_buffer.started and .stopped/.cleared, which is when it played the audio out. */
+  /** Reply audio played so far (ms): what the player worklet played, or on a call the time the
+   * call's remote track carried sound here (the gateway sends digital silence between replies and
+   * while a reply's next audio is late, which is not counted). */
   get playedMs() {
-    if (this.transport === "webrtc") {
-      return this._playedSpans + (this._playing ? performance.now() - this._playStart : 0);
-    }
+    if (this.transport === "webrtc") return this._heardMs;
     return this.player ? this.player.totalPlayedMs : 0;
   }
 
@@ -251,6 +251,13 @@ export class DuplexSession extends EventTarget {
       this._outProbe = this.ctx.createAnalyser();
       this._outProbe.fftSize = 256; // ~10 ms at 24 kHz
       src.connect(this._outProbe);
+      let last = performance.now();
+      this._heardTimer = setInterval(() => {
+        const now = performance.now();
+        const rms = this._outputRms();
+        if (rms != null && rms > HEARD_RMS) this._heardMs += Math.min(now - last, 100);
+        last = now;
+      }, 20);
     } catch (e) {
       this._emit("log", { level: "info", text: `reply level not metered here: ${e.message || e}` });
     }
@@ -386,6 +393,9 @@ export class DuplexSession extends EventTarget {
 
   /** When the mic captured input-audio time `ms` (the server's audio_start_ms), if we know. */
   _capturedAt(ms) {
+    // On a call the gateway appends the track's audio from session.created on, without a gap: the
+    // input timeline starts about when that event arrived (a little late by the trip here).
+    if (this.transport === "webrtc") return this._liveAt != null && ms != null ? this._liveAt + ms : null;
     for (const [endMs, at] of this._frameLog) {
       if (endMs >= ms) return at - (endMs - ms);
     }
@@ -497,6 +507,7 @@ export class DuplexSession extends EventTarget {
         this._set("assigned", { worker_id: ev.worker_id, queued_s: ev.queued_s });
         break;
       case "session.created":
+        this._liveAt = performance.now();
         this._send({
           type: "session.update",
           session: {
@@ -576,12 +587,10 @@ export class DuplexSession extends EventTarget {
       // A call's reply plays at the gateway, which says when (WebRTC only).
       case "output_audio_buffer.started":
         this._playing = true;
-        this._playStart = performance.now();
         if (this.state !== "hearing") this._set("speaking");
         break;
       case "output_audio_buffer.stopped":
       case "output_audio_buffer.cleared":
-        if (this._playing) this._playedSpans += performance.now() - this._playStart;
         this._playing = false;
         if (this.state === "speaking") this._set("listening");
         break;
@@ -696,6 +705,8 @@ export class DuplexSession extends EventTarget {
     if (this.player) this.player.stop();
     if (this.micOut) this.micOut.stream.getTracks().forEach((t) => t.stop());
     this._playing = false;
+    if (this._heardTimer) clearInterval(this._heardTimer);
+    this._heardTimer = null;
     for (const c of [this.ctx, this.captureCtx]) if (c && c.state !== "closed") c.close().catch(() => {});
     this.stream = null;
   }
