@@ -44,8 +44,9 @@ CPU time (``psutil``, all threads; the event loop's thread apart) over ``--hold`
 separate process times ``GET /health`` every 100 ms (the loop's responsiveness); a level of 0
 calls first gives the idle figures. Underruns as in ``bench serve`` (a player that starts at the
 first reply frame and plays in real time; a frame more than 100 ms late is one), counted on every
-call from its first reply frame to the end of the window, with "dry" frames (idle frames in the
-middle of the reply: the gateway had nothing queued at a tick) beside them.
+call over the window (steady state: not while the other calls connect), with "dry" frames (idle
+frames in the middle of the reply: the gateway had nothing queued at a tick) beside them, and the
+same rule on the reply packets' arrival ("on the wire", before the client's jitter buffer).
 
 The bench's own clients and the synthetic worker run on the same cores as the gateway; their CPU
 is printed next to the gateway's. The load average is printed at the start and end of each part.
@@ -71,7 +72,7 @@ import numpy as np
 import psutil
 
 from bench.launch import Launched, raise_fd_limit
-from bench.serving import MAX_TOKENS, SPOKEN_PROMPTS, continuity
+from bench.serving import MAX_TOKENS, SPOKEN_PROMPTS, UNDERRUN_MS, continuity
 from bench.stats import goal_mark, median_spread, summary
 
 RATE = 24000
@@ -320,16 +321,27 @@ class BenchCall:
 
     def playout(self, start: float, end: float) -> dict[str, Any]:
         """Underruns of the reply frames from the first at or after ``start`` to ``end``, and the
-        idle frames among them (dry ticks at the gateway)."""
+        idle frames among them (dry ticks at the gateway); ``wire_underruns``: the same rule on the
+        reply packets' arrival, before the client's jitter buffer and decoder (late there: late
+        from the gateway; late only after: the client's own receiver)."""
         frames = [(t, r) for t, r in self.frames if start <= t <= end]
         first = next((i for i, (_, r) in enumerate(frames) if r), None)
         if first is None:
-            return {"reply_frames": 0, "underruns": 0, "worst_late_ms": 0.0, "dry_frames": 0}
+            return {"late_at": [], "reply_frames": 0, "underruns": 0, "worst_late_ms": 0.0, "dry_frames": 0, "wire_underruns": 0,
+                    "wire_worst_late_ms": 0.0}
         last = max(i for i, (_, r) in enumerate(frames) if r)
         span = frames[first:last + 1]
         underruns, worst = continuity([(t, FRAME_S) for t, r in span if r])
-        return {"reply_frames": sum(r for _, r in span), "underruns": underruns, "worst_late_ms": round(worst, 1),
-                "dry_frames": sum(not r for _, r in span)}
+        wire_underruns, wire_worst = continuity([(t, FRAME_S) for t in self.wire if start <= t <= end])
+        due, late_at = None, []
+        for t, r in span:  # when the late frames came (continuity's rule), to see if calls stalled together
+            if r:
+                if due is not None and (t - due) * 1000 > UNDERRUN_MS:
+                    late_at.append(t)
+                due = max(due or t, t) + FRAME_S
+        return {"late_at": late_at, "reply_frames": sum(r for _, r in span), "underruns": underruns, "worst_late_ms": round(worst, 1),
+                "dry_frames": sum(not r for _, r in span), "wire_underruns": wire_underruns,
+                "wire_worst_late_ms": round(wire_worst, 1)}
 
     async def hangup(self) -> None:
         if self.call_id:
@@ -438,6 +450,7 @@ async def rtc_turn(base_url: str, speech: np.ndarray) -> dict[str, Any]:
         r["started_ms"] = _rel(call.first("output_audio_buffer.started", mark), mark)
         play = call.playout(mark, end)
         r.update(underruns=play["underruns"], worst_late_ms=play["worst_late_ms"], dry_frames=play["dry_frames"],
+                 wire_underruns=play["wire_underruns"],
                  audio_s=round(play["reply_frames"] * FRAME_S, 2))
         errors = [e.get("error", {}).get("message") for _, e in call.events if e["type"] == "error"]
         if errors:
@@ -479,7 +492,8 @@ def v2v_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         s: dict[str, Any] = {"n": len(ok), "errors": len(mine) - len(ok),
                              "underruns": sum(r["underruns"] for r in ok),
                              "worst_late_ms": max((r["worst_late_ms"] for r in ok), default=0.0),
-                             "dry_frames": sum(r.get("dry_frames", 0) for r in ok)}
+                             "dry_frames": sum(r.get("dry_frames", 0) for r in ok),
+                             "wire_underruns": sum(r.get("wire_underruns", 0) for r in ok)}
         for key in V2V_KEYS:
             vals = [r[key] for r in ok if r.get(key) is not None]
             if vals:
@@ -535,6 +549,8 @@ def part_v2v(prompts: int, runs: int, log) -> dict[str, Any]:
         **{f"{t}_{k}_{q}": med((t, k, q)) for t in ("websocket", "webrtc") for k in V2V_KEYS for q in ("p50", "p90")
            if any(k in s[t] for s in runs_s)},
         "underruns": {t: sum(s[t]["underruns"] for s in runs_s) for t in ("websocket", "webrtc")},
+        "webrtc_wire_underruns": sum(s["webrtc"].get("wire_underruns", 0) for s in runs_s),
+        "webrtc_dry_frames": sum(s["webrtc"].get("dry_frames", 0) for s in runs_s),
     }
     return result
 
@@ -602,11 +618,14 @@ async def load_level(launched: Launched, k: int, hold: float, packets: list[byte
         h = np.asarray(health)
         out["health_ms"] = {"p50": round(float(np.percentile(h, 50)), 2), "p99": round(float(np.percentile(h, 99)), 2),
                             "max": round(float(h.max()), 2), "n": int(h.size)}
-        plays = [c.playout(c.first_reply_frame() or t1, t1) for c in calls]
+        plays = [c.playout(t0, t1) for c in calls]  # steady state: the window, not the connects before it
         out["underruns"] = sum(p["underruns"] for p in plays)
         out["calls_with_underruns"] = sum(p["underruns"] > 0 for p in plays)
         out["worst_late_ms"] = max((p["worst_late_ms"] for p in plays), default=0.0)
         out["dry_frames"] = sum(p["dry_frames"] for p in plays)
+        out["wire_underruns"] = sum(p["wire_underruns"] for p in plays)
+        out["late_at_s"] = sorted(round(t - t0, 2) for p in plays for t in p["late_at"])
+        out["wire_worst_late_ms"] = max((p["wire_worst_late_ms"] for p in plays), default=0.0)
         out["reply_s"] = round(sum(p["reply_frames"] for p in plays) * FRAME_S, 1)
         out["window_s"] = round(span, 2)
     finally:
@@ -736,14 +755,17 @@ def report(r: dict[str, Any]) -> str:
                   f"| V2V p90 | {t('websocket_v2v_ms_p90')} | {t('webrtc_v2v_ms_p90')} |",
                   "", f"WebRTC - WebSocket, V2V p50: {m['diff_p50_ms']['text']} ms (at the wire: "
                       f"{m['diff_wire_p50_ms']['text']} ms); {g['v2v']['mark']}. Underruns: WebSocket "
-                      f"{m['underruns']['websocket']}, WebRTC {m['underruns']['webrtc']}."]
+                      f"{m['underruns']['websocket']}, WebRTC {m['underruns']['webrtc']} (on the wire "
+                      f"{m.get('webrtc_wire_underruns', '-')}; idle frames inside replies: "
+                      f"{m.get('webrtc_dry_frames', '-')}), all runs."]
     if "load" in r:
         ld = r["load"]
         lines += ["", f"Gateway CPU and the event loop with K live calls (synthetic worker, both directions "
                       f"flowing), {ld['hold_s']:g} s windows; CPU in % of one core:", "",
                   "| calls | gateway CPU | per call (above idle) | event loop thread | off the loop | /health p50 / p99 / max ms "
-                  "| underruns (calls) | worst late ms | dry frames | reply s | clients CPU | worker CPU | load avg |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| underruns (calls) | worst late ms | on the wire: underruns, worst late ms | dry frames | reply s "
+                  "| clients CPU | worker CPU | load avg |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for lv in ld["levels"]:
             k = lv["calls"]
             per = f"{lv['per_call_pct']:.2f} ({lv['per_call_above_idle_pct']:.2f})" if k else "-"
@@ -752,7 +774,8 @@ def report(r: dict[str, Any]) -> str:
             lines.append(f"| {k}{playing} | "
                          f"{lv['gateway_cpu_pct']:.1f} | {per} | {lv['gateway_loop_cpu_pct']:.1f} | "
                          f"{lv['gateway_off_loop_cpu_pct']:.1f} | {h['p50']} / {h['p99']} / {h['max']} | "
-                         f"{lv['underruns']} ({lv['calls_with_underruns']}) | {lv['worst_late_ms']} | {lv['dry_frames']} | "
+                         f"{lv['underruns']} ({lv['calls_with_underruns']}) | {lv['worst_late_ms']} | "
+                         f"{lv.get('wire_underruns', '-')}, {lv.get('wire_worst_late_ms', '-')} | {lv['dry_frames']} | "
                          f"{lv['reply_s']} | {lv['bench_cpu_pct']:.0f} | {lv['worker_cpu_pct']:.0f} | "
                          f"{lv['loadavg_end'][0]} |")
         lines += ["", f"Goals: {g['cpu']['mark']} (worst level: {_f(g['cpu']['value'], 2)} %); "
