@@ -35,6 +35,8 @@
   }
   window.WebSocket = GatedWebSocket;
 
+  const KEY_PROMPT = "This service needs an API key for conversations. Enter yours (kept only in this browser):";
+
   function banner(text, withKeyField) {
     const box = document.createElement("div");
     box.className = "alert";
@@ -95,10 +97,14 @@
       for (const b of document.querySelectorAll("main button, main input, main textarea, main select")) b.disabled = true;
       return;
     }
-    if (info.api_key_required && !storedKey()) {
-      banner("This service needs an API key for conversations. Enter yours (kept only in this browser):", true);
-    }
+    if (info.api_key_required && !storedKey()) askKey();
   }
+
+  // The key box; also for a page whose call was refused for its key (a stored key that is wrong).
+  function askKey() {
+    if (!document.querySelector(`[data-gate="${appId}"] input[type=password]`)) banner(KEY_PROMPT, true);
+  }
+  window.omniGate = Object.freeze({ askKey });
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", check);
   else check();
 })();

@@ -177,8 +177,9 @@ return e.length ? e[e.length - 1].responseStatus : null;
 def test_duplex_page_call_with_api_keys_sends_the_stored_key(keyed_stack, launch, tmp_path):
     """On a service with API keys the duplex page's WebRTC call carries the key this browser stored
     (``Authorization: Bearer``, as Save & share sends it; the page never mints or holds another):
-    without one the call is refused with a sentence and nothing is left at the gateway; with it the
-    call is admitted, and Stop's hangup (with the key) frees the slot."""
+    without one, or with a wrong one, the call is refused with a sentence, the key box shows and
+    nothing is left at the gateway; with the right one the call is admitted, and Stop's hangup (with
+    the key) frees the slot."""
     from selenium.webdriver.common.keys import Keys
 
     stack = keyed_stack
@@ -188,18 +189,31 @@ def test_duplex_page_call_with_api_keys_sends_the_stored_key(keyed_stack, launch
         gate = wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "[data-gate='audio_duplex'] input[type=password]"),
                           10)
         assert gate, "the page did not ask for the API key"
-        browser.find_element(By.ID, "start").click()
-        alert = browser.find_element(By.ID, "alert")
-        assert wait_until(lambda: alert.is_displayed() and alert.text, timeout=20), "no alert for the refused call"
-        assert "API key" in alert.text and "{" not in alert.text, alert.text
-        assert browser.execute_script("return window.omni.state") == "closed"
-        assert browser.find_element(By.ID, "start").is_enabled()
-        assert stack.health()["slots_busy"] == 0 and stack.health()["queue_length"] == 0
 
-        gate[0].send_keys(KEY)
-        gate[0].send_keys(Keys.ENTER)  # saved in this browser; the page reloads
-        assert wait_until(lambda: browser.execute_script("return document.readyState") == "complete"
-                          and not browser.find_elements(By.CSS_SELECTOR, "[data-gate]"), 10)
+
+        def refused() -> None:
+            browser.find_element(By.ID, "start").click()
+            alert = browser.find_element(By.ID, "alert")
+            assert wait_until(lambda: alert.is_displayed() and alert.text, timeout=20), "no alert for the refused call"
+            assert "API key" in alert.text and "{" not in alert.text, alert.text
+            assert browser.execute_script("return window.omni.state") == "closed"
+            assert browser.find_element(By.ID, "start").is_enabled()
+            assert stack.health()["slots_busy"] == 0 and stack.health()["queue_length"] == 0
+
+        def enter_key(key: str) -> None:
+            box = browser.find_element(By.CSS_SELECTOR, "[data-gate='audio_duplex'] input[type=password]")
+            box.send_keys(key)
+            box.send_keys(Keys.ENTER)  # saved in this browser; the page reloads
+            assert wait_until(lambda: browser.execute_script("return document.readyState") == "complete"
+                              and browser.execute_script("return !!window.omni")
+                              and not browser.find_elements(By.CSS_SELECTOR, "[data-gate]"), 10)
+
+        refused()  # no key
+        enter_key("sk-wrong")
+        refused()
+        assert browser.find_elements(By.CSS_SELECTOR, "[data-gate='audio_duplex'] input[type=password]"), \
+            "the key box did not come back for a wrong key"
+        enter_key(KEY)
         browser.find_element(By.ID, "start").click()
         assert wait_until(lambda: browser.execute_script("return window.omni.state") == "listening", timeout=30), \
             browser.execute_script("return {state: window.omni.state, error: window.omni.error}")

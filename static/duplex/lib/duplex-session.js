@@ -459,7 +459,7 @@ export class DuplexSession extends EventTarget {
       }
       const code = e.status === 429 && e.code !== "queue_full" ? 4029
         : { 0: 1006, 401: 1008, 403: 1008, 429: 1013 }[e.status] || 1011;
-      this._closed(code, e.message);
+      this._closed(code, e.message, { keyRefused: e.status === 401 });
       return;
     }
     this._emit("log", { level: "info", text: `WebRTC call ${call.callId} answered` });
@@ -470,14 +470,13 @@ export class DuplexSession extends EventTarget {
     if (code === 1000) return this._closed(1000, closeReason(1000, ""));
     const err = this._lastError;
     const ending = err && ENDING_CODES[err.code];
-    if (ending) return this._closed(ending, closeReason(ending, ""));
-    return this._closed(code, err && err.message ? `Connection closed: ${err.message}` : closeReason(code, ""));
+    return ending ? this._closed(ending, closeReason(ending, "")) : this._closed(code, closeReason(code, ""));
   }
 
-  _closed(code, reason) {
+  _closed(code, reason, extra = {}) {
     this._stopAudio();
     this._set("closed", { code, reason });
-    this._emit("closed", { code, reason });
+    this._emit("closed", { code, reason, ...extra });
   }
 
   _connect() {

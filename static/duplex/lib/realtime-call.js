@@ -33,7 +33,7 @@ function refusal(status, error) {
   const code = (error && error.code) || "";
   const message = (error && error.message) || `HTTP ${status}`;
   if (status === 401) {
-    return "This service needs a valid API key for conversations. Enter yours on this page (kept only in this browser) and press Start again.";
+    return "This service needs a valid API key for conversations, and this browser has none or a wrong one. Enter yours in the box above (kept only in this browser) and press Start again.";
   }
   if (code === "queue_full") return "The server is busy (queue full). Try again in a moment.";
   if (code === "app_disabled") return "This app is disabled by the operator. Please try again later.";
@@ -113,18 +113,19 @@ export class RealtimeCall extends EventTarget {
 
     await pc.setLocalDescription(await pc.createOffer());
     await gathered(pc, GATHER_MAX_MS);
+    if (this.ended) return; // stopped before the offer left
     const headers = { "Content-Type": "application/sdp", ...(this.key ? { Authorization: `Bearer ${this.key}` } : {}) };
     let r;
     try {
       r = await fetch(this.url, { method: "POST", headers, body: pc.localDescription.sdp });
     } catch {
-      this._teardown();
+      this._fail();
       throw new CallError(0, "unreachable", "The server could not be reached. Check the connection and press Start again.");
     }
     if (r.status !== 201) {
       let error = null;
       try { error = (await r.json()).error; } catch { /* not JSON */ }
-      this._teardown();
+      this._fail();
       throw new CallError(r.status, (error && error.code) || `http_${r.status}`, refusal(r.status, error));
     }
     this.location = r.headers.get("Location");
@@ -200,6 +201,12 @@ export class RealtimeCall extends EventTarget {
     this.ended = true;
     this._teardown();
     this._emit("closed", { code, reason });
+  }
+
+  /** Refused or unreachable: closed, and no "closed" event (the caller reports the CallError). */
+  _fail() {
+    this.ended = true;
+    this._teardown();
   }
 
   _teardown() {

@@ -243,6 +243,8 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
       setRunning(false);
       remember(s);
       if (e.detail.code !== 1000) showAlert(e.detail.reason);
+      // A call refused for its key: the key box again (shared/app-gate.js), even when one is stored.
+      if (e.detail.keyRefused && window.omniGate) window.omniGate.askKey();
     });
     try {
       if (camera && (await startCamera())) {
