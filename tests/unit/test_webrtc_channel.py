@@ -315,3 +315,20 @@ async def test_beta_dialect_audio_and_barge_in():
     await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
     assert dc.sent[-1]["type"] == "output_audio_buffer.cleared"
     assert validation_error(dc.sent[-1], beta=True) is None
+
+
+async def test_the_microphone_before_the_session_starts_is_kept_and_heard_first():
+    """A user who speaks as soon as the call connects (still queued, or being assigned) is heard
+    from the first word: the last 3 s of appends wait for ``session.created``, then go first."""
+    from gateway.realtime.webrtc.channel import EARLY_AUDIO_APPENDS
+
+    channel = channel_double()
+    channel.attach(DataChannelDouble())
+    appends = [json.dumps({"type": "input_audio_buffer.append", "audio": str(i)}) for i in range(100)]
+    for append in appends:
+        channel.deliver_microphone(append)
+    assert await inbox(channel) == []  # nothing for the worker before its session exists
+    await channel.send(server("session.created", session=session({"type": "server_vad"})))
+    channel.deliver_microphone(json.dumps({"type": "input_audio_buffer.append", "audio": "live"}))
+    got = [e["audio"] for e in await inbox(channel)]
+    assert got == [str(i) for i in range(100 - EARLY_AUDIO_APPENDS, 100)] + ["live"]

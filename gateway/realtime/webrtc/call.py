@@ -99,7 +99,7 @@ class Call:
 
         if track.kind == "audio" and not self._audio_in:
             self._audio_in = True
-            self._spawn(pump_audio(track, channel.deliver, live), "webrtc-audio-in")
+            self._spawn(pump_audio(track, channel.deliver_microphone), "webrtc-audio-in")
         elif track.kind == "video":
             self._spawn(pump_video(track, channel.deliver, live, self.max_frame_rate), "webrtc-video-in")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import json
 import logging
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING = 1024  # events for the client before its data channel opened
 MAX_INBOX = 1000  # events for the worker not yet taken (40 s of microphone): a stalled relay drops audio
+EARLY_AUDIO_APPENDS = 75  # the microphone's last 3 s before the session starts, kept for it
 MAX_BUFFERED_BYTES = 8 * 2**20  # a client this far behind on the data channel is not reading
 CLOSE_NOT_READING = 1008
 DRAIN_S = 1.0  # how long a closing call waits for its last events to leave
@@ -79,6 +81,10 @@ class WebRTCChannel(EventChannel):
         # Sideband connections (``sideband.py``): each gets a copy of every event for the client,
         # and None when the call ends.
         self._taps: list[Callable[[str | None], None]] = []
+        # What the microphone said before the session started (connected, still queued or being
+        # assigned): its last seconds go to the worker first, so a user who speaks as soon as the
+        # call connects is heard from the first word.
+        self._early_audio: collections.deque[str] = collections.deque(maxlen=EARLY_AUDIO_APPENDS)
 
     # ------------------------------------------------------------------ the client side
 
@@ -131,6 +137,14 @@ class WebRTCChannel(EventChannel):
                 log.warning("the worker is not taking this call's media; dropping it")
             return
         self._inbox.put_nowait(message)
+
+    def deliver_microphone(self, append: str) -> None:
+        """An ``input_audio_buffer.append`` from the microphone track: to the worker once the
+        session has started, kept (the last few seconds) until then."""
+        if self.live:
+            self.deliver(append)
+        elif self._gone is None:
+            self._early_audio.append(append)
 
     def _from_client(self, message: Message) -> None:
         if self._gone is not None:
@@ -215,6 +229,9 @@ class WebRTCChannel(EventChannel):
         if kind == "session.created":
             self.live = True
             self.interrupts = interrupts(event.get("session"), self.beta)
+            early, self._early_audio = list(self._early_audio), collections.deque()
+            for append in early:
+                self.deliver(append)
         elif kind == "session.updated":
             self.interrupts = interrupts(event.get("session"), self.beta)
         elif kind == "response.done":

@@ -155,8 +155,9 @@ def _append_event(resampler: av.AudioResampler, frames: list[av.AudioFrame]) -> 
                       separators=(",", ":"))
 
 
-async def pump_audio(track: MediaStreamTrack, deliver: Deliver, live: Live) -> None:
-    """Microphone frames -> ``input_audio_buffer.append`` events, until the track ends."""
+async def pump_audio(track: MediaStreamTrack, deliver: Deliver) -> None:
+    """Microphone frames -> ``input_audio_buffer.append`` events, until the track ends (the
+    channel keeps those made before the session started: ``deliver_microphone``)."""
     loop = asyncio.get_running_loop()
     resampler = av.AudioResampler(format="s16", layout="mono", rate=INPUT_RATE)
     batch: list[av.AudioFrame] = []
@@ -166,10 +167,6 @@ async def pump_audio(track: MediaStreamTrack, deliver: Deliver, live: Live) -> N
             frame = await track.recv()
         except MediaStreamError:
             return
-        if not live():
-            batch.clear()
-            samples = 0
-            continue
         batch.append(frame)
         samples += frame.samples
         if samples >= APPEND_S * (frame.sample_rate or 48000):
