@@ -60,13 +60,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="serve: prompts per kind and level; calls: spoken prompts per transport and run")
     parser.add_argument("--workers", type=int, default=1, help="serve: workers to start")
     parser.add_argument("--events", type=int, default=400, help="relay: probes per direction")
-    parser.add_argument("--seconds", type=float, default=5.0, help="throughput: seconds of streaming")
+    parser.add_argument("--seconds", type=float, help="throughput: seconds of streaming (default 5); calls: seconds "
+                                                      "of transport probes (default 10)")
     parser.add_argument("--modes", nargs="+", help="turns: turn-detection modes (default: all)")
     parser.add_argument("--limit", type=int, help="turns: the first N items of each kind; answers: the first N questions")
     parser.add_argument("--set", choices=["eval", "dev"], default="eval", help="answers, tools: which part of the set")
     parser.add_argument("--runs", type=int,
                         help="tools, turns, calls (default 3): repeat on one stack, report the median and spread")
-    parser.add_argument("--parts", nargs="+", choices=["v2v", "load"], help="calls: which parts (default: both)")
+    parser.add_argument("--parts", nargs="+", choices=["v2v", "transport", "load"],
+                        help="calls: which parts (default: all three)")
     parser.add_argument("--calls", type=int, nargs="+", help="calls: concurrent calls per load level (default 1 5 10 20)")
     parser.add_argument("--llm-url", help="answers: also run the cascade with this OpenAI-compatible LLM")
     parser.add_argument("--llm-model", help="answers: the model name at --llm-url")

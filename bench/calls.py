@@ -555,6 +555,138 @@ def part_v2v(prompts: int, runs: int, log) -> dict[str, Any]:
     return result
 
 
+# ---------------------------------------------------------------------------------------- transport
+
+
+PROBE_PERIOD_S = 0.49  # a burst every 0.49 s: its onset falls anywhere in a 20 or 40 ms chunk
+PROBE_LOUD = 3000  # bench/synthetic_worker.py's LOUD
+
+
+def probe_pattern(seconds: float) -> tuple[np.ndarray, list[int]]:
+    """Quiet with a 100 ms voiced burst every PROBE_PERIOD_S; the index of each burst's first loud sample."""
+    from bench.synthetic_worker import voiced_deltas
+
+    burst = np.frombuffer(base64.b64decode(voiced_deltas()[0]), dtype="<i2")
+    period = int(PROBE_PERIOD_S * RATE)
+    pcm = np.zeros(int(seconds * RATE) + period, "<i2")
+    onsets = []
+    for start in range(period - burst.size, int(seconds * RATE), period):
+        pcm[start:start + burst.size] = burst
+        onsets.append(start + int(np.flatnonzero(np.abs(burst.astype(np.int32)) > PROBE_LOUD)[0]))
+    return pcm, onsets
+
+
+def one_way(sent: list[float], got: list[float], window: float = PROBE_PERIOD_S) -> list[float]:
+    """For each time in ``sent``, ms to the first in ``got`` at or after it (within ``window`` s)."""
+    out, j = [], 0
+    got = sorted(got)
+    for t in sorted(sent):
+        while j < len(got) and got[j] < t:
+            j += 1
+        if j < len(got) and got[j] - t <= window:
+            out.append(round((got[j] - t) * 1000, 2))
+    return out
+
+
+async def ws_probe(ws_url: str, pcm: np.ndarray, onsets: list[int]) -> dict[str, list[float]]:
+    import websockets
+
+    step = int(WS_CHUNK_S * RATE)
+    heard: list[float] = []
+    sent: list[float] = []
+    first_delta: dict[str, float] = {}
+    async with websockets.connect(ws_url, max_size=None, compression=None, ping_interval=None) as ws:
+        while json.loads(await ws.recv())["type"] != "session.created":
+            pass
+        t0 = time.monotonic()
+
+        async def send() -> None:
+            for i in range(0, pcm.size, step):
+                await asyncio.sleep(max(0.0, t0 + (i + step) / RATE - time.monotonic()))
+                await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                          "audio": base64.b64encode(pcm[i:i + step].tobytes()).decode()}))
+
+        sender = asyncio.create_task(send())
+        try:
+            while not sender.done():
+                try:
+                    ev = json.loads(await asyncio.wait_for(ws.recv(), 0.5))
+                except TimeoutError:
+                    continue
+                now = time.monotonic()
+                if ev["type"] == "bench.heard":
+                    heard.append(ev["t"])
+                elif ev["type"] == "bench.sent":
+                    sent.append(ev["t"])
+                elif ev["type"] == "response.output_audio.delta":
+                    first_delta.setdefault(ev["response_id"], now)
+        finally:
+            sender.cancel()
+    spoken = [t0 + i / RATE for i in onsets]
+    return {"in": one_way(spoken, heard), "out": one_way(sent, list(first_delta.values()))}
+
+
+async def rtc_probe(base_url: str, pcm: np.ndarray, onsets: list[int]) -> dict[str, list[float]]:
+    SpeechMic, _ = make_tracks()
+    mic = SpeechMic()
+    call = BenchCall(base_url, mic)
+    try:
+        await call.connect()
+        await call.until("session.created", timeout=30)
+        mic.say(pcm.tobytes())
+        await asyncio.sleep(pcm.size / RATE + 0.3)
+        spoken = [mic.speech_t0 + i / RATE for i in onsets]
+        heard = [e["t"] for _, e in call.events if e["type"] == "bench.heard"]
+        sent = [e["t"] for _, e in call.events if e["type"] == "bench.sent"]
+        track = [t for t, reply in call.frames if reply]
+        return {"in": one_way(spoken, heard), "out_wire": one_way(sent, call.wire),
+                "out": one_way(sent, track)}
+    finally:
+        await call.hangup()
+        await call.close()
+
+
+def part_transport(seconds: float, log) -> dict[str, Any]:
+    """One-way latencies, mouth -> worker and worker -> ear, for both transports at once, against the
+    synthetic worker's probes (no model: the transports alone)."""
+    from launcher.processes import free_port, spawn_module, stop
+
+    pcm, onsets = probe_pattern(seconds)
+    port = free_port()
+    result: dict[str, Any] = {"seconds": seconds, "loadavg_start": loadavg()}
+    with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
+        worker = spawn_module("bench.synthetic_worker", "--port", str(port), "--probe", "--slots", "2",
+                              log=Path(tmp) / "synthetic.log")
+        try:
+            with Launched(Path(tmp), workers=0, worker_urls=[f"http://127.0.0.1:{port}"], slots=2,
+                          recording={"enabled": False},
+                          auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}) as launched:
+                launched.wait_gateway("gateway")
+
+                async def go() -> tuple[dict, dict]:
+                    await rtc_probe(launched.url, pcm[: RATE], onsets[:1])  # warm-up: aiortc's import
+                    return await asyncio.gather(ws_probe(launched.ws_url + "?record=false", pcm, onsets),
+                                                rtc_probe(launched.url, pcm, onsets))
+
+                ws, rtc = asyncio.run(go())
+        finally:
+            stop(worker)
+    result["loadavg_end"] = loadavg()
+    result["websocket"] = {"in_ms": summary(ws["in"]), "out_ms": summary(ws["out"])}
+    result["webrtc"] = {"in_ms": summary(rtc["in"]), "out_wire_ms": summary(rtc["out_wire"]),
+                        "out_ms": summary(rtc["out"])}
+    d_in = result["webrtc"]["in_ms"]["p50"] - result["websocket"]["in_ms"]["p50"]
+    d_out = result["webrtc"]["out_ms"]["p50"] - result["websocket"]["out_ms"]["p50"]
+    d_wire = result["webrtc"]["out_wire_ms"]["p50"] - result["websocket"]["out_ms"]["p50"]
+    result["added_p50_ms"] = {"in": round(d_in, 1), "out": round(d_out, 1), "out_wire": round(d_wire, 1),
+                              "turn": round(d_in + d_out, 1), "turn_wire": round(d_in + d_wire, 1)}
+    a = result["added_p50_ms"]
+    log(f"  transport: in WS {result['websocket']['in_ms']['p50']} / RTC {result['webrtc']['in_ms']['p50']} ms, "
+        f"out WS {result['websocket']['out_ms']['p50']} / RTC wire {result['webrtc']['out_wire_ms']['p50']} / "
+        f"track {result['webrtc']['out_ms']['p50']} ms: a turn +{a['turn']} ms (+{a['turn_wire']} at the wire)")
+    return result
+
+
 # ---------------------------------------------------------------------------------------- load
 
 
@@ -684,7 +816,7 @@ def part_load(levels: list[int], hold: float, log) -> dict[str, Any]:
 
 def run_cli(args) -> dict[str, Any]:
     raise_fd_limit()
-    parts = getattr(args, "parts", None) or ["v2v", "load"]
+    parts = getattr(args, "parts", None) or ["v2v", "transport", "load"]
     runs = max(1, getattr(args, "runs", None) or 3)
     levels = sorted(set(getattr(args, "calls", None) or [1, 5, 10, MANY_CALLS]))
 
@@ -695,6 +827,8 @@ def run_cli(args) -> dict[str, Any]:
     log(f"load average {result['loadavg_start']} on {os.cpu_count()} CPUs")
     if "v2v" in parts:
         result["v2v"] = part_v2v(args.prompts, runs, log)
+    if "transport" in parts:
+        result["transport"] = part_transport(max(2.0, getattr(args, "seconds", None) or 10.0), log)
     if "load" in parts:
         result["load"] = part_load(levels, args.hold, log)
     result["loadavg_end"] = loadavg()
@@ -707,6 +841,11 @@ def goals(r: dict[str, Any]) -> dict[str, Any]:
     if "v2v" in r:
         d = r["v2v"]["median"]["diff_p50_ms"]["median"]
         out["v2v"] = {"value": d, "mark": goal_mark(d, V2V_GOAL_MS, f"WebRTC p50 - WebSocket p50 <= {V2V_GOAL_MS:g} ms")}
+    if "transport" in r:
+        a = r["transport"]["added_p50_ms"]
+        out["transport"] = {"value": a["turn"], "mark": goal_mark(a["turn"], V2V_GOAL_MS, f"a turn <= +{V2V_GOAL_MS:g} ms"),
+                            "wire": a["turn_wire"],
+                            "wire_mark": goal_mark(a["turn_wire"], V2V_GOAL_MS, f"at the wire <= +{V2V_GOAL_MS:g} ms")}
     if "load" in r:
         levels = r["load"]["levels"][1:]
         worst = max((lv["per_call_pct"] for lv in levels), default=None)
@@ -758,6 +897,20 @@ def report(r: dict[str, Any]) -> str:
                       f"{m['underruns']['websocket']}, WebRTC {m['underruns']['webrtc']} (on the wire "
                       f"{m.get('webrtc_wire_underruns', '-')}; idle frames inside replies: "
                       f"{m.get('webrtc_dry_frames', '-')}), all runs."]
+    if "transport" in r:
+        tp = r["transport"]
+        ws, rtc, a = tp["websocket"], tp["webrtc"], tp["added_p50_ms"]
+        q = lambda x: f"{_f(x['p50'], 1)} / {_f(x['p90'], 1)} (n={x['n']})"  # noqa: E731
+        lines += ["", f"One-way latency of each transport alone (synthetic worker's probes, {tp['seconds']:g} s of "
+                      f"both at once; load average {tp['loadavg_start'][0]}), ms p50 / p90:", "",
+                  "| leg | WebSocket | WebRTC | WebRTC added (p50) |", "|---|---|---|---|",
+                  f"| in: sample spoken -> its chunk at the worker | {q(ws['in_ms'])} | {q(rtc['in_ms'])} | {a['in']} |",
+                  f"| out: delta sent by the worker -> first reply packet at the client (wire) | {q(ws['out_ms'])} | "
+                  f"{q(rtc['out_wire_ms'])} | {a['out_wire']} |",
+                  f"| out: ... -> decoded frame off the client's track | {q(ws['out_ms'])} | {q(rtc['out_ms'])} | "
+                  f"{a['out']} |",
+                  f"| **a turn (in + out)** | | | **{a['turn']}** (at the wire {a['turn_wire']}) |",
+                  "", f"Transport alone: {g['transport']['mark']}; {g['transport']['wire_mark']}."]
     if "load" in r:
         ld = r["load"]
         lines += ["", f"Gateway CPU and the event loop with K live calls (synthetic worker, both directions "

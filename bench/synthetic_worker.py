@@ -9,7 +9,12 @@ model, is what is measured:
 - ``--paced`` (``bench calls``): one endless reply per session in real time (a short lead sent at
   once, as a TTS ahead of the listener, then one delta every 100 ms on a monotonic schedule) of a
   voiced, amplitude-modulated tone (so the gateway's Opus encoder has real work), while everything
-  the client sends is read and dropped; until the session closes. Reports ``--slots`` on /health.
+  the client sends is read and dropped; until the session closes. Reports ``--slots`` on /health;
+- ``--probe`` (``bench calls``' transport part): one-way latencies without a model. In: each onset
+  of loud audio in the client's appends (after >= 100 ms of quiet) is answered with a
+  ``bench.heard`` event carrying when the chunk holding it arrived (``time.monotonic()``: one clock
+  on one machine). Out: every 0.5 s a reply of one 100 ms voiced delta (``response.created``, the
+  delta, ``response.done``), then ``bench.sent`` with when the delta was sent.
 
 ``python -m bench.synthetic_worker --port P [--events N | --paced --slots S]``.
 """
@@ -47,9 +52,9 @@ def voiced_deltas(seconds: int = 1) -> list[str]:
     return [base64.b64encode(bytes(out[i:i + step])).decode() for i in range(0, len(out), step)]
 
 
-def create_app(events: int, paced: bool = False, slots: int = 1) -> FastAPI:
+def create_app(events: int, paced: bool = False, slots: int = 1, probe: bool = False) -> FastAPI:
     app = FastAPI(title="synthetic worker (benchmark test double)")
-    voiced = voiced_deltas() if paced else []
+    voiced = voiced_deltas() if paced or probe else []
     sessions = itertools.count(1)
 
     @app.get("/health")
@@ -63,6 +68,9 @@ def create_app(events: int, paced: bool = False, slots: int = 1) -> FastAPI:
         await ws.send_text(json.dumps({"type": "session.created", "session": {"id": "synthetic"}}))
         if paced:
             await _paced(ws, voiced, next(sessions))
+            return
+        if probe:
+            await _probe(ws, voiced[0], next(sessions))
             return
         frame = json.dumps({"type": "response.output_audio.delta", "response_id": "resp_x", "item_id": "item_x",
                             "output_index": 0, "content_index": 0, "delta": DELTA}, separators=(",", ":"))
@@ -108,14 +116,68 @@ async def _paced(ws: WebSocket, voiced: list[str], n: int) -> None:
             await reader
 
 
+PROBE_EVERY_S = 0.5
+LOUD = 3000  # |sample| above this is "loud"
+QUIET_S = 0.1  # an onset follows at least this much quiet
+
+
+async def _probe(ws: WebSocket, delta: str, n: int) -> None:
+    import numpy as np
+
+    quiet = QUIET_S * RATE  # samples of quiet so far (an onset is possible from the start)
+
+    async def hear() -> None:
+        nonlocal quiet
+        while True:
+            msg = await ws.receive()
+            if msg.get("type") == "websocket.disconnect":
+                return
+            now = time.monotonic()
+            try:
+                event = json.loads(msg.get("text") or "{}")
+            except ValueError:
+                continue
+            if event.get("type") != "input_audio_buffer.append":
+                continue
+            pcm = np.frombuffer(base64.b64decode(event.get("audio", "")), dtype="<i2")
+            loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > LOUD)
+            if loud.size and quiet + loud[0] >= QUIET_S * RATE:
+                await ws.send_text(json.dumps({"type": "bench.heard", "t": now}))
+            quiet = pcm.size - 1 - loud[-1] if loud.size else quiet + pcm.size
+
+    listener = asyncio.create_task(hear())
+    try:
+        for k in itertools.count():
+            done, _ = await asyncio.wait({listener}, timeout=PROBE_EVERY_S)
+            if done:
+                return
+            rid = f"resp_probe{n}_{k}"
+            await ws.send_text(json.dumps({"type": "response.created", "response": {
+                "id": rid, "object": "realtime.response", "status": "in_progress", "output": []}}))
+            frame = json.dumps({"type": "response.output_audio.delta", "response_id": rid, "item_id": f"item_probe{n}_{k}",
+                                "output_index": 0, "content_index": 0, "delta": delta}, separators=(",", ":"))
+            sent = time.monotonic()
+            await ws.send_text(frame)
+            await ws.send_text(json.dumps({"type": "response.done", "response": {
+                "id": rid, "object": "realtime.response", "status": "completed", "output": []}}))
+            await ws.send_text(json.dumps({"type": "bench.sent", "t": sent, "response_id": rid}))
+    except Exception:  # noqa: BLE001 - the gateway closed the session
+        return
+    finally:
+        listener.cancel()
+        with contextlib.suppress(BaseException):
+            await listener
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.synthetic_worker")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--paced", action="store_true", help="one endless reply per session, in real time")
+    parser.add_argument("--probe", action="store_true", help="one-way latency probes, in and out")
     parser.add_argument("--slots", type=int, default=1, help="what /health reports")
     args = parser.parse_args()
-    uvicorn.run(create_app(args.events, args.paced, args.slots), host="127.0.0.1", port=args.port,
+    uvicorn.run(create_app(args.events, args.paced, args.slots, args.probe), host="127.0.0.1", port=args.port,
                 log_level="warning", ws="websockets-sansio", ws_per_message_deflate=False)
 
 

@@ -156,16 +156,24 @@ def test_capacity_benchmark_with_two_gateways_reports_cross_gateway_dispatch():
     assert "2 gateways (Redis)" in report(r)
 
 
-def test_calls_benchmark_load_part_relays_calls_both_ways():
-    """``bench calls --parts load`` in miniature (synthetic worker, two WebRTC calls): both calls play
-    reply audio, the gateway's CPU is split into its event loop and the rest, /health is timed, and
-    the report marks its goals. (The V2V part needs the cascade worker: minutes, not run here.)"""
+def test_calls_benchmark_transport_and_load_parts():
+    """``bench calls --parts transport load`` in miniature (synthetic worker): one-way probes in and
+    out on both transports at once; two WebRTC calls play reply audio, the gateway's CPU is split into
+    its event loop and the rest, /health is timed, and the report marks its goals. (The V2V part needs
+    the cascade worker: minutes, not run here.)"""
     from bench.calls import report
 
-    out = subprocess.run([sys.executable, "-m", "bench", "calls", "--parts", "load", "--calls", "2", "--hold", "1",
-                          "--json"], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    out = subprocess.run([sys.executable, "-m", "bench", "calls", "--parts", "transport", "load", "--seconds", "2",
+                          "--calls", "2", "--hold", "1", "--json"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
+    tp = r["transport"]
+    for transport, legs in (("websocket", ("in_ms", "out_ms")), ("webrtc", ("in_ms", "out_wire_ms", "out_ms"))):
+        for leg in legs:
+            assert tp[transport][leg]["n"] >= 3 and tp[transport][leg]["p50"] > 0, (transport, leg, tp)
+    # the call's decoded frame comes after its packet, which comes after the worker sent the delta
+    assert tp["webrtc"]["out_ms"]["p50"] > tp["webrtc"]["out_wire_ms"]["p50"] > 0
     idle, two = r["load"]["levels"]
     assert idle["calls"] == 0 and two["calls"] == 2
     assert two["playing"] == 2 and two["calls_open_at_gateway"] == 2
@@ -177,6 +185,7 @@ def test_calls_benchmark_load_part_relays_calls_both_ways():
     text = report(r)
     assert "| 2 |" in text and "% of a core per call:" in text
     assert "20 calls, 0 underruns: **missed** (not measured)" in text  # fewer than 20 calls: not claimed
+    assert "a turn <= +60 ms:" in text
 
 
 def test_calls_report_marks_goals_from_the_median_of_runs():
