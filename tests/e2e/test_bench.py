@@ -168,7 +168,7 @@ def test_calls_benchmark_transport_and_load_parts():
                          timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    tp = r["transport"]
+    tp = r["transport"]["runs"][0]
     for transport, legs in (("websocket", ("in_ms", "out_ms")), ("webrtc", ("in_ms", "out_wire_ms", "out_ms"))):
         for leg in legs:
             assert tp[transport][leg]["n"] >= 3 and tp[transport][leg]["p50"] > 0, (transport, leg, tp)
