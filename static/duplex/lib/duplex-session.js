@@ -50,6 +50,9 @@ const HOLD_MAX_MS = 700;
 const SILENT_RMS = 0.003;
 const STOP_WAIT_MS = 1500;
 const HEARD_RMS = 1e-4; // above the decoded silence frames (zeros), below any speech
+// A call's input audio starts with what the microphone said in the last 3 s before session.created
+// (the gateway keeps that much while the call waits), then goes on without a gap.
+const CALL_PREROLL_MS = 3000;
 
 // An error event's code -> the WebSocket close code the same ending has (a call has no close code).
 const ENDING_CODES = {
@@ -393,9 +396,10 @@ export class DuplexSession extends EventTarget {
 
   /** When the mic captured input-audio time `ms` (the server's audio_start_ms), if we know. */
   _capturedAt(ms) {
-    // On a call the gateway appends the track's audio from session.created on, without a gap: the
-    // input timeline starts about when that event arrived (a little late by the trip here).
-    if (this.transport === "webrtc") return this._liveAt != null && ms != null ? this._liveAt + ms : null;
+    // On a call the input timeline starts with the microphone's audio kept from before
+    // session.created (at most CALL_PREROLL_MS, and only since the connection came up), then runs
+    // on without a gap; placed from when that event arrived here (a little late by the trip).
+    if (this.transport === "webrtc") return this._inputStartAt != null && ms != null ? this._inputStartAt + ms : null;
     for (const [endMs, at] of this._frameLog) {
       if (endMs >= ms) return at - (endMs - ms);
     }
@@ -505,8 +509,10 @@ export class DuplexSession extends EventTarget {
         this.queue = null;
         this._set("assigned", { worker_id: ev.worker_id, queued_s: ev.queued_s });
         break;
-      case "session.created":
-        this._liveAt = performance.now();
+      case "session.created": {
+        const now = performance.now();
+        const flowing = this.call && this.call.connectedAt != null ? now - this.call.connectedAt : 0;
+        this._inputStartAt = now - Math.min(CALL_PREROLL_MS, flowing);
         this._send({
           type: "session.update",
           session: {
@@ -522,6 +528,7 @@ export class DuplexSession extends EventTarget {
         this._set("listening");
         this._emit("live", {});
         break;
+      }
       case "session.updated": {
         const sess = ev.session || {};
         const input = (sess.audio && sess.audio.input) || {};

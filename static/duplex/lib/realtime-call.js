@@ -62,6 +62,7 @@ export class RealtimeCall extends EventTarget {
     this.remoteStream = null;
     this.videoSender = null;
     this.ended = false;
+    this.connectedAt = null; // performance.now() when the connection came up: the mic's audio flows
     this.stats = { bufferedMs: 0, gaps: 0, videoFramesSent: 0, packetsLost: 0, jitterMs: 0 };
     this._statsTimer = null;
   }
@@ -95,6 +96,7 @@ export class RealtimeCall extends EventTarget {
     };
     pc.onconnectionstatechange = () => {
       const s = pc.connectionState;
+      if (s === "connected" && this.connectedAt == null) this.connectedAt = performance.now();
       this._emit("log", { level: "info", text: `WebRTC connection ${s}` });
       if (s === "failed" || s === "closed") this._end(1006, "");
     };
