@@ -196,12 +196,23 @@ async def test_server_vad_turn_images_frames_and_voices(qwen_stack, tts):
     assert audio_of(events)
 
 
+async def one_reply(backend, max_output_tokens: int):
+    """In-process: one text turn and its spoken reply; (conversation, its events, response_done)."""
+    from core.conversation import ConversationConfig
+    from tests.support.helpers import Collector
+
+    conv = backend.open_conversation(ConversationConfig(turn_detection=None, max_output_tokens=max_output_tokens,
+                                                        temperature=1.0))
+    events = Collector(conv)
+    await conv.add_text("Tell me about the park, please.")
+    await conv.create_response()
+    return conv, events, await events.wait_for("response_done", timeout=120)
+
+
 async def test_first_piece_is_small_and_spoken_while_the_thinker_writes(qwen25_model):
     """In-process: the reply is spoken in several pieces, the first one a couple of words, and
     the first piece reaches the Talker before the Thinker has finished."""
     from core.processors import create_backend
-    from core.conversation import ConversationConfig
-    from tests.support.helpers import Collector
 
     backend = create_backend("qwen_omni", options(qwen25_model) | {"warm_up": False})
     await asyncio.to_thread(backend.load)
@@ -214,12 +225,7 @@ async def test_first_piece_is_small_and_spoken_while_the_thinker_writes(qwen25_m
 
     backend.speak_piece = spy
     try:
-        conv = backend.open_conversation(ConversationConfig(turn_detection=None, max_output_tokens=60,
-                                                            temperature=1.0))
-        events = Collector(conv)
-        await conv.add_text("Tell me about the park, please.")
-        await conv.create_response()
-        done = await events.wait_for("response_done", timeout=120)
+        conv, events, done = await one_reply(backend, max_output_tokens=60)
         text_times = [t for t, e in events.events if e.type == "text_delta"]
         segments = conv._past_segments[done.item_id]
         assert len(segments) >= 2 and len(segments[0].text.split()) <= 3
@@ -236,22 +242,15 @@ async def test_talker_never_writes_a_code_the_vocoder_cannot_take(tmp_path):
     wrote one of the others crashed the vocoder's embedding (on a GPU: a device-side assert that
     leaves the worker unusable). Here 56 of the tiny Talker's 64 ids have no vocoder code: every
     piece is still spoken, and the session's reply ends normally."""
-    from core.conversation import ConversationConfig
     from core.processors import create_backend
     from core.processors.qwen_omni import codec_suppressed
-    from tests.support.helpers import Collector
 
     assert codec_suppressed(8448, 8193, 8293, (8292, 8294)) == [i for i in range(8193, 8448) if i not in (8292, 8294)]
     model = build_qwen2_5_omni(tmp_path / "model", vocoder_codes=8)
     backend = create_backend("qwen_omni", options(model) | {"warm_up": False})
     await asyncio.to_thread(backend.load)
     try:
-        conv = backend.open_conversation(ConversationConfig(turn_detection=None, max_output_tokens=12,
-                                                            temperature=1.0))
-        events = Collector(conv)
-        await conv.add_text("Tell me about the park, please.")
-        await conv.create_response()
-        done = await events.wait_for("response_done", timeout=120)
+        conv, _, done = await one_reply(backend, max_output_tokens=12)
         assert done.audio_ms > 0
         segments = conv._past_segments[done.item_id]
         assert segments and all(s.emitted_samples > 0 for s in segments), "a piece was not spoken"
