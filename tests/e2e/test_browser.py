@@ -282,20 +282,23 @@ def test_barge_in_over_webrtc_is_cut_by_the_gateway_to_what_was_played(stack, la
     (``conversation.item.truncated``); the page sends no truncate of its own, shows the cut and
     measures, off the call's remote track, how long the reply kept sounding over the user.
 
-    The reply must have started playing by the time the user talks over it; on a starved machine
-    it may not have, so the scenario runs up to twice."""
-    for attempt in range(2):
+    The user's words over the reply pass the browser's echo canceller, which early in a call (before
+    it has learned that a headless browser has no echo path) may hold back speech over loud playback
+    so that the server hears none: about one run in four here. So the scenario runs up to three
+    times, each until the first interruption is long past."""
+    snap = None
+    for attempt in range(3):
         browser = start_duplex(launch, stack, late_barge_in_wav)
         with duplex_page(browser, stack):
-            snap = wait_for_snapshot(browser, lambda s: bool(s and s["truncates"] and s["bargeIns"] and any(
-                "russia" in t["text"].lower() for t in s["transcripts"] if t["role"] == "user")), timeout=60)
+            # The interruption starts ~9.5 s into the file; its cut comes ~1-3 s later.
+            snap = wait_for_snapshot(browser, lambda s: bool(s and s["truncates"] and s["bargeIns"]), timeout=25)
+            sent = browser.execute_script("return window.omni.sentEvents")
             print(f"WebRTC barge-in attempt {attempt + 1}: {json.dumps(snap)}")
             if snap and snap["truncates"]:
                 break
     assert snap and snap["truncates"], f"no barge-in happened: {json.dumps(snap, indent=1)}"
     cut = snap["truncates"][0]
     assert 0 < cut["audio_end_ms"] < 15000, cut
-    sent = browser.execute_script("return window.omni.sentEvents")
     assert "conversation.item.truncate" not in sent, sent  # the gateway's, not the page's
     assert snap["bargeIns"] and snap["bargeIns"][0]["via"] == "server", snap["bargeIns"]
     stop_ms = snap["bargeIns"][0]["stopMs"]
