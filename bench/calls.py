@@ -88,6 +88,7 @@ CPU_GOAL_PCT = 5.0  # gateway CPU per live call, % of one core
 UNDERRUN_GOAL = 0
 MANY_CALLS = 20
 PROBE_EVERY_S = 0.1
+QUERY = "?record=false&app=bench&extensions=session.metrics"  # V2V sessions: the worker's own V2V after each reply
 
 # The /health prober: its own process, so the bench's busy event loop does not time itself.
 PROBE = r"""
@@ -404,6 +405,10 @@ async def ws_turn(ws_url: str, speech: np.ndarray) -> dict[str, Any]:
                     break
                 elif kind == "error":
                     r.setdefault("errors", []).append(ev.get("error", {}).get("message"))
+            with contextlib.suppress(TimeoutError):  # the worker's own figures follow response.done
+                while (ev := json.loads(await asyncio.wait_for(ws.recv(), 5)))["type"] != "session.metrics":
+                    pass
+                r["worker_v2v_ms"] = ev["metrics"].get("v2v_ms")
         finally:
             sender.cancel()
     mark = marks["last_voiced"]
@@ -423,7 +428,7 @@ async def rtc_turn(base_url: str, speech: np.ndarray) -> dict[str, Any]:
     """One spoken prompt over a fresh WebRTC call; times relative to the last voiced sample."""
     SpeechMic, _ = make_tracks()
     mic = SpeechMic()
-    call = BenchCall(base_url, mic)
+    call = BenchCall(base_url, mic, QUERY)
     r: dict[str, Any] = {"transport": "webrtc"}
     try:
         await call.connect()
@@ -437,6 +442,8 @@ async def rtc_turn(base_url: str, speech: np.ndarray) -> dict[str, Any]:
         t_say = time.monotonic()
         await call.until("response.done", timeout=60, since=t_say)
         with contextlib.suppress(TimeoutError):
+            await call.until("session.metrics", timeout=5, since=t_say)
+        with contextlib.suppress(TimeoutError):
             await call.until("output_audio_buffer.stopped", timeout=30, since=t_say)
         await asyncio.sleep(0.25)  # the last frames through the client's jitter buffer
         end = time.monotonic()
@@ -448,6 +455,8 @@ async def rtc_turn(base_url: str, speech: np.ndarray) -> dict[str, Any]:
         r["speech_stopped_ms"] = _rel(call.first("input_audio_buffer.speech_stopped", mark), mark)
         r["response_created_ms"] = _rel(call.first("response.created", mark), mark)
         r["started_ms"] = _rel(call.first("output_audio_buffer.started", mark), mark)
+        metrics = next((e["metrics"] for t, e in call.events if e["type"] == "session.metrics" and t >= t_say), {})
+        r["worker_v2v_ms"] = metrics.get("v2v_ms")
         play = call.playout(mark, end)
         r.update(underruns=play["underruns"], worst_late_ms=play["worst_late_ms"], dry_frames=play["dry_frames"],
                  wire_underruns=play["wire_underruns"],
@@ -462,7 +471,7 @@ async def rtc_turn(base_url: str, speech: np.ndarray) -> dict[str, Any]:
 
 
 async def v2v_run(launched: Launched, speech: dict[str, np.ndarray], prompts: int, log) -> list[dict[str, Any]]:
-    ws_url = launched.ws_url + "?record=false&app=bench"
+    ws_url = launched.ws_url + QUERY
     turns = {"websocket": lambda s: ws_turn(ws_url, s), "webrtc": lambda s: rtc_turn(launched.url, s)}
     rows: list[dict[str, Any]] = []
     for i in range(prompts):
@@ -477,15 +486,22 @@ async def v2v_run(launched: Launched, speech: dict[str, np.ndarray], prompts: in
             rows.append(row)
             log(f"  {transport:9s} {text!r}: " + (f"error {row['error']}" if "error" in row else
                 f"V2V {row['v2v_ms']} ms (wire {row.get('v2v_wire_ms', '-')}), speech_stopped "
-                f"{row['speech_stopped_ms']}, created {row['response_created_ms']}, underruns {row['underruns']}"))
+                f"{row['speech_stopped_ms']}, created {row['response_created_ms']}, worker's V2V {row.get('worker_v2v_ms')}, "
+                f"underruns {row['underruns']}"))
     return rows
 
 
-V2V_KEYS = ("v2v_ms", "v2v_wire_ms", "speech_stopped_ms", "response_created_ms", "started_ms")
+V2V_KEYS = ("v2v_ms", "v2v_wire_ms", "speech_stopped_ms", "response_created_ms", "started_ms", "worker_v2v_ms",
+            "v2v_less_worker_ms", "v2v_wire_less_worker_ms")
 
 
 def v2v_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    for r in rows:  # the turn less the model's own time (speech stopped -> first audio at the worker)
+        if r.get("worker_v2v_ms") is not None:
+            for key in ("v2v_ms", "v2v_wire_ms"):
+                if r.get(key) is not None:
+                    r[key.replace("_ms", "_less_worker_ms")] = round(r[key] - r["worker_v2v_ms"], 1)
     for transport in ("websocket", "webrtc"):
         mine = [r for r in rows if r["transport"] == transport]
         ok = [r for r in mine if "error" not in r and r.get("v2v_ms") is not None]
@@ -504,6 +520,10 @@ def v2v_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["diff_p50_ms"] = round(rtc["p50"] - ws["p50"], 1) if ws and rtc else None
     wire = out["webrtc"].get("v2v_wire_ms")
     out["diff_wire_p50_ms"] = round(wire["p50"] - ws["p50"], 1) if ws and wire else None
+    ws, rtc = out["websocket"].get("v2v_less_worker_ms"), out["webrtc"].get("v2v_less_worker_ms")
+    out["diff_less_worker_p50_ms"] = round(rtc["p50"] - ws["p50"], 1) if ws and rtc else None
+    wire = out["webrtc"].get("v2v_wire_less_worker_ms")
+    out["diff_wire_less_worker_p50_ms"] = round(wire["p50"] - ws["p50"], 1) if ws and wire else None
     return out
 
 
@@ -546,6 +566,8 @@ def part_v2v(prompts: int, runs: int, log) -> dict[str, Any]:
 
     result["median"] = {
         "diff_p50_ms": med(("diff_p50_ms",)), "diff_wire_p50_ms": med(("diff_wire_p50_ms",)),
+        "diff_less_worker_p50_ms": med(("diff_less_worker_p50_ms",)),
+        "diff_wire_less_worker_p50_ms": med(("diff_wire_less_worker_p50_ms",)),
         **{f"{t}_{k}_{q}": med((t, k, q)) for t in ("websocket", "webrtc") for k in V2V_KEYS for q in ("p50", "p90")
            if any(k in s[t] for s in runs_s)},
         "underruns": {t: sum(s[t]["underruns"] for s in runs_s) for t in ("websocket", "webrtc")},
@@ -897,14 +919,21 @@ def report(r: dict[str, Any]) -> str:
                   f"{t('webrtc_speech_stopped_ms_p50')} |",
                   f"| response.created arrives | {t('websocket_response_created_ms_p50')} | "
                   f"{t('webrtc_response_created_ms_p50')} |",
+                  f"| the worker's own V2V (speech stopped -> first audio, `session.metrics`; not from the mark) | "
+                  f"{t('websocket_worker_v2v_ms_p50')} | {t('webrtc_worker_v2v_ms_p50')} |",
                   f"| output_audio_buffer.started arrives (gateway's track took the first frame) | | "
                   f"{t('webrtc_started_ms_p50')} |",
                   f"| first reply packet on the wire | | {t('webrtc_v2v_wire_ms_p50')} |",
                   f"| **V2V**: first reply audio playable (WS: delta; RTC: decoded frame off the track) | "
                   f"{t('websocket_v2v_ms_p50')} | {t('webrtc_v2v_ms_p50')} |",
                   f"| V2V p90 | {t('websocket_v2v_ms_p90')} | {t('webrtc_v2v_ms_p90')} |",
+                  f"| V2V less the worker's own V2V (input, VAD's 500 ms, output: no model time) | "
+                  f"{t('websocket_v2v_less_worker_ms_p50')} | {t('webrtc_v2v_less_worker_ms_p50')} (wire "
+                  f"{t('webrtc_v2v_wire_less_worker_ms_p50')}) |",
                   "", f"WebRTC - WebSocket, V2V p50: {m['diff_p50_ms']['text']} ms (at the wire: "
-                      f"{m['diff_wire_p50_ms']['text']} ms); {g['v2v']['mark']}. Underruns: WebSocket "
+                      f"{m['diff_wire_p50_ms']['text']} ms); {g['v2v']['mark']}. Less the worker's own V2V "
+                      f"(the model's time taken out of each turn): {t('diff_less_worker_p50_ms')} ms (at the "
+                      f"wire: {t('diff_wire_less_worker_p50_ms')} ms). Underruns: WebSocket "
                       f"{m['underruns']['websocket']}, WebRTC {m['underruns']['webrtc']} (on the wire "
                       f"{m.get('webrtc_wire_underruns', '-')}; idle frames inside replies: "
                       f"{m.get('webrtc_dry_frames', '-')}), all runs."]
