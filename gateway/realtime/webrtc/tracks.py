@@ -30,8 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import av
 from aiortc import MediaStreamTrack
-from aiortc.jitterbuffer import JitterBuffer
+from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 from aiortc.mediastreams import MediaStreamError
+from aiortc.rtp import RtpPacket
+from aiortc.utils import uint16_add
 
 from gateway.realtime.webrtc.playback import FRAME_SAMPLES, OUTPUT_RATE, Playback
 
@@ -52,13 +54,31 @@ OPUS_SILENCE = b"\xf8\xff\xfe"
 # where aiortc encodes Opus, so neither waits behind the other.
 MEDIA_EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="webrtc-media")
 
-# aiortc's audio receiver keeps 4 frames (80 ms) in its jitter buffer, for smooth playout. The
-# gateway plays nothing: the microphone goes to the worker's VAD and ASR, which take it as it comes,
-# so one frame (aiortc's least: a frame is known complete when the next packet shows) is enough;
-# every turn ends 60 ms sooner. Loss and reordering are handled as before (a gap still waits up to
-# the buffer's 16 packets; a late packet only delays the frames behind it).
-MIC_PREFETCH = 1
+# aiortc's audio receiver holds 4 packets (80 ms) in its jitter buffer for a smooth playout, and
+# after a lost packet it waits until 16 have piled up, then hands out one frame per arriving packet:
+# the lag of those 14-15 packets (~300 ms) stays for the rest of the call. The gateway plays
+# nothing (the microphone goes to the worker's VAD and ASR, which take audio as it comes), so a
+# call's microphone gets ``MicJitterBuffer``: each packet goes to the decoder as it arrives.
 _JITTER_BUFFER = "_RTCRtpReceiver__jitter_buffer"  # aiortc 1.16's (pinned) private attribute
+
+
+class MicJitterBuffer(JitterBuffer):
+    """No waiting: each Opus packet (a whole 20 ms frame) is released on arrival, in sequence order.
+    A lost packet is not waited for (its 20 ms are skipped, as aiortc's buffer skips it after its
+    wait); a packet older than one already released, or a duplicate, is dropped (the decoder takes
+    frames in order)."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=16)
+        self._last: int | None = None
+
+    def add(self, packet: RtpPacket) -> tuple[bool, JitterFrame | None]:
+        seq = packet.sequence_number
+        if self._last is not None and not 0 < uint16_add(seq, -self._last) < 0x8000:
+            return False, None
+        self._last = seq
+        return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
+
 
 Deliver = Callable[[str], None]
 Live = Callable[[], bool]
@@ -138,14 +158,14 @@ class OutboundAudioTrack(MediaStreamTrack):
 
 
 def quick_mic(receiver) -> bool:
-    """Give an audio transceiver's ``RTCRtpReceiver`` a jitter buffer that holds one frame, not four;
-    before any packet arrives. False (nothing changed) where aiortc's receiver is not as expected."""
+    """Give an audio transceiver's ``RTCRtpReceiver`` a ``MicJitterBuffer``, before any packet
+    arrives. False (nothing changed) where aiortc's receiver is not as expected."""
     current = getattr(receiver, _JITTER_BUFFER, None)
     if not isinstance(current, JitterBuffer) or getattr(current, "_is_video", True):
         log.warning("aiortc's audio receiver has no jitter buffer where expected: the microphone keeps aiortc's "
-                    "default latency")
+                    "latency")
         return False
-    setattr(receiver, _JITTER_BUFFER, JitterBuffer(capacity=current.capacity, prefetch=MIC_PREFETCH))
+    setattr(receiver, _JITTER_BUFFER, MicJitterBuffer())
     return True
 
 
