@@ -76,6 +76,7 @@ class Playback:
         self._to_worker = to_worker
         self._queue: collections.deque[tuple[ResponseAudio, bytes]] = collections.deque()  # one frame each
         self._responses: collections.OrderedDict[str, ResponseAudio] = collections.OrderedDict()
+        self.on_push: Callable[[], None] | None = None  # frames were queued (the track wakes if idle)
 
     # ------------------------------------------------------------------ from the worker
 
@@ -101,6 +102,8 @@ class Playback:
             return  # cleared: its late audio is not played
         r.received += len(frames) * FRAME_SAMPLES
         self._queue.extend((r, frame) for frame in frames)
+        if self.on_push is not None:
+            self.on_push()
 
     def done(self, response_id: str) -> None:
         """``response.done``: the response sends no more audio."""

@@ -1,6 +1,7 @@
 """A call's media: the microphone and camera tracks in, the reply's audio track out.
 
-- In, audio: aiortc decodes the Opus track in its receiver's own thread and hands us 20 ms frames
+- In, audio: aiortc decodes the Opus track in its receiver's own thread, each packet as it arrives
+  (``MicJitterBuffer``: no playout buffer, the audio feeds VAD and ASR), and hands us 20 ms frames
   (48 kHz stereo). They become ``input_audio_buffer.append`` events of PCM16 mono at the session's
   24 kHz, two frames (40 ms) an event, as our pages send them. Resampling, base64 and the JSON
   text are made in a small executor of our own, never on the event loop.
@@ -9,8 +10,8 @@
   ``input_image_buffer.append`` events the WebSocket pages send.
 - Out: the reply's PCM is encoded to Opus (24 kHz mono, 32 kbit/s: speech) by ``OpusFramer`` in
   that executor as its deltas arrive, and ``OutboundAudioTrack`` hands aiortc one encoded 20 ms
-  frame every 20 ms, taken from ``Playback``, or a constant silence frame when nothing is queued.
-  aiortc only packetises encoded frames (no executor hop, no level metering per frame on the
+  frame every 20 ms, taken from ``Playback``, or a constant silence frame when nothing is queued
+  (a reply's first frame leaves as soon as it is queued, and the ticks go on from it). aiortc only packetises encoded frames (no executor hop, no level metering per frame on the
   loop, no encoding at all while silent): what the track took is what was played.
 
 Media arriving before the worker's ``session.created`` (the call is still queued) is read and
@@ -128,15 +129,34 @@ class OpusFramer:
 
 
 class OutboundAudioTrack(MediaStreamTrack):
-    """The reply's audio, paced in real time: one encoded 20 ms Opus frame a tick, silence when idle."""
+    """The reply's audio, paced in real time: one encoded 20 ms Opus frame a tick, silence when idle.
+    While idle, a reply's first frame does not wait for the next tick: it leaves as soon as it is
+    queued, and the ticks go on from there (the RTP timestamps still step 20 ms a frame)."""
 
     kind = "audio"
 
     def __init__(self, playback: Playback) -> None:
         super().__init__()
         self.playback = playback
+        playback.on_push = self._wake
         self._start: float | None = None
         self._ticks = 0
+        self._waiter: asyncio.Future[bool] | None = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(True)
+
+    async def _idle_wait(self, wait: float) -> bool:
+        """Sleep ``wait`` s, or less if audio is queued meanwhile (then True)."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(wait, lambda: waiter.done() or waiter.set_result(False))
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     async def recv(self) -> av.Packet:
         if self.readyState != "live":
@@ -148,7 +168,10 @@ class OutboundAudioTrack(MediaStreamTrack):
             self._ticks += 1
             wait = self._start + self._ticks * 0.02 - now
             if wait > 0:
-                await asyncio.sleep(wait)
+                if self.playback.buffered:
+                    await asyncio.sleep(wait)
+                elif await self._idle_wait(wait):
+                    self._start = time.monotonic() - self._ticks * 0.02  # this frame's tick is now
             elif wait < -RESYNC_S:
                 self._start = now - self._ticks * 0.02
         packet = av.Packet(self.playback.pull() or OPUS_SILENCE)
