@@ -1,10 +1,11 @@
 """WebRTC calls (issue 33): voice-to-voice against WebSocket in one run, gateway CPU per live call,
 and many calls relayed at once without an audio underrun.
 
-    python -m bench calls                                  # both parts: V2V x3 runs, then 1/5/10/20 calls
+    python -m bench calls                          # all three parts: V2V and transport x3 runs, 0/1/5/10/20 calls
     python -m bench calls --parts v2v --prompts 8 --runs 3
+    python -m bench calls --parts transport --seconds 10 --runs 3
     python -m bench calls --parts load --calls 1 5 10 20 --hold 10
-    python -m bench calls --prompts 1 --runs 1 --calls 2 --hold 2   # the smallest (the e2e test)
+    python -m bench calls --parts transport load --seconds 2 --calls 2 --hold 1   # the e2e test's size
 
 **V2V** (a real gateway and one cascade worker): the same spoken prompts (the pipeline's Piper
 voice, as ``bench serve``) streamed in real time, (a) over the WebSocket as 40 ms PCM16
@@ -34,6 +35,17 @@ timestamp. What the call's figure includes and the WebSocket's does not:
 The legs are split with events both transports carry: ``input_audio_buffer.speech_stopped``
 (input: how late the worker heard the silence), ``response.created``, and on the call
 ``output_audio_buffer.started`` (the gateway's track took the first reply frame).
+
+The worker's own V2V (``session.metrics``: speech stopped -> first audio) is kept per turn, and
+"V2V less the worker's own V2V" takes the model's time out of each turn: on a loaded machine the
+model's time swings by seconds and hides the transports' difference.
+
+**Transport** (a real gateway and ``bench/synthetic_worker.py --probe``, no model): a WebSocket
+session and a call at once, each microphone sending a loud 100 ms burst every 0.49 s; the worker
+answers each burst's onset with the time its chunk arrived, and every 0.5 s sends a one-delta
+reply with the time it was sent (one monotonic clock on one machine). One-way latency in (a sample
+spoken -> its chunk at the worker) and out (the delta -> the first reply packet, and the decoded
+frame) per transport; their sum is what a turn costs each transport, without the model.
 
 **Load** (a real gateway and ``bench/synthetic_worker.py --paced``, a test double that streams
 one endless reply per session in real time, so no model competes for the CPU): at each level K,
