@@ -11,11 +11,13 @@
 - Out: the reply's PCM is encoded to Opus (24 kHz mono, 32 kbit/s: speech) by ``OpusFramer`` in
   that executor as its deltas arrive, and ``OutboundAudioTrack`` hands aiortc one encoded 20 ms
   frame every 20 ms, taken from ``Playback``, or a constant silence frame when nothing is queued
-  (a reply's first frame leaves as soon as it is queued, and the ticks go on from it). aiortc only packetises encoded frames (no executor hop, no level metering per frame on the
-  loop, no encoding at all while silent): what the track took is what was played.
+  (a reply's first frame leaves as soon as it is queued, and the ticks go on from it). aiortc only
+  packetises encoded frames (no executor hop, no level metering per frame on the loop, no encoding
+  at all while silent): what the track took is what was played.
 
-Media arriving before the worker's ``session.created`` (the call is still queued) is read and
-dropped: nothing is sent while queued, as on our pages.
+Microphone audio arriving before the worker's ``session.created`` (the call is still queued or
+being assigned) is kept by the channel, its last 3 s, and heard first (``deliver_microphone``);
+camera frames before then are dropped.
 """
 
 from __future__ import annotations
