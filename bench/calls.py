@@ -140,18 +140,37 @@ def _media_classes():
 def make_tracks():
     av, MediaStreamTrack, _, _, _, MediaStreamError = _media_classes()
 
-    class SpeechMic(MediaStreamTrack):
-        """PCM16 mono 24 kHz frames of what is queued (silence otherwise), each handed to aiortc when
-        its last sample has been captured: frame n at t0 + (n+1) * 20 ms. ``speech_t0``: when the
-        first sample of the last ``say`` was captured."""
+    class PacedMic(MediaStreamTrack):
+        """A microphone's clock: frame n is handed to aiortc at t0 + (n+1) * 20 ms, when its last
+        sample has been captured."""
 
         kind = "audio"
 
         def __init__(self) -> None:
             super().__init__()
-            self._pcm = bytearray()
             self._t0: float | None = None
             self._n = 0
+
+        async def _next(self) -> int:
+            """Wait for the next frame's time; its number."""
+            if self.readyState != "live":
+                raise MediaStreamError
+            if self._t0 is None:
+                self._t0 = time.monotonic()
+            n = self._n
+            self._n += 1
+            wait = self._t0 + (n + 1) * FRAME_S - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            return n
+
+    class SpeechMic(PacedMic):
+        """PCM16 mono 24 kHz frames of what is queued (silence otherwise). ``speech_t0``: when the
+        first sample of the last ``say`` was captured."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._pcm = bytearray()
             self._fresh = False
             self.speech_t0: float | None = None
 
@@ -164,15 +183,7 @@ def make_tracks():
             self._pcm = bytearray()
 
         async def recv(self):
-            if self.readyState != "live":
-                raise MediaStreamError
-            if self._t0 is None:
-                self._t0 = time.monotonic()
-            n = self._n
-            self._n += 1
-            wait = self._t0 + (n + 1) * FRAME_S - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            n = await self._next()
             if self._fresh and self._pcm:
                 self._fresh = False
                 self.speech_t0 = self._t0 + n * FRAME_S
@@ -183,28 +194,16 @@ def make_tracks():
             frame.pts, frame.sample_rate, frame.time_base = n * FRAME, RATE, fractions.Fraction(1, RATE)
             return frame
 
-    class PacketMic(MediaStreamTrack):
+    class PacketMic(PacedMic):
         """A continuous microphone of pre-encoded 20 ms Opus packets (no encoding in the bench's
-        process), paced like ``SpeechMic``."""
-
-        kind = "audio"
+        process)."""
 
         def __init__(self, packets: list[bytes]) -> None:
             super().__init__()
             self._packets = packets
-            self._t0: float | None = None
-            self._n = 0
 
         async def recv(self):
-            if self.readyState != "live":
-                raise MediaStreamError
-            if self._t0 is None:
-                self._t0 = time.monotonic()
-            n = self._n
-            self._n += 1
-            wait = self._t0 + (n + 1) * FRAME_S - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            n = await self._next()
             packet = av.Packet(self._packets[n % len(self._packets)])
             packet.pts, packet.time_base = n * 960, fractions.Fraction(1, 48000)
             return packet
