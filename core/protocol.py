@@ -108,6 +108,12 @@ class SessionResume(_Client):
     type: Literal["session.resume"]
 
 
+# Session values a client may set, checked where a session is configured: by the worker on each
+# ``session.update`` and by the gateway when it mints an ephemeral key for one.
+MAX_OUTPUT_TOKENS = 4096
+TEMPERATURE_RANGE = (0.0, 2.0)
+SPEED_RANGE = (0.5, 2.0)
+
 _CLIENT_MODELS = (
     SessionUpdate,
     TranscriptionSessionUpdate,

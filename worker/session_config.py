@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from core.conversation import ConversationConfig, TurnDetection
 from core.conversation.config import FunctionTool
-from core.protocol import Dialect, ProtocolError
+from core.protocol import MAX_OUTPUT_TOKENS, SPEED_RANGE, TEMPERATURE_RANGE, Dialect, ProtocolError
 from worker.audio_formats import AudioFormat, parse_format
 
 VOICE = "joe"
@@ -39,9 +39,9 @@ def parse_max_tokens(value: Any, param: str) -> int | None:
         return None
     if value == "inf":
         return 1024
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4096:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_OUTPUT_TOKENS:
         return value
-    raise ProtocolError(f"{param} must be an integer 1..4096 or 'inf'", param=param)
+    raise ProtocolError(f"{param} must be an integer 1..{MAX_OUTPUT_TOKENS} or 'inf'", param=param)
 
 
 def parse_modalities(value: Any, param: str) -> bool | None:
@@ -136,8 +136,9 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
         update["instructions"] = s["instructions"] or None
     if "temperature" in s and s["temperature"] is not None:
         t = s["temperature"]
-        if not isinstance(t, (int, float)) or not 0 <= t <= 2:
-            raise ProtocolError("session.temperature must be a number 0..2", param="session.temperature")
+        low, high = TEMPERATURE_RANGE
+        if not isinstance(t, (int, float)) or not low <= t <= high:
+            raise ProtocolError(f"session.temperature must be a number {low:g}..{high:g}", param="session.temperature")
         update["temperature"] = float(t)
     if dialect.beta:
         audio = parse_modalities(s.get("modalities"), "session.modalities")
@@ -187,8 +188,9 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
             raise ProtocolError("voice must be a non-empty string", param="session.voice")
         update["voice"] = voice  # the backend maps it to one of its voices (or its default)
     if speed is not None:
-        if not isinstance(speed, (int, float)) or not 0.5 <= speed <= 2.0:
-            raise ProtocolError("speed must be a number 0.5..2.0", param="session.speed")
+        low, high = SPEED_RANGE
+        if not isinstance(speed, (int, float)) or not low <= speed <= high:
+            raise ProtocolError(f"speed must be a number {low:.1f}..{high:.1f}", param="session.speed")
         update["speed"] = float(speed)
     cfg = cfg.model_copy(update=update)
     if settings.kind == "transcription" and cfg.turn_detection is not None:

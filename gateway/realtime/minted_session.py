@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from core.protocol import MAX_OUTPUT_TOKENS, SPEED_RANGE, TEMPERATURE_RANGE
 from gateway.realtime.request import DEFAULT_MODEL
 
 _EXTENSION_TURNS = ("model_duplex",)
@@ -68,8 +69,8 @@ def _check(session: dict[str, Any], beta: bool, param: str) -> tuple[dict[str, A
     if beta:
         _neutralise_turn(probe, "turn_detection")
         _validate(_beta_model(), probe, param)
-        _range(session.get("temperature"), 0, 2, f"{param}.temperature")
-        _range(session.get("speed"), 0.5, 2.0, f"{param}.speed")
+        _range(session.get("temperature"), *TEMPERATURE_RANGE, f"{param}.temperature")
+        _range(session.get("speed"), *SPEED_RANGE, f"{param}.speed")
         _tokens(session.get("max_response_output_tokens"), f"{param}.max_response_output_tokens")
         _modalities(session.get("modalities"), f"{param}.modalities")
         session.pop("client_secret", None)  # the lifetime: not part of the session
@@ -88,9 +89,9 @@ def _check(session: dict[str, Any], beta: bool, param: str) -> tuple[dict[str, A
                 fmt["rate"] = 24000  # our extension: 16 kHz input
             _neutralise_turn(audio_in, "turn_detection")
         _validate(_ga_model(kind), probe, param)
-        _range(temperature, 0, 2, f"{param}.temperature")
+        _range(temperature, *TEMPERATURE_RANGE, f"{param}.temperature")
         out = ((session.get("audio") or {}).get("output") or {})
-        _range(out.get("speed"), 0.5, 2.0, f"{param}.audio.output.speed")
+        _range(out.get("speed"), *SPEED_RANGE, f"{param}.audio.output.speed")
         _tokens(session.get("max_output_tokens"), f"{param}.max_output_tokens")
         _modalities(session.get("output_modalities"), f"{param}.output_modalities")
         choice = session.get("tool_choice")
@@ -202,8 +203,9 @@ def _range(value: Any, low: float, high: float, param: str) -> None:
 def _tokens(value: Any, param: str) -> None:
     if value is None or value == "inf":
         return
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
-        raise SessionConfigError(f"Invalid value for '{param}': expected an integer from 1 to 4096, or 'inf'.", param)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_OUTPUT_TOKENS:
+        raise SessionConfigError(f"Invalid value for '{param}': expected an integer from 1 to {MAX_OUTPUT_TOKENS}, "
+                                 "or 'inf'.", param)
 
 
 def _modalities(value: Any, param: str) -> None:
