@@ -4,8 +4,8 @@ This module only assembles the app from its parts, one folder a job: ``realtime/
 transports, admission, queue-and-relay), ``rest/`` (the OpenAI REST API), ``pool/`` (workers,
 health, the Redis cluster), ``access/`` (API keys, origins, rate limits), ``admin/`` (the
 operator's API and settings), ``recordings/`` (viewer, shares, cleanup) and ``site/`` (the
-pages and what they read). It never loads a model and never decodes media
-(``tests/unit/test_layering.py``).
+pages and what they read). It never loads a model (``tests/unit/test_layering.py``); the only
+media it touches is a WebRTC call's Opus (``realtime/webrtc/``), coded off the event loop.
 """
 
 from __future__ import annotations
