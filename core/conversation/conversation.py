@@ -47,6 +47,7 @@ from core.conversation.events import (
 )
 from core.conversation.items import ROOT, HistoryMessage, Item, ItemHistory, Part, PartKind, Role
 from core.conversation.model import ConversationModel
+from core.conversation.playback import PlaybackClock
 from core.conversation.reply import ReplyJob, Response, Segment, heard_text
 from core.conversation.turns import TurnTaking
 from core.errors import (
@@ -106,6 +107,7 @@ class Conversation(TurnTaking):
         self._idle = asyncio.Event()  # no reply running: display transcripts wait for this
         self._idle.set()
         self.stats = ConversationStats()
+        self.playback = PlaybackClock()  # what the listener has heard of the assistant's audio
         self.model_state = backend.new_model_state()
         self.config = self._checked(config)
         self._input = AudioInput(backend.vad_model, self.config)
@@ -163,6 +165,8 @@ class Conversation(TurnTaking):
 
     def _emit(self, event: ConversationEvent) -> None:
         if not self._closed:
+            if isinstance(event, AudioChunk):
+                self.playback.sent(event.item_id, len(event.pcm) // 2)
             self._queue.put_nowait(event)
 
     def _emit_for(self, resp: Response, event: ConversationEvent) -> None:
@@ -477,6 +481,7 @@ class Conversation(TurnTaking):
                 f"audio_end_ms {audio_end_ms} is beyond the {emitted * 1000 // OUTPUT_RATE} ms of audio sent",
                 param="audio_end_ms",
             )
+        self.playback.stop(item_id, audio_end_ms * OUTPUT_RATE // 1000)
         kept = heard_text(segments, audio_end_ms * OUTPUT_RATE // 1000, item.text).strip()
         if kept:
             item.set_transcript(kept)
