@@ -3,6 +3,8 @@
 - ``answers`` (``bench/sets/answers.py``): simple questions with accepted key words.
 - ``tools`` (``bench/sets/tools.py``): prompts that need a function call, and decoys.
 - ``turns`` (``bench/sets/turns.py``): spoken complete turns, and turns paused mid-sentence.
+- ``duplex`` (``bench/sets/duplex.py``): spoken turns, pauses, backchannels, interruptions and
+  long-answer prompts for ``python -m bench duplex``, with their own voices per part.
 
 ``dev`` is where prompts, few-shot examples, thresholds, weights and word lists are chosen, and
 where test cases come from; ``eval`` is run once a choice is made and appears nowhere else:
@@ -31,7 +33,7 @@ def normalise(text: str) -> str:
 
 
 def all_sets() -> list[EvalSet]:
-    from bench.sets import answers, tools, turns
+    from bench.sets import answers, duplex, tools, turns
 
     return [
         EvalSet("answers", tuple(x.text for x in answers.DEV), tuple(x.text for x in answers.EVAL)),
@@ -40,4 +42,5 @@ def all_sets() -> list[EvalSet]:
                 # a paused item's opening (the words before the pause) and its whole text
                 tuple(turns.EVAL_COMPLETE + [text for before, _, after in turns.EVAL_PAUSED
                                              for text in (before, f"{before} {after}")])),
+        EvalSet("duplex", tuple(duplex.texts("dev")), tuple(duplex.texts("eval"))),
     ]

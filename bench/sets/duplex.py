@@ -1,0 +1,247 @@
+"""The full-duplex sets (issue 34): spoken turns, pauses, backchannels and interruptions.
+
+``python -m bench duplex`` (``bench/duplex.py``) reports on them; ``bench/duplex_set.py`` speaks
+and caches them. Each kind has a ``dev`` part (tune on it, build word lists from it, quote it in
+tests) and an ``eval`` part (run once a choice is made; never in code or a test:
+``tests/unit/test_eval_leaks.py``):
+
+- ``complete``: a whole question or request (turn latency).
+- ``paused``: (unfinished phrase, pause in seconds 0.6-1.5, the rest): answering inside the pause
+  is a takeover.
+- ``backchannels``: what a listener says while the assistant talks ("mm-hmm", "I see"); it should
+  neither stop the reply nor start a new one. The product's backchannel word list is built from
+  ``DEV_BACKCHANNELS`` only.
+- ``interruptions``: (text, expected keywords): a real barge-in that stops the assistant or
+  changes the topic; the next answer should follow it (one of the keywords, lower case, matched
+  as a word's beginning: "penguin" matches "penguins"). Some begin like a backchannel ("Yeah, but
+  ...", "Okay wait, ...").
+- ``prompts``: requests the assistant answers at length, so a backchannel or an interruption lands
+  while its audio plays.
+
+Voices: ``DEV_VOICES`` and ``EVAL_VOICES`` share no voice, no base voice and no variant;
+``EVAL_VOICES`` use espeak-ng voices and variants the project had never used before this set
+(not ``bench/sets/turns.py``'s ``VOICES``, not the tests'). (espeak-ng voice, words per minute,
+pitch 0-99); all intelligible to Whisper (checked with ``core/cascade/asr.py``).
+"""
+
+from __future__ import annotations
+
+# --- voices -------------------------------------------------------------------------------------
+
+DEV_VOICES: list[tuple[str, int, int]] = [
+    ("en-us+f5", 160, 58),
+    ("en-gb+m5", 170, 42),
+    ("en-us+klatt2", 165, 50),
+    ("en-gb+f1", 155, 62),
+    ("en-us+m1", 180, 40),
+]
+EVAL_VOICES: list[tuple[str, int, int]] = [
+    ("en-gb-scotland+f2", 160, 55),
+    ("en-029+m4", 165, 45),
+    ("en-us-nyc+klatt", 170, 50),
+    ("en-gb-x-gbclan+f4", 150, 65),
+    ("en-gb-x-gbcwmd+m6", 175, 38),
+]
+
+# --- dev ----------------------------------------------------------------------------------------
+
+DEV_COMPLETE: list[str] = [
+    "How do I change a flat tyre?",
+    "What is the largest ocean on Earth?",
+    "Can you tell me a fun fact about bees?",
+    "Please add apples to my shopping list.",
+    "How long should I boil pasta?",
+    "What does a koala eat?",
+    "Who discovered penicillin?",
+    "How many seconds are in a day?",
+    "Can you suggest a board game for four people?",
+    "What is the opposite of ancient?",
+    "How do I keep my houseplants alive?",
+    "Why do cats purr?",
+    "Give me a word that rhymes with orange.",
+    "How warm is the sea in summer?",
+    "Start a stopwatch, please.",
+    "How do you make a paper plane?",
+]
+
+DEV_PAUSED: list[tuple[str, float, str]] = [
+    ("Could you tell me the height of", 0.9, "Big Ben?"),
+    ("I am trying to decide between", 1.2, "tea and coffee."),
+    ("What is the quickest way to", 0.7, "learn to type?"),
+    ("My neighbour keeps asking me if", 1.4, "I can feed her fish."),
+    ("Please set an alarm for", 0.6, "half past six."),
+    ("Do you know a good recipe for", 1.0, "vegetable soup?"),
+    ("I think the main reason is, uh,", 1.3, "that it is cheaper."),
+    ("How many people live in", 0.8, "Brazil?"),
+    ("Tell me a little bit about", 1.1, "the Roman empire."),
+    ("Can you explain why the", 1.5, "moon changes shape?"),
+    ("I would love to visit", 0.65, "Iceland one day."),
+    ("We could either go to the park or", 1.25, "stay at home."),
+    ("What is the name of the", 0.85, "longest bridge in Europe?"),
+    ("Well, hmm,", 1.05, "how do magnets work?"),
+    ("Remind me to water", 1.35, "the plants on Friday."),
+    ("Is it true that", 0.75, "goldfish have short memories?"),
+]
+
+DEV_BACKCHANNELS: list[str] = [
+    "Mm-hmm.",
+    "Uh-huh.",
+    "Yeah.",
+    "Okay.",
+    "Right.",
+    "I see.",
+    "Sure.",
+    "Got it.",
+    "Oh really?",
+    "Wow.",
+    "Cool.",
+    "Yes.",
+    "Nice.",
+    "Interesting.",
+    "Hmm.",
+    "Oh, I see.",
+    "Yeah yeah.",
+    "Okay, okay.",
+    "Right, right.",
+    "Of course.",
+    "Alright.",
+    "Ah.",
+]
+
+DEV_INTERRUPTIONS: list[tuple[str, list[str]]] = [
+    ("Wait, what about penguins?", ["penguin"]),
+    ("Sorry, can you tell me about Mars instead?", ["mars", "planet"]),
+    ("No no, stop, how do I cook rice?", ["rice", "water", "cook"]),
+    ("Hold on, how do submarines dive?", ["submarine", "tank", "water"]),
+    ("Actually, tell me a joke about cats.", ["cat"]),
+    ("Stop, I want to hear about volcanoes.", ["volcano", "lava", "erupt"]),
+    ("Yeah, but what about sharks?", ["shark"]),
+    ("Okay wait, how tall is a giraffe?", ["giraffe", "metre", "meter", "feet"]),
+    ("Excuse me, how do I make coffee?", ["coffee"]),
+    ("Hang on, what is a rainbow made of?", ["rainbow", "light", "colo"]),
+    ("Can we talk about football instead?", ["football", "soccer"]),
+    ("Never mind that, what is the biggest city in China?", ["shanghai", "china", "beijing", "chongqing"]),
+    ("Sorry to interrupt, how do bicycles stay upright?", ["bicycle", "bike", "balanc"]),
+    ("Stop please, tell me about the ocean.", ["ocean", "sea"]),
+    ("Right, but how do trains work?", ["train", "rail", "engine"]),
+    ("No, I meant chocolate cake.", ["chocolate", "cake"]),
+    ("Wait wait, what are clouds made of?", ["cloud", "droplet", "vapo"]),
+    ("Mm, actually, can you tell me about dinosaurs?", ["dinosaur"]),
+    ("That's enough, what should I eat for lunch?", ["lunch", "sandwich", "salad", "soup"]),
+    ("Okay stop, how many moons does Jupiter have?", ["jupiter", "moon"]),
+]
+
+DEV_PROMPTS: list[str] = [
+    "Tell me a long story about a dragon.",
+    "Describe in detail a day in the life of a lighthouse keeper.",
+    "Tell me a long bedtime story about a brave little mouse.",
+    "Tell me everything you know about the history of bread.",
+]
+
+# --- eval (never quote these outside bench/sets and docs) ---------------------------------------
+
+EVAL_COMPLETE: list[str] = [
+    "What is the deepest lake in the world?",
+    "How do I clean a cast iron pan?",
+    "Can you name three kinds of clouds?",
+    "Please turn on the porch light.",
+    "How many strings does a violin have?",
+    "What do giraffes eat?",
+    "Who built the first car?",
+    "How do I sew on a button?",
+    "What is a good gift for a teacher?",
+    "Why do we have leap years?",
+    "How much water should I drink every day?",
+    "Can you teach me a card trick?",
+    "What makes thunder so loud?",
+    "Tell me how rainbows form.",
+    "Where do kangaroos live?",
+    "What rhymes with window?",
+]
+
+EVAL_PAUSED: list[tuple[str, float, str]] = [
+    ("Could you find out how deep", 0.9, "the Pacific Ocean is?"),
+    ("I can never remember whether", 1.3, "tomatoes are a fruit."),
+    ("What is the easiest way to", 0.7, "get rid of hiccups?"),
+    ("My daughter wants to know why", 1.4, "zebras have stripes."),
+    ("Please add a reminder for", 0.6, "my dentist appointment."),
+    ("Do you have any advice about", 1.1, "running a marathon?"),
+    ("The thing I really want is, er,", 1.2, "a quiet weekend."),
+    ("How many bones are there in", 0.8, "the human body?"),
+    ("Give me a short summary of", 1.0, "the French revolution."),
+    ("Could you tell me why the", 1.5, "leaves fall in autumn?"),
+    ("I have always wanted to learn", 0.65, "the piano."),
+    ("We might go camping this weekend unless", 1.25, "it rains."),
+    ("Who was the inventor of", 0.85, "the light bulb?"),
+    ("So, er, well,", 1.05, "how do bees make honey?"),
+    ("Please remind me to pick up", 1.35, "the dry cleaning."),
+    ("Is it safe to go swimming right after", 0.75, "eating lunch?"),
+]
+
+EVAL_BACKCHANNELS: list[str] = [
+    "Mhm.",
+    "Yep.",
+    "Yup.",
+    "Oh okay.",
+    "That's true.",
+    "Fair enough.",
+    "Oh wow.",
+    "Ah okay.",
+    "Sounds good.",
+    "Oh nice.",
+    "Gotcha.",
+    "Mm yeah.",
+    "I get it.",
+    "Oh cool.",
+    "Ah, I see what you mean.",
+    "Yeah, totally.",
+    "Uh yeah, okay.",
+    "Oh, that's neat.",
+    "Hm, right.",
+    "Yep, yep.",
+]
+
+EVAL_INTERRUPTIONS: list[tuple[str, list[str]]] = [
+    ("Wait, tell me about owls instead.", ["owl"]),
+    ("Sorry, what is the weather like on Venus?", ["venus", "planet"]),
+    ("No, stop, how do I bake bread?", ["bread", "flour", "bake", "dough"]),
+    ("Hold on, how far away is Saturn?", ["saturn", "planet", "mile", "kilomet"]),
+    ("Actually, can you tell me a riddle?", ["riddle"]),
+    ("Stop, I would rather hear about earthquakes.", ["earthquake", "quake"]),
+    ("Yep, okay, but how do dolphins sleep?", ["dolphin"]),
+    ("Mhm, wait, how old are the pyramids?", ["pyramid", "egypt"]),
+    ("Pardon me, how does a compass work?", ["compass", "magnet", "north"]),
+    ("Hang on a second, what do honey bees eat?", ["bee", "nectar", "pollen"]),
+    ("Let's switch topics, tell me about the Olympics.", ["olympic"]),
+    ("Forget that, what is the smallest country in the world?", ["vatican", "monaco"]),
+    ("Excuse me, why do onions make you cry?", ["onion", "eye", "tear"]),
+    ("Please stop, I need help with my garden.", ["garden", "plant", "soil"]),
+    ("Sure, but how are pencils made?", ["pencil", "graphite"]),
+    ("No, I asked about lemons.", ["lemon"]),
+    ("One moment, what do astronauts eat?", ["astronaut", "space"]),
+    ("Oh okay, but can you explain how tides work?", ["tide", "moon"]),
+    ("Enough about that, recommend me a podcast.", ["podcast"]),
+    ("Okay hang on, how do I tie a necktie?", ["tie", "knot"]),
+]
+
+EVAL_PROMPTS: list[str] = [
+    "Tell me a long story about a pirate who lost his ship.",
+    "Describe a busy market town in great detail.",
+    "Tell me a long story about a robot who learns to paint.",
+    "Explain in detail how a city gets its drinking water.",
+]
+
+PARTS: dict[str, dict[str, list]] = {
+    "dev": {"voices": DEV_VOICES, "complete": DEV_COMPLETE, "paused": DEV_PAUSED, "backchannel": DEV_BACKCHANNELS,
+            "interruption": DEV_INTERRUPTIONS, "prompts": DEV_PROMPTS},
+    "eval": {"voices": EVAL_VOICES, "complete": EVAL_COMPLETE, "paused": EVAL_PAUSED,
+             "backchannel": EVAL_BACKCHANNELS, "interruption": EVAL_INTERRUPTIONS, "prompts": EVAL_PROMPTS},
+}
+
+
+def texts(part: str) -> list[str]:
+    """Every text of one part as the leak check reads it: a paused item's opening and its whole
+    text, an interruption's words (not its keywords)."""
+    p = PARTS[part]
+    return (list(p["complete"]) + [t for before, _, after in p["paused"] for t in (before, f"{before} {after}")]
+            + list(p["backchannel"]) + [t for t, _ in p["interruption"]] + list(p["prompts"]))
