@@ -3,8 +3,10 @@
 ``merged_replay.wav`` is stereo 24 kHz, the user on the left and the assistant on the right.
 User audio sits where it arrived. The assistant's audio is laid end to end from when its first
 chunk was sent (the client plays it continuously, faster-than-real-time synthesis only fills
-its buffer), and cut where the user barged in: at the played position the client reported with
-``conversation.item.truncate`` or, without one, when the server cancelled the reply. Omni
+its buffer), and cut where the user barged in: at the position an item was truncated to
+(``truncated``, ``conversation.item.truncated``: by the client or the server, what was heard) or,
+without one, at the barge-in (the server's cut). A backchannel leaves the reply whole, and a
+falsely interrupted reply resumed is a new item played after the cut. Omni
 sessions (with camera frames) also get ``merged_replay.mp4``: the frames, the stereo audio and
 the subtitles burned in. Blocking and CPU-bound: call from a thread.
 """
@@ -53,11 +55,12 @@ def render_tracks(session_dir: Path, recording: dict[str, Any]) -> tuple[np.ndar
     user = np.zeros(total, dtype=np.float32)
     ai = np.zeros(total, dtype=np.float32)
 
-    # Where each interrupted reply stops: absolute ms (server cancel) or played ms (client report).
+    # Where each interrupted reply stops: absolute ms (server cancel) or played ms (a truncation;
+    # recordings before the truncated event carried it on the client's barge_in).
     cut_abs: dict[str, float] = {}
     cut_played: dict[str, float] = {}
     for e in events:
-        if e.get("type") == "barge_in" and e.get("item_id"):
+        if e.get("type") in ("barge_in", "truncated") and e.get("item_id"):
             item = e["item_id"]
             if e.get("audio_end_ms") is not None:
                 cut_played[item] = min(cut_played.get(item, math.inf), float(e["audio_end_ms"]))

@@ -10,6 +10,14 @@ session's pending writes, which a pool thread must never do) and builds the merg
 
 Times (``t``) are milliseconds since the session started, measured on the worker when the
 event was received from, or handed to, the client's socket.
+
+Turn-taking over a reply becomes its own timeline events (``docs/recording.schema.json``): one
+``barge_in`` per interruption (``source: "server"`` when the server cut the reply: a cancel for
+``turn_detected``, or a truncation of its own or, on a WebRTC call, the gateway's; ``"client"``
+when the client truncated a reply the server had not cut), dated at the ``speech_started`` that
+decided it; every truncation as ``truncated`` (the replay's cut); a backchannel the server let
+pass (``input_audio_buffer.backchannel``) as ``backchannel``; a falsely interrupted reply played
+on (``response.resumed``) as ``resumed``.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ SEGMENT_S = 1.0  # audio grouped per ~second
 USER_GAP_MS = 300  # a pause in arrivals this long starts a new user segment (keeps placement true)
 SNAPSHOT_EVERY_S = 1.0
 CRITICAL_MAX_S = 3.0  # longest the flushes wait for a reply's first audio
+BARGE_WINDOW_MS = 5000.0  # a cut this soon after speech_started was decided by that speech
+GATEWAY_EVENT_PREFIX = "gw_"  # event ids of the truncates a WebRTC call's gateway sends (gateway/realtime/webrtc/playback.py)
 
 AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
 TEXT_DELTAS = (
@@ -110,6 +120,12 @@ class SessionRecorder:
         # voice-to-voice latency: the once-a-second flushes wait until that window closes.
         self._critical = False
         self._critical_since = 0.0
+        # Barge-ins: the last speech_started not yet taken by a cut (its t), the items already
+        # marked as cut (one barge_in per interruption), and the client's truncates waiting for
+        # their conversation.item.truncated (item id -> "client" or "server" for the gateway's).
+        self._speech_t: float | None = None
+        self._barged: set[str | None] = set()
+        self._truncates: dict[str, str] = {}
         self._submit(self._write_meta, dict(self.meta))
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -239,6 +255,10 @@ class SessionRecorder:
                     self._flush_user()
         elif kind in ("input_audio_buffer.commit", "input_audio_buffer.clear"):
             self._flush_user()
+        elif kind == "conversation.item.truncate" and isinstance(ev.get("item_id"), str):
+            # Handled before its conversation.item.truncated is written: that one is the client's.
+            by_gateway = str(ev.get("event_id") or "").startswith(GATEWAY_EVENT_PREFIX)
+            self._truncates[ev["item_id"]] = "server" if by_gateway else "client"
 
     # ------------------------------------------------------------------ worker -> client
 
@@ -260,12 +280,21 @@ class SessionRecorder:
                        "text": ev.get("transcript") or ""})
         elif kind == "input_audio_buffer.speech_started":
             self._flush_user()
+            self._speech_t = t
             self._add({"t": t, "type": "speech_started", "item_id": ev.get("item_id")})
         elif kind == "input_audio_buffer.speech_stopped":
             self._critical, self._critical_since = True, time.monotonic()
             self._add({"t": t, "type": "speech_stopped", "item_id": ev.get("item_id")})
+        elif kind == "input_audio_buffer.backchannel":
+            self._add({"t": t, "type": "backchannel", "item_id": ev.get("item_id"),
+                       "transcript": ev.get("transcript") or "", "audio_start_ms": _ms(ev.get("audio_start_ms")),
+                       "audio_end_ms": _ms(ev.get("audio_end_ms"))})
         elif kind == "response.created":
+            self._speech_t = None  # speech before a reply started did not interrupt it
             self._add({"t": t, "type": "response_started", "response_id": (ev.get("response") or {}).get("id")})
+        elif kind == "response.resumed":
+            self._add({"t": t, "type": "resumed", "response_id": ev.get("response_id"), "item_id": ev.get("item_id"),
+                       "resumed_item_id": ev.get("resumed_item_id"), "audio_start_ms": _ms(ev.get("audio_start_ms"))})
         elif kind == "response.done":
             self._critical = False
             self._flush_ai()
@@ -273,21 +302,35 @@ class SessionRecorder:
             output = r.get("output") or [{}]
             content = (output[0].get("content") or [{}]) if output else [{}]
             text = content[0].get("transcript") or content[0].get("text") or "" if content else ""
+            item = output[0].get("id") if output else None
             self._add({"t": t, "type": "response_done", "response_id": r.get("id"), "status": r.get("status"),
-                       "item_id": output[0].get("id") if output else None, "text": text})
-            if r.get("status") == "cancelled":
-                reason = (r.get("status_details") or {}).get("reason")
-                if reason == "turn_detected":
-                    self._add({"t": t, "type": "barge_in", "item_id": output[0].get("id") if output else None,
-                               "source": "server"})
+                       "item_id": item, "text": text})
+            if r.get("status") == "cancelled" and (r.get("status_details") or {}).get("reason") == "turn_detected":
+                self._barge_in(t, item, "server")
         elif kind == "conversation.item.truncated":
-            self._add({"t": t, "type": "barge_in", "item_id": ev.get("item_id"), "source": "client",
-                       "audio_end_ms": ev.get("audio_end_ms")})
+            item = ev.get("item_id")
+            source = self._truncates.pop(item, "server") if isinstance(item, str) else "server"
+            end = _ms(ev.get("audio_end_ms"))
+            self._add({"t": t, "type": "truncated", "item_id": item, "audio_end_ms": end, "source": source})
+            self._barge_in(t, item, source, end)
         elif kind == "session.metrics":
             self._add({"t": t, "type": "turn_metrics", "metrics": ev.get("metrics") or {}})
         elif kind == "error":
             err = ev.get("error") or {}
             self._add({"t": t, "type": "error", "code": err.get("code"), "message": err.get("message")})
+
+    def _barge_in(self, t: float, item: str | None, source: str, audio_end_ms: float | None = None) -> None:
+        """One ``barge_in`` per interrupted item, at the speech_started that decided it (if recent)."""
+        if item in self._barged:
+            return
+        self._barged.add(item)
+        if self._speech_t is not None and t - self._speech_t <= BARGE_WINDOW_MS:
+            t = self._speech_t
+        self._speech_t = None
+        event = {"t": t, "type": "barge_in", "item_id": item, "source": source}
+        if audio_end_ms is not None:
+            event["audio_end_ms"] = audio_end_ms
+        self._add(event)
 
     def _ai_audio(self, ev: dict[str, Any]) -> None:
         t = self._now()
@@ -361,6 +404,11 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     except (AttributeError, OSError):
         pass
+
+
+def _ms(value: Any) -> float | None:
+    """A millisecond field as a number (None when absent or not a number)."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _b64(data: str) -> bytes:

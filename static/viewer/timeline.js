@@ -1,5 +1,6 @@
-// Multitrack timeline: lanes of frames, waveforms and labels on one time axis, barge-in markers
-// across all lanes, a playhead, and click-to-seek. Plain DOM + canvas; long sessions scroll.
+// Multitrack timeline: lanes of frames, waveforms and labels on one time axis, turn-taking markers
+// across all lanes (barge-in red, backchannel amber dashed, resumed reply green), a playhead, and
+// click-to-seek. Plain DOM + canvas; long sessions scroll.
 const MIN_PX_PER_S = 24;
 
 export class Timeline {
@@ -104,7 +105,7 @@ export class Timeline {
       const next = i + 1 < sorted.length ? this.x(sorted[i + 1].t) : this.width;
       chip.style.maxWidth = `${Math.max(14, Math.min(220, next - left - 4))}px`;
       chip.textContent = l.text;
-      chip.title = l.text;
+      chip.title = l.title || l.text;
       chip.addEventListener("click", (e) => {
         e.stopPropagation();
         this.onSeek(l.t);
@@ -113,12 +114,16 @@ export class Timeline {
     });
   }
 
-  markers(times) {
-    for (const t of times) {
+  // Marks across all lanes: numbers (seconds) are barge-ins; else {t, kind, title} with kind
+  // "barge" | "backchannel" | "resumed" (the tooltip says which).
+  markers(list) {
+    for (const item of list) {
+      const { t, kind = "barge", title } = typeof item === "number" ? { t: item } : item;
       const m = document.createElement("div");
-      m.className = "barge-marker";
+      m.className = kind === "barge" ? "barge-marker" : `turn-marker ${kind}`;
+      m.dataset.kind = kind;
       m.style.left = `${this.x(t)}px`;
-      m.title = `barge-in at ${t.toFixed(1)} s`;
+      m.title = title || `barge-in at ${t.toFixed(1)} s`;
       this.inner.append(m);
     }
   }

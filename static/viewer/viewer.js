@@ -10,7 +10,8 @@ export async function mountViewer() {
   const token = new URLSearchParams(location.search).get("token") || "";
   const q = `token=${encodeURIComponent(token)}`;
   const api = `/api/sessions/${encodeURIComponent(id)}`;
-  const state = (window.viewer = { ready: false, error: null, events: 0, durationS: 0, lanes: [] });
+  const state = (window.viewer = { ready: false, error: null, events: 0, durationS: 0, lanes: [],
+    marks: { bargeIns: 0, backchannels: 0, resumed: 0 } });
   let data;
   try {
     const r = await fetch(`${api}?${q}`, { cache: "no-store" });
@@ -58,7 +59,14 @@ export async function mountViewer() {
   const chips = (role) => lines.filter((l) => l.role === role).map((l) => ({ t: l.t / 1000, text: l.text, kind: role }));
   timeline.labels("You said", chips("user"));
   timeline.labels("Assistant said", chips("assistant"));
-  timeline.markers(events.filter((e) => e.type === "barge_in").map((e) => e.t / 1000));
+  const marks = turnMarks(events);
+  if (marks.length) timeline.labels("Turn-taking", marks.map((m) => ({ t: m.t, text: m.label, title: m.title, kind: m.kind })), "turns");
+  timeline.markers(marks);
+  state.marks = {
+    bargeIns: marks.filter((m) => m.kind === "barge").length,
+    backchannels: marks.filter((m) => m.kind === "backchannel").length,
+    resumed: marks.filter((m) => m.kind === "resumed").length,
+  };
   state.lanes = timeline.laneNames;
   const tick = () => {
     timeline.setPlayhead(media.currentTime);
@@ -83,10 +91,37 @@ function showAlert(text) {
   $("alert").hidden = !text;
 }
 
+// What happened to the assistant's replies while the user spoke over them (times in seconds): a
+// barge-in (the reply was cut; "false" when it was resumed after), a backchannel (heard, the reply
+// went on) and a resumed reply (the rest of a cut one).
+function turnMarks(events) {
+  const resumedItems = new Set(events.filter((e) => e.type === "resumed").map((e) => e.resumed_item_id));
+  const out = [];
+  for (const e of events) {
+    const at = `at ${clock(e.t / 1000)}`;
+    if (e.type === "barge_in") {
+      const wasResumed = e.item_id && resumedItems.has(e.item_id);
+      const by = e.source === "client" ? "the client cut the reply" : "the server cut the reply";
+      out.push({ t: e.t / 1000, kind: "barge", label: wasResumed ? "barge-in (false)" : "barge-in",
+        title: `Barge-in ${at}: ${by}${wasResumed ? "; nothing followed, so it was resumed" : ""}` });
+    } else if (e.type === "backchannel") {
+      const words = (e.transcript || "").trim();
+      out.push({ t: e.t / 1000, kind: "backchannel", label: `backchannel${words ? `: ${words}` : ""}`,
+        title: `Backchannel ${at}${words ? ` "${words}"` : ""}: heard, the reply went on` });
+    } else if (e.type === "resumed") {
+      const from = typeof e.audio_start_ms === "number" ? ` from ${(e.audio_start_ms / 1000).toFixed(1)} s` : "";
+      out.push({ t: e.t / 1000, kind: "resumed", label: "resumed",
+        title: `Reply resumed ${at}: the rest of the cut reply${from} (a false interruption)` });
+    }
+  }
+  return out;
+}
+
 function transcriptLines(events) {
   const out = [];
   for (const e of events) {
     if (e.type === "user_transcript" || e.type === "user_text") out.push({ t: e.t, role: "user", text: e.text || "" });
+    else if (e.type === "backchannel") out.push({ t: e.t, role: "user backchannel", text: `${e.transcript || "…"} (backchannel)` });
     else if (e.type === "user_image") out.push({ t: e.t, role: "user", text: "(image)" });
     else if (e.type === "response_done" && e.text) {
       out.push({ t: startOf(events, e.response_id, e.t), role: "assistant", text: e.text + (e.status === "cancelled" ? " …(interrupted)" : "") });
