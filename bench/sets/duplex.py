@@ -29,18 +29,18 @@ from __future__ import annotations
 # --- voices -------------------------------------------------------------------------------------
 
 DEV_VOICES: list[tuple[str, int, int]] = [
-    ("en-us+f5", 160, 58),
-    ("en-gb+m5", 170, 42),
     ("en-us+klatt2", 165, 50),
-    ("en-gb+f1", 155, 62),
-    ("en-us+m1", 180, 40),
+    ("en-gb+f5", 160, 60),
+    ("en-us+m5", 160, 42),
+    ("en-us+f5", 155, 58),
+    ("en-gb+m1", 170, 45),
 ]
 EVAL_VOICES: list[tuple[str, int, int]] = [
-    ("en-gb-scotland+f2", 160, 55),
-    ("en-029+m4", 165, 45),
-    ("en-us-nyc+klatt", 170, 50),
-    ("en-gb-x-gbclan+f4", 150, 65),
-    ("en-gb-x-gbcwmd+m6", 175, 38),
+    ("en-us-nyc+m8", 160, 45),
+    ("en-gb-scotland+f2", 155, 55),
+    ("en-gb-x-gbclan+m6", 165, 40),
+    ("en-029", 155, 50),
+    ("en-us-nyc+klatt", 165, 52),
 ]
 
 # --- dev ----------------------------------------------------------------------------------------
@@ -110,18 +110,18 @@ DEV_BACKCHANNELS: list[str] = [
 
 DEV_INTERRUPTIONS: list[tuple[str, list[str]]] = [
     ("Wait, what about penguins?", ["penguin"]),
-    ("Sorry, can you tell me about Mars instead?", ["mars", "planet"]),
+    ("Sorry, can you tell me about the planet Mars instead?", ["mars", "planet"]),
     ("No no, stop, how do I cook rice?", ["rice", "water", "cook"]),
-    ("Hold on, how do submarines dive?", ["submarine", "tank", "water"]),
-    ("Actually, tell me a joke about cats.", ["cat"]),
+    ("Hold on, tell me about the Amazon rainforest.", ["amazon", "rainforest", "forest"]),
+    ("Actually, tell me a joke about a chicken.", ["chicken"]),
     ("Stop, I want to hear about volcanoes.", ["volcano", "lava", "erupt"]),
-    ("Yeah, but what about sharks?", ["shark"]),
-    ("Okay wait, how tall is a giraffe?", ["giraffe", "metre", "meter", "feet"]),
+    ("Yeah, but what about tigers?", ["tiger"]),
+    ("Okay wait, how do you make pancakes?", ["pancake", "flour", "egg", "batter"]),
     ("Excuse me, how do I make coffee?", ["coffee"]),
     ("Hang on, what is a rainbow made of?", ["rainbow", "light", "colo"]),
-    ("Can we talk about football instead?", ["football", "soccer"]),
+    ("Let me stop you there, what is the tallest building in the world?", ["building", "burj", "dubai"]),
     ("Never mind that, what is the biggest city in China?", ["shanghai", "china", "beijing", "chongqing"]),
-    ("Sorry to interrupt, how do bicycles stay upright?", ["bicycle", "bike", "balanc"]),
+    ("Sorry to interrupt, how do airplanes fly?", ["airplane", "plane", "wing", "lift"]),
     ("Stop please, tell me about the ocean.", ["ocean", "sea"]),
     ("Right, but how do trains work?", ["train", "rail", "engine"]),
     ("No, I meant chocolate cake.", ["chocolate", "cake"]),
@@ -202,26 +202,26 @@ EVAL_BACKCHANNELS: list[str] = [
 ]
 
 EVAL_INTERRUPTIONS: list[tuple[str, list[str]]] = [
-    ("Wait, tell me about owls instead.", ["owl"]),
-    ("Sorry, what is the weather like on Venus?", ["venus", "planet"]),
-    ("No, stop, how do I bake bread?", ["bread", "flour", "bake", "dough"]),
-    ("Hold on, how far away is Saturn?", ["saturn", "planet", "mile", "kilomet"]),
-    ("Actually, can you tell me a riddle?", ["riddle"]),
-    ("Stop, I would rather hear about earthquakes.", ["earthquake", "quake"]),
-    ("Yep, okay, but how do dolphins sleep?", ["dolphin"]),
-    ("Mhm, wait, how old are the pyramids?", ["pyramid", "egypt"]),
-    ("Pardon me, how does a compass work?", ["compass", "magnet", "north"]),
-    ("Hang on a second, what do honey bees eat?", ["bee", "nectar", "pollen"]),
+    ("Hold on, how far away is the planet Saturn?", ["saturn", "planet"]),
+    ("No, stop, how do I make pizza?", ["pizza", "dough", "cheese"]),
+    ("Stop, I would rather hear about hurricanes.", ["hurricane", "storm", "wind"]),
+    ("Mhm, wait, who built the pyramids in Egypt?", ["pyramid", "egypt", "pharaoh"]),
+    ("Pardon me, how does a camera work?", ["camera", "lens"]),
+    ("Hang on a second, what is the history of the guitar?", ["guitar"]),
+    ("One moment, what do astronauts eat in space?", ["astronaut", "space"]),
+    ("Oh okay, but can you explain how the internet works?", ["internet", "computer", "network"]),
+    ("Forget that, what is the smallest country in the world?", ["country", "vatican"]),
+    ("Actually, can you write me a short poem about winter?", ["winter", "snow", "cold", "frost"]),
     ("Let's switch topics, tell me about the Olympics.", ["olympic"]),
-    ("Forget that, what is the smallest country in the world?", ["vatican", "monaco"]),
-    ("Excuse me, why do onions make you cry?", ["onion", "eye", "tear"]),
     ("Please stop, I need help with my garden.", ["garden", "plant", "soil"]),
-    ("Sure, but how are pencils made?", ["pencil", "graphite"]),
-    ("No, I asked about lemons.", ["lemon"]),
-    ("One moment, what do astronauts eat?", ["astronaut", "space"]),
-    ("Oh okay, but can you explain how tides work?", ["tide", "moon"]),
     ("Enough about that, recommend me a podcast.", ["podcast"]),
-    ("Okay hang on, how do I tie a necktie?", ["tie", "knot"]),
+    ("Sure, but how are pencils made?", ["pencil", "graphite"]),
+    ("Yep, okay, but what is the fastest animal on land?", ["cheetah", "animal", "fast"]),
+    ("Wait, tell me about the moon landing instead.", ["moon", "apollo", "armstrong", "landing"]),
+    ("No, stop, what is a good exercise for my back?", ["exercise", "back", "stretch"]),
+    ("Yeah, totally, but how does a rocket get into space?", ["rocket", "space", "fuel"]),
+    ("Hold it, what is the recipe for lemonade?", ["lemonade", "lemon", "sugar"]),
+    ("Stop there, how do I fix a leaking tap?", ["tap", "leak", "washer", "faucet"]),
 ]
 
 EVAL_PROMPTS: list[str] = [
