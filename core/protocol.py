@@ -113,6 +113,9 @@ class SessionResume(_Client):
 MAX_OUTPUT_TOKENS = 4096
 TEMPERATURE_RANGE = (0.0, 2.0)
 SPEED_RANGE = (0.5, 2.0)
+# ``turn_detection.idle_timeout_ms`` (server_vad). The SDK's type states no bounds; 5 to 30 s are
+# ours: shorter cuts into a pause to think, and a phone call wants a prompt well before 30 s.
+IDLE_TIMEOUT_MS_RANGE = (5000, 30000)
 
 _CLIENT_MODELS = (
     SessionUpdate,
@@ -167,7 +170,7 @@ def parse_client_event(data: Any) -> ClientEvent:
 
 EXTENSION_EVENTS = frozenset({
     "queue.position", "queue.assigned", "session.recording", "session.metrics", "session.paused",
-    "session.resumed", "input_image_buffer.appended",
+    "session.resumed", "input_image_buffer.appended", "input_audio_buffer.backchannel", "response.resumed",
 })
 EXTENSION_GROUPS = {"all": EXTENSION_EVENTS, "queue": frozenset({"queue.position", "queue.assigned"})}
 

@@ -63,6 +63,7 @@ CLOSE_MAX_LENGTH = 4003
 CLOSE_SLOW_CLIENT = 1008
 SEND_QUEUE_LIMIT = 4000
 LIMIT_CODES = ("message_too_large", "image_too_large", "frame_rate_exceeded")
+ERROR_TYPES = {"context_length_exceeded": "invalid_request_error"}  # the conversation's errors that are not ours
 
 
 class _Close(Exception):
@@ -360,6 +361,7 @@ class RealtimeSession:
             body.pop("type", None)
         cfg, settings = apply_session_update(self.conv.config, body, self.dialect,
                                              self.backend.capabilities.turn_detection_types, self.settings)
+        self._check_token_limit(cfg, ev.event_id)
         if settings.kind == "transcription" and not self._can_transcribe:
             raise ProtocolError(f"backend {self.backend.name} has no transcriber; transcription sessions are not "
                                 "available on it", code="transcription_unavailable", param="session.type",
@@ -370,6 +372,17 @@ class RealtimeSession:
         self.on_state(self._state())
         updated = "transcription_session.updated" if beta_transcription else "session.updated"
         self.send(server_event(updated, session=self._session()))
+
+    def _check_token_limit(self, cfg: ConversationConfig, event_id: str | None) -> None:
+        """``truncation.token_limits.post_instructions`` may not exceed the model's context less
+        ``max_output_tokens`` (OpenAI's rule)."""
+        post, context = cfg.truncation.post_instructions, self.backend.context_tokens
+        if post is not None and context is not None and post > context - cfg.max_output_tokens:
+            raise ProtocolError(
+                f"session.truncation.token_limits.post_instructions {post} is over this model's context of "
+                f"{context} tokens less max_output_tokens {cfg.max_output_tokens} (at most "
+                f"{context - cfg.max_output_tokens})", param="session.truncation.token_limits.post_instructions",
+                event_id=event_id)
 
     async def _camera_frame(self, ev: InputImageBufferAppend) -> None:
         if not self.frame_rate.allow():
@@ -444,6 +457,10 @@ class RealtimeSession:
                 replies.speech_stopped_at = time.monotonic()
                 self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=e.audio_end_ms,
                                        item_id=e.item_id))
+            elif kind == "timeout_triggered":
+                if not self.dialect.beta:  # a GA event: the beta has no idle timeout to report
+                    self.send(server_event("input_audio_buffer.timeout_triggered", audio_start_ms=e.audio_start_ms,
+                                           audio_end_ms=e.audio_end_ms, item_id=e.item_id))
             elif kind == "input_committed":
                 self.send(server_event("input_audio_buffer.committed", previous_item_id=e.previous_item_id,
                                        item_id=e.item_id))
@@ -465,8 +482,18 @@ class RealtimeSession:
                 status = "completed" if e.status == "completed" else "incomplete"
                 item = Item("assistant", e.text, item_id=e.item_id, parts=[part], status=status)
                 replies.done(e, render_item(item, self.dialect.beta))
+            elif kind == "backchannel":
+                self.send(server_event("input_audio_buffer.backchannel", item_id=e.item_id,
+                                       audio_start_ms=e.audio_start_ms, audio_end_ms=e.audio_end_ms,
+                                       transcript=e.transcript))
+            elif kind == "item_truncated":
+                self.send(server_event("conversation.item.truncated", item_id=e.item_id, content_index=0,
+                                       audio_end_ms=e.audio_end_ms))
+            elif kind == "response_resumed":
+                self.send(server_event("response.resumed", response_id=e.response_id, item_id=e.item_id,
+                                       resumed_item_id=e.resumed_item_id, audio_start_ms=e.audio_start_ms))
             elif kind == "error":
-                self.send_error(e.message, e.code, kind="server_error")
+                self.send_error(e.message, e.code, kind=ERROR_TYPES.get(e.code, "server_error"))
 
     def _user_audio_item(self, item_id: str, transcript: str | None) -> dict[str, Any]:
         item = self.conv.item(item_id) or Item("user", item_id=item_id, parts=[Part("audio", transcript)])

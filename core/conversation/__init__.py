@@ -14,12 +14,15 @@ from core.conversation.config import ConversationConfig, TurnDetection
 from core.conversation.conversation import Conversation, ConversationStats
 from core.conversation.events import (
     AudioChunk,
+    Backchannel,
     CancelResult,
     ConversationError,
     ConversationEvent,
     InputCommitted,
     InputTranscript,
+    ItemTruncated,
     ResponseDone,
+    ResponseResumed,
     ResponseStarted,
     SpeechStarted,
     SpeechStopped,
@@ -29,8 +32,8 @@ from core.conversation.items import HistoryMessage, Item
 from core.conversation.reply import ReplyJob, ReplyStats, Response, Segment, heard_text
 
 __all__ = [
-    "AudioChunk", "CancelResult", "Conversation", "ConversationConfig", "ConversationError",
+    "AudioChunk", "Backchannel", "CancelResult", "Conversation", "ConversationConfig", "ConversationError",
     "ConversationEvent", "ConversationStats", "HistoryMessage", "InputCommitted", "InputTranscript",
-    "Item", "ReplyJob", "ReplyStats", "Response", "ResponseDone", "ResponseStarted", "Segment",
+    "Item", "ItemTruncated", "ReplyJob", "ReplyStats", "Response", "ResponseDone", "ResponseResumed", "ResponseStarted", "Segment",
     "SpeechStarted", "SpeechStopped", "TextDelta", "TurnDetection", "heard_text",
 ]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from core.conversation.vad import PAUSE_MS
+from core.protocol import IDLE_TIMEOUT_MS_RANGE
 
 # semantic_vad: the longest wait after speech per eagerness (OpenAI's documented 8/4/2 s).
 EAGERNESS_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "high": 2000, "auto": 4000}
@@ -32,6 +33,20 @@ class TurnDetection(BaseModel):
     eagerness: Literal["low", "medium", "high", "auto"] = "auto"
     create_response: bool = True
     interrupt_response: bool = True
+    # Our extensions (not in OpenAI's object; echoed only when turned off): speech over the
+    # assistant's audio is judged first, and a backchannel neither stops nor answers it
+    # (``overlap.py``); an interruption with no words after it (a cough) resumes the reply.
+    ignore_backchannels: bool = True
+    resume_false_interruption: bool = True
+    # server_vad only (as OpenAI's): after the last reply has been heard, this long without speech
+    # commits the silence and prompts a reply (``idle_timeout.py``). None: off.
+    idle_timeout_ms: StrictInt | None = Field(None, ge=IDLE_TIMEOUT_MS_RANGE[0], le=IDLE_TIMEOUT_MS_RANGE[1])
+
+    @model_validator(mode="after")
+    def _idle_timeout_server_vad_only(self) -> TurnDetection:
+        if self.idle_timeout_ms is not None and self.type != "server_vad":
+            raise ValueError(f"idle_timeout_ms is supported with server_vad only, not {self.type}")
+        return self
 
     @property
     def vad_turns(self) -> bool:
@@ -49,11 +64,14 @@ class TurnDetection(BaseModel):
         return SEMANTIC_PAUSE_MS if self.type == "semantic_vad" else PAUSE_MS
 
     def wire(self) -> dict:
-        """The protocol's object: OpenAI's semantic_vad carries no VAD tuning fields."""
+        """The protocol's object: OpenAI's semantic_vad carries no VAD tuning fields; our
+        extensions only when they differ from the default."""
+        extras = {k: False for k in ("ignore_backchannels", "resume_false_interruption") if not getattr(self, k)}
         if self.type == "semantic_vad":
             return {"type": self.type, "eagerness": self.eagerness, "create_response": self.create_response,
-                    "interrupt_response": self.interrupt_response}
-        return self.model_dump(exclude={"eagerness"})
+                    "interrupt_response": self.interrupt_response, **extras}
+        return {**self.model_dump(exclude={"eagerness", "ignore_backchannels", "resume_false_interruption"},
+                                  exclude_none=True), **extras}
 
 
 class FunctionTool(BaseModel):
@@ -65,6 +83,31 @@ class FunctionTool(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str = Field("", max_length=4096)
     parameters: dict = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class Truncation(BaseModel):
+    """What a reply's context keeps when the conversation outgrows the model's input limit
+    (OpenAI's ``session.truncation``; ``truncation.py``). The limit is the backend's context less
+    the reply's ``max_output_tokens`` and the instructions (always kept), or ``post_instructions``
+    when that is lower. ``auto``: the oldest items are dropped until the rest fits.
+    ``retention_ratio``: until ``retention_ratio`` of the limit is used, so the next truncation
+    comes turns later (and the prompt's cached prefix lasts). ``disabled``: nothing is dropped; a
+    reply that would not fit fails."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["auto", "disabled", "retention_ratio"] = "auto"
+    retention_ratio: float = Field(1.0, ge=0.0, le=1.0)
+    post_instructions: StrictInt | None = Field(None, ge=1)
+
+    def wire(self) -> str | dict:
+        """The protocol's value: ``"auto"``, ``"disabled"`` or the retention-ratio object."""
+        if self.type != "retention_ratio":
+            return self.type
+        out: dict = {"type": "retention_ratio", "retention_ratio": self.retention_ratio}
+        if self.post_instructions is not None:
+            out["token_limits"] = {"post_instructions": self.post_instructions}
+        return out
 
 
 class ConversationConfig(BaseModel):
@@ -80,7 +123,10 @@ class ConversationConfig(BaseModel):
     speed: float = Field(1.0, ge=0.5, le=2.0)
     temperature: float = Field(0.3, ge=0.0, le=2.0)
     max_output_tokens: int = Field(160, ge=1, le=4096)
-    max_history_messages: int = Field(16, ge=2, le=256)
+    # What a reply reads is ``truncation``'s to decide (by tokens); this only bounds the items a
+    # session holds in memory, far above what a model's context takes (any mode, ``disabled`` too).
+    max_history_messages: int = Field(1024, ge=2, le=4096)
+    truncation: Truncation = Field(default_factory=Truncation)
     tools: list[FunctionTool] = Field(default_factory=list, max_length=64)
     # "auto" | "none" | "required" | the name of one function to call
     tool_choice: str = "auto"

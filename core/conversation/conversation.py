@@ -31,6 +31,7 @@ import numpy as np
 
 from core.audio import OUTPUT_RATE, pcm16_to_float, resample
 from core.conversation.audio_input import VAD_RATE, AudioInput
+from core.conversation.barge_in import BargeIn
 from core.conversation.config import ConversationConfig
 from core.conversation.events import (
     AudioChunk,
@@ -45,10 +46,12 @@ from core.conversation.events import (
     ResponseStarted,
     TextDelta,
 )
+from core.conversation.idle_timeout import IdleTimeout
 from core.conversation.items import ROOT, HistoryMessage, Item, ItemHistory, Part, PartKind, Role
 from core.conversation.model import ConversationModel
 from core.conversation.playback import PlaybackClock
 from core.conversation.reply import ReplyJob, Response, Segment, heard_text
+from core.conversation.truncation import ContextWindow
 from core.conversation.turns import TurnTaking
 from core.errors import (
     DuplicateItemError,
@@ -83,7 +86,7 @@ class ConversationStats:
     turn_score_ms: float | None = None  # the last score's time on the model thread, queue included
 
 
-class Conversation(TurnTaking):
+class Conversation(TurnTaking, BargeIn):
     """One session's model state. Not thread-safe: call from one event loop.
 
     Backends with per-mode behaviour (MiniCPM-o's duplex loop) subclass it and use the hooks
@@ -108,9 +111,14 @@ class Conversation(TurnTaking):
         self._idle.set()
         self.stats = ConversationStats()
         self.playback = PlaybackClock()  # what the listener has heard of the assistant's audio
+        self._overlap = None  # speech over the assistant's audio, being judged (barge_in.py)
+        self._cut: Response | None = None  # a reply cut by an interruption, until its turn has words
+        self._last_spoken: Response | None = None  # the last reply with audio, once finished
         self.model_state = backend.new_model_state()
         self.config = self._checked(config)
         self._input = AudioInput(backend.vad_model, self.config)
+        self.context = ContextWindow(backend)  # what each reply reads under ``truncation``
+        self.idle_timeout = IdleTimeout(self)  # ``turn_detection.idle_timeout_ms``
 
     # ------------------------------------------------------------------ config & state
 
@@ -147,6 +155,7 @@ class Conversation(TurnTaking):
         elif config.turn_detection is not None:
             self._input.configure(config.turn_detection)
         self._on_config(old)
+        self.idle_timeout.configure()
 
     def _on_config(self, old: ConversationConfig | None) -> None:
         """Hook for backends with per-mode state (MiniCPM-o's duplex session)."""
@@ -168,6 +177,7 @@ class Conversation(TurnTaking):
             if isinstance(event, AudioChunk):
                 self.playback.sent(event.item_id, len(event.pcm) // 2)
             self._queue.put_nowait(event)
+            self.idle_timeout.observe(event)
 
     def _emit_for(self, resp: Response, event: ConversationEvent) -> None:
         if resp.held:
@@ -320,6 +330,7 @@ class Conversation(TurnTaking):
         the history; ``in_conversation=False``: an out-of-band reply that leaves the history as
         it is. ``overrides``: other config fields for this reply (``tools``, ``tool_choice``)."""
         self._drop_held()
+        self._confirm_cut()
         if self._response is not None:
             raise ResponseActiveError(f"conversation already has an active response {self._response.response_id}")
         cfg = self.config
@@ -355,8 +366,27 @@ class Conversation(TurnTaking):
              pending: Item | None = None, items: list[Item] | None = None) -> None:
         """Open ``resp`` and generate it from ``items`` (default: the history, plus ``pending``)."""
         self._open(resp)
+        given = items is not None
         items = list(items) if items is not None else self._items.snapshot() + ([pending] if pending else [])
-        self._spawn(self._generate(resp, self.reply_job(resp, cfg, instructions, items)))
+        items = self._fit_context(resp, cfg, instructions, items, from_history=not given)
+        if items is not None:
+            self._spawn(self._generate(resp, self.reply_job(resp, cfg, instructions, items)))
+
+    def _fit_context(self, resp: Response, cfg: ConversationConfig, instructions: str | None, items: list[Item],
+                     from_history: bool) -> list[Item] | None:
+        """The items this reply reads under ``cfg.truncation`` (``truncation.py``): over the limit,
+        the oldest leave the history (or only this reply's ``input``); None when the reply cannot
+        fit with truncation disabled (it has failed: ``context_length_exceeded``)."""
+        fit = self.context.fit(items, self.system_prompt(instructions), cfg)
+        if fit.error is not None:
+            self._emit_for(resp, ConversationError("context_length_exceeded", fit.error))
+            self._finish(resp, "failed", "context_length_exceeded", "")
+            return None
+        if fit.dropped and from_history:
+            for item in fit.dropped:
+                self._items.remove(item.item_id)
+            self._on_history_edited()
+        return fit.items
 
     async def _generate(self, resp: Response, job: ReplyJob) -> None:
         status, reason = "completed", None
@@ -382,8 +412,11 @@ class Conversation(TurnTaking):
             self._emit_for(resp, ConversationError("response_failed", f"response failed: {exc}"))
         # Output queued with call_soon_threadsafe by the model threads lands before the final event.
         await asyncio.sleep(0)
+        resp.generating = False
         if resp.cancelled:
-            if resp.cancel_at is not None:
+            if resp.forward is not None:  # resumed after a false interruption: that response ends now
+                self._finish(resp.forward, status, reason, resp.forward.text)
+            elif resp.cancel_at is not None and resp.cancel.is_set():
                 self.stats.last_cancel_stop_ms = (time.perf_counter() - resp.cancel_at) * 1000
             return
         self._finish(resp, status, reason, resp.text)
@@ -396,6 +429,8 @@ class Conversation(TurnTaking):
             self._response = None
             self._idle.set()
         self._past_segments[resp.item_id] = resp.segments
+        if resp.output_audio and resp.in_conversation:
+            self._last_spoken = resp
         while len(self._past_segments) > PAST_REPLIES_KEPT:
             self._past_segments.pop(next(iter(self._past_segments)))
         item_status = "completed" if status == "completed" else "incomplete"
@@ -417,18 +452,32 @@ class Conversation(TurnTaking):
             self._finish(resp, "completed", None, resp.text)
 
     def emit_text(self, resp: Response, delta: str) -> None:
+        if resp.forward is not None:
+            resp.text += delta
+            self.emit_text(resp.forward, delta)
+            return
         if resp.cancelled:
+            if resp.shadow:
+                resp.text += delta
             return
         resp.text += delta
         self._emit_for(resp, TextDelta(resp.response_id, resp.item_id, delta))
 
     def add_segment(self, resp: Response, segment: Segment) -> None:
         resp.segments.append(segment)
+        if resp.forward is not None:
+            resp.forward_segments[len(resp.segments) - 1] = len(resp.forward.segments)
+            self.add_segment(resp.forward, Segment(segment.text))
 
     def emit_audio(self, resp: Response, index: int, pcm: bytes) -> None:
         n = len(pcm) // 2
         seg = resp.segments[index]
         seg.total_samples += n  # made, whether or not it goes out: the share heard is of this
+        if resp.output_audio and resp.in_conversation:
+            resp.pcm.append(pcm)  # a false interruption replays the rest (barge_in.py)
+        if resp.forward is not None:
+            self.emit_audio(resp.forward, resp.forward_segments.get(index, 0), pcm)
+            return
         if resp.cancelled:
             return
         resp.audio_samples += n
@@ -455,15 +504,24 @@ class Conversation(TurnTaking):
         call = resp.calls[index] = replace(resp.calls[index], complete=True)
         self._emit_for(resp, FunctionCallDone(resp.response_id, call))
 
-    async def cancel_response(self, reason: str = "client_cancelled") -> CancelResult:
-        """Stop the active reply now; raises ``NoActiveResponseError`` if there is none."""
+    async def cancel_response(self, reason: str = "client_cancelled", heard_samples: int | None = None,
+                              shadow: bool = False) -> CancelResult:
+        """Stop the active reply now; raises ``NoActiveResponseError`` if there is none. The
+        history keeps what was heard: ``heard_samples`` of its audio (a barge-in's estimate),
+        else all that was sent. ``shadow``: the reply goes on being made silently, so a false
+        interruption can resume it (``barge_in.py``), until ``cancel`` is set."""
         resp = self._response
         if resp is None or resp.held:
             raise NoActiveResponseError("there is no active response to cancel")
         resp.cancel_at = time.perf_counter()
         resp.cancelled = True
-        resp.cancel.set()
-        heard = heard_text(resp.segments, resp.audio_samples, resp.text) if resp.output_audio else resp.text
+        resp.shadow = shadow and resp.output_audio and resp.in_conversation
+        if not resp.shadow:
+            resp.cancel.set()
+        samples = resp.audio_samples if heard_samples is None else min(heard_samples, resp.audio_samples)
+        heard = heard_text(resp.segments, samples, resp.text) if resp.output_audio else resp.text
+        if heard_samples is not None and resp.text.strip() and heard.strip() != resp.text.strip():
+            heard = heard.strip() + "…"  # cut here: the next reply reads where (the item stays, as the client saw it)
         self._finish(resp, "cancelled", reason, heard)
         return CancelResult(resp.response_id, resp.item_id, resp.text, resp.audio_ms)
 
@@ -502,9 +560,11 @@ class Conversation(TurnTaking):
         if self._closed:
             return
         self._drop_held()
+        self._confirm_cut()
         if self._response is not None:
             await self.cancel_response("session_closed")
         self._closed = True
+        self.idle_timeout.stop()
         for task in list(self._tasks):
             task.cancel()
         self._queue.put_nowait(None)

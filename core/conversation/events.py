@@ -139,6 +139,39 @@ class ConversationError:
     type: Literal["error"] = "error"
 
 
+@dataclass(frozen=True, slots=True)
+class Backchannel:
+    """Speech over the assistant's reply that was not an interruption ("mm-hmm", or noise): the
+    reply goes on, nothing is committed (``overlap.py``)."""
+
+    item_id: str | None  # the assistant item being heard
+    audio_start_ms: int
+    audio_end_ms: int
+    transcript: str  # '' for noise
+    type: Literal["backchannel"] = "backchannel"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemTruncated:
+    """The server cut an assistant item to what the listener heard (a barge-in after the reply
+    was made, while its audio still played)."""
+
+    item_id: str
+    audio_end_ms: int
+    type: Literal["item_truncated"] = "item_truncated"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseResumed:
+    """A false interruption (no words came): this response plays the rest of the cut one."""
+
+    response_id: str
+    item_id: str
+    resumed_item_id: str
+    audio_start_ms: int  # where in the cut item it goes on
+    type: Literal["response_resumed"] = "response_resumed"
+
+
 ConversationEvent = (
     SpeechStarted
     | SpeechStopped
@@ -152,6 +185,9 @@ ConversationEvent = (
     | FunctionCallDone
     | ResponseDone
     | ConversationError
+    | Backchannel
+    | ItemTruncated
+    | ResponseResumed
 )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from core.conversation.end_of_turn import MessageEnd
+from core.conversation.items import Item
 from core.conversation.reply import ReplyJob, ReplyStats
 
 
@@ -93,6 +94,7 @@ class ConversationModel(Protocol):
     turn_scorer_pool: concurrent.futures.Executor
     audio_chunk_ms: int  # reply audio leaves in pieces of this length
     default_instructions: str | None  # the system prompt when the session sets none
+    context_tokens: int | None  # prompt and reply together may take this many tokens (None: not known)
 
     async def generate_reply(self, job: ReplyJob) -> ReplyStats:
         """Stream one reply through ``job`` until done or ``job.cancel`` is set (``reply.py``)."""
@@ -101,6 +103,11 @@ class ConversationModel(Protocol):
     def transcribe_turn(self, audio: np.ndarray) -> str | None:
         """Transcript of one user utterance (16 kHz float32), or None; a ``HeardText`` also says
         how sure the recogniser is of the last word."""
+        ...
+
+    def transcribe_glance(self, audio: np.ndarray) -> str | None:
+        """The first words of a short clip, fast; None without a fast recogniser (runs in
+        ``transcribe_pool``)."""
         ...
 
     def end_of_message_probability(self, text: str) -> MessageEnd | float | None:
@@ -113,6 +120,14 @@ class ConversationModel(Protocol):
 
     def image_text(self, prepared: Any) -> str:
         """The text an image item stands for in the history."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` as the model reads it (an estimate without a cheap tokenizer); on the loop."""
+        ...
+
+    def item_tokens(self, item: Item) -> int:
+        """Tokens a history item costs a reply (``truncation.py``); on the loop, so cheap."""
         ...
 
     def check_tools(self, tools: list) -> None:

@@ -72,6 +72,15 @@ class Response:
     held_events: list = field(default_factory=list)
     pending_finish: tuple | None = None
     calls: list = field(default_factory=list)  # FunctionCall, in the order made
+    # Barge-in (``barge_in.py``): every audio piece made (a false interruption replays the rest),
+    # what the listener had heard when it was cut, and after a cut with no words yet, output
+    # goes on being made silently (``shadow``) and, once resumed, to the response that resumes it.
+    pcm: list[bytes] = field(default_factory=list)
+    generating: bool = True
+    cut_samples: int | None = None
+    shadow: bool = False
+    forward: Response | None = None
+    forward_segments: dict[int, int] = field(default_factory=dict)
 
     @property
     def audio_ms(self) -> float:

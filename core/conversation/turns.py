@@ -26,7 +26,6 @@ from core.conversation.events import (
     InputCommitted,
     InputTranscript,
     ResponseStarted,
-    SpeechStarted,
     SpeechStopped,
 )
 from core.conversation.items import Item, Part
@@ -51,6 +50,7 @@ class TurnTaking:
             await self._on_audio(audio16)
             for kind, ms, segment in reports:
                 await self._on_vad(kind, ms, segment)
+            await self._watch_overlap()
 
     async def _on_audio(self, audio16: np.ndarray) -> None:
         """Hook: every input sample at 16 kHz (MiniCPM-o's duplex mode feeds the model here)."""
@@ -60,16 +60,25 @@ class TurnTaking:
         if kind == "start":
             self._drop_held()
             self._speech_item = new_id("item")
-            self._emit(SpeechStarted(self._speech_item, ms))
-            barge_in = td is not None and td.vad_turns and td.interrupt_response
-            if self.response_active and barge_in:
-                await self.cancel_response("turn_detected")
+            await self._speech_began(self._speech_item, ms)
         elif kind == "pause":
+            ov = self._overlap_pending()
+            if ov is not None:
+                ov.paused = True
+                self._spawn(self._overlap_paused(ov, segment))
+                return
             self._speculate(segment)
         elif kind == "resume":
+            ov = self._overlap_pending()
+            if ov is not None:
+                ov.paused = False
             self._forget_speculation()
             self._drop_held()
         elif kind == "end":
+            ov = self._overlap
+            if ov is not None and self._overlap_ended(ov):
+                self._speech_item = None
+                return
             item_id = self._speech_item or new_id("item")
             self._speech_item = None
             self._emit(SpeechStopped(item_id, ms))
@@ -127,6 +136,8 @@ class TurnTaking:
         return td is not None and td.type == "semantic_vad"
 
     def _on_partial_transcript(self, generation: int, fut: concurrent.futures.Future) -> None:
+        if self._cut is not None and fut.exception() is None and (fut.result() or "").strip():
+            self._confirm_cut()  # words after the interruption: it was real
         resp = self._speculate_reply(generation, fut)
         if self._semantic() and generation == self._spec_generation and not self._closed:
             if resp is None or not resp.scores_turn:
@@ -248,6 +259,8 @@ class TurnTaking:
             self._emit(ConversationError("transcription_failed", f"transcription failed: {exc}"))
             return
         text = (text or "").strip()
+        if text:
+            self._confirm_cut()
         item.set_transcript(text)
         if self.config.transcribe_input:
             self._emit(InputTranscript(item.item_id, text, int(segment.size * 1000 / VAD_RATE)))
@@ -256,6 +269,7 @@ class TurnTaking:
             self._drop_held()
             held = None
         if not text:
+            self._false_interruption()  # an interruption with no words: the reply goes on
             return
         if held is not None:
             self._release_held(held)
@@ -271,6 +285,8 @@ class TurnTaking:
         """The turn's user item enters the history at commit (as OpenAI's does); a transcript-first
         backend gets its words when the transcript is made."""
         previous = self._items.last_id()
+        if not self.backend.capabilities.transcript_first:
+            self._confirm_cut()  # the model hears the clip itself: no resuming
         audio = None if self.backend.capabilities.transcript_first else segment
         item = self._remember(Item("user", "", audio=audio, item_id=item_id, parts=[Part("audio", None)]))
         self._emit(InputCommitted(item_id, int(segment.size * 1000 / VAD_RATE), previous))

@@ -23,7 +23,14 @@ import numpy as np
 
 from core.conversation import Conversation, ConversationConfig, ReplyJob, ReplyStats
 from core.conversation.end_of_turn import MessageEnd
+from core.conversation.items import Item
 from core.conversation.model import Capability, ConversationModel, ModelCapabilities
+from core.conversation.truncation import (
+    AUDIO_TOKENS_PER_S,
+    IMAGE_TOKENS,
+    estimate_item_tokens,
+    estimate_text_tokens,
+)
 from core.errors import BackendNotLoadedError
 from core.processors.threads import ModelThreads
 
@@ -136,6 +143,12 @@ class Backend(ConversationModel, abc.ABC):
         (semantic_vad reads it). Blocking: the core runs it in ``transcribe_pool``."""
         return None
 
+    def transcribe_glance(self, audio: np.ndarray) -> str | None:
+        """The first words of a short clip, fast (tens of ms): what the overlap judge reads while
+        someone speaks over the reply (``core/conversation/overlap.py``); None when this backend
+        has no fast recogniser (the judge then goes by the voice's length alone)."""
+        return None
+
     def end_of_message_probability(self, text: str) -> MessageEnd | float | None:
         """The model's probability that a user message ending with ``text`` is complete
         (``semantic_vad``; a ``MessageEnd`` adds the probability without the last word), or None
@@ -153,6 +166,22 @@ class Backend(ConversationModel, abc.ABC):
     def image_text(self, prepared: Any) -> str:
         """The text an image item stands for in the history (a text model's note on it)."""
         return ""
+
+    # Truncation (``core/conversation/truncation.py``): the context a reply's prompt and output share,
+    # and what each item costs of it. Without a tokenizer at hand, an estimate: ~4 characters a
+    # token, ``audio_tokens_per_s`` of speech, ``image_tokens`` an image.
+    context_tokens: int | None = None
+    audio_tokens_per_s: float = AUDIO_TOKENS_PER_S
+    image_tokens: int = IMAGE_TOKENS
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text``: ~4 characters a token unless the backend has its tokenizer."""
+        return estimate_text_tokens(text)
+
+    def item_tokens(self, item: Item) -> int:
+        """Tokens a history item costs: its text by ``count_tokens``, plus its speech and images."""
+        return estimate_item_tokens(item, self.count_tokens, audio_tokens_per_s=self.audio_tokens_per_s,
+                                    image_tokens=self.image_tokens)
 
     def check_context(self, system: str, last_message: str) -> None:
         """Raise ``ContextLengthError`` when a reply to ``last_message`` with this system prompt

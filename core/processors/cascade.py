@@ -281,6 +281,9 @@ class CascadeBackend(Backend):
             return ""
         return HeardText(text, result.last_word_confidence)
 
+    def transcribe_glance(self, audio: np.ndarray) -> str:
+        return self.asr.glance(audio)
+
     def end_of_message_probability(self, text: str) -> MessageEnd:
         return self.turn_scorer.message_end(text)
 
@@ -337,6 +340,19 @@ class CascadeBackend(Backend):
             total += cost
         kept.reverse()
         return kept
+
+    # Truncation: the cascade allows its prompt and reply ``max_prompt_tokens`` (1536 by default, under
+    # SmolLM2's 2048: prefill time on a CPU), counted with SmolLM2's tokenizer (also for an ``llm_url``
+    # server, whose own is unknown). Images are text notes, and speech is transcribed first.
+    image_tokens = 0
+    audio_tokens_per_s = 0.0
+
+    @property
+    def context_tokens(self) -> int:
+        return self.options.max_prompt_tokens
+
+    def count_tokens(self, text: str) -> int:
+        return self.llm.count_tokens(text) if self.llm is not None else super().count_tokens(text)
 
     def check_context(self, system: str, last_message: str) -> None:
         if self.remote_llm is not None or self.llm is None:

@@ -40,6 +40,8 @@ class OmniOptions(BaseModel):
     max_frames: int = Field(2, ge=1, le=16, description="latest camera frames given to each reply")
     transcribe_input: bool = Field(True, description="ask the model for a transcript of user audio")
     warm_up: bool = True
+    context_tokens: int = Field(32768, ge=1024, le=1_048_576, description="the model's context window in "
+                                "tokens: a reply's prompt and output share it (session truncation)")
 
 
 # --------------------------------------------------------------------------- backend
@@ -68,6 +70,11 @@ class OmniBackendBase(Backend):
     @property
     def loaded(self) -> bool:
         return self._loaded
+
+    @property
+    def context_tokens(self) -> int:
+        """Qwen2.5-Omni's thinker and MiniCPM-o 2.6's Qwen2.5 LLM take 32k tokens (the default)."""
+        return self.options.context_tokens
 
     def report(self, progress: ProgressCallback | None, stage: str, fraction: float, detail: str = "") -> None:
         log.info("load %s %.0f%% %s", stage, fraction * 100, detail)

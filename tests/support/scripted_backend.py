@@ -36,7 +36,7 @@ class ScriptedBackend(Backend):
     supports_tools = False
 
     def __init__(self, words: list[str], *, transcript_first: bool = True, step_s: float = 0.0,
-                 transcript: str = "hello there", speculative: bool = True) -> None:
+                 transcript: str = "hello there", speculative: bool = True, glance: str | None = None) -> None:
         super().__init__()
         self.capabilities = ModelCapabilities.of(*Capability, transcript_first=transcript_first,
                                                  speculative_reply=speculative, supports_tools=self.supports_tools)
@@ -44,6 +44,7 @@ class ScriptedBackend(Backend):
         self.words = words
         self.step_s = step_s
         self.transcript = transcript
+        self.glance = glance  # what a glance at speech over a reply hears (None: no fast recogniser)
         self.vad_model = EnergyVadModel()
         self.io_pool = self.threads.pool("scripted-io")
         self.model_pool = self.threads.pool("scripted-model")
@@ -63,6 +64,9 @@ class ScriptedBackend(Backend):
 
     def release_model_state(self, state) -> None:
         self.released.append(state)
+
+    def transcribe_glance(self, audio: np.ndarray) -> str | None:
+        return self.glance
 
     def transcribe_turn(self, audio: np.ndarray) -> str:
         return self.transcript if audio.size and float(np.abs(audio).max()) > 0.05 else ""

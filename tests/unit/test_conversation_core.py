@@ -134,20 +134,25 @@ async def test_audio_first_backend_replies_at_once_and_transcribes_when_idle():
 
 
 async def test_barge_in_cancels_and_keeps_only_the_heard_words():
+    """OpenAI's barge-in (our backchannel rule off): any voice over the reply cancels it at once,
+    and the history keeps the words the listener heard (the real-time play head), marked cut."""
     backend = ScriptedBackend(WORDS * 4, step_s=0.05)
-    conv = backend.open_conversation(vad_config())
+    conv = backend.open_conversation(vad_config(ignore_backchannels=False, resume_false_interruption=False))
     col = Collector(conv)
     await conv.add_text("Count")
     await conv.create_response()
-    await col.wait_for("audio_chunk", count=4)  # two words' audio sent
+    await col.wait_for("audio_chunk", count=4)
+    await asyncio.sleep(0.5)  # ~2.5 words' audio played by now (0.2 s a word)
     await feed(conv, tone(0.3))
     done = await col.wait_for("response_done")
     assert done.status == "cancelled" and done.reason == "turn_detected"
     assert kinds(col).index("speech_started") < kinds(col).index("response_done")
     heard = conv.history[-1]
     assert heard.role == "assistant" and heard.item_id == done.item_id
-    words = heard.content.split()
-    assert 2 <= len(words) < len(WORDS * 4) and words == (WORDS * 4)[: len(words)]
+    assert heard.content.endswith("…")
+    words = heard.content.rstrip("…").split()
+    assert 2 <= len(words) <= 4 and words == (WORDS * 4)[: len(words)]
+    assert done.audio_ms > 1000, "more was sent than heard"
     sent = len(col.of("audio_chunk"))
     await asyncio.sleep(0.3)
     assert len(col.of("audio_chunk")) == sent, "no audio after the cancel"

@@ -1,0 +1,108 @@
+"""Speech over the assistant's reply: a backchannel ("mm-hmm", "yeah"), an interruption, or noise.
+
+People say "mm-hmm" while they listen; only an interruption should stop the reply. When the VAD
+hears a voice while the listener hears the assistant (``PlaybackClock.audible``), turn-taking
+holds back ``speech_started`` and this judge decides from:
+- the voice's length: longer than the dev set's backchannels -> an interruption;
+- glances (``transcribe_glance``, ~30 ms each) from ``GLANCE_FIRST_MS`` of voice on, every
+  ``GLANCE_EVERY_MS``: words that are not backchannel words, ``CONFIRM`` glances in a row ->
+  an interruption;
+- the whole clip once the voice pauses: only backchannel words -> a backchannel, no words ->
+  noise, anything else -> an interruption.
+
+The word list is what Whisper heard when the dev set's backchannels (``DEV_BACKCHANNELS`` in
+``bench/sets/duplex.py``, spoken by its dev voices) were glanced at, plus their written words:
+at 300 ms "yeah" often reads "here", "mm-hmm" reads "and" or "M". ``python -m
+bench.fit.overlap_fit`` rebuilds it and chose the numbers below on the dev set only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+Verdict = Literal["backchannel", "noise", "interruption"]
+
+# Chosen on the dev set, each voice judged with a word list built from the other voices' glances:
+# the soonest verdict with at most 5 % of backchannels taken as interruptions (4.5 %, 0 of 100
+# interruptions missed, p50 600 ms of voice). Sooner costs backchannels: p50 550 ms at 9 %,
+# 400 ms at 12 %, 300 ms at 26 % (``python -m bench.fit.overlap_fit`` prints the trade-off).
+GLANCE_FIRST_MS = 500  # voice heard before the first glance
+GLANCE_EVERY_MS = 100
+CONFIRM = 2  # glances in a row that must hear non-backchannel words
+MIN_LETTERS = 4  # letters of non-backchannel words a glance must hear (one "I" or "M" is a guess)
+LONGEST_BACKCHANNEL_MS = 1300  # voice this long is an interruption whatever its words
+
+# Built by bench/fit/overlap_fit.py from the dev set: the dev backchannels' written words and every
+# word glances heard in a dev backchannel clip.
+BACKCHANNEL_WORDS: frozenset[str] = frozenset({
+    '1', '2', 'a', 'about', 'actually', 'ah', 'all', 'alright', 'and', 'art', 'be', 'both', 'c', 'close',
+    'cool', 'cora', 'core', 'course', 'court', 'ek', 'eyes', 'floor', 'for', 'forward', 'further', 'g', 'go',
+    'going', 'got', 'guarded', 'here', 'him', 'hmm', 'huh', 'i', "i'm", 'ice', 'image', 'in', 'interest',
+    'interested', 'interesting', 'is', 'it', 'kill', 'killed', 'know', 'm', 'mm', 'mmmmmm', 'mother', 'nice',
+    'no', 'not', 'now', 'of', 'oh', 'ok', 'okay', 'on', 'over', 'q', 'r', 'real', 'really', 'ria', 'right',
+    'rough', 's', 'see', 'short', 'should', 'show', 'so', 'sure', 'thank', 'that', 'the', 'to', 'traffic',
+    'u', 'uh', 'um', 'unreal', 'warriors', 'well', 'world', 'wow', 'yeah', 'yes', 'you', 'your',
+})
+
+
+def words_of(text: str) -> list[str]:
+    """Lower-case words; "Mm-hmm" -> ["mm", "hmm"], "All right." -> ["all", "right"]."""
+    return re.findall(r"[a-z0-9']+", text.lower().replace("-", " "))
+
+
+def unexpected_letters(text: str, known: frozenset[str] = BACKCHANNEL_WORDS) -> int:
+    """How many letters of ``text`` are in words no backchannel was heard as."""
+    return sum(len(w) for w in words_of(text) if w not in known)
+
+
+@dataclass(slots=True)
+class Overlap:
+    """A voice that began while the listener heard the assistant, until it is judged."""
+
+    speech_item: str  # the user item it becomes if it is an interruption
+    onset_ms: int  # input-stream offset of the voice's onset (the VAD's start)
+    heard_item: str | None  # the assistant item being heard
+    seen_at: float  # monotonic time the VAD reported the voice
+    glances: int = 0  # made so far
+    looking: bool = False  # a glance is running
+    paused: bool = False  # the voice is in a pause (the VAD's) right now
+    in_a_row: int = 0  # glances in a row that heard non-backchannel words
+    words: str = ""  # the last glance's words
+    verdict: Verdict | None = None
+    decided_after_ms: int | None = None  # voice heard when the verdict came
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def next_glance_ms(self) -> int:
+        return GLANCE_FIRST_MS + self.glances * GLANCE_EVERY_MS
+
+    def glanced(self, words: str, voice_ms: int) -> Verdict | None:
+        """A glance at the voice so far (``voice_ms`` of it): the verdict when it settles one."""
+        self.words = words
+        self.in_a_row = self.in_a_row + 1 if unexpected_letters(words) >= MIN_LETTERS else 0
+        if self.in_a_row >= CONFIRM:
+            return self.decide("interruption", voice_ms, f"words {words!r}")
+        return None
+
+    def lasted(self, voice_ms: int) -> Verdict | None:
+        """The voice has gone on ``voice_ms``: too long for a backchannel?"""
+        if voice_ms >= LONGEST_BACKCHANNEL_MS:
+            return self.decide("interruption", voice_ms, f"{voice_ms} ms of voice")
+        return None
+
+    def ended(self, words: str, voice_ms: int) -> Verdict:
+        """The voice paused after ``voice_ms``; ``words``: the whole clip's."""
+        self.words = words
+        if not words_of(words):
+            return self.decide("noise", voice_ms, "no words")
+        if unexpected_letters(words) >= MIN_LETTERS:
+            return self.decide("interruption", voice_ms, f"words {words!r}")
+        return self.decide("backchannel", voice_ms, f"words {words!r}")
+
+    def decide(self, verdict: Verdict, voice_ms: int, why: str) -> Verdict:
+        if self.verdict is None:
+            self.verdict, self.decided_after_ms = verdict, voice_ms
+            self.reasons.append(why)
+        return self.verdict

@@ -1,0 +1,147 @@
+"""Speech over the assistant's reply (issue 34) on the scripted backend: a backchannel neither stops
+the reply nor answers it, an interruption cancels it and cuts it to what was heard, a false
+interruption (no words came) resumes it, and without a fast recogniser the voice's length decides.
+
+The scripted "model" speaks one 0.2 s segment per word; its "glance" hears a fixed text. The
+listener's play head is the conversation's real-time clock, so the audio is streamed in real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from core.conversation import ConversationConfig, TurnDetection
+from core.conversation.overlap import LONGEST_BACKCHANNEL_MS
+from tests.support.helpers import Collector
+from tests.support.scripted_backend import ScriptedBackend, quiet, tone
+
+WORDS = ["one", "two", "three", "four", "five"] * 4  # 4 s of reply audio
+
+
+async def feed(conv, pcm: bytes) -> None:
+    """16 kHz PCM16 in 20 ms pieces at real time."""
+    step = 16000 * 20 // 1000 * 2
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for i in range(0, len(pcm), step):
+        await conv.append_audio(pcm[i:i + step])
+        ahead = start + (i + step) / 32000 - loop.time()
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+
+
+async def replying(glance: str | None, transcript: str, step_s: float = 0.02,
+                   **turn) -> tuple[ScriptedBackend, object, Collector]:
+    """A reply being heard; ``step_s`` a word: 0.02 makes it all at once, 0.15 keeps it in the making."""
+    backend = ScriptedBackend(WORDS, step_s=step_s, glance=glance, transcript=transcript)
+    conv = backend.open_conversation(ConversationConfig(input_sample_rate=16000,
+                                                        turn_detection=TurnDetection(**turn)))
+    col = Collector(conv)
+    await conv.add_text("Count to twenty")
+    await conv.create_response()
+    await col.wait_for("audio_chunk", count=2)
+    await asyncio.sleep(0.4)  # the listener is two words in
+    return backend, conv, col
+
+
+def kinds(col: Collector) -> list[str]:
+    return [e.type for _, e in col.events]
+
+
+async def test_a_backchannel_neither_stops_the_reply_nor_starts_one():
+    backend, conv, col = await replying(glance="Yeah.", transcript="yeah")
+    await feed(conv, tone(0.4) + quiet(0.8))
+    bc = await col.wait_for("backchannel")
+    assert bc.transcript == "Yeah." and bc.item_id == col.of("response_started")[0].item_id
+    assert 350 <= bc.audio_end_ms - bc.audio_start_ms <= 700
+    done = await col.wait_for("response_done")
+    assert done.status == "completed" and done.text.split() == WORDS
+    await asyncio.sleep(0.3)
+    seen = kinds(col)
+    assert "speech_started" not in seen and "input_committed" not in seen
+    assert seen.count("response_started") == 1, "a backchannel gets no answer"
+    assert [m.role for m in conv.history] == ["user", "assistant"]
+    await conv.close()
+    backend.close()
+
+
+async def test_an_interruption_cancels_cuts_to_what_was_heard_and_is_answered():
+    backend, conv, col = await replying(glance="wait what about dogs", transcript="what about dogs", step_s=0.15)
+    await feed(conv, tone(0.9) + quiet(0.9))
+    started = await col.wait_for("speech_started")
+    done = await col.wait_for("response_done")
+    assert done.status == "cancelled" and done.reason == "turn_detected"
+    assert kinds(col).index("speech_started") < kinds(col).index("response_done")
+    assert started.audio_start_ms <= 100, "speech_started carries the voice's onset (the input stream's start)"
+    await col.wait_for("response_started", count=2)
+    cut = conv.item(done.item_id)
+    words = cut.text.rstrip("…").split()
+    assert cut.text.endswith("…") and 2 <= len(words) <= 9 and words == WORDS[: len(words)]
+    assert done.audio_ms > len(words) * 200, "more was sent than heard"
+    # the next reply reads where the last one was cut, then the interruption
+    await col.wait_for("response_done", count=2)
+    context = [(i.role, i.text) for i in backend.jobs[1].items]
+    assert context[-2:] == [("assistant", cut.text), ("user", "what about dogs")]
+    assert not col.of("backchannel")
+    await conv.close()
+    backend.close()
+
+
+async def test_an_interruption_after_the_reply_was_made_cuts_the_item_the_listener_still_hears():
+    backend, conv, col = await replying(glance="hold on a moment", transcript="hold on")
+    done = await col.wait_for("response_done")
+    assert done.status == "completed"  # made; its audio still plays
+    await feed(conv, tone(0.9) + quiet(0.9))
+    truncated = await col.wait_for("item_truncated")
+    assert truncated.item_id == done.item_id and 900 <= truncated.audio_end_ms <= 2200
+    assert kinds(col).index("speech_started") < kinds(col).index("item_truncated")
+    words = conv.item(done.item_id).text.rstrip("…").split()
+    assert words == WORDS[: len(words)] and len(words) < len(WORDS)
+    await col.wait_for("response_started", count=2)
+    await conv.close()
+    backend.close()
+
+
+async def test_a_false_interruption_resumes_the_reply_where_it_was_cut():
+    backend, conv, col = await replying(glance="", transcript="", step_s=0.15)  # a long noise: no words
+    await feed(conv, tone(LONGEST_BACKCHANNEL_MS / 1000 + 0.3) + quiet(0.9))
+    cut = await col.wait_for("response_done")
+    assert cut.status == "cancelled"
+    resumed = await col.wait_for("response_resumed")
+    assert resumed.resumed_item_id == cut.item_id and resumed.audio_start_ms > 0
+    done = await col.wait_for("response_done", count=2)
+    assert done.status == "completed" and done.item_id == resumed.item_id
+    heard = conv.item(cut.item_id).text.rstrip("…").split()
+    assert heard + done.text.split() == WORDS, "nothing lost, nothing said twice"
+    second = [e for e in col.of("audio_chunk") if e.item_id == resumed.item_id]
+    assert abs(sum(len(e.pcm) for e in second) / 48 - (len(WORDS) * 200 - resumed.audio_start_ms)) < 120
+    assert len(backend.jobs) == 1, "resuming replays the reply; the model is not asked again"
+    await conv.close()
+    backend.close()
+
+
+async def test_without_a_fast_recogniser_the_voices_length_decides():
+    backend, conv, col = await replying(glance=None, transcript="stop", step_s=0.15)
+    await feed(conv, tone(0.4) + quiet(0.6))
+    await col.wait_for("backchannel")
+    assert "speech_started" not in kinds(col)
+    await feed(conv, tone(LONGEST_BACKCHANNEL_MS / 1000 + 0.2) + quiet(0.8))
+    await col.wait_for("speech_started")
+    assert (await col.wait_for("response_done")).status == "cancelled"
+    await conv.close()
+    backend.close()
+
+
+async def test_with_the_rule_off_or_interrupt_response_false_openai_semantics_hold():
+    backend, conv, col = await replying(glance="Yeah.", transcript="yeah", step_s=0.15, ignore_backchannels=False)
+    await feed(conv, tone(0.3) + quiet(0.7))
+    await col.wait_for("speech_started")
+    assert (await col.wait_for("response_done")).status == "cancelled"
+    await conv.close()
+    backend, conv, col = await replying(glance="wait", transcript="wait", step_s=0.15, interrupt_response=False)
+    await feed(conv, tone(0.9) + quiet(0.7))
+    await col.wait_for("speech_started")  # VAD events still go out, at once
+    done = await col.wait_for("response_done")
+    assert done.status == "completed" and not col.of("backchannel")
+    await conv.close()
+    backend.close()
