@@ -83,7 +83,7 @@ class BargeIn:
         ov.looking = True
         ov.glances = (voice - GLANCE_FIRST_MS) // GLANCE_EVERY_MS + 1  # the next one is due after this voice
         clip = self._overlap_clip(ov)
-        fut = self.backend.transcribe_pool.submit(self.backend.transcribe_glance, clip)
+        fut = self.backend.glance_pool.submit(self.backend.transcribe_glance, clip)
         fut.add_done_callback(lambda f: self.call_soon(self._on_glance, ov, voice, f))
 
     def _on_glance(self, ov: Overlap, voice: int, fut: concurrent.futures.Future) -> None:
@@ -103,7 +103,7 @@ class BargeIn:
         voice = self._voice_ms(ov)
         clip = self._overlap_clip(ov)
         try:
-            words = await self._in_thread(self.backend.transcribe_pool, self.backend.transcribe_glance, clip)
+            words = await self._in_thread(self.backend.glance_pool, self.backend.transcribe_glance, clip)
         except Exception:  # judged by its length instead
             log.exception("glance failed")
             words = None

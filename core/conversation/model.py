@@ -92,6 +92,7 @@ class ConversationModel(Protocol):
     io_pool: concurrent.futures.Executor
     transcribe_pool: concurrent.futures.Executor
     turn_scorer_pool: concurrent.futures.Executor
+    glance_pool: concurrent.futures.Executor  # ``transcribe_glance``
     audio_chunk_ms: int  # reply audio leaves in pieces of this length
     default_instructions: str | None  # the system prompt when the session sets none
     context_tokens: int | None  # prompt and reply together may take this many tokens (None: not known)
@@ -107,7 +108,7 @@ class ConversationModel(Protocol):
 
     def transcribe_glance(self, audio: np.ndarray) -> str | None:
         """The first words of a short clip, fast; None without a fast recogniser (runs in
-        ``transcribe_pool``)."""
+        ``glance_pool``)."""
         ...
 
     def end_of_message_probability(self, text: str) -> MessageEnd | float | None:

@@ -159,6 +159,11 @@ class Backend(ConversationModel, abc.ABC):
     def turn_scorer_pool(self) -> concurrent.futures.Executor:
         return self.transcribe_pool
 
+    @property
+    def glance_pool(self) -> concurrent.futures.Executor:
+        """Where ``transcribe_glance`` runs (it must not wait behind a reply)."""
+        return self.transcribe_pool
+
     def prepare_image(self, data: bytes) -> Any:
         """An image (JPEG/PNG bytes) as the model takes it. Blocking: runs in ``io_pool``."""
         raise NotImplementedError(f"backend {self.name} takes no images")

@@ -40,6 +40,9 @@ class OmniOptions(BaseModel):
     max_frames: int = Field(2, ge=1, le=16, description="latest camera frames given to each reply")
     transcribe_input: bool = Field(True, description="ask the model for a transcript of user audio")
     warm_up: bool = True
+    glance_asr: bool = Field(True, description="load the bundled Whisper (CPU) to read the first words of "
+                             "speech over a reply: a backchannel does not interrupt (without it the "
+                             "voice's length decides)")
     context_tokens: int = Field(32768, ge=1024, le=1_048_576, description="the model's context window in "
                                 "tokens: a reply's prompt and output share it (session truncation)")
 
@@ -66,6 +69,8 @@ class OmniBackendBase(Backend):
         self.io_pool = self.threads.pool(f"{self.name}-io", 2)
         self.transcribe_pool = self.model_pool
         self.load_seconds: dict[str, float] = {}
+        self._glancer = None  # Whisper for the overlap judge (``glance_asr``)
+        self._glance_pool = None
 
     @property
     def loaded(self) -> bool:
@@ -88,9 +93,30 @@ class OmniBackendBase(Backend):
         self.report(progress, "vad", 0.0)
         self.vad_model = SileroModel()
         self.load_seconds["vad"] = time.perf_counter() - t0
+        if self.options.glance_asr:
+            self._load_glancer()
         self.load_model(progress)
         self._loaded = True
         self.report(progress, "ready", 1.0)
+
+    def _load_glancer(self) -> None:
+        """Whisper from the bundled package on one CPU thread of its own (~30 ms a glance)."""
+        try:
+            from core.cascade.asr import WhisperAsr
+
+            t0 = time.perf_counter()
+            self._glancer = WhisperAsr(cpu_threads=1)
+            self._glance_pool = self.threads.pool(f"{self.name}-glance")
+            self.load_seconds["glance_asr"] = time.perf_counter() - t0
+        except Exception as exc:  # the judge then goes by the voice's length
+            log.warning("no Whisper for glances at speech over a reply (%s): the voice's length decides", exc)
+
+    @property
+    def glance_pool(self) -> Any:
+        return self._glance_pool or self.transcribe_pool
+
+    def transcribe_glance(self, audio: Any) -> str | None:
+        return None if self._glancer is None else self._glancer.glance(audio)
 
     def load_model(self, progress: ProgressCallback | None) -> None:
         raise NotImplementedError
