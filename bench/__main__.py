@@ -10,6 +10,7 @@
     python -m bench tools       # function calling via the realtime API: right decisions, valid arguments, latency
     python -m bench turns       # turn-taking: spoken V2V and mid-sentence cut-ins per turn-detection mode
     python -m bench answers     # answer quality via REST: simple questions answered right and short
+    python -m bench duplex      # full duplex: pause takeover, turn latency, interruptions, backchannels (Full-Duplex-Bench style)
     python -m bench calls       # WebRTC calls: V2V against WebSocket, gateway CPU per call, 20 calls without underruns
     python -m bench omni        # qwen_omni at Qwen2.5-Omni-7B shapes (random weights) on a GPU: TTFP, RTF, E2E, memory
 
@@ -34,6 +35,7 @@ COMMANDS = {
     "turns": "bench.turns",
     "answers": "bench.answers",
     "calls": "bench.calls",
+    "duplex": "bench.duplex",
 }
 DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording", "rest": "bench.rest", "omni": "bench.omni_gpu"}
 
@@ -62,11 +64,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=400, help="relay: probes per direction")
     parser.add_argument("--seconds", type=float, help="throughput: seconds of streaming (default 5); calls: seconds "
                                                       "of transport probes (default 10)")
-    parser.add_argument("--modes", nargs="+", help="turns: turn-detection modes (default: all)")
-    parser.add_argument("--limit", type=int, help="turns: the first N items of each kind; answers: the first N questions")
-    parser.add_argument("--set", choices=["eval", "dev"], default="eval", help="answers, tools: which part of the set")
+    parser.add_argument("--modes", nargs="+", help="turns, duplex: turn-detection modes (default: all)")
+    parser.add_argument("--kinds", nargs="+", choices=["complete", "paused", "backchannel", "interruption"],
+                        help="duplex: which kinds of trial (default: all four)")
+    parser.add_argument("--limit", type=int, help="turns, duplex: the first N items of each kind; answers: the first N questions")
+    parser.add_argument("--set", choices=["eval", "dev"], default="eval", help="answers, tools, duplex: which part of the set")
     parser.add_argument("--runs", type=int,
-                        help="tools, turns, calls (default 3): repeat on one stack, report the median and spread")
+                        help="tools, turns, calls, duplex (default 3): repeat on one stack, report the median and spread")
     parser.add_argument("--parts", nargs="+", choices=["v2v", "transport", "load"],
                         help="calls: which parts (default: all three)")
     parser.add_argument("--calls", type=int, nargs="+", help="calls: concurrent calls per load level (default 1 5 10 20)")

@@ -223,3 +223,26 @@ def test_calls_report_marks_goals_from_the_median_of_runs():
     assert g["underruns"]["value"] == 1 and g["underruns"]["mark"].endswith("**missed**")  # one call never played
     text = report(r)
     assert "50 (40.0-70.0) ms" in text and "| 20 (19 playing) |" in text
+
+
+def test_duplex_benchmark_renders_its_table(tmp_path):
+    """``bench duplex`` in miniature (a real gateway + cascade worker, one semantic_vad session per
+    trial): one complete question and one interruption over a playing reply give a row of the
+    Full-Duplex-Bench-style table, the goals and the anchors, and per-trial rows in the JSON."""
+    out = subprocess.run([sys.executable, "-m", "bench", "duplex", "--set", "dev", "--limit", "1", "--runs", "1",
+                          "--modes", "semantic_vad", "--kinds", "complete", "interruption", "--out", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = out.stdout
+    assert "| mode | pause takeover | turn latency p50 / p90 ms |" in table
+    row = _row(table, "semantic_vad")
+    assert row.count("|") == 11 and "| n/a |" in row  # no paused or backchannel trial: n/a, not 0 %
+    assert "Goals (median of the runs):" in table and "Moshi 0.985 / 0.265 s / 0.257 s" in table
+    r = json.loads((tmp_path / "duplex.json").read_text())
+    rows = r["runs"][0]["rows"]
+    assert [(x["kind"], x["mode"]) for x in rows] == [("complete", "semantic_vad"), ("interruption", "semantic_vad")]
+    assert all("error" not in x for x in rows), rows
+    complete, interruption = rows
+    assert complete["answered"] and complete["latency_ms"] > 0
+    assert interruption["status"] == "ok" and interruption["reply_audio_s"] > 1.0  # the clip came over the reply
+    assert interruption["detected"] and interruption["seen_ms"] > 0 and interruption["truncates"]

@@ -1,0 +1,166 @@
+"""The spoken full-duplex sets (``bench/sets/duplex.py``): each part's phrases spoken by its voices.
+
+    from bench.duplex_set import items, synthesize
+    clip = synthesize(items("dev", "interruption")[0])  # PCM16 24 kHz mono + where the speech is
+
+Kinds: ``complete`` (a whole question), ``paused`` (an unfinished phrase, 0.6-1.5 s of silence,
+the rest), ``backchannel`` ("mm-hmm" while the assistant talks), ``interruption`` (a barge-in with
+``expect`` keywords for the answer that should follow). The long-answer ``prompts`` are sent as
+text (``prompts(part)``), not spoken. Within each kind the part's voices are assigned
+round-robin, so every kind uses every voice of its part, and the eval part only its own voices.
+
+As ``bench/turn_set.py``: each espeak-ng piece is resampled 22050 -> 24000 Hz and trimmed to its
+first/last sample above ``VOICED``, so the clip's first sample is the voice's onset and its last
+the last voiced sample. WAVs and a JSON sidecar with the marks are cached under
+``data/duplex_set/`` (git-ignored), keyed by a hash of the text, voice, speed, pitch and pause.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench.sets.duplex import PARTS
+from core.files import atomic_write_bytes
+from core.media import write_wav
+from devtools.espeak import VOICED, espeak, espeak_path  # noqa: F401 - espeak_path: for callers
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "data" / "duplex_set"
+RATE = 24000
+SYNTH_VERSION = 1  # bump when synthesis changes, so cached WAVs are remade
+KINDS = ("complete", "paused", "backchannel", "interruption")
+_LETTER = {"complete": "c", "paused": "p", "backchannel": "b", "interruption": "i"}
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    id: str  # e.g. "dev-i03"
+    part: str  # "dev" or "eval"
+    kind: str  # one of KINDS
+    parts: tuple[str, ...]  # one piece, or (before the pause, after it)
+    pause_s: float  # paused items; 0 otherwise
+    voice: str
+    speed: int
+    pitch: int
+    expect: tuple[str, ...] = ()  # interruptions: keywords the next answer should contain
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.parts)
+
+    def key(self) -> str:
+        spec = json.dumps([SYNTH_VERSION, self.parts, self.pause_s, self.voice, self.speed, self.pitch])
+        return hashlib.sha1(spec.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class Clip:
+    item: Item
+    pcm: np.ndarray  # int16, mono, RATE; pcm[0] is the onset (first voiced sample)
+    last_voiced: int  # sample index of the last voiced sample
+    pause_start: int | None  # paused items: first silent sample of the pause
+    resume: int | None  # paused items: first voiced sample after it
+    path: Path
+
+    @property
+    def seconds(self) -> float:
+        return self.pcm.size / RATE
+
+
+def _part_items(part: str) -> list[Item]:
+    p = PARTS[part]
+    voices = p["voices"]
+    out: list[Item] = []
+
+    def add(kind: str, i: int, parts: tuple[str, ...], pause: float = 0.0, expect: tuple[str, ...] = ()) -> None:
+        v, s, pitch = voices[i % len(voices)]
+        out.append(Item(f"{part}-{_LETTER[kind]}{i:02d}", part, kind, parts, pause, v, s, pitch, expect))
+
+    for i, text in enumerate(p["complete"]):
+        add("complete", i, (text,))
+    for i, (before, pause, after) in enumerate(p["paused"]):
+        add("paused", i, (before, after), pause)
+    for i, text in enumerate(p["backchannel"]):
+        add("backchannel", i, (text,))
+    for i, (text, expect) in enumerate(p["interruption"]):
+        add("interruption", i, (text,), expect=tuple(expect))
+    return out
+
+
+ITEMS: dict[str, list[Item]] = {part: _part_items(part) for part in PARTS}
+
+
+def items(part: str = "eval", kind: str | None = None, limit: int | None = None) -> list[Item]:
+    """One part's items of one kind (or all kinds, in ``KINDS`` order), the first ``limit`` of each."""
+    out: list[Item] = []
+    for k in [kind] if kind else KINDS:
+        of_kind = [it for it in ITEMS[part] if it.kind == k]
+        out += of_kind[:limit] if limit is not None else of_kind
+    return out
+
+
+def prompts(part: str = "eval") -> list[str]:
+    """The part's long-answer prompts (sent as text, so a reply is playing when the clip comes)."""
+    return list(PARTS[part]["prompts"])
+
+
+def _load(item: Item, wav_path: Path, meta_path: Path) -> Clip | None:
+    try:
+        meta = json.loads(meta_path.read_text())
+        with wave.open(str(wav_path), "rb") as w:
+            if (w.getframerate(), w.getnchannels(), w.getsampwidth()) != (RATE, 1, 2):
+                return None
+            pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").copy()
+    except (OSError, ValueError, EOFError, wave.Error):
+        return None
+    if pcm.size != meta.get("samples"):
+        return None
+    return Clip(item, pcm, meta["last_voiced"], meta["pause_start"], meta["resume"], wav_path)
+
+
+def synthesize(item: Item, cache_dir: Path | None = None) -> Clip:
+    """The item as PCM16 24 kHz mono, from the cache or made with espeak-ng (then cached)."""
+    cache = Path(cache_dir or CACHE)
+    cache.mkdir(parents=True, exist_ok=True)
+    wav_path = cache / f"{item.id}-{item.key()}.wav"
+    meta_path = wav_path.with_suffix(".json")
+    if wav_path.exists() and meta_path.exists():
+        clip = _load(item, wav_path, meta_path)
+        if clip is not None:
+            return clip
+    pieces = [espeak(text, item.voice, item.speed, item.pitch, RATE, VOICED) for text in item.parts]
+    pause_start = resume = None
+    if item.kind == "paused":
+        pause_start = pieces[0].size
+        gap = np.zeros(int(round(item.pause_s * RATE)), dtype=np.int16)
+        resume = pause_start + gap.size
+        pcm = np.concatenate([pieces[0], gap, pieces[1]])
+    else:
+        pcm = np.concatenate(pieces)
+    meta = {"id": item.id, "part": item.part, "kind": item.kind, "text": item.text, "voice": item.voice,
+            "speed": item.speed, "pitch": item.pitch, "pause_s": item.pause_s, "expect": list(item.expect),
+            "rate": RATE, "samples": int(pcm.size), "last_voiced": int(pcm.size - 1),
+            "pause_start": pause_start, "resume": resume}
+    write_wav(wav_path, pcm, RATE)
+    atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode())
+    return Clip(item, pcm, meta["last_voiced"], pause_start, resume, wav_path)
+
+
+def synthesize_all(part: str = "eval", kind: str | None = None, limit: int | None = None,
+                   cache_dir: Path | None = None) -> list[Clip]:
+    return [synthesize(it, cache_dir) for it in items(part, kind, limit)]
+
+
+if __name__ == "__main__":
+    import sys
+
+    for clip in synthesize_all(sys.argv[1] if len(sys.argv) > 1 else "dev"):
+        it = clip.item
+        pause = "" if clip.pause_start is None else f" pause {clip.pause_start}-{clip.resume}"
+        print(f"{it.id} {it.voice:20s} {clip.seconds:5.2f}s{pause} {it.text}")

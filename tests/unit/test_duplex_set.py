@@ -1,0 +1,109 @@
+"""The full-duplex sets (bench/sets/duplex.py, bench/duplex_set.py): dev and eval apart in phrasing
+and voices, the eval voices new to the project, espeak-ng synthesis, and the bench's keyword match."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from bench import duplex_set
+from bench.duplex import Player, mentions
+from bench.duplex_set import KINDS, RATE, items, synthesize
+from bench.sets import normalise
+from bench.sets import duplex as sets
+from bench.sets.turns import VOICES as TURN_VOICES
+from tests.support.stack import ROOT
+
+
+def _base_and_variant(voice: str) -> tuple[str, str]:
+    base, _, variant = voice.partition("+")
+    return base, variant
+
+
+def test_each_part_has_every_kind_in_size():
+    for part in ("dev", "eval"):
+        p = sets.PARTS[part]
+        assert len(p["complete"]) >= 12 and len(p["paused"]) >= 12, part
+        assert 16 <= len(p["backchannel"]) <= 24 and 16 <= len(p["interruption"]) <= 24, part
+        assert len(p["prompts"]) >= 3 and len(p["voices"]) >= 4, part
+        assert all(0.6 <= pause <= 1.5 for _, pause, _ in p["paused"]), part
+        assert all(1 <= len(expect) <= 4 and all(k == k.lower() for k in expect) for _, expect in p["interruption"])
+        for kind in KINDS:  # round-robin: each kind uses every voice of its part, and only those
+            assert {it.voice for it in items(part, kind)} == {v for v, _, _ in p["voices"]}, (part, kind)
+    assert len({it.id for part in ("dev", "eval") for it in items(part)}) == sum(len(items(p)) for p in ("dev", "eval"))
+    assert [it.kind for it in items("dev", limit=1)] == list(KINDS)
+
+
+def test_dev_and_eval_share_no_phrasing_and_no_voice():
+    dev = {normalise(t) for t in sets.texts("dev")}
+    held_out = {normalise(t) for t in sets.texts("eval")}
+    assert not dev & held_out, sorted(dev & held_out)
+    dev_voices = {v for v, _, _ in sets.DEV_VOICES}
+    eval_voices = {v for v, _, _ in sets.EVAL_VOICES}
+    assert not dev_voices & eval_voices
+    # no base voice or variant in common either (en-us+f5 vs en-us+m5 would be half the same voice)
+    dev_parts = {x for v in dev_voices for x in _base_and_variant(v) if x}
+    eval_parts = {x for v in eval_voices for x in _base_and_variant(v) if x}
+    assert not dev_parts & eval_parts, dev_parts & eval_parts
+    assert sets.DEV_BACKCHANNELS is sets.PARTS["dev"]["backchannel"]
+    assert sets.DEV_INTERRUPTIONS is sets.PARTS["dev"]["interruption"]
+
+
+def test_eval_voices_are_used_nowhere_else():
+    """No eval voice, base voice or variant in the turn sets or in any file outside bench/sets and docs."""
+    turn_parts = {x for v, _, _ in TURN_VOICES for x in _base_and_variant(v) if x}
+    eval_parts = {x for v, _, _ in sets.EVAL_VOICES for x in _base_and_variant(v) if x}
+    assert not turn_parts & eval_parts, turn_parts & eval_parts
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    found = []
+    for f in files:
+        if f.startswith(("bench/sets/", "docs/")) or not (ROOT / f).is_file():
+            continue
+        try:
+            text = (ROOT / f).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for voice, _, _ in sets.EVAL_VOICES:
+            base, variant = _base_and_variant(voice)
+            # a base voice as its own word (not inside a longer name); a variant only after a "+"
+            if re.search(rf"(?<![\w-]){re.escape(base)}(?![\w-])", text) or (
+                    variant and re.search(rf"\+{re.escape(variant)}(?!\w)", text)):
+                found.append(f"{f}: {voice}")
+    assert not found, found
+
+
+@pytest.mark.skipif(duplex_set.espeak_path() is None, reason="espeak-ng not installed")
+def test_synthesis_marks_the_onset_pause_and_last_voiced_sample(tmp_path):
+    for item in (items("dev", "backchannel")[0], items("dev", "paused")[0], items("dev", "interruption")[1]):
+        clip = synthesize(item, cache_dir=tmp_path)
+        assert clip.pcm.dtype == np.int16 and clip.pcm.size > RATE // 5
+        assert abs(int(clip.pcm[0])) > duplex_set.VOICED and abs(int(clip.pcm[clip.last_voiced])) > duplex_set.VOICED
+        if item.kind == "paused":
+            gap = clip.pcm[clip.pause_start:clip.resume]
+            assert abs(gap.size / RATE - item.pause_s) < 0.01 and not gap.any()
+        assert np.array_equal(synthesize(item, cache_dir=tmp_path).pcm, clip.pcm)  # from the cache
+    assert item.expect and all(isinstance(k, str) for k in item.expect)
+
+
+def test_relevance_is_a_word_beginning_with_a_keyword():
+    assert mentions("Penguins live in the south.", ["penguin"])
+    assert mentions("It has seven colours.", ["colo"]) and mentions("COLORS!", ["colo"])
+    assert not mentions("Emperor's new clothes", ["penguin", "colo"])
+    assert not mentions("a spaceship", ["ship"])  # the beginning of a word, not inside one
+
+
+def test_playback_plays_in_real_time_and_clears():
+    p = Player()
+    p.add(10.0, "a", "r", 1.0)
+    p.add(10.2, "a", "r", 1.0)  # queued behind the first second
+    assert p.end == 12.0 and abs(p.played_s("a", 11.5) - 1.5) < 1e-9
+    assert p.playing(11.5) == ("a", "r") and p.playing(12.5, {"r"}) is None
+    assert p.playing(12.5) == ("a", "r")  # ran dry, but more of the response is to come: still its turn
+    p.add(13.0, "a", "r", 1.0)
+    assert abs(p.gaps_s - 1.0) < 1e-9 and abs(p.played_s("a", 13.5) - 2.5) < 1e-9
+    p.clear(13.5)
+    assert abs(p.played_s("a", 20.0) - 2.5) < 1e-9 and p.playing(13.6, {"r"}) is None
