@@ -107,3 +107,42 @@ def test_playback_plays_in_real_time_and_clears():
     assert abs(p.gaps_s - 1.0) < 1e-9 and abs(p.played_s("a", 13.5) - 2.5) < 1e-9
     p.clear(13.5)
     assert abs(p.played_s("a", 20.0) - 2.5) < 1e-9 and p.playing(13.6, {"r"}) is None
+
+
+def test_report_marks_each_goal_from_synthetic_trials():
+    """Rows as the trials write them (no run): the summary's shares and latencies, the goals met or
+    missed on the median, a kind not run shown as n/a."""
+    from bench.duplex import goals, median_modes, report, summarise
+
+    def rows(mode: str, latency: list[float], takeovers: int, false: int, seen: list[float]) -> list[dict]:
+        out = [{"mode": mode, "kind": "complete", "latency_ms": v, "answered": True} for v in latency]
+        out += [{"mode": mode, "kind": "paused", "takeover": i < takeovers} for i in range(10)]
+        out += [{"mode": mode, "kind": "backchannel", "status": "ok", "false_interruption": i < false}
+                for i in range(10)]
+        out += [{"mode": mode, "kind": "backchannel", "status": "short"}]  # not a trial
+        out += [{"mode": mode, "kind": "interruption", "status": "ok", "detected": True, "seen_ms": v,
+                 "stop_ms": v + 5, "answer_ms": 900.0, "relevant": v < 300} for v in seen]
+        return out
+
+    all_rows = (rows("server_vad", [600, 600, 620, 640], 10, 3, [500, 520])
+                + rows("semantic_vad", [400, 420, 440, 1400], 1, 1, [200, 240]))
+    modes = ["server_vad", "semantic_vad", "no_backchannel_rule"]
+    per = summarise(all_rows, modes, {})
+    sem = per["semantic_vad"]
+    assert sem["pause_takeover"] == 0.1 and sem["bc_false_rate"] == 0.1 and sem["backchannels"] == 10
+    assert sem["bc_not_trials"] == 1 and sem["seen_p50_ms"] == 220 and sem["relevance"] == 1.0
+    assert sem["ratio_to_server_vad"] == round(430 / 610, 3)
+    median = median_modes([per, per])
+    marks = {g["goal"]: g["mark"] for g in goals(median)}
+    assert marks["server_vad: backchannels taken as interruptions <= 10%"] == "**missed**"
+    assert marks["semantic_vad: backchannels taken as interruptions <= 10%"] == "met"
+    assert marks["semantic_vad: interruption seen p50 <= 250 ms after the onset"] == "met"
+    assert marks["server_vad: interruption seen p50 <= 250 ms after the onset"] == "**missed**"
+    assert marks["semantic_vad: pause takeover <= 0.1"] == "met"
+    assert marks["semantic_vad: turn latency p50 <= 0.75x server_vad's"] == "met"
+    assert marks["semantic_vad: turn latency p90 <= 1000 ms"] == "**missed**"  # p90 pulled up by 1400 ms
+    text = report({"set": "dev", "items": {"complete": 4}, "modes": modes, "median": median,
+                   "goals": goals(median), "runs": [{"wall_s": 1.0, "modes": per}, {"wall_s": 1.0, "modes": per}]})
+    row = next(line for line in text.splitlines() if line.startswith("| no_backchannel_rule"))
+    assert row.count("n/a") == 8  # nothing run in that mode: every column n/a (the ratio "-")
+    assert "| semantic_vad | 10 % | 430 / 1112 | 0.70 | 100 % | 220 / 236 |" in text
