@@ -569,6 +569,8 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
             "seen_p90_ms": _nan_none(seen["p90"]), "stop_p50_ms": _nan_none(stop["p50"]),
             "answer_p50_ms": _nan_none(answer["p50"]), "relevant": relevant, "relevance": _share(relevant, len(ints)),
             "errors": sum("error" in r for r in rows if r["mode"] == mode),
+            # long replies whose audio came slower than real time (the listener heard a gap): a loaded machine
+            "reply_gaps": sum(r.get("reply_gaps_s", 0) > 0.1 for r in bc + ints),
         }
     base = out.get("server_vad", {}).get("turn_p50_ms")
     for s in out.values():
@@ -713,6 +715,11 @@ def report(r: dict[str, Any]) -> str:
                for mode, s in r["median"].items() if "refused" not in s and (s["bc_not_trials"] or s["int_not_trials"])]
     if skipped:
         lines += ["", "Not trials in the first run (the long reply ended before the clip): " + "; ".join(skipped)]
+    gaps = [f"{mode}: {s['reply_gaps']} of {s['backchannels'] + s['interruptions']}"
+            for mode, s in r["runs"][0]["modes"].items() if "refused" not in s and s.get("reply_gaps")]
+    if gaps:
+        lines += ["", "Long replies that ran dry while playing (audio slower than real time) in the first run: "
+                  + "; ".join(gaps)]
     if len(r["runs"]) > 1:
         lines += ["", "Per run: turn latency p50 ms, pause takeover, seen p50 ms, relevance, backchannel false "
                       "interruptions:", ""]
