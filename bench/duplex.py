@@ -61,12 +61,12 @@ import websockets
 from bench.duplex_set import KINDS, RATE, Clip, items, prompts, synthesize
 from bench.launch import cascade_realtime_url, raise_fd_limit
 from bench.stats import goal_mark, median_spread, summary
+from bench.turns import MAX_TOKENS, Refused, open_session  # one GA session setup for both turn benches
 
 CHUNK_MS = 20
 CHUNK = RATE * CHUNK_MS // 1000
 LEAD_S = 0.5  # silence before a complete or paused clip
 WAIT_S = 10.0  # complete/paused: streamed silence to wait for an answer
-MAX_TOKENS = 48  # a turn's answer (the session's max_output_tokens)
 LONG_TOKENS = 320  # the long-answer prompt's reply
 LONG_INSTRUCTIONS = (
     "You are a friendly voice assistant. Your replies are read aloud, in plain words: no lists, no "
@@ -95,10 +95,6 @@ OVERLAP_ONLY = {"no_backchannel_rule"}  # modes run on backchannel and interrupt
 # Published Full-Duplex-Bench v1 figures (Lin et al., 2025): pause takeover rate, smooth turn-taking
 # latency, user-interruption latency (s).
 ANCHORS = [("Moshi", 0.985, 0.265, 0.257), ("Gemini Live", 0.255, 1.301, 1.183), ("Freeze-Omni", 0.642, 0.953, 1.409)]
-
-
-class Refused(Exception):
-    """The server answered ``session.update`` with an error."""
 
 
 def mentions(text: str, keywords: tuple[str, ...] | list[str]) -> bool:
@@ -191,25 +187,6 @@ class Player:
         for seg in self.segments:
             seg[3] = min(seg[3], max(seg[2], now))
         self.end = min(self.end, now)
-
-
-async def open_session(url: str, turn_detection: dict[str, Any]):
-    ws = await websockets.connect(url, max_size=None, compression=None, ping_interval=None, open_timeout=600)
-    try:
-        while json.loads(await asyncio.wait_for(ws.recv(), 600))["type"] != "session.created":
-            pass
-        await ws.send(json.dumps({"type": "session.update", "session": {
-            "type": "realtime", "max_output_tokens": MAX_TOKENS,
-            "audio": {"input": {"turn_detection": turn_detection}}}}))
-        while True:
-            ev = json.loads(await asyncio.wait_for(ws.recv(), 30))
-            if ev["type"] == "session.updated":
-                return ws
-            if ev["type"] == "error":
-                raise Refused(ev["error"].get("message") or json.dumps(ev["error"]))
-    except BaseException:
-        await ws.close()
-        raise
 
 
 class Trial:
