@@ -188,7 +188,8 @@ class ReplyEvents:
             output.insert(r.message_index, item)
         details = None
         if e.status == "failed":  # OpenAI's shape: the why is an error object, not a reason
-            details = {"type": "failed", "error": {"type": "server_error", "code": e.reason or "server_error"}}
+            kind = "invalid_request_error" if e.reason == "context_length_exceeded" else "server_error"
+            details = {"type": "failed", "error": {"type": kind, "code": e.reason or "server_error"}}
         elif e.status != "completed":
             details = {"type": e.status, "reason": e.reason}
         usage = {"total_tokens": e.prompt_tokens + e.output_tokens, "input_tokens": e.prompt_tokens,

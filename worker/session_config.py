@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.conversation import ConversationConfig, TurnDetection
-from core.conversation.config import FunctionTool
+from core.conversation.config import FunctionTool, Truncation
 from core.protocol import MAX_OUTPUT_TOKENS, SPEED_RANGE, TEMPERATURE_RANGE, Dialect, ProtocolError
 from worker.audio_formats import AudioFormat, parse_format
 
@@ -25,6 +25,9 @@ def _turn_detection(value: Any, param: str, types: tuple[str, ...] = ("server_va
     if kind not in types:
         allowed = ", ".join(repr(t) for t in types)
         raise ProtocolError(f"{param}.type {kind!r} is not supported; use {allowed} or null", param=param)
+    if kind != "server_vad" and value.get("idle_timeout_ms") is not None:
+        raise ProtocolError(f"{param}.idle_timeout_ms is supported with server_vad only, not {kind}",
+                            param=f"{param}.idle_timeout_ms")
     fields = {k: v for k, v in value.items() if k in TurnDetection.model_fields and v is not None}
     try:
         return TurnDetection.model_validate(fields)
@@ -32,6 +35,29 @@ def _turn_detection(value: Any, param: str, types: tuple[str, ...] = ("server_va
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
         raise ProtocolError(f"{param}.{loc}: {err['msg']}", param=f"{param}.{loc}") from None
+
+
+def parse_truncation(value: Any, param: str) -> Truncation:
+    """GA ``session.truncation``: ``"auto"``, ``"disabled"`` or ``{"type": "retention_ratio",
+    "retention_ratio": 0..1, "token_limits": {"post_instructions": N}}``."""
+    if value in ("auto", "disabled"):
+        return Truncation(type=value)
+    if not isinstance(value, dict) or value.get("type") != "retention_ratio":
+        raise ProtocolError(f"{param} must be 'auto', 'disabled' or "
+                            '{"type": "retention_ratio", "retention_ratio": 0..1}', param=param)
+    ratio = value.get("retention_ratio")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+        raise ProtocolError(f"{param}.retention_ratio must be a number from 0 to 1", param=f"{param}.retention_ratio")
+    limits = value.get("token_limits")
+    post = None
+    if limits is not None:
+        if not isinstance(limits, dict):
+            raise ProtocolError(f"{param}.token_limits must be an object", param=f"{param}.token_limits")
+        post = limits.get("post_instructions")
+        if post is not None and (isinstance(post, bool) or not isinstance(post, int) or post < 1):
+            raise ProtocolError(f"{param}.token_limits.post_instructions must be a positive integer",
+                                param=f"{param}.token_limits.post_instructions")
+    return Truncation(type="retention_ratio", retention_ratio=float(ratio), post_instructions=post)
 
 
 def parse_max_tokens(value: Any, param: str) -> int | None:
@@ -165,6 +191,8 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
             update["turn_detection"] = _turn_detection(inp["turn_detection"], "session.audio.input.turn_detection",
                                                       turn_types)
         tokens = parse_max_tokens(s.get("max_output_tokens"), "session.max_output_tokens")
+        if s.get("truncation") is not None:
+            update["truncation"] = parse_truncation(s["truncation"], "session.truncation")
         speed = out.get("speed")
         voice = out.get("voice")
         transcription = _transcription(inp.get("transcription"), "session.audio.input.transcription")
@@ -230,6 +258,7 @@ def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, m
             "output": {"format": settings.output_format.ga(), "voice": cfg.voice or VOICE, "speed": cfg.speed},
         },
         "max_output_tokens": cfg.max_output_tokens,
+        "truncation": cfg.truncation.wire(),
         **tools_object(cfg, False),
     }
 

@@ -101,7 +101,7 @@ class IdleTimeout:
         if generation != self._generation or self._quiet_since is None:
             return
         conv = self._conv
-        loop = asyncio.get_running_loop()
+        loop = conv._loop
         now = time.monotonic()
         heard_at = max(self._quiet_since, conv.playback.playing_until)
         if heard_at > now + 0.001:

@@ -14,14 +14,14 @@ lowers it. When the items come to more than the limit:
 A function call and its output go together. The newest item always stays: when it alone is over
 the limit, ``auto`` and ``retention_ratio`` still keep it (the backend's own limit then decides;
 the cascade cuts nothing of it either), ``disabled`` fails. Items dropped from the history are gone
-from the conversation, as the ``max_history_messages`` bound drops them (no event: OpenAI sends
-none either).
+from the conversation, as the ``max_history_messages`` bound drops them (no event says so).
 
 Tokens are the backend's count (``ConversationModel.item_tokens``, ``count_tokens``): the
 cascade counts with its LLM's tokenizer; backends without a cheap tokenizer estimate about four
 characters a token, ``AUDIO_TOKENS_PER_S`` for speech and ``IMAGE_TOKENS`` an image
-(``estimate_item_tokens``). Each item is counted once (its count is kept until its content
-changes), so a reply over a long history costs a sum, not a re-tokenization.
+(``estimate_item_tokens``). Items are counted newest first and no further back than the limit,
+each once (its count is kept until its content changes): a reply over a long history costs what
+it keeps, not a re-tokenization of everything.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from core.conversation.config import ConversationConfig
 from core.conversation.items import Item
 
 CHARS_PER_TOKEN = 4  # English text, for backends whose tokenizer is not at hand
-MESSAGE_OVERHEAD = 4  # a chat template's role markers around each message
+MESSAGE_OVERHEAD = 4  # a chat template's markers around each message (ChatML: 5 or 6)
 AUDIO_TOKENS_PER_S = 25  # Whisper-style audio encoders after pooling (Qwen2.5-Omni, MiniCPM-o): 40 ms a token
 IMAGE_TOKENS = 1024  # a ~1000 px image in Qwen2.5-Omni's 28 px patches (MiniCPM-o takes fewer)
 
@@ -55,9 +55,10 @@ def item_text(item: Item) -> str:
 
 
 def estimate_item_tokens(item: Item, count_tokens: Callable[[str], int] = estimate_text_tokens, *,
-                         audio_tokens_per_s: float = AUDIO_TOKENS_PER_S, image_tokens: int = IMAGE_TOKENS) -> int:
-    """An item's tokens: its text (``count_tokens``), the template's overhead, its speech and images."""
-    tokens = MESSAGE_OVERHEAD + count_tokens(item_text(item))
+                         audio_tokens_per_s: float = AUDIO_TOKENS_PER_S, image_tokens: int = IMAGE_TOKENS,
+                         message_tokens: int = MESSAGE_OVERHEAD) -> int:
+    """An item's tokens: its text (``count_tokens``), the template's markers, its speech and images."""
+    tokens = message_tokens + count_tokens(item_text(item))
     if item.audio is not None:
         tokens += int(item.audio.size / VAD_RATE * audio_tokens_per_s + 0.5)
     return tokens + image_tokens * len(item.images)
@@ -93,10 +94,12 @@ class ContextWindow:
         return tokens
 
     def instruction_tokens(self, system: str, cfg: ConversationConfig) -> int:
-        """The instructions and the tools' definitions: what is always kept."""
+        """The instructions and the tools' definitions, with the markers of the system turn and of
+        the reply's own: what every reply's prompt holds besides the items."""
         text = system + (json.dumps([t.model_dump() for t in cfg.tools]) if cfg.tools else "")
         if self._fixed[0] != text:
-            self._fixed = (text, self._model.count_tokens(text))
+            markers = 2 * getattr(self._model, "message_tokens", MESSAGE_OVERHEAD)
+            self._fixed = (text, self._model.count_tokens(text) + markers)
         return self._fixed[1]
 
     def limit(self, system: str, cfg: ConversationConfig) -> int | None:
@@ -111,25 +114,32 @@ class ContextWindow:
         return limit
 
     def fit(self, items: list[Item], system: str, cfg: ConversationConfig) -> Fit:
-        """What a reply with ``system`` and ``cfg`` reads of ``items`` (oldest first)."""
+        """What a reply with ``system`` and ``cfg`` reads of ``items`` (oldest first). Counted newest
+        first, and no further back than the limit: linear in what is kept, not in the history."""
         limit = self.limit(system, cfg)
-        costs = [self.item_tokens(i) for i in items]
-        total = sum(costs)
         self._forget(items)
-        if limit is None or total <= limit:
-            return Fit(list(items), tokens=total, limit=limit)
+        if limit is None or not items:
+            return Fit(list(items), limit=limit)
         rule = cfg.truncation
+        target = int(limit * rule.retention_ratio) if rule.type == "retention_ratio" else limit
+        total = 0
+        keep_from = len(items) - 1  # the newest always stays
+        for index in range(len(items) - 1, -1, -1):
+            total += self.item_tokens(items[index])
+            if total > limit:
+                break
+            if total <= target:
+                keep_from = index
+        else:
+            return Fit(list(items), tokens=total, limit=limit)
         if rule.type == "disabled":
             return Fit(list(items), tokens=total, limit=limit, error=(
-                f"the conversation comes to {total} tokens after the instructions, over this reply's limit of "
-                f"{max(limit, 0)} (the model's context less the instructions and max_output_tokens "
-                f"{cfg.max_output_tokens}) and truncation is disabled: delete items, or set truncation to "
-                "'auto' or a retention_ratio"))
-        target = limit if rule.type == "auto" else int(limit * rule.retention_ratio)
-        drop = _oldest_to_drop(items, costs, total - target)
-        kept = [i for i in items if i.item_id not in drop]
-        dropped = [i for i in items if i.item_id in drop]
-        return Fit(kept, dropped, sum(c for i, c in zip(items, costs) if i.item_id not in drop), limit)
+                f"the conversation comes to more than this reply's limit of {max(limit, 0)} tokens after the "
+                f"instructions (the model's context of {self._model.context_tokens} less the instructions and "
+                f"max_output_tokens {cfg.max_output_tokens}, or token_limits.post_instructions) and truncation "
+                "is disabled: delete items, or set truncation to 'auto' or a retention_ratio"))
+        kept, dropped = _pairs_together(items, keep_from)
+        return Fit(kept, dropped, sum(self.item_tokens(i) for i in kept), limit)
 
     def _forget(self, items: list[Item]) -> None:
         if len(self._counts) > 2 * len(items) + 64:
@@ -137,30 +147,23 @@ class ContextWindow:
             self._counts = {k: v for k, v in self._counts.items() if k in present}
 
 
-def _oldest_to_drop(items: list[Item], costs: list[int], excess: int) -> set[str]:
-    """Ids of the oldest items whose tokens make up ``excess``, a call and its output together;
-    never the newest item (nor its call or output)."""
-    if not items:
-        return set()
+def _is_call(item: Item) -> bool:
+    return item.call_id is not None and item.type in ("function_call", "function_call_output")
+
+
+def _pairs_together(items: list[Item], keep_from: int) -> tuple[list[Item], list[Item]]:
+    """(kept, dropped): ``items[keep_from:]`` kept, except a call or output whose partner is
+    dropped; the newest item's partner stays wherever it is."""
     newest = items[-1]
-    protected = {newest.item_id}
-    if newest.call_id is not None:
-        protected |= {i.item_id for i in items if i.call_id == newest.call_id}
-    drop: set[str] = set()
-    freed = 0
-    for item, cost in zip(items, costs):
-        if freed >= excess:
-            break
-        if item.item_id in drop or item.item_id in protected:
-            continue
-        group = [(item, cost)]
-        if item.call_id is not None and item.type in ("function_call", "function_call_output"):
-            group = [(i, c) for i, c in zip(items, costs) if i.call_id == item.call_id
-                     and i.type in ("function_call", "function_call_output")]
-            if any(i.item_id in protected for i, _ in group):
-                continue
-        for i, c in group:
-            if i.item_id not in drop:
-                drop.add(i.item_id)
-                freed += c
-    return drop
+    partners = {newest.call_id} if _is_call(newest) else set()
+    gone = {i.call_id for i in items[:keep_from] if _is_call(i)} - partners
+    kept: list[Item] = []
+    dropped: list[Item] = []
+    for n, item in enumerate(items):
+        if _is_call(item) and item.call_id in partners:
+            kept.append(item)
+        elif n < keep_from or (_is_call(item) and item.call_id in gone):
+            dropped.append(item)
+        else:
+            kept.append(item)
+    return kept, dropped

@@ -28,6 +28,7 @@ from core.conversation.model import Capability, ConversationModel, ModelCapabili
 from core.conversation.truncation import (
     AUDIO_TOKENS_PER_S,
     IMAGE_TOKENS,
+    MESSAGE_OVERHEAD,
     estimate_item_tokens,
     estimate_text_tokens,
 )
@@ -178,6 +179,7 @@ class Backend(ConversationModel, abc.ABC):
     context_tokens: int | None = None
     audio_tokens_per_s: float = AUDIO_TOKENS_PER_S
     image_tokens: int = IMAGE_TOKENS
+    message_tokens: int = MESSAGE_OVERHEAD  # the chat template's markers around each message
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text``: ~4 characters a token unless the backend has its tokenizer."""
@@ -186,7 +188,7 @@ class Backend(ConversationModel, abc.ABC):
     def item_tokens(self, item: Item) -> int:
         """Tokens a history item costs: its text by ``count_tokens``, plus its speech and images."""
         return estimate_item_tokens(item, self.count_tokens, audio_tokens_per_s=self.audio_tokens_per_s,
-                                    image_tokens=self.image_tokens)
+                                    image_tokens=self.image_tokens, message_tokens=self.message_tokens)
 
     def check_context(self, system: str, last_message: str) -> None:
         """Raise ``ContextLengthError`` when a reply to ``last_message`` with this system prompt

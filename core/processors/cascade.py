@@ -346,6 +346,7 @@ class CascadeBackend(Backend):
     # server, whose own is unknown). Images are text notes, and speech is transcribed first.
     image_tokens = 0
     audio_tokens_per_s = 0.0
+    message_tokens = 6  # SmolLM2's ChatML: <|im_start|>, the role, newlines, <|im_end|>
 
     @property
     def context_tokens(self) -> int:

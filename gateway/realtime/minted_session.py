@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from core.protocol import MAX_OUTPUT_TOKENS, SPEED_RANGE, TEMPERATURE_RANGE
+from core.protocol import IDLE_TIMEOUT_MS_RANGE, MAX_OUTPUT_TOKENS, SPEED_RANGE, TEMPERATURE_RANGE
 from gateway.realtime.request import DEFAULT_MODEL
 
 _EXTENSION_TURNS = ("model_duplex",)
@@ -29,7 +29,7 @@ GA_DEFAULTS: dict[str, Any] = {
     "output_modalities": ["audio"],
     "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}},
               "output": {"format": {"type": "audio/pcm", "rate": 24000}}},
-    "tools": [], "tool_choice": "auto",
+    "tools": [], "tool_choice": "auto", "truncation": "auto",
 }
 BETA_DEFAULTS: dict[str, Any] = {"modalities": ["text", "audio"], "input_audio_format": "pcm16",
                                  "output_audio_format": "pcm16", "tools": [], "tool_choice": "auto"}
@@ -68,6 +68,7 @@ def _check(session: dict[str, Any], beta: bool, param: str) -> tuple[dict[str, A
     temperature = probe.pop("temperature", None) if not beta else None  # GA: our extension
     if beta:
         _neutralise_turn(probe, "turn_detection")
+        _idle_timeout(session.get("turn_detection"), f"{param}.turn_detection", probe.get("turn_detection"))
         _validate(_beta_model(), probe, param)
         _range(session.get("temperature"), *TEMPERATURE_RANGE, f"{param}.temperature")
         _range(session.get("speed"), *SPEED_RANGE, f"{param}.speed")
@@ -89,6 +90,9 @@ def _check(session: dict[str, Any], beta: bool, param: str) -> tuple[dict[str, A
                 fmt["rate"] = 24000  # our extension: 16 kHz input
             _neutralise_turn(audio_in, "turn_detection")
         _validate(_ga_model(kind), probe, param)
+        turn = ((session.get("audio") or {}).get("input") or {}).get("turn_detection")
+        _idle_timeout(turn, f"{param}.audio.input.turn_detection")
+        _truncation(session.get("truncation"), f"{param}.truncation")
         _range(temperature, *TEMPERATURE_RANGE, f"{param}.temperature")
         out = ((session.get("audio") or {}).get("output") or {})
         _range(out.get("speed"), *SPEED_RANGE, f"{param}.audio.output.speed")
@@ -191,6 +195,36 @@ def _error(exc: ValidationError, param: str) -> SessionConfigError:
         return SessionConfigError(f"Missing required parameter: '{where}'.", where, "missing_required_parameter")
     return SessionConfigError(f"Invalid value for '{where}': {err['msg']}.", where,
                               "invalid_type" if err["type"].endswith("_type") else "invalid_value")
+
+
+def _idle_timeout(turn: Any, param: str, beta_probe: Any = None) -> None:
+    """``idle_timeout_ms``: server_vad only, 5..30 s. The beta's type lacks it (ours there, as in
+    the worker's beta ``session.update``): taken out of ``beta_probe`` before that is validated."""
+    if not isinstance(turn, dict) or turn.get("idle_timeout_ms") is None:
+        return
+    value = turn["idle_timeout_ms"]
+    where = f"{param}.idle_timeout_ms"
+    if turn.get("type", "server_vad") != "server_vad":
+        raise SessionConfigError(f"Unknown parameter: '{where}' (server_vad only).", where, "unknown_parameter")
+    if isinstance(beta_probe, dict):
+        beta_probe.pop("idle_timeout_ms", None)
+    low, high = IDLE_TIMEOUT_MS_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SessionConfigError(f"Invalid value for '{where}': expected an integer from {low} to {high}.", where)
+
+
+def _truncation(value: Any, param: str) -> None:
+    """A retention ratio from 0 to 1 and a positive ``post_instructions`` (the type was checked)."""
+    if not isinstance(value, dict):
+        return
+    ratio = value.get("retention_ratio")
+    if isinstance(ratio, (int, float)) and not 0 <= ratio <= 1:
+        raise SessionConfigError(f"Invalid value for '{param}.retention_ratio': expected a number from 0 to 1.",
+                                 f"{param}.retention_ratio")
+    post = (value.get("token_limits") or {}).get("post_instructions")
+    if isinstance(post, int) and post < 1:
+        where = f"{param}.token_limits.post_instructions"
+        raise SessionConfigError(f"Invalid value for '{where}': expected a positive integer.", where)
 
 
 def _range(value: Any, low: float, high: float, param: str) -> None:
