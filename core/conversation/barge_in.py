@@ -10,7 +10,8 @@
   it). The cut item's text ends with "…", so the next reply reads where it was cut.
 - A false interruption: when the user's turn then has no words (a cough, a door), the reply
   resumes where it was cut, as a new response playing the rest. Until the turn's words are known
-  the cut reply goes on being made silently, so nothing of it is lost.
+  the cut reply's generator is held (it waits, making nothing, so the user's turn has the CPU),
+  and nothing of it is lost.
 """
 
 from __future__ import annotations
@@ -181,6 +182,7 @@ class BargeIn:
             self._cut = cut
         elif cut is not None:
             cut.cancel.set()
+            cut.gate.set()
 
     def _cut_item(self, item_id: str, heard: int) -> None:
         """Cut a finished assistant item to what was heard (its audio still played)."""
@@ -201,6 +203,7 @@ class BargeIn:
         if cut is not None:
             cut.shadow = False
             cut.cancel.set()
+            cut.gate.set()
 
     def _false_interruption(self) -> bool:
         """The user's turn after an interruption had no words: resume the cut reply."""
@@ -208,6 +211,7 @@ class BargeIn:
         if cut is None or self._response is not None or self._closed:
             if cut is not None:
                 cut.cancel.set()
+                cut.gate.set()
             return False
         self._resume(cut)
         return True
@@ -230,6 +234,7 @@ class BargeIn:
                  len(pcm) * 500 // OUTPUT_RATE)
         if cut.generating:
             cut.shadow = False
-            cut.forward = resp  # the rest still being made goes to the new response
+            cut.forward = resp  # the rest, made from now on, goes to the new response
+            cut.gate.set()
         else:
             self._finish(resp, "completed", None, resp.text)

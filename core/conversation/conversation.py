@@ -508,15 +508,17 @@ class Conversation(TurnTaking, BargeIn):
                               shadow: bool = False) -> CancelResult:
         """Stop the active reply now; raises ``NoActiveResponseError`` if there is none. The
         history keeps what was heard: ``heard_samples`` of its audio (a barge-in's estimate),
-        else all that was sent. ``shadow``: the reply goes on being made silently, so a false
-        interruption can resume it (``barge_in.py``), until ``cancel`` is set."""
+        else all that was sent. ``shadow``: the reply is held, not stopped, so a false
+        interruption can resume it (``barge_in.py``): held at its gate until then."""
         resp = self._response
         if resp is None or resp.held:
             raise NoActiveResponseError("there is no active response to cancel")
         resp.cancel_at = time.perf_counter()
         resp.cancelled = True
         resp.shadow = shadow and resp.output_audio and resp.in_conversation
-        if not resp.shadow:
+        if resp.shadow:
+            resp.gate.clear()  # its generator waits until it resumes or is stopped
+        else:
             resp.cancel.set()
         samples = resp.audio_samples if heard_samples is None else min(heard_samples, resp.audio_samples)
         heard = heard_text(resp.segments, samples, resp.text) if resp.output_audio else resp.text

@@ -74,17 +74,24 @@ class Response:
     calls: list = field(default_factory=list)  # FunctionCall, in the order made
     # Barge-in (``barge_in.py``): every audio piece made (a false interruption replays the rest),
     # what the listener had heard when it was cut, and after a cut with no words yet, output
-    # goes on being made silently (``shadow``) and, once resumed, to the response that resumes it.
+    # is held (``shadow``: its generator waits at ``gate``) and, once resumed, goes to the response that resumes it.
     pcm: list[bytes] = field(default_factory=list)
     generating: bool = True
     cut_samples: int | None = None
-    shadow: bool = False
+    shadow: bool = False  # cut, not yet stopped: its generator waits at ``gate`` (costs no CPU)
+    gate: threading.Event = field(default_factory=lambda: _open_event())
     forward: Response | None = None
     forward_segments: dict[int, int] = field(default_factory=dict)
 
     @property
     def audio_ms(self) -> float:
         return self.audio_samples * 1000.0 / OUTPUT_RATE
+
+
+def _open_event() -> threading.Event:
+    event = threading.Event()
+    event.set()
+    return event
 
 
 class ReplyOwner(Protocol):
@@ -155,7 +162,16 @@ class ReplyJob:
         self._resp.turn_scored = True
         self._conv.call_soon(self._conv.turn_scored, self._resp, probability)
 
+    def _wait_gate(self) -> None:
+        """A reply cut by a voice with no words yet is held here (on its own thread) until it
+        resumes or is stopped; it makes nothing meanwhile, so the user's turn has the CPU."""
+        gate = self._resp.gate
+        while not gate.wait(0.05):
+            if self.cancel.is_set():
+                return
+
     def text(self, delta: str) -> None:
+        self._wait_gate()
         if delta and not self.cancel.is_set():
             self._conv.call_soon(self._conv.emit_text, self._resp, delta)
 
@@ -193,6 +209,7 @@ class ReplyJob:
 
     def audio(self, samples: np.ndarray, rate: int) -> None:
         """Float samples in [-1, 1] at ``rate``; resampled to 24 kHz and sent in ``audio_chunk_ms`` pieces."""
+        self._wait_gate()
         if self.cancel.is_set() or samples is None:
             return
         with self._lock:
