@@ -257,7 +257,12 @@ async def test_stop_terminates_children_and_grandchildren():
         await task
     assert time.monotonic() - began < 5
     every_pid = [pid for pair in pids.values() for pid in pair]
-    assert all(gone(pid) for pid in every_pid), [p for p in every_pid if not gone(p)]
+    # A killed process can still be exiting when stop() returns (a full run on two busy cores saw
+    # a grandchild a moment after): all must be gone within a second or two.
+    try:
+        await wait_until(lambda: all(gone(pid) for pid in every_pid), timeout=2.0, what="every pid gone")
+    except AssertionError:
+        raise AssertionError(f"still running after stop: {[p for p in every_pid if not gone(p)]}") from None
     assert "[supervisor] stubborn did not stop in 0.5s; killing it" in out.getvalue()
     assert "[supervisor] gateway did not stop" not in out.getvalue()
     assert "exited with code" not in out.getvalue()  # stopping is not a crash
