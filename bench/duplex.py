@@ -60,7 +60,7 @@ import websockets
 
 from bench.duplex_set import KINDS, RATE, Clip, items, prompts, synthesize
 from bench.launch import cascade_realtime_url, raise_fd_limit
-from bench.stats import goal_mark, median_spread, summary
+from bench.stats import goal_mark, median_by_mode, summary
 from bench.turns import MAX_TOKENS, Refused, open_session  # one GA session setup for both turn benches
 
 CHUNK_MS = 20
@@ -565,15 +565,7 @@ COUNT_KEYS = ("complete", "paused", "backchannels", "interruptions", "bc_not_tri
 
 def median_modes(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per mode, each figure's median over the runs with its spread (a refused mode stays refused)."""
-    out: dict[str, Any] = {}
-    for mode, first in runs[0].items():
-        if "refused" in first:
-            out[mode] = first
-            continue
-        present = [run[mode] for run in runs if mode in run and "refused" not in run[mode]]
-        out[mode] = {key: median_spread([s[key] for s in present]) for key in MEDIAN_KEYS}
-        out[mode].update({key: first[key] for key in COUNT_KEYS})
-    return out
+    return median_by_mode(runs, MEDIAN_KEYS, COUNT_KEYS)
 
 
 def goals(median: dict[str, Any]) -> list[dict[str, Any]]:

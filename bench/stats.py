@@ -41,3 +41,18 @@ def median_spread(values: list) -> dict:
     med = int(med) if med.is_integer() else round(med, 3)
     lo, hi = min(got), max(got)
     return {"median": med, "min": lo, "max": hi, "text": f"{med} ({lo}-{hi})" if lo != hi else f"{med}"}
+
+
+def median_by_mode(runs: list[dict], keys: tuple[str, ...], counts: tuple[str, ...] = ()) -> dict:
+    """Per mode of repeated runs (``{mode: figures}`` each), every figure in ``keys`` as its
+    ``median_spread`` over the runs that have the mode, and the ``counts`` (set sizes) of the first;
+    a mode the server refused stays as the first run reported it."""
+    out: dict = {}
+    for mode, first in runs[0].items():
+        if "refused" in first:
+            out[mode] = first
+            continue
+        present = [run[mode] for run in runs if mode in run and "refused" not in run[mode]]
+        out[mode] = {key: median_spread([figures[key] for figures in present]) for key in keys}
+        out[mode].update({key: first[key] for key in counts})
+    return out

@@ -46,7 +46,7 @@ import numpy as np
 import websockets
 
 from bench.launch import cascade_realtime_url, raise_fd_limit
-from bench.stats import median_spread, summary
+from bench.stats import median_by_mode, summary
 from bench.turn_set import RATE, Clip, items, synthesize
 
 CHUNK_MS = 20
@@ -354,14 +354,7 @@ MEDIAN_KEYS = ("v2v_p50_ms", "v2v_p90_ms", "ratio_to_server_vad", "cut_in_share"
 
 def median_modes(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per mode, each figure's median over the runs with its spread (a refused mode stays refused)."""
-    out: dict[str, Any] = {}
-    for mode, first in runs[0].items():
-        if "refused" in first:
-            out[mode] = first
-            continue
-        out[mode] = {key: median_spread([run[mode][key] for run in runs]) for key in MEDIAN_KEYS}
-        out[mode].update(complete=first["complete"], paused=first["paused"])
-    return out
+    return median_by_mode(runs, MEDIAN_KEYS, ("complete", "paused"))
 
 
 def report(r: dict[str, Any]) -> str:
