@@ -19,20 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import wave
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from bench.sets.duplex import PARTS
-from core.files import atomic_write_bytes
-from core.media import write_wav
-from devtools.espeak import VOICED, espeak, espeak_path  # noqa: F401 - espeak_path: for callers
+from bench.spoken_clips import RATE, Clip, spoken  # noqa: F401 - RATE, Clip: for callers
+from devtools.espeak import VOICED, espeak_path  # noqa: F401 - for callers (the tests)
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "data" / "duplex_set"
-RATE = 24000
 SYNTH_VERSION = 1  # bump when synthesis changes, so cached WAVs are remade
 KINDS = ("complete", "paused", "backchannel", "interruption")
 _LETTER = {"complete": "c", "paused": "p", "backchannel": "b", "interruption": "i"}
@@ -57,20 +52,6 @@ class Item:
     def key(self) -> str:
         spec = json.dumps([SYNTH_VERSION, self.parts, self.pause_s, self.voice, self.speed, self.pitch])
         return hashlib.sha1(spec.encode()).hexdigest()[:12]
-
-
-@dataclass(frozen=True, slots=True)
-class Clip:
-    item: Item
-    pcm: np.ndarray  # int16, mono, RATE; pcm[0] is the onset (first voiced sample)
-    last_voiced: int  # sample index of the last voiced sample
-    pause_start: int | None  # paused items: first silent sample of the pause
-    resume: int | None  # paused items: first voiced sample after it
-    path: Path
-
-    @property
-    def seconds(self) -> float:
-        return self.pcm.size / RATE
 
 
 def _part_items(part: str) -> list[Item]:
@@ -110,46 +91,9 @@ def prompts(part: str = "eval") -> list[str]:
     return list(PARTS[part]["prompts"])
 
 
-def _load(item: Item, wav_path: Path, meta_path: Path) -> Clip | None:
-    try:
-        meta = json.loads(meta_path.read_text())
-        with wave.open(str(wav_path), "rb") as w:
-            if (w.getframerate(), w.getnchannels(), w.getsampwidth()) != (RATE, 1, 2):
-                return None
-            pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").copy()
-    except (OSError, ValueError, EOFError, wave.Error):
-        return None
-    if pcm.size != meta.get("samples"):
-        return None
-    return Clip(item, pcm, meta["last_voiced"], meta["pause_start"], meta["resume"], wav_path)
-
-
 def synthesize(item: Item, cache_dir: Path | None = None) -> Clip:
     """The item as PCM16 24 kHz mono, from the cache or made with espeak-ng (then cached)."""
-    cache = Path(cache_dir or CACHE)
-    cache.mkdir(parents=True, exist_ok=True)
-    wav_path = cache / f"{item.id}-{item.key()}.wav"
-    meta_path = wav_path.with_suffix(".json")
-    if wav_path.exists() and meta_path.exists():
-        clip = _load(item, wav_path, meta_path)
-        if clip is not None:
-            return clip
-    pieces = [espeak(text, item.voice, item.speed, item.pitch, RATE, VOICED) for text in item.parts]
-    pause_start = resume = None
-    if item.kind == "paused":
-        pause_start = pieces[0].size
-        gap = np.zeros(int(round(item.pause_s * RATE)), dtype=np.int16)
-        resume = pause_start + gap.size
-        pcm = np.concatenate([pieces[0], gap, pieces[1]])
-    else:
-        pcm = np.concatenate(pieces)
-    meta = {"id": item.id, "part": item.part, "kind": item.kind, "text": item.text, "voice": item.voice,
-            "speed": item.speed, "pitch": item.pitch, "pause_s": item.pause_s, "expect": list(item.expect),
-            "rate": RATE, "samples": int(pcm.size), "last_voiced": int(pcm.size - 1),
-            "pause_start": pause_start, "resume": resume}
-    write_wav(wav_path, pcm, RATE)
-    atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode())
-    return Clip(item, pcm, meta["last_voiced"], pause_start, resume, wav_path)
+    return spoken(item, Path(cache_dir or CACHE), {"part": item.part, "expect": list(item.expect)})
 
 
 def synthesize_all(part: str = "eval", kind: str | None = None, limit: int | None = None,
