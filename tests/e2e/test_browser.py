@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.conversation.overlap import LONGEST_BACKCHANNEL_MS
+
 from tests.support.browser import (
     WAV_RATE, dump_console, layout_problems, require_browser, screenshot_both, silence_wav, speech_48k, spoken_wav,
     wait_until, write_wav,
@@ -303,7 +305,10 @@ def test_barge_in_over_webrtc_is_cut_by_the_gateway_to_what_was_played(stack, la
     assert snap["bargeIns"] and snap["bargeIns"][0]["via"] == "server", snap["bargeIns"]
     stop_ms = snap["bargeIns"][0]["stopMs"]
     print(f"WebRTC barge-in stop: {stop_ms} ms")
-    assert 0 < stop_ms <= 500, snap["bargeIns"]
+    # Since issue 34 the server first judges a voice over the reply (a backchannel must not stop
+    # it): the stop waits for the verdict, which comes by LONGEST_BACKCHANNEL_MS of voice at the
+    # latest (eval p50 ~0.7 s; docs/benchmarks.md). It was <= 500 ms when every voice was a barge-in.
+    assert 0 < stop_ms <= LONGEST_BACKCHANNEL_MS + 500, snap["bargeIns"]
 
 
 def turn_detection(browser) -> dict | None:
