@@ -79,7 +79,7 @@ class BargeIn:
         if ov.lasted(voice) is not None:
             await self._decided(ov)
             return
-        if ov.looking or voice < ov.next_glance_ms:
+        if ov.looking or ov.blind or voice < ov.next_glance_ms:
             return
         ov.looking = True
         ov.glances = (voice - GLANCE_FIRST_MS) // GLANCE_EVERY_MS + 1  # the next one is due after this voice
@@ -93,7 +93,7 @@ class BargeIn:
             return
         words = None if fut.exception() is not None else fut.result()
         if words is None:  # no fast recogniser: the voice's length decides
-            ov.glances = 10**6
+            ov.blind = True
             return
         if ov.glanced(words, voice) is not None:
             self._spawn(self._decided(ov))
@@ -114,8 +114,8 @@ class BargeIn:
             if words is not None and ov.glanced(words, voice) is not None:
                 await self._decided(ov)
             return
-        if words is None:
-            ov.decide("backchannel" if voice < ov.next_glance_ms else "interruption", voice, "length at a pause")
+        if words is None:  # no words to read: shorter than LONGEST_BACKCHANNEL_MS (``lasted``), so a backchannel
+            ov.decide("backchannel", voice, "length at a pause")
         else:
             ov.ended(words, voice)
         await self._decided(ov, segment)

@@ -67,6 +67,7 @@ class Overlap:
     seen_at: float  # monotonic time the VAD reported the voice
     glances: int = 0  # made so far
     looking: bool = False  # a glance is running
+    blind: bool = False  # the backend has no fast recogniser: the voice's length alone decides
     paused: bool = False  # the voice is in a pause (the VAD's) right now
     in_a_row: int = 0  # glances in a row that heard non-backchannel words
     words: str = ""  # the last glance's words
