@@ -169,6 +169,56 @@ class LimitsConfig(_Strict):
         return 2 * self.max_message_bytes + 65536
 
 
+class McpConfig(_Strict):
+    """MCP servers a realtime session may name in ``session.tools`` (``type: "mcp"``): the worker
+    connects to them, so an operator opts in host by host (docs/operations.md, "MCP tools")."""
+
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="hosts (name, name:port, *.domain, '*' = any) a session's MCP "
+        "server_url may name; empty = MCP tools refused")
+    list_timeout_s: float = Field(5.0, gt=0, le=60, description="connecting and listing one server's tools")
+    call_timeout_s: float = Field(10.0, gt=0, le=300, description="one tool call, from request to result")
+    max_result_chars: int = Field(16_000, ge=100, le=1_000_000, description="a result longer than this is cut "
+                                  "(the model reads it; marked as cut)")
+    max_tools_per_server: int = Field(64, ge=1, le=512)
+    max_servers: int = Field(4, ge=1, le=32, description="MCP servers in one session")
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, hosts: list[str]) -> list[str]:
+        out = []
+        for raw in hosts:
+            host = raw.strip().lower()
+            if not _HOST_ENTRY.match(host):
+                raise PydanticCustomError(
+                    "host_name", "'{host}' is not a host name: give name or name:port (no scheme, path or "
+                    "spaces; IPv6 as [::1]), *.example.com for its subdomains, or * for any", {"host": raw})
+            out.append(host)
+        return out
+
+    def allows(self, host: str, port: int) -> bool:
+        """Whether ``host``:``port`` (lower case, IPv6 without brackets) is an allowed MCP server."""
+        for entry in self.allowed_hosts:
+            if entry == "*":
+                return True
+            if entry.startswith("["):  # [v6] or [v6]:port
+                name, _, rest = entry[1:].partition("]")
+                entry_port = rest.removeprefix(":")
+            else:
+                name, _, entry_port = entry.partition(":")
+            if entry_port and int(entry_port) != port:
+                continue
+            if name == host or (name.startswith("*.") and host.endswith(name[1:])):
+                return True
+        return False
+
+
+class ToolsConfig(_Strict):
+    """Tools the server itself runs for a realtime session."""
+
+    mcp: McpConfig = Field(default_factory=McpConfig)
+
+
 class RateLimit(_Strict):
     """0 = no limit."""
 
@@ -311,6 +361,7 @@ class AppConfig(_Strict):
     shares: SharesConfig = Field(default_factory=SharesConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     webrtc: WebRTCConfig = Field(default_factory=WebRTCConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
 
     @model_validator(mode="after")
     def _ports_do_not_collide(self) -> AppConfig:

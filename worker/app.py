@@ -120,7 +120,7 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         extensions, _ = parse_extensions(q.get("extensions"))
         session = RealtimeSession(WebSocketChannel(ws), backend, Dialect(beta), config.limits, model=model, session_id=session_id,
                                   recorder=recorder, extensions=extensions,
-                                  transcription=q.get("intent") == "transcription")
+                                  transcription=q.get("intent") == "transcription", mcp_config=config.tools.mcp)
 
         def on_state(state: str) -> None:
             ws_state.sessions[session.session_id] = state

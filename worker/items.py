@@ -16,7 +16,7 @@ from typing import Any
 
 from core.config import LimitsConfig
 from core.conversation import Item
-from core.conversation.items import PartKind
+from core.conversation.items import MCP_ITEM_TYPES, PartKind
 from core.ids import new_id
 from core.protocol import ProtocolError
 from worker.audio_formats import AudioFormat
@@ -24,6 +24,7 @@ from worker.limits import check_image, check_image_b64
 
 MAX_ID_CHARS = 64
 MAX_ARGUMENT_CHARS = 100_000
+MAX_REASON_CHARS = 2_000
 ROLES = ("user", "assistant", "system")
 # Content part types each role may carry (GA and beta names).
 ROLE_PARTS = {
@@ -86,9 +87,24 @@ def parse_item(item: Any, limits: LimitsConfig, audio_format: AudioFormat, event
         ready = Item("user", item_id=item_id or new_id("item"), type="function_call_output", call_id=call_id,
                      output=output, parts=[])
         return NewItem(item_id, "user", ready=ready)
+    if kind == "mcp_approval_response":
+        request, approve, reason = item.get("approval_request_id"), item.get("approve"), item.get("reason")
+        if not isinstance(request, str) or not request:
+            raise fail("an mcp_approval_response item needs the approval_request_id it answers",
+                       "approval_request_id")
+        if not isinstance(approve, bool):
+            raise fail(f"{param}.approve must be true or false", "approve")
+        if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS):
+            raise fail(f"{param}.reason must be a string of at most {MAX_REASON_CHARS} characters", "reason")
+        ready = Item("user", item_id=item_id or new_id("item"), type="mcp_approval_response",
+                     approval_request_id=request, approve=approve, reason=reason, parts=[])
+        return NewItem(item_id, "user", ready=ready)
+    if kind in MCP_ITEM_TYPES:
+        raise fail(f"a client cannot create {kind} items (the server makes them); answer an approval request "
+                   "with an mcp_approval_response item", "type")
     if kind != "message":
-        raise fail(f"item type {kind!r} is not supported; use 'message', 'function_call' or "
-                   "'function_call_output'", "type")
+        raise fail(f"item type {kind!r} is not supported; use 'message', 'function_call', "
+                   "'function_call_output' or 'mcp_approval_response'", "type")
     role = item.get("role", "user")
     if role not in ROLES:
         raise fail(f"{param}.role {role!r} must be user, assistant or system", "role")
@@ -130,6 +146,8 @@ def parse_item(item: Any, limits: LimitsConfig, audio_format: AudioFormat, event
 
 def render_item(item: Item, beta: bool) -> dict[str, Any]:
     """The item as the protocol shows it (``conversation.item.added``, ``retrieved``, outputs)."""
+    if item.type in MCP_ITEM_TYPES:
+        return render_mcp_item(item)
     out: dict[str, Any] = {"id": item.item_id, "object": "realtime.item", "type": item.type, "status": item.status}
     if item.type == "function_call":
         out.update(call_id=item.call_id, name=item.name, arguments=item.arguments or "")
@@ -151,6 +169,25 @@ def render_item(item: Item, beta: bool) -> dict[str, Any]:
         elif not beta:  # the beta item types have no image part
             content.append({"type": "input_image"})
     out.update(role=item.role, content=content)
+    return out
+
+
+def render_mcp_item(item: Item) -> dict[str, Any]:
+    """An MCP item in OpenAI's shapes (``RealtimeMcpListTools``, ``RealtimeMcpToolCall``,
+    ``RealtimeMcpApprovalRequest`` / ``Response``); GA only."""
+    out: dict[str, Any] = {"id": item.item_id, "type": item.type}
+    if item.type == "mcp_approval_response":
+        out.update(approval_request_id=item.approval_request_id, approve=bool(item.approve))
+        if item.reason is not None:
+            out["reason"] = item.reason
+        return out
+    out["server_label"] = item.server_label or ""
+    if item.type == "mcp_list_tools":
+        out["tools"] = list(item.tools or [])
+        return out
+    out.update(name=item.name or "", arguments=item.arguments or "")
+    if item.type == "mcp_call":
+        out.update(approval_request_id=item.approval_request_id, output=item.output, error=item.error)
     return out
 
 

@@ -50,6 +50,7 @@ BARGE_WINDOW_MS = 5000.0  # a cut this soon after speech_started was decided by 
 GATEWAY_EVENT_PREFIX = "gw_"  # event ids of the truncates a WebRTC call's gateway sends (gateway/realtime/webrtc/playback.py)
 
 AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
+TOOL_ITEMS = ("function_call", "mcp_call", "mcp_approval_request")
 TEXT_DELTAS = (
     "response.output_audio_transcript.delta", "response.audio_transcript.delta", "response.output_text.delta",
     "response.text.delta",
@@ -126,6 +127,7 @@ class SessionRecorder:
         self._speech_t: float | None = None
         self._barged: set[str | None] = set()
         self._truncates: dict[str, str] = {}
+        self._list_failed: set[str] = set()  # mcp_list_tools items whose listing failed
         self._submit(self._write_meta, dict(self.meta))
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -240,6 +242,10 @@ class SessionRecorder:
             self.frame(ev.get("image") or "")
         elif kind == "conversation.item.create":
             item = ev.get("item") or {}
+            if item.get("type") == "mcp_approval_response":
+                self._add({"t": self._now(), "type": "tool_approval", "approval_request_id": item.get("approval_request_id"),
+                           "approve": item.get("approve"), "reason": item.get("reason")})
+                return
             if item.get("role", "user") != "user":
                 return
             for part in item.get("content") or []:
@@ -295,14 +301,28 @@ class SessionRecorder:
         elif kind == "response.resumed":
             self._add({"t": t, "type": "resumed", "response_id": ev.get("response_id"), "item_id": ev.get("item_id"),
                        "resumed_item_id": ev.get("resumed_item_id"), "audio_start_ms": _ms(ev.get("audio_start_ms"))})
+        elif kind == "response.output_item.done":
+            item = ev.get("item") or {}
+            if item.get("type") in TOOL_ITEMS:  # each call, with its result once the server ran it
+                self._add({"t": t, "type": "tool_call", "kind": item["type"], "response_id": ev.get("response_id"),
+                           "item_id": item.get("id"), "server_label": item.get("server_label"),
+                           "name": item.get("name"), "arguments": item.get("arguments"),
+                           "output": item.get("output"), "error": item.get("error")})
+        elif kind == "mcp_list_tools.failed":
+            self._list_failed.add(ev.get("item_id"))
+        elif kind == "conversation.item.done" and (ev.get("item") or {}).get("type") == "mcp_list_tools":
+            item = ev["item"]
+            self._add({"t": t, "type": "tool_list", "item_id": item.get("id"), "server_label": item.get("server_label"),
+                       "tools": [x.get("name") for x in item.get("tools") or [] if isinstance(x, dict)],
+                       "failed": item.get("id") in self._list_failed})
         elif kind == "response.done":
             self._critical = False
             self._flush_ai()
             r = ev.get("response") or {}
-            output = r.get("output") or [{}]
-            content = (output[0].get("content") or [{}]) if output else [{}]
+            message = next((o for o in r.get("output") or [] if o.get("type") == "message"), {})
+            content = message.get("content") or [{}]
             text = content[0].get("transcript") or content[0].get("text") or "" if content else ""
-            item = output[0].get("id") if output else None
+            item = message.get("id")
             self._add({"t": t, "type": "response_done", "response_id": r.get("id"), "status": r.get("status"),
                        "item_id": item, "text": text})
             if r.get("status") == "cancelled" and (r.get("status_details") or {}).get("reason") == "turn_detected":

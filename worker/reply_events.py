@@ -21,6 +21,8 @@ from core.conversation.events import (
     FunctionCallDelta,
     FunctionCallDone,
     FunctionCallStarted,
+    McpCallFinished,
+    McpCallRunning,
     ResponseDone,
     ResponseStarted,
     TextDelta,
@@ -94,35 +96,69 @@ class ReplyEvents:
                                output_index=r.message_index, content_index=0, part=part))
 
     def call_started(self, e: FunctionCallStarted) -> None:
-        r = self._replies.get(e.response_id)
+        """A call's item opens (an approval request opens only once its arguments are whole)."""
+        if e.call.kind != "mcp_approval_request":
+            self._open_call(e.response_id, e.call, "in_progress")
+
+    def _open_call(self, response_id: str, call: FunctionCall, status: str) -> int:
+        r = self._replies.get(response_id)
         if r is None:
-            return
-        index = r.call_index[e.call.item_id] = r.outputs
+            return 0
+        index = r.call_index[call.item_id] = r.outputs
         r.outputs += 1
-        item = _call_item(e.call, "in_progress")
-        self.send(server_event("response.output_item.added", response_id=e.response_id, output_index=index,
-                               item=item))
+        item = _call_item(call, status)
+        self.send(server_event("response.output_item.added", response_id=response_id, output_index=index, item=item))
         if r.started.in_conversation:
             self.send(server_event(self.d.item_added, previous_item_id=r.last_item, item=item))
-            r.last_item = e.call.item_id
+            r.last_item = call.item_id
+        return index
+
+    def _index(self, response_id: str, call: FunctionCall) -> tuple[_Reply | None, int]:
+        r = self._replies.get(response_id)
+        return r, (r.call_index.get(call.item_id, 0) if r is not None else 0)
 
     def call_delta(self, e: FunctionCallDelta) -> None:
-        r = self._replies.get(e.response_id)
-        index = r.call_index.get(e.call.item_id, 0) if r is not None else 0
-        self.send(server_event("response.function_call_arguments.delta", response_id=e.response_id,
-                               item_id=e.call.item_id, output_index=index, call_id=e.call.call_id, delta=e.delta))
+        r, index = self._index(e.response_id, e.call)
+        if e.call.kind == "mcp_call":
+            self.send(server_event("response.mcp_call_arguments.delta", response_id=e.response_id,
+                                   item_id=e.call.item_id, output_index=index, delta=e.delta))
+        elif e.call.kind == "function_call":
+            self.send(server_event("response.function_call_arguments.delta", response_id=e.response_id,
+                                   item_id=e.call.item_id, output_index=index, call_id=e.call.call_id,
+                                   delta=e.delta))
 
     def call_done(self, e: FunctionCallDone) -> None:
-        r = self._replies.get(e.response_id)
-        index = r.call_index.get(e.call.item_id, 0) if r is not None else 0
+        call = e.call
+        if call.kind == "mcp_approval_request":  # the whole request at once; the response then ends
+            index = self._open_call(e.response_id, call, "completed")
+            self._close_item(e.response_id, index, call)
+            return
+        r, index = self._index(e.response_id, call)
+        if call.kind == "mcp_call":  # the item closes once the server has run it (mcp_finished)
+            self.send(server_event("response.mcp_call_arguments.done", response_id=e.response_id,
+                                   item_id=call.item_id, output_index=index, arguments=call.arguments))
+            return
         self.send(server_event("response.function_call_arguments.done", response_id=e.response_id,
-                               item_id=e.call.item_id, output_index=index, call_id=e.call.call_id,
-                               name=e.call.name, arguments=e.call.arguments))
-        item = _call_item(e.call, "completed")
-        self.send(server_event("response.output_item.done", response_id=e.response_id, output_index=index,
-                               item=item))
+                               item_id=call.item_id, output_index=index, call_id=call.call_id,
+                               name=call.name, arguments=call.arguments))
+        self._close_item(e.response_id, index, call)
+
+    def _close_item(self, response_id: str, index: int, call: FunctionCall) -> None:
+        r = self._replies.get(response_id)
+        item = _call_item(call, "completed")
+        self.send(server_event("response.output_item.done", response_id=response_id, output_index=index, item=item))
         if r is not None and r.started.in_conversation and not self.d.beta:
             self.send(server_event("conversation.item.done", item=item))
+
+    def mcp_running(self, e: McpCallRunning) -> None:
+        _, index = self._index(e.response_id, e.call)
+        self.send(server_event("response.mcp_call.in_progress", item_id=e.call.item_id, output_index=index))
+
+    def mcp_finished(self, e: McpCallFinished) -> None:
+        _, index = self._index(e.response_id, e.call)
+        outcome = "failed" if e.call.error is not None else "completed"
+        self.send(server_event(f"response.mcp_call.{outcome}", item_id=e.call.item_id, output_index=index))
+        self._close_item(e.response_id, index, e.call)
 
     def text(self, e: TextDelta) -> None:
         r = self._replies.get(e.response_id)
@@ -212,8 +248,16 @@ class ReplyEvents:
 
 
 def _call_item(call: FunctionCall, status: str) -> dict[str, Any]:
-    return {"id": call.item_id, "object": "realtime.item", "type": "function_call", "status": status,
-            "call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+    """A call as an output item: a function call, an MCP call (with its result once run) or an
+    MCP approval request (the server's tool name, not the function name the model saw)."""
+    if call.kind == "function_call":
+        return {"id": call.item_id, "object": "realtime.item", "type": "function_call", "status": status,
+                "call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+    out = {"id": call.item_id, "type": call.kind, "server_label": call.server_label, "name": call.tool,
+           "arguments": call.arguments}
+    if call.kind == "mcp_call":
+        out.update(approval_request_id=call.approval_request_id, output=call.output, error=call.error)
+    return out
 
 
 def _ms(t: float | None, t0: float | None) -> float | None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from core.config import McpConfig
 from core.conversation import Conversation, Item
-from core.protocol import ProtocolError, ResponseCreate
+from core.protocol import Dialect, ProtocolError, ResponseCreate
 from worker.session_config import parse_max_tokens, parse_modalities, parse_tools
 
 MAX_METADATA_KEYS = 16
@@ -24,7 +25,7 @@ class ResponseOptions:
     metadata: dict[str, str] | None = None
     in_conversation: bool = True
     input_items: list[Item] | None = None
-    tools: dict[str, Any] | None = None  # config fields: tools, tool_choice
+    tools: dict[str, Any] | None = None  # config fields: tools, mcp_servers, tool_choice
 
 
 def _metadata(value: Any, event_id: str | None) -> dict[str, str] | None:
@@ -44,6 +45,8 @@ class ItemSource(Protocol):
     up, and ``new_item``, to check and prepare a client item."""
 
     conv: Conversation
+    dialect: Dialect
+    mcp_config: McpConfig
 
     async def new_item(self, data: Any, event_id: str | None, param: str = "item") -> tuple[Item, str | None]: ...
 
@@ -69,7 +72,8 @@ async def parse_response_options(ev: ResponseCreate, session: ItemSource) -> Res
                                            "response.max_output_tokens"),
         metadata=_metadata(p.get("metadata"), eid),
         in_conversation=conversation == "auto",
-        tools=parse_tools(p.get("tools"), p.get("tool_choice"), "response") or None,
+        tools=parse_tools(p.get("tools"), p.get("tool_choice"), "response", session.mcp_config,
+                          allow_mcp=not session.dialect.beta) or None,
     )
     raw = p.get("input")
     if raw is not None:

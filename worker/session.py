@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from core.config import LimitsConfig
+from core.config import LimitsConfig, McpConfig
 from core.conversation import ConversationConfig, Item
 from core.conversation.items import Part
 from core.errors import InvalidInputError, NoActiveResponseError, OmniDuplexError, ResponseActiveError
@@ -50,6 +50,7 @@ from core.protocol import (
 from core.transport import ChannelClosed, EventChannel
 from worker.items import b64, parse_item, render_item
 from worker.limits import FrameRate, check_image, check_image_b64, message_too_large
+from worker.mcp_client import McpClient, without_secrets
 from worker.recorder import SessionRecorder
 from worker.reply_events import ReplyEvents
 from worker.response_options import ResponseOptions, parse_response_options
@@ -85,6 +86,7 @@ class RealtimeSession:
         recorder: SessionRecorder | None = None,
         extensions: frozenset[str] = frozenset(),
         transcription: bool = False,
+        mcp_config: McpConfig | None = None,
     ) -> None:
         self.channel = channel
         self.backend = backend
@@ -96,6 +98,7 @@ class RealtimeSession:
         self.recorder = recorder
         self.extensions = extensions
         self.settings = SessionSettings(kind="transcription" if transcription else "realtime")
+        self.mcp_config = mcp_config or McpConfig()  # default: no MCP host allowed
         self._out: asyncio.Queue[dict | None] = asyncio.Queue()
         self.paused_at: float | None = None
         self.started = time.monotonic()
@@ -153,6 +156,7 @@ class RealtimeSession:
                                                          self.backend.capabilities.turn_detection_types,
                                                          self.settings)
         self.conv = self.backend.open_conversation(config)
+        self.conv.mcp.connector = McpClient(self.mcp_config)
         self.on_state(self._state())
         created = "transcription_session.created" if self._beta_transcription else "session.created"
         self.send(server_event(created, session=self._session()))
@@ -255,8 +259,8 @@ class RealtimeSession:
                 data = json.loads(text)
                 event = parse_client_event(data)
                 recorded = await self._handle(event)
-                if self.recorder is not None:
-                    self.recorder.client_event(recorded or data, self.conv.config.input_sample_rate)
+                if self.recorder is not None:  # MCP headers never reach the recording
+                    self.recorder.client_event(recorded or without_secrets(data), self.conv.config.input_sample_rate)
             except json.JSONDecodeError as exc:
                 self.send_error(f"message is not valid JSON: {exc.msg}", param="message")
             except NestingTooDeep as exc:  # dropped unparsed; the session goes on
@@ -360,7 +364,8 @@ class RealtimeSession:
         if beta_transcription:
             body.pop("type", None)
         cfg, settings = apply_session_update(self.conv.config, body, self.dialect,
-                                             self.backend.capabilities.turn_detection_types, self.settings)
+                                             self.backend.capabilities.turn_detection_types, self.settings,
+                                             self.mcp_config)
         self._check_token_limit(cfg, ev.event_id)
         if settings.kind == "transcription" and not self._can_transcribe:
             raise ProtocolError(f"backend {self.backend.name} has no transcriber; transcription sessions are not "
@@ -421,8 +426,19 @@ class RealtimeSession:
                                 "an item first)", code="item_not_found", param="previous_item_id",
                                 event_id=ev.event_id)
         item, _ = await self.new_item(ev.item, ev.event_id)
+        if item.type == "mcp_approval_response":
+            self._check_approval(item, ev.event_id)
         self.conv.insert_item(item, previous)
         self._announce_item(item)
+
+    def _check_approval(self, item: Item, event_id: str | None) -> None:
+        request = self.conv.item(item.approval_request_id or "")
+        if request is None or request.type != "mcp_approval_request":
+            raise ProtocolError(f"no mcp_approval_request {item.approval_request_id!r} in the conversation",
+                                code="item_not_found", param="item.approval_request_id", event_id=event_id)
+        if any(i.type == "mcp_approval_response" and i.approval_request_id == request.item_id for i in self.conv.items):
+            raise ProtocolError(f"approval request {request.item_id!r} was already answered",
+                                code="invalid_value", param="item.approval_request_id", event_id=event_id)
 
     def _announce_item(self, item: Item) -> None:
         rendered = render_item(item, self.dialect.beta)
@@ -477,6 +493,18 @@ class RealtimeSession:
                 replies.call_delta(e)
             elif kind == "function_call_done":
                 replies.call_done(e)
+            elif kind == "mcp_call_running":
+                replies.mcp_running(e)
+            elif kind == "mcp_call_finished":
+                replies.mcp_finished(e)
+            elif kind == "mcp_list_started":
+                self.send(server_event("conversation.item.added", previous_item_id=e.previous_item_id,
+                                       item=render_item(Item("assistant", item_id=e.item_id, type="mcp_list_tools",
+                                                             server_label=e.server_label, tools=[], parts=[]),
+                                                        False)))
+                self.send(server_event("mcp_list_tools.in_progress", item_id=e.item_id))
+            elif kind == "mcp_list_finished":
+                self._listed(e)
             elif kind == "response_done":
                 part = Part("audio" if e.output_audio else "text", e.text)
                 status = "completed" if e.status == "completed" else "incomplete"
@@ -494,6 +522,15 @@ class RealtimeSession:
                                        resumed_item_id=e.resumed_item_id, audio_start_ms=e.audio_start_ms))
             elif kind == "error":
                 self.send_error(e.message, e.code, kind=ERROR_TYPES.get(e.code, "server_error"))
+
+    def _listed(self, e) -> None:
+        """An MCP server's listing ended: its item with the tools, or the failure and why."""
+        item = Item("assistant", item_id=e.item_id, type="mcp_list_tools", server_label=e.server_label,
+                    tools=list(e.tools), parts=[])
+        self.send(server_event("mcp_list_tools.failed" if e.error else "mcp_list_tools.completed", item_id=e.item_id))
+        self.send(server_event("conversation.item.done", item=render_item(item, False)))
+        if e.error:
+            self.send_error(e.error, "mcp_list_tools_failed", param="session.tools")
 
     def _user_audio_item(self, item_id: str, transcript: str | None) -> dict[str, Any]:
         item = self.conv.item(item_id) or Item("user", item_id=item_id, parts=[Part("audio", transcript)])

@@ -8,9 +8,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.conversation import ConversationConfig, TurnDetection
-from core.conversation.config import FunctionTool, Truncation
+from core.config import McpConfig
+from core.conversation.config import FunctionTool, McpServerTool, Truncation
+from core.conversation.mcp_tools import SEPARATOR
 from core.protocol import MAX_OUTPUT_TOKENS, SPEED_RANGE, TEMPERATURE_RANGE, Dialect, ProtocolError
 from worker.audio_formats import AudioFormat, parse_format
+from worker.mcp_client import url_refusal
 
 VOICE = "joe"
 TRANSCRIPTION_MODEL = "whisper-tiny.en"
@@ -102,16 +105,52 @@ def _transcription(value: Any, param: str) -> dict[str, Any] | None:
     return out
 
 
-def parse_tools(tools: Any, tool_choice: Any, param: str) -> dict[str, Any]:
-    """``tools`` and ``tool_choice`` (either dialect's shape) as config fields; only those given."""
+MCP_IGNORED = ("allowed_callers", "defer_loading")  # accepted; they change nothing here
+
+
+def _validation_error(exc: ValidationError, where: str) -> ProtocolError:
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("function-", "literal[")))
+    at = f"{where}.{loc}" if loc else where
+    return ProtocolError(f"{at}: {err['msg']}", param=at)
+
+
+def parse_mcp_tool(tool: dict[str, Any], where: str, mcp: McpConfig | None) -> McpServerTool:
+    """A ``type: "mcp"`` tool (GA): a server URL the operator allows; connectors are not offered."""
+    for key in ("connector_id", "tunnel_id"):
+        if tool.get(key) is not None:
+            raise ProtocolError(f"{where}.{key}: connectors are not offered here; give the MCP server's server_url",
+                                code="unsupported_value", param=f"{where}.{key}")
+    if not isinstance(tool.get("server_url"), str) or not tool["server_url"]:
+        raise ProtocolError(f"{where}.server_url: an MCP tool needs the server's URL", code="missing_required_parameter",
+                            param=f"{where}.server_url")
+    try:
+        server = McpServerTool.model_validate({k: v for k, v in tool.items() if k not in MCP_IGNORED})
+    except ValidationError as exc:
+        raise _validation_error(exc, where) from None
+    refusal = url_refusal(server.server_url, mcp or McpConfig())
+    if refusal is not None:
+        raise ProtocolError(f"{where}.server_url: {refusal}", code="mcp_server_not_allowed", param=f"{where}.server_url")
+    return server
+
+
+def parse_tools(tools: Any, tool_choice: Any, param: str, mcp: McpConfig | None = None,
+                allow_mcp: bool = False) -> dict[str, Any]:
+    """``tools`` and ``tool_choice`` (either dialect's shape) as config fields; only those given.
+    ``allow_mcp``: the GA dialect, where ``type: "mcp"`` tools are allowed (under ``mcp``)."""
     out: dict[str, Any] = {}
     if tools is not None:
         if not isinstance(tools, list):
             raise ProtocolError(f"{param}.tools must be a list", param=f"{param}.tools")
         parsed = []
+        servers: list[McpServerTool] = []
         for i, tool in enumerate(tools):
+            if isinstance(tool, dict) and tool.get("type") == "mcp" and allow_mcp:
+                servers.append(parse_mcp_tool(tool, f"{param}.tools.{i}", mcp))
+                continue
             if not isinstance(tool, dict) or tool.get("type", "function") != "function":
-                raise ProtocolError(f"{param}.tools.{i}: only function tools are supported",
+                kinds = "function and mcp tools" if allow_mcp else "only function tools"
+                raise ProtocolError(f"{param}.tools.{i}: {kinds} are supported",
                                     param=f"{param}.tools.{i}.type")
             try:
                 parsed.append(FunctionTool.model_validate(tool))
@@ -122,9 +161,19 @@ def parse_tools(tools: Any, tool_choice: Any, param: str) -> dict[str, Any]:
             if not isinstance(parsed[-1].parameters, dict):
                 raise ProtocolError(f"{param}.tools.{i}.parameters must be a JSON schema object",
                                     param=f"{param}.tools.{i}.parameters")
+        limit = (mcp or McpConfig()).max_servers
+        if len(servers) > limit:
+            raise ProtocolError(f"{param}.tools: at most {limit} MCP servers in a session", param=f"{param}.tools")
         out["tools"] = parsed
+        out["mcp_servers"] = servers
     if tool_choice is not None:
-        if isinstance(tool_choice, dict):
+        if isinstance(tool_choice, dict) and tool_choice.get("type") == "mcp" and allow_mcp:
+            label, name = tool_choice.get("server_label"), tool_choice.get("name")
+            if not isinstance(label, str) or not label or (name is not None and not isinstance(name, str)):
+                raise ProtocolError(f"{param}.tool_choice: an mcp choice needs server_label (and may name a tool)",
+                                    param=f"{param}.tool_choice")
+            tool_choice = f"{label}{SEPARATOR}{name}" if name else "required"
+        elif isinstance(tool_choice, dict):
             if tool_choice.get("type") != "function" or not isinstance(tool_choice.get("name"), str):
                 raise ProtocolError(f"{param}.tool_choice must be auto, none, required or "
                                     '{"type": "function", "name": ...}', param=f"{param}.tool_choice")
@@ -138,17 +187,24 @@ def parse_tools(tools: Any, tool_choice: Any, param: str) -> dict[str, Any]:
 
 
 def tools_object(cfg: ConversationConfig, beta: bool) -> dict[str, Any]:
+    """The session's tools as echoed: functions, then MCP servers (never their headers)."""
     choice: Any = cfg.tool_choice
     if choice not in ("auto", "none", "required"):
-        choice = choice if beta else {"type": "function", "name": choice}
-    return {"tools": [t.model_dump() for t in cfg.tools], "tool_choice": choice}
+        label, sep, name = choice.partition(SEPARATOR)
+        if sep and not beta and label in {s.server_label for s in cfg.mcp_servers}:
+            choice = {"type": "mcp", "server_label": label, "name": name}
+        else:
+            choice = choice if beta else {"type": "function", "name": choice}
+    return {"tools": [t.model_dump() for t in cfg.tools] + [s.wire() for s in cfg.mcp_servers], "tool_choice": choice}
 
 
 def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Dialect,
                          turn_types: tuple[str, ...] = ("server_vad",),
-                         settings: SessionSettings | None = None) -> tuple[ConversationConfig, SessionSettings]:
+                         settings: SessionSettings | None = None,
+                         mcp: McpConfig | None = None) -> tuple[ConversationConfig, SessionSettings]:
     """A new config and settings with the fields the client set; everything else unchanged.
-    ``turn_types``: the turn detection types the backend supports."""
+    ``turn_types``: the turn detection types the backend supports; ``mcp``: the operator's MCP
+    limits (None: MCP tools refused)."""
     settings = replace(settings) if settings is not None else SessionSettings()
     update: dict[str, Any] = {}
     kind = s.get("type")
@@ -196,7 +252,7 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
         speed = out.get("speed")
         voice = out.get("voice")
         transcription = _transcription(inp.get("transcription"), "session.audio.input.transcription")
-    update.update(parse_tools(s.get("tools"), s.get("tool_choice"), "session"))
+    update.update(parse_tools(s.get("tools"), s.get("tool_choice"), "session", mcp, allow_mcp=not dialect.beta))
     if transcription is not None:
         settings.transcription = transcription
         update["transcribe_input"] = True  # always on; the model is fixed

@@ -85,6 +85,78 @@ class FunctionTool(BaseModel):
     parameters: dict = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+class ToolFilter(BaseModel):
+    """Which of an MCP server's tools a rule names: by name, by read-only hint, or both (both must
+    hold); an empty filter names every tool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool_names: list[str] | None = Field(None, max_length=512)
+    read_only: bool | None = None
+
+    def matches(self, name: str, read_only: bool) -> bool:
+        return ((self.tool_names is None or name in self.tool_names)
+                and (self.read_only is None or self.read_only == read_only))
+
+
+class ApprovalFilter(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    always: ToolFilter | None = None
+    never: ToolFilter | None = None
+
+
+class McpServerTool(BaseModel):
+    """An MCP server whose tools the server lists and calls itself (``session.tools`` entry of
+    ``type: "mcp"``; ``core/conversation/mcp_tools.py``). ``headers`` and ``authorization`` go to
+    that server only: every dump leaves them out (the session echo, recordings, logs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["mcp"] = "mcp"
+    # The model sees each tool as a function ``<label>__<tool>`` (at most 64 characters).
+    server_label: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+    server_url: str = Field(max_length=2048)
+    server_description: str | None = Field(None, max_length=4096)
+    allowed_tools: list[str] | ToolFilter | None = None
+    # Absent: every call waits for the user's approval (as OpenAI's default).
+    require_approval: Literal["always", "never"] | ApprovalFilter | None = None
+    headers: dict[str, str] | None = Field(None, exclude=True, repr=False)
+    authorization: str | None = Field(None, exclude=True, repr=False)
+
+    def offers(self, name: str, read_only: bool) -> bool:
+        """Whether ``allowed_tools`` lets the model see this tool."""
+        if self.allowed_tools is None:
+            return True
+        if isinstance(self.allowed_tools, list):
+            return name in self.allowed_tools
+        return self.allowed_tools.matches(name, read_only)
+
+    def needs_approval(self, name: str, read_only: bool) -> bool:
+        """``always``/``never``, or a filter: a tool ``always`` names asks, one ``never`` names
+        does not; any other asks, unless only ``always`` was given."""
+        rule = self.require_approval
+        if rule is None or isinstance(rule, str):
+            return rule != "never"
+        if rule.always is not None and rule.always.matches(name, read_only):
+            return True
+        if rule.never is not None and rule.never.matches(name, read_only):
+            return False
+        return rule.never is not None or rule.always is None
+
+    def secret_headers(self) -> dict[str, str]:
+        """What the MCP server gets with each request: ``headers``, and ``authorization`` as a
+        bearer token."""
+        out = dict(self.headers or {})
+        if self.authorization:
+            out["Authorization"] = f"Bearer {self.authorization}"
+        return out
+
+    def wire(self) -> dict:
+        """The session echo's entry: as given, less the secrets (and the unset fields)."""
+        return self.model_dump(exclude_none=True)
+
+
 class Truncation(BaseModel):
     """What a reply's context keeps when the conversation outgrows the model's input limit
     (OpenAI's ``session.truncation``; ``truncation.py``). The limit is the backend's context less
@@ -128,6 +200,7 @@ class ConversationConfig(BaseModel):
     max_history_messages: int = Field(1024, ge=2, le=4096)
     truncation: Truncation = Field(default_factory=Truncation)
     tools: list[FunctionTool] = Field(default_factory=list, max_length=64)
+    mcp_servers: list[McpServerTool] = Field(default_factory=list, max_length=32)
     # "auto" | "none" | "required" | the name of one function to call
     tool_choice: str = "auto"
     transcribe_input: bool = True

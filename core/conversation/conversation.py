@@ -48,6 +48,8 @@ from core.conversation.events import (
 )
 from core.conversation.idle_timeout import IdleTimeout
 from core.conversation.items import ROOT, HistoryMessage, Item, ItemHistory, Part, PartKind, Role
+from core.conversation.mcp_calls import McpCalls
+from core.conversation.mcp_tools import SEPARATOR, McpTools, for_model
 from core.conversation.model import ConversationModel
 from core.conversation.playback import PlaybackClock
 from core.conversation.reply import ReplyJob, Response, Segment, heard_text
@@ -86,7 +88,7 @@ class ConversationStats:
     turn_score_ms: float | None = None  # the last score's time on the model thread, queue included
 
 
-class Conversation(TurnTaking, BargeIn):
+class Conversation(TurnTaking, BargeIn, McpCalls):
     """One session's model state. Not thread-safe: call from one event loop.
 
     Backends with per-mode behaviour (MiniCPM-o's duplex loop) subclass it and use the hooks
@@ -119,6 +121,7 @@ class Conversation(TurnTaking, BargeIn):
         self._input = AudioInput(backend.vad_model, self.config)
         self.context = ContextWindow(backend)  # what each reply reads under ``truncation``
         self.idle_timeout = IdleTimeout(self)  # ``turn_detection.idle_timeout_ms``
+        self.mcp = McpTools(self)  # MCP servers' tools, run by the server (the worker sets the connector)
 
     # ------------------------------------------------------------------ config & state
 
@@ -131,11 +134,14 @@ class Conversation(TurnTaking, BargeIn):
                 f"use one of {', '.join(repr(t) for t in types)} or null",
                 param="turn_detection.type",
             )
-        if config.tools and not self.backend.capabilities.supports_tools:
+        if (config.tools or config.mcp_servers) and not self.backend.capabilities.supports_tools:
             raise InvalidInputError(f"backend {self.backend.name} cannot call functions; send no tools",
                                     param="tools")
+        labels = [s.server_label for s in config.mcp_servers]
+        if len(set(labels)) != len(labels):
+            raise InvalidInputError("two MCP tools share a server_label; each needs its own", param="tools")
         if config.tool_choice not in ("auto", "none", "required") and config.tool_choice not in {
-                t.name for t in config.tools}:
+                t.name for t in config.tools} and config.tool_choice.partition(SEPARATOR)[0] not in labels:
             raise InvalidInputError(f"tool_choice names {config.tool_choice!r}, which is not among the tools",
                                     param="tool_choice")
         self.backend.check_tools(config.tools)
@@ -156,6 +162,7 @@ class Conversation(TurnTaking, BargeIn):
             self._input.configure(config.turn_detection)
         self._on_config(old)
         self.idle_timeout.configure()
+        self.mcp.sync(config.mcp_servers)
 
     def _on_config(self, old: ConversationConfig | None) -> None:
         """Hook for backends with per-mode state (MiniCPM-o's duplex session)."""
@@ -370,7 +377,7 @@ class Conversation(TurnTaking, BargeIn):
         items = list(items) if items is not None else self._items.snapshot() + ([pending] if pending else [])
         items = self._fit_context(resp, cfg, instructions, items, from_history=not given)
         if items is not None:
-            self._spawn(self._generate(resp, self.reply_job(resp, cfg, instructions, items)))
+            self._spawn(self._generate(resp, self.reply_job(resp, cfg, instructions, for_model(items))))
 
     def _fit_context(self, resp: Response, cfg: ConversationConfig, instructions: str | None, items: list[Item],
                      from_history: bool) -> list[Item] | None:
@@ -390,8 +397,11 @@ class Conversation(TurnTaking, BargeIn):
 
     async def _generate(self, resp: Response, job: ReplyJob) -> None:
         status, reason = "completed", None
+        ran_tools = False
         try:
             try:
+                if job.config.mcp_servers:
+                    await self._prepare_tools(resp, job)
                 stats = await self.backend.generate_reply(job)
             finally:
                 if resp.scores_turn and not resp.turn_scored:
@@ -413,6 +423,8 @@ class Conversation(TurnTaking, BargeIn):
         # Output queued with call_soon_threadsafe by the model threads lands before the final event.
         await asyncio.sleep(0)
         resp.generating = False
+        if not resp.cancelled and status == "completed":
+            ran_tools = await self._run_tool_calls(resp)
         if resp.cancelled:
             if resp.forward is not None:  # resumed after a false interruption: that response ends now
                 self._finish(resp.forward, status, reason, resp.forward.text)
@@ -420,6 +432,8 @@ class Conversation(TurnTaking, BargeIn):
                 self.stats.last_cancel_stop_ms = (time.perf_counter() - resp.cancel_at) * 1000
             return
         self._finish(resp, status, reason, resp.text)
+        if ran_tools and resp.in_conversation and self._response is None and not self._closed:
+            self._speak_tool_results(resp, job)
 
     def _finish(self, resp: Response, status: str, reason: str | None, history_text: str) -> None:
         if resp.held:
@@ -439,8 +453,14 @@ class Conversation(TurnTaking, BargeIn):
             self._remember(Item("assistant", text, item_id=resp.item_id,
                                 parts=[Part("audio" if resp.output_audio else "text", text)], status=item_status))
         for call in (c for c in resp.calls if c.complete and resp.in_conversation):
-            self._remember(Item("assistant", item_id=call.item_id, type="function_call", call_id=call.call_id,
-                                name=call.name, arguments=call.arguments, parts=[], status=item_status))
+            if call.kind == "function_call":
+                self._remember(Item("assistant", item_id=call.item_id, type="function_call", call_id=call.call_id,
+                                    name=call.name, arguments=call.arguments, parts=[], status=item_status))
+            elif call.kind == "mcp_approval_request":  # the user answers it (mcp_approval_response)
+                self._remember(Item("assistant", item_id=call.item_id, type="mcp_approval_request",
+                                    server_label=call.server_label, name=call.tool, arguments=call.arguments,
+                                    parts=[]))
+            # an mcp_call joined the history when it ran
         self._emit_for(resp, ResponseDone(resp.response_id, resp.item_id, status, reason, resp.text,
                                           resp.audio_ms, resp.output_tokens, resp.prompt_tokens,
                                           resp.in_conversation, resp.metadata, resp.output_audio,
@@ -488,6 +508,11 @@ class Conversation(TurnTaking, BargeIn):
         if resp.cancelled:
             return
         call = FunctionCall(new_id("item"), new_id("call"), name)
+        route = self.mcp.route(name)
+        if route is not None:  # an MCP server's tool: the server runs it, or asks the user first
+            server, tool = route
+            call = replace(call, server_label=server.server_label, tool=tool.name,
+                           approval=server.needs_approval(tool.name, tool.read_only))
         resp.calls.append(call)
         self._emit_for(resp, FunctionCallStarted(resp.response_id, call))
 
@@ -567,6 +592,7 @@ class Conversation(TurnTaking, BargeIn):
             await self.cancel_response("session_closed")
         self._closed = True
         self.idle_timeout.stop()
+        await self.mcp.close()
         for task in list(self._tasks):
             task.cancel()
         self._queue.put_nowait(None)

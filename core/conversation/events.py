@@ -78,13 +78,29 @@ class AudioChunk:
 
 @dataclass(frozen=True, slots=True)
 class FunctionCall:
-    """One function call a reply made: its own item, the call id the client answers with."""
+    """One function call a reply made: its own item, the call id the client answers with.
+
+    A call of an MCP server's tool (``mcp_tools.py``) has ``server_label`` and the server's own
+    tool name in ``tool``; the server runs it (``output`` or ``error`` once done), or, when it
+    needs the user's approval (``approval``), it becomes an approval request instead."""
 
     item_id: str
     call_id: str
     name: str
     arguments: str = ""
     complete: bool = False  # all arguments made (a cancelled reply may leave a call unfinished)
+    server_label: str | None = None
+    tool: str | None = None
+    approval: bool = False
+    approval_request_id: str | None = None  # an approved call: the request it answers
+    output: str | None = None
+    error: dict | None = None
+
+    @property
+    def kind(self) -> Literal["function_call", "mcp_call", "mcp_approval_request"]:
+        if self.server_label is None:
+            return "function_call"
+        return "mcp_approval_request" if self.approval else "mcp_call"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +125,45 @@ class FunctionCallDone:
     response_id: str
     call: FunctionCall
     type: Literal["function_call_done"] = "function_call_done"
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallRunning:
+    """The server has sent an MCP call (``response.mcp_call.in_progress``)."""
+
+    response_id: str
+    call: FunctionCall
+    type: Literal["mcp_call_running"] = "mcp_call_running"
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallFinished:
+    """An MCP call's result: ``call.output``, or ``call.error`` when it failed."""
+
+    response_id: str
+    call: FunctionCall
+    type: Literal["mcp_call_finished"] = "mcp_call_finished"
+
+
+@dataclass(frozen=True, slots=True)
+class McpListStarted:
+    """Listing an MCP server's tools began: its ``mcp_list_tools`` item joined the conversation."""
+
+    item_id: str
+    server_label: str
+    previous_item_id: str | None = None
+    type: Literal["mcp_list_started"] = "mcp_list_started"
+
+
+@dataclass(frozen=True, slots=True)
+class McpListFinished:
+    """The listing ended: ``tools`` as the item shows them, or ``error`` (why it failed)."""
+
+    item_id: str
+    server_label: str
+    tools: tuple[dict, ...] = ()
+    error: str | None = None
+    type: Literal["mcp_list_finished"] = "mcp_list_finished"
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +243,10 @@ ConversationEvent = (
     | Backchannel
     | ItemTruncated
     | ResponseResumed
+    | McpCallRunning
+    | McpCallFinished
+    | McpListStarted
+    | McpListFinished
 )
 
 

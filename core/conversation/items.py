@@ -18,7 +18,9 @@ import numpy as np
 from core.ids import new_id
 
 Role = Literal["system", "user", "assistant"]
-ItemType = Literal["message", "function_call", "function_call_output"]
+ItemType = Literal["message", "function_call", "function_call_output", "mcp_list_tools", "mcp_call",
+                   "mcp_approval_request", "mcp_approval_response"]
+MCP_ITEM_TYPES = ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response")
 PartKind = Literal["text", "audio", "image"]
 ROOT = "root"  # previous_item_id that places an item first
 
@@ -34,7 +36,10 @@ class Part:
 @dataclass(slots=True)
 class Item:
     """One history entry. Messages carry content; function calls carry ``call_id``, ``name`` and
-    ``arguments``; function call outputs carry ``call_id`` and ``output``."""
+    ``arguments``; function call outputs carry ``call_id`` and ``output``. MCP items
+    (``mcp_tools.py``) carry ``server_label``; a call its ``name`` (the server's tool name),
+    ``arguments``, ``output`` or ``error``; a listing its ``tools``; an approval response
+    ``approval_request_id``, ``approve`` and ``reason``."""
 
     role: Role
     text: str = ""
@@ -49,6 +54,12 @@ class Item:
     name: str | None = None
     arguments: str | None = None
     output: str | None = None
+    server_label: str | None = None
+    error: dict | None = None
+    tools: list[dict] | None = None
+    approval_request_id: str | None = None
+    approve: bool | None = None
+    reason: str | None = None
 
     def __post_init__(self) -> None:
         if self.type == "message" and not self.parts:

@@ -82,6 +82,7 @@ class Response:
     gate: threading.Event = field(default_factory=lambda: _open_event())
     forward: Response | None = None
     forward_segments: dict[int, int] = field(default_factory=dict)
+    tool_round: int = 0  # follow-up replies in a row that speak MCP results (conversation.py)
 
     @property
     def audio_ms(self) -> float:
@@ -152,6 +153,17 @@ class ReplyJob:
     @property
     def cancelled(self) -> bool:
         return self.cancel.is_set()
+
+    def add_functions(self, functions: list) -> None:
+        """Functions beyond the config's (an MCP server's tools), under the same ``tool_choice``."""
+        cfg = self.config
+        if not functions or cfg.tool_choice == "none":
+            return
+        tools = list(cfg.tools) + list(functions)
+        if cfg.tool_choice not in ("auto", "required"):
+            tools = [t for t in tools if t.name == cfg.tool_choice]
+        self.tools = tools
+        self.tool_choice = cfg.tool_choice if tools else "none"
 
     def end_of_message(self, probability: MessageEnd | float | None) -> None:
         """The model's probability that the user's last message is complete (a ``MessageEnd``

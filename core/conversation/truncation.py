@@ -55,7 +55,10 @@ def item_text(item: Item) -> str:
         return f"{item.name or ''}({item.arguments or ''})"
     if item.type == "function_call_output":
         return item.output or ""
-    return item.text
+    if item.type in ("mcp_call", "mcp_approval_request"):  # read as a call and its result (mcp_tools.for_model)
+        result = item.output if item.error is None else str(item.error.get("message", ""))
+        return f"{item.name or ''}({item.arguments or ''}) {result or ''}"
+    return item.text  # an MCP listing or approval answer: nothing the model reads
 
 
 def estimate_item_tokens(item: Item, count_tokens: Callable[[str], int] = estimate_text_tokens, *,

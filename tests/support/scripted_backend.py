@@ -75,7 +75,10 @@ class ScriptedBackend(Backend):
         return f"{len(data)} bytes"
 
     def _run(self, job: ReplyJob) -> ReplyStats:
-        for word in self.words:
+        return self._say(job, self.words)
+
+    def _say(self, job: ReplyJob, words: list[str]) -> ReplyStats:
+        for word in words:
             if job.cancelled:
                 return ReplyStats(stop_reason="cancelled")
             job.text(word + " ")
@@ -85,7 +88,7 @@ class ScriptedBackend(Backend):
                 job.end_segment()
             time.sleep(self.step_s)
         job.state["replies"] += 1
-        return ReplyStats(output_tokens=len(self.words), prompt_tokens=len(job.items))
+        return ReplyStats(output_tokens=len(words), prompt_tokens=len(job.items))
 
     async def generate_reply(self, job: ReplyJob) -> ReplyStats:
         self.jobs.append(job)
@@ -93,6 +96,26 @@ class ScriptedBackend(Backend):
 
     def close(self) -> None:
         super().close()  # its own threads (built without the runtime's)
+
+
+class ScriptedToolBackend(ScriptedBackend):
+    """A scripted backend that calls functions: offered the function ``call`` names (and not
+    just after a result), it calls it with the scripted JSON arguments; otherwise it says its
+    words and then the last result it read, so a test sees the result spoken."""
+
+    supports_tools = True
+
+    def __init__(self, words: list[str], call: tuple[str, str] | None = None, **kwargs) -> None:
+        super().__init__(words, **kwargs)
+        self.call = call
+
+    def _run(self, job: ReplyJob) -> ReplyStats:
+        last = job.items[-1] if job.items else None
+        after_result = last is not None and last.type == "function_call_output"
+        if self.call is not None and not after_result and any(t.name == self.call[0] for t in job.tools):
+            job.function_call(*self.call)
+            return ReplyStats(output_tokens=1, prompt_tokens=len(job.items))
+        return self._say(job, self.words + ((last.output or "").split() if after_result else []))
 
 
 def tone(seconds: float, rate: int = 16000) -> bytes:
