@@ -99,12 +99,16 @@ def _check(session: dict[str, Any], beta: bool, param: str) -> tuple[dict[str, A
         _tokens(session.get("max_output_tokens"), f"{param}.max_output_tokens")
         _modalities(session.get("output_modalities"), f"{param}.output_modalities")
         choice = session.get("tool_choice")
-        if isinstance(choice, dict) and choice.get("type") != "function":
-            raise SessionConfigError(f"'{param}.tool_choice': only function tools are supported.",
+        if isinstance(choice, dict) and choice.get("type") not in ("function", "mcp"):
+            raise SessionConfigError(f"'{param}.tool_choice': only function and mcp tools are supported.",
                                      f"{param}.tool_choice.type", "unsupported_value")
     for i, tool in enumerate(session.get("tools") or []):
+        if tool.get("type") == "mcp" and not beta:  # the worker checks the host against tools.mcp.allowed_hosts
+            _mcp_tool(tool, f"{param}.tools[{i}]")
+            continue
         if tool.get("type", "function") != "function":
-            raise SessionConfigError(f"'{param}.tools[{i}].type': only function tools are supported here.",
+            kinds = "function tools are" if beta else "function and mcp tools are"
+            raise SessionConfigError(f"'{param}.tools[{i}].type': only {kinds} supported here.",
                                      f"{param}.tools[{i}].type", "unsupported_value")
         if "parameters" in tool and not isinstance(tool["parameters"], dict):
             raise SessionConfigError(f"Invalid value for '{param}.tools[{i}].parameters': a JSON schema object.",
@@ -114,7 +118,11 @@ def _check(session: dict[str, Any], beta: bool, param: str) -> tuple[dict[str, A
 
 def session_object(session: dict[str, Any], *, beta: bool, session_id: str, model: str | None) -> dict[str, Any]:
     """The session as it will start: the minted config over the protocol's defaults (what the
-    worker alone decides, such as its default voice and instructions, is left out)."""
+    worker alone decides, such as its default voice and instructions, is left out). An MCP tool's
+    ``headers`` and ``authorization`` are not echoed: the key holder never sees them."""
+    if session.get("tools"):
+        session = {**session, "tools": [{k: v for k, v in t.items() if k not in MCP_SECRETS}
+                                        if t.get("type") == "mcp" else t for t in session["tools"]]}
     if beta:
         return {"id": session_id, "object": "realtime.session", "model": model or DEFAULT_MODEL,
                 **_merge(BETA_DEFAULTS, session)}
@@ -126,6 +134,20 @@ def session_object(session: dict[str, Any], *, beta: bool, session_id: str, mode
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+MCP_SECRETS = ("headers", "authorization")
+
+
+def _mcp_tool(tool: dict[str, Any], at: str) -> None:
+    """An MCP server by URL (connectors are not offered); the shape was checked by the openai model."""
+    for key in ("connector_id", "tunnel_id"):
+        if tool.get(key) is not None:
+            raise SessionConfigError(f"'{at}.{key}': connectors are not offered here; give server_url.",
+                                     f"{at}.{key}", "unsupported_value")
+    if not isinstance(tool.get("server_url"), str) or not tool["server_url"]:
+        raise SessionConfigError(f"Missing required parameter: '{at}.server_url'.", f"{at}.server_url",
+                                 "missing_required_parameter")
 
 
 def _ga_model(kind: str) -> type[BaseModel]:

@@ -135,8 +135,10 @@ def test_mint_answers_validate_against_the_openai_types(tmp_path):
     ({"type": "realtime", "audio": {"output": {"speed": 3}}}, "session.audio.output.speed", "invalid_value"),
     ({"type": "realtime", "tools": [{"type": "function", "name": "f", "parameters": {}, "strict": True}]},
      "session.tools[0].strict", "unknown_parameter"),
-    ({"type": "realtime", "tools": [{"type": "mcp", "server_label": "x"}]}, "session.tools[0].type",
-     "unsupported_value"),
+    ({"type": "realtime", "tools": [{"type": "mcp", "server_label": "x"}]}, "session.tools[0].server_url",
+     "missing_required_parameter"),
+    ({"type": "realtime", "tools": [{"type": "mcp", "server_label": "x", "connector_id": "connector_gmail"}]},
+     "session.tools[0].connector_id", "unsupported_value"),
     ({"type": "realtime", "max_output_tokens": 5000}, "session.max_output_tokens", "invalid_value"),
     ({"instructions": "no type"}, "session.type", "missing_required_parameter"),
     ({"type": "conversation"}, "session.type", "invalid_value"),
@@ -147,6 +149,18 @@ def test_the_session_config_is_checked_at_mint_time(tmp_path, session, param, co
         assert r.status_code == 400, r.text
         error = r.json()["error"]
         assert (error["param"], error["code"]) == (param, code) and param in error["message"], error
+
+
+def test_an_mcp_tool_is_minted_and_its_secrets_are_not_echoed(tmp_path):
+    tool = {"type": "mcp", "server_label": "shop", "server_url": "https://tools.example.com/mcp",
+            "require_approval": "never", "headers": {"X-Api-Key": "very-secret-1"}, "authorization": "very-secret-2"}
+    with make_client(tmp_path) as c:
+        r = mint(c, {"session": {"type": "realtime", "tools": [tool]}})
+        assert r.status_code == 200, r.text
+        assert r.json()["session"]["tools"] == [{k: v for k, v in tool.items() if k not in ("headers", "authorization")}]
+        assert "very-secret" not in r.text
+        beta = mint(c, {"tools": [tool]}, beta=True)
+        assert beta.status_code == 400 and beta.json()["error"]["param"] == "tools[0].type", beta.text
 
 
 def test_our_extensions_and_the_beta_shape_pass_the_check(tmp_path):
