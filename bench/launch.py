@@ -170,11 +170,11 @@ class Launched:
 
 
 @contextlib.contextmanager
-def cascade_realtime_url() -> Iterator[str]:
+def cascade_realtime_url(**sections) -> Iterator[str]:
     """A fresh gateway + one cascade worker (no recording, no per-client limits) for the duration;
-    yields the realtime URL a bench session connects to."""
+    yields the realtime URL a bench session connects to. ``sections``: more config (``tools=...``)."""
     with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
         with Launched(Path(tmp), workers=1, recording={"enabled": False},
-                      auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}) as launched:
+                      auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}, **sections) as launched:
             launched.wait_ready()
             yield launched.ws_url + "?model=omniduplex-cascade&record=false&app=bench"

@@ -5,15 +5,14 @@ token. Each call is counted, so a test can tell whether the server was really as
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp_types import ToolAnnotations
+
+from devtools.mcp_serve import free_port, serve
 
 TOKEN = "test-mcp-token-123"
 WEATHER = {"Paris": "sunny, 21 degrees", "Oslo": "snowing, minus 3 degrees", "Rome": "cloudy, 17 degrees"}
@@ -31,12 +30,6 @@ class McpTestServer:
     def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _build(state: McpTestServer) -> MCPServer:
@@ -94,24 +87,12 @@ class _BearerGate:
 
 def start_mcp_server(*, needs_token: bool = False) -> McpTestServer:
     """Start a server on a free loopback port; returns once it accepts connections."""
-    import logging
-
-    logging.getLogger("mcp").setLevel(logging.CRITICAL)  # a raising tool logs a long traceback
-    port = _free_port()
-    state = McpTestServer(f"http://127.0.0.1:{port}/mcp")
+    state = McpTestServer("")
     app = _build(state).streamable_http_app()
-    srv = uvicorn.Server(uvicorn.Config(_BearerGate(app) if needs_token else app, host="127.0.0.1", port=port,
-                                        log_level="warning", lifespan="on"))
-    state._server = srv
-    threading.Thread(target=srv.run, daemon=True, name=f"mcp-test-{port}").start()
-    deadline = time.monotonic() + 15
-    while not srv.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the MCP test server did not start")
-        time.sleep(0.01)
+    state.url, state._server = serve(_BearerGate(app) if needs_token else app)
     return state
 
 
 def unused_url() -> str:
     """A loopback URL nothing listens on."""
-    return f"http://127.0.0.1:{_free_port()}/mcp"
+    return f"http://127.0.0.1:{free_port()}/mcp"

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("core", "gateway", "worker", "launcher", "bench", "devtools", "tests")
 MODEL_SIDE = ("core.conversation", "core.processors", "core.cascade",
-              "torch", "onnxruntime", "ctranslate2", "transformers")
+              "torch", "onnxruntime", "ctranslate2", "transformers", "mcp")
 
 # Runs in a fresh interpreter: records who imported each module first (the importing frame's
 # module), so a failure names the chain from the gateway down to the forbidden module.
