@@ -285,3 +285,81 @@ async def test_the_recording_shows_each_call_and_never_the_headers(gated_server,
                                                           "The weather in Rome is cloudy, 17 degrees.")
     spoken_reply = [e for e in events if e["type"] == "response_done"][-1]
     assert "cloudy, 17 degrees" in spoken_reply["text"]
+
+
+async def test_a_cancel_during_a_call_cancels_it_and_the_session_goes_on(mcp_server):
+    config = ALLOW_LOOPBACK.model_copy(update={"call_timeout_s": 30.0})
+    backend = ScriptedToolBackend(["Fine."], call=("shop__slow", '{"seconds": 20}'))
+    async with Session(backend, config) as s:
+        await s.update(mcp(mcp_server.url, require_approval="never"))
+        await s.channel.until("mcp_list_tools.completed")
+        s.channel.client("conversation.item.create", item={"type": "message", "role": "user",
+                                                           "content": [{"type": "input_text", "text": "Slow one."}]})
+        s.channel.client("response.create")
+        await s.channel.until("response.mcp_call.in_progress")
+        s.channel.client("response.cancel")
+        done = (await s.channel.until("response.done", timeout=5))["response"]
+        assert done["status"] == "cancelled" and not s.of("response.mcp_call.completed")
+        await asyncio.sleep(0.3)
+        assert len(s.of("response.created")) == 1  # no follow-up for a cancelled call
+        backend.call = None
+        reply = await s.ask("Hello?", count=2)
+        assert spoken(reply).startswith("Fine.")
+
+
+async def test_mcp_tools_for_one_response_only(mcp_server):
+    backend = ScriptedToolBackend(["So:"], call=("shop__get_weather", '{"city": "Oslo"}'))
+    async with Session(backend) as s:
+        await s.update()  # no tools in the session
+        s.channel.client("conversation.item.create", item={"type": "message", "role": "user",
+                                                           "content": [{"type": "input_text", "text": "Oslo?"}]})
+        s.channel.client("response.create", response={"tools": [mcp(mcp_server.url, require_approval="never")]})
+        first = (await s.channel.until("response.done", timeout=20))["response"]
+        assert first["output"][0]["type"] == "mcp_call" and "snowing" in first["output"][0]["output"]
+        assert s.of("mcp_list_tools.completed")
+        second = (await s.channel.until("response.done", count=2))["response"]
+        assert "snowing" in spoken(second)
+        assert s.session.conv.config.mcp_servers == []  # the session's own tools are unchanged
+
+
+def test_approval_rules_and_allowed_tools():
+    from core.conversation.config import McpServerTool
+
+    def server(**kw):
+        return McpServerTool(server_label="s", server_url="http://127.0.0.1/mcp", **kw)
+
+    assert server().needs_approval("a", False) and server().needs_approval("a", True)  # OpenAI's default
+    assert not server(require_approval="never").needs_approval("a", False)
+    mixed = server(require_approval={"always": {"tool_names": ["pay"]}, "never": {"read_only": True}})
+    assert mixed.needs_approval("pay", True) and not mixed.needs_approval("look", True)
+    assert mixed.needs_approval("write", False)  # named by neither: asks
+    only_always = server(require_approval={"always": {"tool_names": ["pay"]}})
+    assert only_always.needs_approval("pay", False) and not only_always.needs_approval("look", False)
+    only_never = server(require_approval={"never": {"tool_names": ["look"]}})
+    assert not only_never.needs_approval("look", False) and only_never.needs_approval("pay", False)
+    assert server(allowed_tools=["a"]).offers("a", False) and not server(allowed_tools=["a"]).offers("b", True)
+    read_only = server(allowed_tools={"read_only": True})
+    assert read_only.offers("b", True) and not read_only.offers("b", False)
+    assert "headers" not in server(headers={"X": "y"}, authorization="t").model_dump()
+
+
+def test_a_model_reads_mcp_items_as_calls_and_results():
+    from core.conversation.items import Item
+    from core.conversation.mcp_tools import DECLINED, FAILED, for_model
+
+    items = [Item("user", "hi"),
+             Item("assistant", type="mcp_list_tools", server_label="s", tools=[], parts=[]),
+             Item("assistant", item_id="c1", type="mcp_call", server_label="s", name="look", arguments="{}",
+                  output="42", parts=[]),
+             Item("assistant", item_id="c2", type="mcp_call", server_label="s", name="look", arguments="{}",
+                  error={"type": "tool_execution_error", "message": "down"}, parts=[]),
+             Item("assistant", item_id="r1", type="mcp_approval_request", server_label="s", name="pay",
+                  arguments='{"x": 1}', parts=[]),
+             Item("user", type="mcp_approval_response", approval_request_id="r1", approve=False, reason="no",
+                  parts=[])]
+    seen = for_model(items)
+    assert [(i.type, i.name, i.output) for i in seen] == [
+        ("message", None, None), ("function_call", "s__look", None), ("function_call_output", None, "42"),
+        ("function_call", "s__look", None), ("function_call_output", None, FAILED + "down"),
+        ("function_call", "s__pay", None), ("function_call_output", None, DECLINED + " (no)")]
+    assert len({i.item_id for i in seen}) == len(seen)
