@@ -54,6 +54,9 @@ class McpCalls:
         """After the model: run the MCP calls it made (approval requests wait for the user);
         True if any ran, so a follow-up reply speaks the results."""
         ran = False
+        if any(c.kind == "mcp_call" for c in resp.calls):
+            while resp.held and not resp.cancelled:  # a speculative reply: only once the user's turn is over
+                await asyncio.sleep(CALL_POLL_S)
         for index, call in enumerate(list(resp.calls)):
             if resp.cancelled:
                 break
