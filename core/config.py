@@ -59,6 +59,19 @@ class TlsConfig(_Strict):
 _HOST_ENTRY = re.compile(r"^(\*|(\*\.)?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?\.?|\[[0-9a-f:.]+\])(:[0-9]{1,5})?$")
 
 
+def host_entries(hosts: list[str]) -> list[str]:
+    """Host allow-list entries, lower-cased; a bad one names itself and what is allowed."""
+    out = []
+    for raw in hosts:
+        host = raw.strip().lower()
+        if not _HOST_ENTRY.match(host):
+            raise PydanticCustomError(
+                "host_name", "'{host}' is not a host name: give name or name:port (no scheme, path or "
+                "spaces; IPv6 as [::1]), *.example.com for its subdomains, or * for any", {"host": raw})
+        out.append(host)
+    return out
+
+
 class GatewayConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8006, ge=1, le=65535)
@@ -70,15 +83,7 @@ class GatewayConfig(_Strict):
     @field_validator("allowed_hosts")
     @classmethod
     def _host_names(cls, hosts: list[str]) -> list[str]:
-        out = []
-        for raw in hosts:
-            host = raw.strip().lower()
-            if not _HOST_ENTRY.match(host):
-                raise PydanticCustomError(
-                    "host_name", "'{host}' is not a host name: give name or name:port (no scheme, path or "
-                    "spaces; IPv6 as [::1]), *.example.com for its subdomains, or * for any", {"host": raw})
-            out.append(host)
-        return out
+        return host_entries(hosts)
 
     def tls_enabled(self) -> bool:
         """Whether the gateway serves HTTPS (``tls.mode``; auto = on for any non-loopback host)."""
@@ -186,15 +191,7 @@ class McpConfig(_Strict):
     @field_validator("allowed_hosts")
     @classmethod
     def _host_names(cls, hosts: list[str]) -> list[str]:
-        out = []
-        for raw in hosts:
-            host = raw.strip().lower()
-            if not _HOST_ENTRY.match(host):
-                raise PydanticCustomError(
-                    "host_name", "'{host}' is not a host name: give name or name:port (no scheme, path or "
-                    "spaces; IPv6 as [::1]), *.example.com for its subdomains, or * for any", {"host": raw})
-            out.append(host)
-        return out
+        return host_entries(hosts)
 
     def allows(self, host: str, port: int) -> bool:
         """Whether ``host``:``port`` (lower case, IPv6 without brackets) is an allowed MCP server."""
