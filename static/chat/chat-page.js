@@ -6,6 +6,8 @@ import { loadShare, mountSaveShare } from "/static/shared/save-share.js";
 import { ChatSession } from "/static/chat/chat-session.js";
 import { DEMO_TOOLS, runDemoTool } from "/static/chat/demo-tools.js";
 import { ImageError, prepareImage } from "/static/chat/image-input.js";
+import { isMcpEntry, mcpMeta, mcpText, renderApproval } from "/static/chat/mcp-cards.js";
+import { mountMcpSettings } from "/static/chat/mcp-settings.js";
 import { VoiceRecorder } from "/static/chat/voice-recorder.js";
 
 renderNav();
@@ -26,10 +28,12 @@ let pageError = null;
 window.omni = Object.freeze({
   get state() { return shared ? "shared" : recorder.recording ? "recording" : chat.state; },
   get messages() {
-    return (shared ? shared.messages : chat.messages).map(({ role, text, kind, name, arguments: args, output }) =>
-      (role === "tool" ? { role, text: toolLine({ kind, name, arguments: args, output }), kind, name, arguments: args, output }
-        : { role, text }));
+    return (shared ? shared.messages : chat.messages).map((m) => (m.role === "tool"
+      ? { role: m.role, text: cardText(m), kind: m.kind, name: m.name, arguments: m.arguments, output: m.output,
+        ...(isMcpEntry(m) ? { server: m.server, status: m.status, tools: m.tools, error: m.error || null } : {}) }
+      : { role: m.role, text: m.text }));
   },
+  get recording() { return chat.recording; },
   get playedMs() { return chat.playedMs; },
   get error() { return pageError || chat.error; },
   get queue() { return chat.queue; },
@@ -108,7 +112,7 @@ function shortValue(v) {
 }
 
 function toolLine(entry) {
-  if (entry.kind === "call") {
+  if (entry.kind === "call" || entry.kind === "approval") {
     let args = null;
     try {
       args = entry.arguments ? JSON.parse(entry.arguments) : {};
@@ -122,16 +126,26 @@ function toolLine(entry) {
   return shortValue(out);
 }
 
+const cardText = (entry) => (isMcpEntry(entry) ? mcpText(entry, toolLine) : toolLine(entry));
+
 function renderTool(entry, el) {
-  el.className = `bubble tool ${entry.kind} status-${entry.status || "done"}${entry.isError ? " tool-error" : ""}`;
+  const mcp = isMcpEntry(entry);
+  el.className = `bubble tool ${entry.kind}${mcp ? " mcp" : ""} status-${entry.status || "done"}${entry.isError ? " tool-error" : ""}`;
   const text = el.querySelector(".text");
-  text.textContent = toolLine(entry);
+  text.textContent = cardText(entry);
   text.hidden = false;
   el.querySelector(".thumb").hidden = true;
-  const label = entry.kind === "call" ? `function call${entry.status === "streaming" ? "…" : ""}`
+  const label = mcp ? mcpMeta(entry) : entry.kind === "call" ? `function call${entry.status === "streaming" ? "…" : ""}`
     : entry.status === "sending" ? `${entry.name} result, sending…` : `${entry.name} result`;
   el.querySelector(".meta").textContent = label;
+  renderApproval(entry, el, (approve) => answerApproval(entry, approve));
   return el;
+}
+
+async function answerApproval(entry, approve) {
+  showAlert("");
+  await audioOn(); // a click: the reply that follows may speak
+  await chat.answerApproval(entry, approve);
 }
 
 function renderEntry(entry) {
@@ -212,8 +226,9 @@ window.addEventListener("resize", () => {
 
 const presets = new PresetSelector($("preset"));
 
-// Demo tools: two functions run by this page (static/chat/demo-tools.js). Not part of a preset;
-// kept per browser. The controls are added here so the page's markup stays as it is.
+// Demo tools: two functions run by this page (static/chat/demo-tools.js), and an MCP server whose
+// tools the server runs (static/chat/mcp-settings.js). Not part of a preset; kept per browser.
+// The controls are added here so the page's markup stays as it is.
 const TOOLS_KEY = "omni.chat.demoTools";
 
 function mountToolSettings() {
@@ -231,32 +246,49 @@ function mountToolSettings() {
   } catch { /* private mode or a bad value: defaults */ }
   $("demo-tools").checked = Boolean(saved.on);
   $("tool-choice").value = saved.choice === "required" ? "required" : "auto";
+  let mcp = null;
   const sync = () => {
-    $("tool-choice").disabled = !$("demo-tools").checked;
+    $("tool-choice").disabled = !($("demo-tools").checked || Boolean(mcp && mcp.tool));
     try {
       localStorage.setItem(TOOLS_KEY, JSON.stringify({ on: $("demo-tools").checked, choice: $("tool-choice").value }));
     } catch { /* private mode: not kept */ }
   };
+  mcp = mountMcpSettings(box, () => {
+    sync();
+    applyFields();
+  });
   sync();
   for (const id of ["demo-tools", "tool-choice"]) $(id).addEventListener("change", sync);
+  return mcp;
 }
 
-mountToolSettings();
+// Tool use applies to the demo tools and the MCP server's alike. A server the worker refused
+// (its host is not allowed) is left out of the session until its fields change.
+const mcpSettings = mountToolSettings();
+chat.addEventListener("mcp-refused", (e) => {
+  mcpSettings.refuse(e.detail.message);
+  $("tool-choice").disabled = !$("demo-tools").checked;
+});
 
 function settingsFromFields() {
   const tokens = Math.round(Number($("max-tokens").value));
   const tools = $("demo-tools").checked;
+  const mcp = mcpSettings.tool;
   return {
     instructions: $("instructions").value,
     temperature: Number($("temperature").value),
     maxOutputTokens: Number.isFinite(tokens) ? Math.min(4096, Math.max(1, tokens)) : 160,
     outputAudio: $("voice").checked,
     tools: tools ? DEMO_TOOLS : [],
-    toolChoice: tools ? $("tool-choice").value : "auto",
+    toolChoice: tools || mcp ? $("tool-choice").value : "auto",
+    mcp,
   };
 }
 // The tool settings are kept per browser, so they apply before any preset arrives.
-chat.applySettings({ tools: settingsFromFields().tools, toolChoice: settingsFromFields().toolChoice });
+{
+  const { tools, toolChoice, mcp } = settingsFromFields();
+  chat.applySettings({ tools, toolChoice, mcp });
+}
 
 function applyFields() {
   $("temperature-value").textContent = Number($("temperature").value).toFixed(2);

@@ -3,6 +3,9 @@
 // events, and plays spoken replies through the AudioWorklet player. The socket opens lazily on
 // the first message (a worker slot is exclusive, so an idle page must not hold one) and events
 // are sent at once: the gateway keeps what arrives while we are queued and delivers it in order.
+// MCP tools (settings.mcp) are run by the server: it lists them, runs the model's calls and speaks
+// the results by itself; this class shows those items and answers approval requests. They exist
+// only in the GA dialect, which is the only one this class speaks.
 import { b64, onEvents } from "../shared/wire.js";
 import { AudioPlayer } from "../duplex/lib/audio-player.js";
 
@@ -39,29 +42,42 @@ export function friendlyError(err) {
   const code = err.code || "";
   if (ERROR_TEXT[code]) return ERROR_TEXT[code];
   if (code === "invalid_image") return `That image could not be used: ${err.message || "unsupported image"}.`;
+  if (code === "mcp_server_not_allowed") return `The MCP server was refused: ${mcpReason(err.message)}`;
+  if (code === "mcp_list_tools_failed") return `The MCP server's tools could not be listed: ${mcpReason(err.message)}`;
   const msg = String(err.message || "something went wrong").replace(/\s+/g, " ").trim();
   return `The server said: ${msg.charAt(0).toUpperCase()}${msg.slice(1)}`;
 }
 
+/** An MCP error message without its "session.tools.0.server_url: " prefix. */
+function mcpReason(message) {
+  return String(message || "no reason given").replace(/^session\.tools(\.\d+)?(\.[a-z_]+)?:\s*/, "").trim();
+}
+
 let nextLocalId = 1;
+const FOLLOW_UP_WAIT_MS = 10000; // after MCP calls the server starts the reply that speaks them
 
 export class ChatSession extends EventTarget {
   constructor({ model = "omniduplex-cascade", url } = {}) {
     super();
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}&extensions=all`;
-    // tools: function declarations for session.update; toolChoice: auto | required | none.
+    // tools: function declarations for session.update; toolChoice: auto | required | none;
+    // mcp: one session.tools entry of type "mcp" (the server lists and runs its tools), or null.
     this.settings = { instructions: "", temperature: 0.3, maxOutputTokens: 160, outputAudio: true, voice: "joe",
-      tools: [], toolChoice: "auto" };
+      tools: [], toolChoice: "auto", mcp: null };
     // Runs a function call: (name, argumentsJson) -> output object (or a promise of one).
     this.toolHandler = null;
     // {id, role: user|assistant|tool, text, at, kind, image, status, note, itemId, clipMs};
-    // tool entries: kind "call" ({name, callId, arguments}) or "result" ({name, callId, output, isError})
+    // tool entries: kind "call" ({name, callId, arguments}) or "result" ({name, callId, output, isError});
+    // MCP: "call"/"result" with `server` (the server ran it), "list" ({server, tools, error}: the
+    // server's listing) and "approval" ({server, name, arguments, itemId}; status pending |
+    // approving | declining | approved | declined | failed | expired)
     this.messages = [];
     this.state = "idle";
     this.queue = null; // {position, queue_length, eta_s} while queued
     this.error = null; // last error {code, message} (raw, for tests and logs)
     this.lastMetrics = null;
+    this.recording = null; // {session_id, share_url} when the server records this session
     this.sessions = 0; // sessions opened so far (a reconnect re-sends the history)
     this.deltaCount = 0; // text deltas of the current/last reply: >1 proves it streamed
     this.ws = null;
@@ -74,6 +90,7 @@ export class ChatSession extends EventTarget {
     this._audible = false;
     this._byItem = new Map(); // server item id -> message entry
     this._toolRounds = 0; // function outputs answered since the user's last message
+    this._followUp = 0; // timer: waiting for the server's reply to MCP results
   }
 
   // ------------------------------------------------------------------ public
@@ -155,6 +172,35 @@ export class ChatSession extends EventTarget {
     await this._silence();
   }
 
+  /** Answer an MCP approval request (an "approval" entry): send the mcp_approval_response, then
+   * ask for the reply, in which the server runs an approved call first. */
+  async answerApproval(entry, approve, reason = "") {
+    if (!entry || entry.kind !== "approval" || entry.status !== "pending" || this.busy) return;
+    if (!this.ws || entry.session !== this.sessions) {
+      this._update(entry, { status: "expired", note: "That session has ended: ask again to get a new request." });
+      return;
+    }
+    this._update(entry, { status: approve ? "approving" : "declining", note: "" });
+    const turn = (this._turn = { entry: null, kind: "tool" });
+    this.error = null;
+    this.deltaCount = 0;
+    this._emitState();
+    const item = { type: "mcp_approval_response", approval_request_id: entry.itemId, approve: Boolean(approve) };
+    if (reason) item.reason = reason;
+    try {
+      await this._createRawItem(item);
+    } catch (err) {
+      this._update(entry, { status: "failed", note: friendlyError(err) });
+      if (this._turn === turn) this._turn = null;
+      this._emitState();
+      return;
+    }
+    this._update(entry, { status: approve ? "approved" : "declined" });
+    if (this._turn !== turn) return; // Stop or a closed socket meanwhile
+    // A forced tool call would only ask again: this reply may use the result (or the refusal).
+    this._createResponse(this.settings.toolChoice === "required" ? { tool_choice: "auto" } : {});
+  }
+
   /** Forget everything and close the session; the next message starts a new one. */
   newChat() {
     this._closeSocket("new chat");
@@ -204,7 +250,7 @@ export class ChatSession extends EventTarget {
   _createRawItem(item) {
     const eventId = `evt_${Date.now().toString(36)}_${nextLocalId++}`;
     return new Promise((resolve, reject) => {
-      this._acks.push({ eventId, resolve, reject });
+      this._acks.push({ eventId, type: item.type, resolve, reject });
       this._send({ type: "conversation.item.create", event_id: eventId, item });
     });
   }
@@ -255,13 +301,6 @@ export class ChatSession extends EventTarget {
     this._createResponse(choice ? { tool_choice: choice } : {});
   }
 
-  _addCall(item) {
-    const entry = this._add({ role: "tool", kind: "call", name: item.name || "", callId: item.call_id,
-      arguments: item.arguments || "", itemId: item.id, text: "", status: "streaming" });
-    if (item.id) this._byItem.set(item.id, entry);
-    return entry;
-  }
-
   _onTranscript(ev) {
     const turn = this._turn;
     const entry = this._byItem.get(ev.item_id) || (turn && turn.kind === "voice" ? turn.entry : null);
@@ -310,6 +349,7 @@ export class ChatSession extends EventTarget {
 
   _sessionUpdate() {
     const s = this.settings;
+    const tools = [...(s.tools || []), ...(s.mcp ? [s.mcp] : [])];
     return {
       type: "session.update",
       session: {
@@ -318,8 +358,8 @@ export class ChatSession extends EventTarget {
         temperature: s.temperature,
         max_output_tokens: s.maxOutputTokens,
         output_modalities: [s.outputAudio ? "audio" : "text"],
-        tools: s.tools || [],
-        tool_choice: s.tools && s.tools.length ? s.toolChoice || "auto" : "auto",
+        tools,
+        tool_choice: tools.length ? s.toolChoice || "auto" : "auto",
         audio: {
           input: { format: { type: "audio/pcm", rate: RATE }, turn_detection: null },
           output: { voice: s.voice || "joe" },
@@ -338,6 +378,8 @@ export class ChatSession extends EventTarget {
 
   _reset() {
     this._conn = "none";
+    this.recording = null;
+    clearTimeout(this._followUp);
     this.queue = null;
     this._outbox = [];
     for (const a of this._acks.splice(0)) a.reject({ code: "closed", message: "the session closed" });
@@ -383,13 +425,29 @@ export class ChatSession extends EventTarget {
         this._conn = "open";
         this.queue = null;
         break;
+      case "session.recording":
+        this.recording = { session_id: ev.session_id, share_url: ev.share_url };
+        break;
       case "conversation.item.added":
-        // Items are created one at a time, in order: the next "added" (outside a reply)
-        // acknowledges the oldest pending conversation.item.create.
-        if (!this._response && this._acks.length && ev.item && ev.item.status !== "in_progress") {
+        if (ev.item && ev.item.type === "mcp_list_tools") {
+          this._onListing(ev.item, "listing");
+          break;
+        }
+        // Items are created one at a time, in order: the next "added" of the same type (outside
+        // a reply) acknowledges the oldest pending conversation.item.create.
+        if (!this._response && this._acks.length && ev.item && ev.item.status !== "in_progress"
+          && (!this._acks[0].type || this._acks[0].type === ev.item.type)) {
           this._acks.shift().resolve(ev.item);
         }
         break;
+      case "conversation.item.done":
+        if (ev.item && ev.item.type === "mcp_list_tools") this._onListing(ev.item, "done");
+        break;
+      case "mcp_list_tools.failed": {
+        const entry = this._byItem.get(ev.item_id);
+        if (entry) this._update(entry, { status: "failed", isError: true });
+        break;
+      }
       case "input_audio_buffer.committed":
         if (this._turn && this._turn.kind === "voice") {
           this._turn.entry.itemId = ev.item_id;
@@ -400,6 +458,7 @@ export class ChatSession extends EventTarget {
         this._onTranscript(ev);
         break;
       case "response.created": {
+        clearTimeout(this._followUp);
         const entry = this._add({ role: "assistant", text: "", kind: "text", status: "streaming" });
         this._response = { id: ev.response && ev.response.id, entry };
         if (this._turn && this._turn.kind !== "tool") this._update(this._turn.entry, { status: "sent" });
@@ -407,7 +466,7 @@ export class ChatSession extends EventTarget {
         break;
       }
       case "response.output_item.added":
-        if (this._response && ev.item && ev.item.type === "function_call") {
+        if (this._response && ev.item && ["function_call", "mcp_call", "mcp_approval_request"].includes(ev.item.type)) {
           this._onCallAdded(ev.item);
         } else if (this._response && ev.item && ev.item.id) {
           if (!this._response.entry) this._response.entry = this._add({ role: "assistant", text: "", kind: "text", status: "streaming" });
@@ -415,16 +474,26 @@ export class ChatSession extends EventTarget {
           this._byItem.set(ev.item.id, this._response.entry);
         }
         break;
+      case "response.mcp_call_arguments.delta":
       case "response.function_call_arguments.delta": {
         const entry = this._byItem.get(ev.item_id);
         if (entry && entry.kind === "call") this._update(entry, { arguments: entry.arguments + (ev.delta || "") });
         break;
       }
+      case "response.mcp_call_arguments.done":
       case "response.function_call_arguments.done": {
         const entry = this._byItem.get(ev.item_id);
         if (entry && entry.kind === "call") this._update(entry, { name: ev.name || entry.name, arguments: ev.arguments ?? entry.arguments, status: "done" });
         break;
       }
+      case "response.mcp_call.in_progress": {
+        const entry = this._byItem.get(ev.item_id);
+        if (entry) this._update(entry, { status: "running" });
+        break;
+      }
+      case "response.output_item.done":
+        if (ev.item && (ev.item.type === "mcp_call" || ev.item.type === "mcp_approval_request")) this._onMcpItemDone(ev.item);
+        break;
       case "response.output_audio_transcript.delta":
       case "response.output_text.delta": {
         const entry = this._byItem.get(ev.item_id) || (this._response && this._response.entry);
@@ -456,6 +525,51 @@ export class ChatSession extends EventTarget {
     this._emitState();
   }
 
+  /** An MCP server's listing: "listing" (started) or "done" (with its tools, or failed). */
+  _onListing(item, phase) {
+    let entry = this._byItem.get(item.id);
+    if (!entry) {
+      entry = this._add({ role: "tool", kind: "list", server: item.server_label || "", tools: [], itemId: item.id,
+        text: "", status: "streaming" });
+      this._byItem.set(item.id, entry);
+    }
+    if (phase === "done") {
+      const failed = entry.status === "failed";
+      this._update(entry, { tools: (item.tools || []).map((t) => t.name), status: failed ? "failed" : "done", isError: failed });
+    }
+  }
+
+  /** The server refused or failed an MCP server: a failed listing card that says why. */
+  _mcpFailed(err) {
+    const reason = mcpReason(err.message);
+    const pending = [...this.messages].reverse().find((m) => m.kind === "list" && m.status === "failed" && !m.error);
+    if (pending) this._update(pending, { error: reason });
+    else if (err.code === "mcp_server_not_allowed") {
+      this._add({ role: "tool", kind: "list", server: this.settings.mcp ? this.settings.mcp.server_label : "", tools: [],
+        error: reason, refused: true, isError: true, text: "", status: "failed" });
+      // The whole session.update was refused: send it again without the server, so the other
+      // settings apply; the page leaves the server out until its fields change.
+      this.settings.mcp = null;
+      this._emit("mcp-refused", { message: reason });
+      this._send(this._sessionUpdate());
+    }
+  }
+
+  /** An MCP call's result (the server ran it), or an approval request waiting for the user. */
+  _onMcpItemDone(item) {
+    const entry = this._byItem.get(item.id) || this._addCall(item);
+    if (item.type === "mcp_approval_request") {
+      this._update(entry, { name: item.name || entry.name, arguments: item.arguments ?? entry.arguments, status: "pending",
+        session: this.sessions });
+      return;
+    }
+    this._update(entry, { name: item.name || entry.name, arguments: item.arguments ?? entry.arguments, status: "done" });
+    const err = item.error;
+    const output = err ? { error: (err && err.message) || String(err) } : item.output ?? "";
+    this._add({ role: "tool", kind: "result", name: item.name || entry.name, server: item.server_label || entry.server,
+      output, isError: Boolean(err), text: "", status: "done" });
+  }
+
   _onCallAdded(item) {
     // The placeholder bubble opened at response.created belongs after the call: drop it while
     // it is still empty (a message that follows opens a new one).
@@ -467,6 +581,15 @@ export class ChatSession extends EventTarget {
     this._addCall(item);
   }
 
+  _addCall(item) {
+    const mcp = item.type === "mcp_call" || item.type === "mcp_approval_request";
+    const entry = this._add({ role: "tool", kind: item.type === "mcp_approval_request" ? "approval" : "call",
+      name: item.name || "", callId: item.call_id, arguments: item.arguments || "", itemId: item.id, text: "",
+      status: "streaming", ...(mcp ? { server: item.server_label || "" } : {}) });
+    if (item.id) this._byItem.set(item.id, entry);
+    return entry;
+  }
+
   _onResponseDone(r) {
     const entry = this._response ? this._response.entry : null;
     this._response = null;
@@ -475,7 +598,25 @@ export class ChatSession extends EventTarget {
       const callEntry = this._byItem.get(call.id);
       if (callEntry) this._update(callEntry, { status: r.status === "completed" ? "done" : r.status || "done" });
     }
+    for (const item of (r.output || []).filter((o) => o.type === "mcp_call")) {
+      const callEntry = this._byItem.get(item.id);
+      if (callEntry && (callEntry.status === "streaming" || callEntry.status === "running")) {
+        this._update(callEntry, { status: r.status === "completed" ? "done" : r.status || "done" });
+      }
+    }
     if (r.status === "completed" && calls.length) this._runCalls(calls);
+    const last = (r.output || [])[(r.output || []).length - 1];
+    if (r.status === "completed" && last && last.type === "mcp_call" && !this._turn) {
+      // The server speaks MCP results in a reply of its own: wait for it (a while, at most).
+      const turn = (this._turn = { entry: null, kind: "tool" });
+      clearTimeout(this._followUp);
+      this._followUp = setTimeout(() => {
+        if (this._turn === turn) {
+          this._turn = null;
+          this._emitState();
+        }
+      }, FOLLOW_UP_WAIT_MS);
+    }
     if (!entry) return;
     const message = (r.output || []).find((o) => o.type === "message") || {};
     const part = message.content || [];
@@ -494,7 +635,10 @@ export class ChatSession extends EventTarget {
     this.error = { code: err.code || "error", message: err.message || "" };
     if (err.code === "response_cancel_not_active") return; // Stop raced the end of the reply
     const head = this._acks[0];
-    if (head && (err.event_id === head.eventId || (!err.event_id && err.type === "invalid_request_error"))) {
+    // session.* errors answer the session.update, never a pending item (they carry no event_id)
+    const ofSession = typeof err.param === "string" && err.param.startsWith("session.");
+    if (err.code === "mcp_server_not_allowed" || err.code === "mcp_list_tools_failed") this._mcpFailed(err);
+    if (head && !ofSession && (err.event_id === head.eventId || (!err.event_id && err.type === "invalid_request_error"))) {
       this._acks.shift().reject(err);
       return; // the turn's own failure: shown on its message
     }

@@ -2,6 +2,8 @@
 // across all lanes (barge-in red, backchannel amber dashed, resumed reply green), a playhead, and
 // click-to-seek. Plain DOM + canvas; long sessions scroll.
 const MIN_PX_PER_S = 24;
+const MIN_CHIP_PX = 48; // chips nearer than this to the one before take another row
+const ROW_PX = 26; // a labels lane's extra row
 
 export class Timeline {
   constructor(root, { durationS, onSeek }) {
@@ -95,14 +97,28 @@ export class Timeline {
   labels(name, list, cls = "") {
     const lane = this.lane(name, `labels ${cls}`);
     const sorted = list.slice().sort((a, b) => a.t - b.t);
+    // Chips closer than MIN_CHIP_PX (a tool call right after its approval) go on another row of
+    // the lane, so none is cut to nothing or drawn over another.
+    const rows = []; // per row: the indexes of its chips
+    const rowOf = sorted.map((l, i) => {
+      const left = this.x(l.t);
+      let r = rows.findIndex((row) => left - this.x(sorted[row[row.length - 1]].t) >= MIN_CHIP_PX);
+      if (r < 0) r = rows.push([]) - 1;
+      rows[r].push(i);
+      return r;
+    });
+    if (rows.length > 1) lane.style.height = `${34 + (rows.length - 1) * ROW_PX}px`;
     sorted.forEach((l, i) => {
       const chip = document.createElement("button");
       chip.type = "button";
       chip.className = `chip ${l.kind}`;
       const left = this.x(l.t);
       chip.style.left = `${left}px`;
-      // A chip never runs into the next one: it is cut (ellipsis) where the next begins.
-      const next = i + 1 < sorted.length ? this.x(sorted[i + 1].t) : this.width;
+      if (rowOf[i]) chip.style.top = `${5 + rowOf[i] * ROW_PX}px`;
+      // A chip never runs into the next one in its row: it is cut (ellipsis) where that begins.
+      const row = rows[rowOf[i]];
+      const after = row[row.indexOf(i) + 1];
+      const next = after !== undefined ? this.x(sorted[after].t) : this.width;
       chip.style.maxWidth = `${Math.max(14, Math.min(220, next - left - 4))}px`;
       chip.textContent = l.text;
       chip.title = l.title || l.text;
@@ -115,7 +131,8 @@ export class Timeline {
   }
 
   // Marks across all lanes: numbers (seconds) are barge-ins; else {t, kind, title} with kind
-  // "barge" | "backchannel" | "resumed" (the tooltip says which).
+  // "barge" | "backchannel" | "resumed", or a tool's: "tool-call" | "tool-failed" | "tool-list" |
+  // "tool-list-failed" | "tool-approval" (the tooltip says which).
   markers(list) {
     for (const item of list) {
       const { t, kind = "barge", title } = typeof item === "number" ? { t: item } : item;

@@ -11,7 +11,7 @@ export async function mountViewer() {
   const q = `token=${encodeURIComponent(token)}`;
   const api = `/api/sessions/${encodeURIComponent(id)}`;
   const state = (window.viewer = { ready: false, error: null, events: 0, durationS: 0, lanes: [],
-    marks: { bargeIns: 0, backchannels: 0, resumed: 0 } });
+    marks: { bargeIns: 0, backchannels: 0, resumed: 0 }, tools: { calls: 0, failed: 0, lists: 0, approvals: 0 } });
   let data;
   try {
     const r = await fetch(`${api}?${q}`, { cache: "no-store" });
@@ -62,6 +62,15 @@ export async function mountViewer() {
   const marks = turnMarks(events);
   if (marks.length) timeline.labels("Turn-taking", marks.map((m) => ({ t: m.t, text: m.label, title: m.title, kind: m.kind })), "turns");
   timeline.markers(marks);
+  const tools = toolMarks(events);
+  if (tools.length) timeline.labels("Tools", tools.map((m) => ({ t: m.t, text: m.label, title: m.title, kind: m.kind })), "tools");
+  timeline.markers(tools);
+  state.tools = {
+    calls: tools.filter((m) => m.kind === "tool-call" || m.kind === "tool-failed").length,
+    failed: tools.filter((m) => m.kind === "tool-failed").length,
+    lists: tools.filter((m) => m.kind === "tool-list" || m.kind === "tool-list-failed").length,
+    approvals: tools.filter((m) => m.kind === "tool-approval").length,
+  };
   state.marks = {
     bargeIns: marks.filter((m) => m.kind === "barge").length,
     backchannels: marks.filter((m) => m.kind === "backchannel").length,
@@ -112,6 +121,54 @@ function turnMarks(events) {
       const from = typeof e.audio_start_ms === "number" ? ` from ${(e.audio_start_ms / 1000).toFixed(1)} s` : "";
       out.push({ t: e.t / 1000, kind: "resumed", label: "resumed",
         title: `Reply resumed ${at}: the rest of the cut reply${from} (a false interruption)` });
+    }
+  }
+  return out;
+}
+
+// What the session's tools did (times in seconds): an MCP server's listing, each call (a function
+// call the client ran, an MCP call the server ran, or an approval request) with its arguments and
+// its output or error, and the user's answer to an approval request. A failed call or listing is
+// its own kind (tool-failed, tool-list-failed), drawn differently.
+const TOOLTIP_MAX = 600;
+
+function cut(text) {
+  const s = String(text);
+  return s.length > TOOLTIP_MAX ? `${s.slice(0, TOOLTIP_MAX)}… (${s.length} characters)` : s;
+}
+
+function toolMarks(events) {
+  const requests = new Map(); // approval request item id -> its tool_call event
+  const out = [];
+  for (const e of events) {
+    const at = `at ${clock(e.t / 1000)}`;
+    const server = e.server_label ? `${e.server_label}.` : "";
+    if (e.type === "tool_call") {
+      const name = e.name || "function";
+      const args = e.arguments ? `\narguments: ${cut(e.arguments)}` : "";
+      if (e.kind === "mcp_approval_request") {
+        requests.set(e.item_id, e);
+        out.push({ t: e.t / 1000, kind: "tool-call", label: `${name}?`,
+          title: `Approval asked ${at}: ${server}${name}${args}` });
+        continue;
+      }
+      const err = e.error ? (typeof e.error === "object" ? [e.error.type, e.error.message].filter(Boolean).join(": ") : String(e.error)) : "";
+      const what = e.kind === "mcp_call" ? "MCP call" : "Function call";
+      const result = err ? `\nerror: ${cut(err)}` : e.output != null ? `\nresult: ${cut(e.output)}`
+        : e.kind === "function_call" ? "\n(run by the client)" : "";
+      out.push({ t: e.t / 1000, kind: err ? "tool-failed" : "tool-call", label: err ? `${name} failed` : name,
+        title: `${what}${err ? " failed" : ""} ${at}: ${server}${name}${args}${result}` });
+    } else if (e.type === "tool_list") {
+      const names = (e.tools || []).join(", ");
+      out.push({ t: e.t / 1000, kind: e.failed ? "tool-list-failed" : "tool-list",
+        label: e.failed ? `${e.server_label || "MCP"}: listing failed` : `tools: ${names || "none"}`,
+        title: e.failed ? `Listing the tools of ${e.server_label || "an MCP server"} failed ${at}`
+          : `Tools listed ${at} by ${e.server_label || "an MCP server"}: ${names || "none"}` });
+    } else if (e.type === "tool_approval") {
+      const request = requests.get(e.approval_request_id);
+      const which = request ? ` ${request.server_label ? `${request.server_label}.` : ""}${request.name || ""}` : "";
+      out.push({ t: e.t / 1000, kind: "tool-approval", label: e.approve ? "approved" : "declined",
+        title: `${e.approve ? "Approved" : "Declined"} ${at}:${which || " a tool call"}${e.reason ? ` ("${e.reason}")` : ""}` });
     }
   }
   return out;
