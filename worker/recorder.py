@@ -319,7 +319,7 @@ class SessionRecorder:
             self._critical = False
             self._flush_ai()
             r = ev.get("response") or {}
-            message = next((o for o in r.get("output") or [] if o.get("type") == "message"), {})
+            message = next((o for o in r.get("output") or [] if o.get("type", "message") == "message"), {})
             content = message.get("content") or [{}]
             text = content[0].get("transcript") or content[0].get("text") or "" if content else ""
             item = message.get("id")
