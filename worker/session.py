@@ -269,7 +269,8 @@ class RealtimeSession:
             except ProtocolError as exc:
                 if exc.code in LIMIT_CODES:
                     self._count_limit(exc.code)
-                self.send_error(exc.message, exc.code, exc.param, exc.event_id)
+                ev_id = data.get("event_id") if isinstance(data, dict) else None  # so the client can match it
+                self.send_error(exc.message, exc.code, exc.param, exc.event_id or (ev_id if isinstance(ev_id, str) else None))
             except OmniDuplexError as exc:
                 ev_id = data.get("event_id") if isinstance(data, dict) else None
                 self.send_error(exc.message, exc.code, exc.param, ev_id if isinstance(ev_id, str) else None)

@@ -35,7 +35,7 @@ from tests.support.browser import (
     snapshot,
     wait_until,
 )
-from tests.support.mcp_server import start_mcp_server, unused_url
+from tests.support.mcp_server import mcp_server, unused_url  # noqa: F401 - mcp_server: a fixture
 from tests.support.stack import Stack
 
 require_browser()
@@ -55,13 +55,6 @@ def stack(tmp_path_factory):
     s = Stack(tmp_path_factory.mktemp("browser_mcp"), workers=1, tools={"mcp": {"allowed_hosts": ["127.0.0.1"]}}).start()
     yield s
     s.stop()
-
-
-@pytest.fixture(scope="module")
-def mcp_server():
-    server = start_mcp_server()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")

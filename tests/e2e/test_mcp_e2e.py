@@ -11,18 +11,11 @@ import base64
 import pytest
 
 from core.audio import float_to_pcm16
-from tests.support.mcp_server import start_mcp_server
+from tests.support.mcp_server import mcp_server  # noqa: F401 - a fixture
 from tests.support.realtime_client import Client, close_leftovers
 from tests.support.stack import Stack
 
 VOICE = ("en-us", 140, 50)
-
-
-@pytest.fixture(scope="module")
-def mcp_server():
-    server = start_mcp_server()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 
+import pytest
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp_types import ToolAnnotations
@@ -96,3 +97,12 @@ def start_mcp_server(*, needs_token: bool = False) -> McpTestServer:
 def unused_url() -> str:
     """A loopback URL nothing listens on."""
     return f"http://127.0.0.1:{free_port()}/mcp"
+
+
+@pytest.fixture(scope="module")
+def mcp_server():
+    """A started test MCP server for a test module (import this name into the module)."""
+    server = start_mcp_server()
+    yield server
+    server.stop()
+

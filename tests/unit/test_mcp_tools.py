@@ -12,20 +12,13 @@ import pytest
 
 from core.config import LimitsConfig, McpConfig
 from core.protocol import Dialect
-from tests.support.mcp_server import TOKEN, start_mcp_server, unused_url
+from tests.support.mcp_server import TOKEN, mcp_server, start_mcp_server, unused_url  # noqa: F401 - mcp_server: a fixture
 from tests.support.scripted_backend import ScriptedToolBackend
 from tests.support.session_channel import SessionChannel
 from worker.recorder import RecorderPool
 from worker.session import RealtimeSession
 
 ALLOW_LOOPBACK = McpConfig(allowed_hosts=["127.0.0.1"], call_timeout_s=1.0, list_timeout_s=3.0, max_result_chars=400)
-
-
-@pytest.fixture(scope="module")
-def mcp_server():
-    server = start_mcp_server()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -230,9 +223,10 @@ async def test_a_server_that_wants_a_token_fails_without_it(gated_server):
 ], ids=["default-off", "other-host", "other-port", "userinfo", "scheme"])
 async def test_a_disallowed_server_is_refused_before_any_connection(config, url, why):
     async with Session(ScriptedToolBackend(["Hi."]), config) as s:
-        s.channel.client("session.update", session={"type": "realtime", "tools": [mcp(url)]})
+        s.channel.client("session.update", session={"type": "realtime", "tools": [mcp(url)]}, event_id="evt_mcp")
         err = (await s.channel.until("error"))["error"]
         assert err["param"] == "session.tools.0.server_url" and err["code"] == "mcp_server_not_allowed"
+        assert err["event_id"] == "evt_mcp"  # the client can tell which update was refused
         assert why in err["message"] and "pw" not in err["message"]
         assert not s.of("mcp_list_tools.in_progress") and not s.of("session.updated")
 
