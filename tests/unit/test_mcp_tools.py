@@ -357,3 +357,31 @@ def test_a_model_reads_mcp_items_as_calls_and_results():
         ("function_call", "s__look", None), ("function_call_output", None, FAILED + "down"),
         ("function_call", "s__pay", None), ("function_call_output", None, DECLINED + " (no)")]
     assert len({i.item_id for i in seen}) == len(seen)
+
+
+def test_a_recorded_client_event_keeps_no_mcp_secret():
+    from worker.mcp_client import without_secrets
+
+    event = {"type": "session.update", "session": {"type": "realtime", "tools": [
+        {"type": "function", "name": "f"},
+        {"type": "mcp", "server_label": "s", "server_url": "https://x/mcp", "headers": {"X-Key": "k1"},
+         "authorization": "k2"}]}}
+    kept = without_secrets(event)
+    assert "k1" not in json.dumps(kept) and "k2" not in json.dumps(kept)
+    assert kept["session"]["tools"][1]["headers"] == {"X-Key": "[redacted]"} and kept["session"]["tools"][0] == {
+        "type": "function", "name": "f"}
+    assert event["session"]["tools"][1]["headers"] == {"X-Key": "k1"}  # the session's own copy is untouched
+    create = {"type": "response.create", "response": {"tools": [{"type": "mcp", "authorization": "k3"}]}}
+    assert "k3" not in json.dumps(without_secrets(create))
+
+
+async def test_a_token_in_the_url_or_headers_never_reaches_an_error_or_a_log(caplog):
+    caplog.set_level("DEBUG")
+    url = unused_url() + "?api_key=secret-in-query"
+    async with Session(ScriptedToolBackend(["Hi."])) as s:
+        await s.update(mcp(url, headers={"Authorization": "Bearer secret-in-header"}))
+        await s.channel.until("mcp_list_tools.failed")
+        err = (await s.channel.until("error"))["error"]
+        assert "could not connect" in err["message"]
+        assert "secret-in-header" not in json.dumps(s.channel.events)  # the URL is echoed as given, the header never
+        assert "secret" not in json.dumps(s.of("error")) and "secret" not in caplog.text
