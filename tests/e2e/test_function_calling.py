@@ -73,8 +73,11 @@ async def test_required_choice_and_bad_tools(stack):
     err = await c.error("session.update", session={"type": "realtime", "tools": [WEATHER],
                                                     "tool_choice": {"type": "function", "name": "nope"}})
     assert err["param"] == "tool_choice" and "nope" in err["message"]
-    err = await c.error("session.update", session={"type": "realtime", "tools": [{"type": "mcp"}]})
+    err = await c.error("session.update", session={"type": "realtime", "tools": [{"type": "web_search"}]})
     assert err["param"] == "session.tools.0.type"
+    # MCP tools are supported since issue 35 (tests/unit/test_mcp_tools.py); one without its server's URL is not
+    err = await c.error("session.update", session={"type": "realtime", "tools": [{"type": "mcp", "server_label": "x"}]})
+    assert err["param"] == "session.tools.0.server_url"
     err = await c.error("session.update", session={"type": "realtime", "tools": [{"name": "bad name!"}]})
     assert err["param"].startswith("session.tools.0.name")
     bad_schema = {**CLOCK, "parameters": {"type": "object", "properties": {"x": {"type": "no-such-type"}}}}

@@ -62,5 +62,17 @@ def test_the_tools_report_shows_each_run_and_the_median():
     result = {"set": "eval", "answer_bias": 0.75, "runs": [{"summary": summary, "rows": rows}] * 3,
               "median": {k: median_spread([summary[k]] * 3) for k in summary}}
     text = tools.report(result)
-    assert "| p2 | all | answer | nothing (failed) | 0/3 NO |" in text
+    assert "| p2 | function | all | answer | nothing (failed) | 0/3 NO |" in text
     assert "| right_decisions | 0.5 | 0.5 | 0.5 | 0.5 |" in text
+
+
+def test_the_tools_summary_puts_the_mcp_row_beside_the_function_row():
+    function = {"prompt": "p1", "expected_tool": "get_time", "called": "get_time", "arguments": "{}", "parses": True,
+                "valid": True, "values": True, "right": True, "status": "completed", "call_ms": 800.0,
+                "mode": "function"}
+    mcp = {**function, "mode": "mcp", "right": False, "called": "set_timer", "mcp_round_trip_ms": 6.0,
+           "answer_after_call_ms": 1100.0}
+    summary = tools.summarise_modes([function, mcp])
+    assert summary["right_decisions"] == 1.0 and summary["mcp_right_decisions"] == 0.0
+    assert summary["mcp_round_trip_ms_p50"] == 6.0 and summary["mcp_answer_after_call_ms_p50"] == 1100.0
+    assert "mcp_right_decisions" not in tools.summarise_modes([function])
