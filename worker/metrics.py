@@ -54,6 +54,10 @@ class WorkerMetrics:
         self.responses = Counter("omniduplex_worker_responses", "Responses by final status", ["status"], registry=r)
         self.sessions = Counter("omniduplex_worker_sessions", "Sessions ended, by end reason", ["end_reason"],
                                 registry=r)
+        self.stages = Histogram("omniduplex_worker_stage_seconds", "A turn's time by stage: end_of_turn (speech end "
+                                "to the turn decided), asr, llm (reply start to first words), tts (first words "
+                                "to first audio)", ["stage", "backend"], buckets=LATENCY_BUCKETS, registry=r)
+        self.backend_name = lambda: getattr(state.backend, "name", "unknown")
         self.limits = Counter("omniduplex_worker_limit_events", "Inputs refused or sessions ended by a limit",
                               ["code"], registry=r)
 
@@ -64,6 +68,10 @@ class WorkerMetrics:
             if isinstance(value, (int, float)) and value >= 0:
                 hist.observe(value / 1000)
         self.responses.labels(str(m.get("status") or "unknown")).inc()
+        backend = self.backend_name()
+        for key, value in (m.get("stages") or {}).items():
+            if isinstance(value, (int, float)) and value >= 0:
+                self.stages.labels(key.removesuffix("_ms"), backend).observe(value / 1000)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -32,12 +32,17 @@ from worker.audio_formats import AudioFormat, OutputEncoder
 from worker.items import in_progress_item
 
 
+STAGES = ("end_of_turn_ms", "asr_ms", "llm_ms", "tts_ms")
+
+
 @dataclass(slots=True)
 class _Reply:
     started: ResponseStarted
     start: float
     speech_stopped: float | None
     encoder: OutputEncoder
+    marks: dict[str, float] = field(default_factory=dict)  # the turn's moments before the reply (monotonic)
+    start_epoch: float = 0.0
     first_text: float | None = None
     first_audio: float | None = None
     message_index: int | None = None  # output index of the message item, once it has output
@@ -54,7 +59,7 @@ class ReplyEvents:
         self.conversation_id = conversation_id
         self.record_audio = record_audio  # G.711 sessions: the recording keeps the 24 kHz PCM
         self.output_format = AudioFormat()
-        self.speech_stopped_at: float | None = None
+        self.marks: dict[str, float] = {}  # this turn so far: voice_ended, speech_stopped, committed, transcribed
         self.on_turn_metrics: Callable[[dict[str, Any]], None] | None = None
         self._replies: dict[str, _Reply] = {}
 
@@ -72,10 +77,23 @@ class ReplyEvents:
         out.update(extra)
         return out
 
+    @property
+    def speech_stopped_at(self) -> float | None:
+        return self.marks.get("speech_stopped")
+
+    def mark(self, moment: str, voice_ended_ms_ago: float | None = None) -> None:
+        """A moment of the user's turn, for the next reply's stages: ``speech_stopped`` (a new
+        turn's first; with when the voice itself ended), ``committed``, ``transcribed``."""
+        now = time.monotonic()
+        if moment == "speech_stopped":
+            self.marks = {"voice_ended": now - max(0.0, voice_ended_ms_ago or 0.0) / 1000}
+        self.marks[moment] = now
+
     def started(self, e: ResponseStarted, previous_item_id: str | None) -> None:
         self._replies[e.response_id] = _Reply(e, time.monotonic(), self.speech_stopped_at,
-                                              OutputEncoder(self.output_format), last_item=previous_item_id)
-        self.speech_stopped_at = None
+                                              OutputEncoder(self.output_format), last_item=previous_item_id,
+                                              marks=dict(self.marks), start_epoch=time.time())
+        self.marks.clear()
         self.send(server_event("response.created", response=self._response(e, "in_progress")))
 
     def _open_message(self, r: _Reply) -> None:
@@ -241,6 +259,9 @@ class ReplyEvents:
             "e2e_ms": _ms(time.monotonic(), start),
             "audio_ms": round(e.audio_ms, 1),
             "status": e.status,
+            "interrupted": e.status == "cancelled" and e.reason == "turn_detected",
+            "start_epoch": round(r.start_epoch, 3),
+            "stages": _stages(r),
         }
         self.send(server_event("session.metrics", metrics=metrics))
         if self.on_turn_metrics is not None:
@@ -258,6 +279,24 @@ def _call_item(call: FunctionCall, status: str) -> dict[str, Any]:
     if call.kind == "mcp_call":
         out.update(approval_request_id=call.approval_request_id, output=call.output, error=call.error)
     return out
+
+
+def _stages(r: _Reply) -> dict[str, float | None]:
+    """Where the turn's time went, in order (ms; None where a stage did not happen or came out of
+    order): the wait after speech until the turn was decided, recognition, the model's first
+    words from the reply's start, then its first audio after them."""
+    m = r.marks
+    return {
+        "end_of_turn_ms": _ordered(m.get("committed"), m.get("voice_ended")),
+        "asr_ms": _ordered(m.get("transcribed"), m.get("committed")),
+        "llm_ms": _ms(r.first_text, r.start),
+        "tts_ms": _ordered(r.first_audio, r.first_text),
+    }
+
+
+def _ordered(t: float | None, t0: float | None) -> float | None:
+    """``t - t0`` in ms when both happened in that order."""
+    return _ms(t, t0) if t is not None and t0 is not None and t >= t0 else None
 
 
 def _ms(t: float | None, t0: float | None) -> float | None:

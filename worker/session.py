@@ -471,7 +471,9 @@ class RealtimeSession:
                 self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=e.audio_start_ms,
                                        item_id=e.item_id))
             elif kind == "speech_stopped":
-                replies.speech_stopped_at = time.monotonic()
+                # the voice ended audio_end_ms into the stream; the turn's end was decided later
+                lag = e.stream_ms - e.audio_end_ms if e.stream_ms is not None else None
+                replies.mark("speech_stopped", voice_ended_ms_ago=lag)
                 self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=e.audio_end_ms,
                                        item_id=e.item_id))
             elif kind == "timeout_triggered":
@@ -479,11 +481,13 @@ class RealtimeSession:
                     self.send(server_event("input_audio_buffer.timeout_triggered", audio_start_ms=e.audio_start_ms,
                                            audio_end_ms=e.audio_end_ms, item_id=e.item_id))
             elif kind == "input_committed":
+                replies.mark("committed")
                 self.send(server_event("input_audio_buffer.committed", previous_item_id=e.previous_item_id,
                                        item_id=e.item_id))
                 self.send(server_event(self.dialect.item_added, previous_item_id=e.previous_item_id,
                                        item=self._user_audio_item(e.item_id, None)))
             elif kind == "input_transcript":
+                replies.mark("transcribed")
                 self._transcript(e)
             elif kind == "response_started":
                 self._last_response_id = e.response_id

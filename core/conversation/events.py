@@ -21,6 +21,7 @@ class SpeechStarted:
 class SpeechStopped:
     item_id: str
     audio_end_ms: int
+    stream_ms: int | None = None  # how much audio had come when the turn's end was decided (same clock)
     type: Literal["speech_stopped"] = "speech_stopped"
 
 

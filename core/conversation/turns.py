@@ -81,7 +81,7 @@ class TurnTaking:
                 return
             item_id = self._speech_item or new_id("item")
             self._speech_item = None
-            self._emit(SpeechStopped(item_id, ms))
+            self._emit(SpeechStopped(item_id, ms, self._input.stream_samples * 1000 // VAD_RATE))
             if td is None or not td.vad_turns:
                 return  # model_duplex: the model hears everything itself; nothing to commit
             spec, self._speculation = self._speculation, None
