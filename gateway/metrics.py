@@ -4,7 +4,9 @@ Pool state (queue length, sessions by state, worker health) is read from the poo
 time by a collector, so it can never drift from the truth. Queue waits are observed when a
 lease is handed out; V2V and TTFP come from the worker's ``session.metrics`` events, which
 the relay shows us cheaply: only text frames that *start* with that event type are parsed, so
-audio frames are never decoded.
+audio frames are never decoded. The same parse feeds each turn's stage times (issue 36: end of
+turn, ASR, LLM, TTS) into ``omniduplex_stage_seconds{stage}`` and into :class:`StageWindow`, the
+last hour's values behind the admin page's "Where turns' time goes" table (p50/p90 per stage).
 
 Each app has its own registry (several gateways can live in one test process).
 """
@@ -16,6 +18,7 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -32,8 +35,52 @@ WAIT_BUCKETS = (0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 6
 SERIES_STEP_S = 2.0
 SERIES_POINTS = 300  # 10 minutes at 2 s
 PERCENTILE_WINDOW_S = 60.0
+STAGES = ("end_of_turn", "asr", "llm", "tts")  # the waterfall's order (worker/reply_events.py _stages)
+STAGE_WINDOW_S = 3600.0
+STAGE_WINDOW_CAP = 10_000  # values kept per stage: bounded memory however busy the hour
 
-__all__ = ["CONTENT_TYPE_LATEST", "GatewayMetrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "STAGES", "GatewayMetrics", "StageWindow"]
+
+
+class StageWindow:
+    """Each stage's recent values (ms) for ``window_s``, at most ``cap`` per stage (the oldest go
+    first), and their p50/p90. ``clock`` is monotonic seconds (a test passes its own)."""
+
+    def __init__(self, window_s: float = STAGE_WINDOW_S, cap: int = STAGE_WINDOW_CAP,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s, self.clock = window_s, clock
+        self._values: dict[str, deque[tuple[float, float]]] = {s: deque(maxlen=cap) for s in STAGES}
+
+    def add(self, stages: Any) -> dict[str, float]:
+        """One turn's ``stages`` (``{"asr_ms": 312.5, "llm_ms": None, ...}``): keeps the known
+        stages' non-negative numbers, ignores anything else; returns what it kept (ms by stage)."""
+        if not isinstance(stages, dict):
+            return {}
+        now = self.clock()
+        kept = {}
+        for stage in STAGES:
+            value = stages.get(f"{stage}_ms")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf"):
+                self._values[stage].append((now, float(value)))
+                kept[stage] = float(value)
+        self._expire(now)
+        return kept
+
+    def _expire(self, now: float) -> None:
+        oldest = now - self.window_s
+        for values in self._values.values():
+            while values and values[0][0] < oldest:
+                values.popleft()
+
+    def summary(self) -> list[dict[str, Any]]:
+        """``[{"stage", "p50_ms", "p90_ms", "count"}]`` in waterfall order (None with no values)."""
+        self._expire(self.clock())
+        out = []
+        for stage in STAGES:
+            ms = sorted(v for _, v in self._values[stage])
+            out.append({"stage": stage, "p50_ms": _percentile(ms, 0.5), "p90_ms": _percentile(ms, 0.9),
+                        "count": len(ms)})
+        return out
 
 
 class _PoolCollector:
@@ -104,6 +151,11 @@ class GatewayMetrics:
                               buckets=LATENCY_BUCKETS, registry=r)
         self.sessions_ended = Counter("omniduplex_realtime_sessions", "Realtime sessions ended, by how",
                                       ["ended_by"], registry=r)
+        self.stage = Histogram("omniduplex_stage_seconds", "A turn's time by stage, from the worker's "
+                               "session.metrics: end_of_turn (voice end to the turn decided), asr, llm (reply "
+                               "start to first words), tts (first words to first audio)", ["stage"],
+                               buckets=LATENCY_BUCKETS, registry=r)
+        self.stages = StageWindow()
         self.rejected = Counter("omniduplex_rejected_sessions", "Realtime sessions refused, by error code",
                                 ["reason"], registry=r)
         self._v2v_recent: deque[tuple[float, float]] = deque(maxlen=5000)  # (monotonic, ms)
@@ -120,12 +172,16 @@ class GatewayMetrics:
             m = json.loads(text).get("metrics") or {}
         except (ValueError, AttributeError):
             return
+        if not isinstance(m, dict):
+            return
         v2v, ttfp = m.get("v2v_ms"), m.get("ttfp_ms")
         if isinstance(v2v, (int, float)) and v2v >= 0:
             self.v2v.observe(v2v / 1000)
             self._v2v_recent.append((time.monotonic(), float(v2v)))
         if isinstance(ttfp, (int, float)) and ttfp >= 0:
             self.ttfp.observe(ttfp / 1000)
+        for stage, ms in self.stages.add(m.get("stages")).items():
+            self.stage.labels(stage).observe(ms / 1000)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,4 +1,5 @@
-"""The operator's API and page: workers, queue, live sessions, apps, presets, ETA, voices, charts.
+"""The operator's API and page: workers, queue, live sessions, apps, presets, ETA, voices, charts,
+and the last hour's stage times (p50/p90 per stage of a turn).
 
 Every ``/admin`` and ``/api/admin/*`` route answers 401 without the admin token as
 ``Authorization: Bearer <token>`` or a sign-in's session cookie (``gateway/admin/sessions.py``:
@@ -232,12 +233,18 @@ def admin_router(app: FastAPI, admin_token: str, static_dir: Path) -> APIRouter:
                        "slots": sum(w.slots for w in workers), "busy": sum(w.busy for w in workers),
                        "queue_length": pool.queue_length, "capacity": pool.capacity},
             "series": list(st.metrics.series)[-150:],
+            "stages": st.metrics.stages.summary(),
             "uptime_s": round(time.time() - started, 1),
         }
 
     @guarded.get("/api/admin/series")
     async def series() -> dict[str, Any]:
         return {"step_s": 2.0, "points": list(st.metrics.series)}
+
+    @guarded.get("/api/admin/stages")
+    async def stages() -> dict[str, Any]:
+        """The last hour's p50/p90 (ms) and count per stage of a turn, from the workers' session.metrics."""
+        return {"window_s": st.metrics.stages.window_s, "stages": st.metrics.stages.summary()}
 
     # ---------------------------------------------------------------- workers
 

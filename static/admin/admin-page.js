@@ -159,6 +159,18 @@ function renderCharts(series) {
   lineChart($("chart-v2v"), [series.map((p) => p.v2v_p50), series.map((p) => p.v2v_p90)], { minMax: 100 });
 }
 
+// The last hour's p50/p90 per stage of a turn (gateway/metrics.py StageWindow).
+const STAGE_NAMES = { end_of_turn: "End of turn", asr: "ASR", llm: "LLM", tts: "TTS" };
+const ms = (v) => (typeof v === "number" ? String(Math.round(v)) : "–");
+
+function renderStages(stages) {
+  $("stages").tBodies[0].replaceChildren(...(stages || []).map((s) => el("tr", { dataset: { stage: s.stage } },
+    el("td", { textContent: STAGE_NAMES[s.stage] || s.stage }),
+    el("td", { className: "num", textContent: ms(s.p50_ms) }),
+    el("td", { className: "num", textContent: ms(s.p90_ms) }),
+    el("td", { className: "num", textContent: String(s.count) }))));
+}
+
 function render(o) {
   const t = o.totals;
   const summary = $("summary");
@@ -171,6 +183,7 @@ function render(o) {
   renderApps(o.apps);
   renderEta(o.eta);
   renderCharts(o.series);
+  renderStages(o.stages);
 }
 
 async function refresh() {

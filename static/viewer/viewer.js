@@ -1,7 +1,9 @@
-// Session viewer: meta card, replay player, multitrack timeline, transcript and per-turn metrics.
+// Session viewer: meta card, replay player, multitrack timeline, transcript, per-turn metrics and
+// each turn's stage waterfall (waterfall.js).
 // Everything is fetched with the token from this page's URL (share or admin); the server answers
 // 404 to anything else. `window.viewer` exposes what the page rendered, for the browser tests.
 import { Timeline } from "./timeline.js";
+import { renderWaterfalls } from "./waterfall.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -11,7 +13,8 @@ export async function mountViewer() {
   const q = `token=${encodeURIComponent(token)}`;
   const api = `/api/sessions/${encodeURIComponent(id)}`;
   const state = (window.viewer = { ready: false, error: null, events: 0, durationS: 0, lanes: [],
-    marks: { bargeIns: 0, backchannels: 0, resumed: 0 }, tools: { calls: 0, failed: 0, lists: 0, approvals: 0 } });
+    marks: { bargeIns: 0, backchannels: 0, resumed: 0 }, tools: { calls: 0, failed: 0, lists: 0, approvals: 0 },
+    waterfalls: [] });
   let data;
   try {
     const r = await fetch(`${api}?${q}`, { cache: "no-store" });
@@ -84,7 +87,9 @@ export async function mountViewer() {
   requestAnimationFrame(tick);
 
   renderTranscript(lines, (t) => { media.currentTime = t; media.play().catch(() => {}); });
-  renderTurns(events.filter((e) => e.type === "turn_metrics"));
+  const turns = events.filter((e) => e.type === "turn_metrics");
+  renderTurns(turns);
+  state.waterfalls = renderWaterfalls($("waterfall"), turns, clock);
   state.ready = true;
 }
 
