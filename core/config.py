@@ -216,6 +216,32 @@ class ToolsConfig(_Strict):
     mcp: McpConfig = Field(default_factory=McpConfig)
 
 
+class TelemetryConfig(_Strict):
+    """OpenTelemetry traces (docs/operations.md, "Tracing (OpenTelemetry)"): off unless an OTLP/HTTP
+    endpoint is set here or in ``OTEL_EXPORTER_OTLP_ENDPOINT`` (this key wins when both are)."""
+
+    otlp_endpoint: str | None = Field(None, description="OTLP/HTTP base URL of a collector, e.g. "
+                                      "http://collector:4318 (spans are POSTed to <url>/v1/traces); null = off")
+    sample_ratio: float = Field(1.0, ge=0, le=1, description="share of new traces kept (a worker follows the "
+                                "gateway's decision)")
+    include_content: bool = Field(False, description="put text on spans (tool arguments and results); "
+                                  "never audio")
+    service_name: str = Field("omniduplex", min_length=1, max_length=100, description="service.name on every span")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()
+        if not re.match(r"^https?://[^/\s?#]+(/[^\s?#]*)?$", value):
+            raise ValueError("must be an http:// or https:// base URL such as http://collector:4318 "
+                             "(without /v1/traces, a query or a fragment)")
+        if value.rstrip("/").endswith("/v1/traces"):
+            raise ValueError("give the base URL: /v1/traces is added to it")
+        return value
+
+
 class RateLimit(_Strict):
     """0 = no limit."""
 
@@ -359,6 +385,7 @@ class AppConfig(_Strict):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     webrtc: WebRTCConfig = Field(default_factory=WebRTCConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
     @model_validator(mode="after")
     def _ports_do_not_collide(self) -> AppConfig:

@@ -17,6 +17,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
+from core import telemetry
 from core.config import AppConfig
 from core.worker_auth import auth_headers, load_worker_secret
 from gateway.access.cors import cors_middleware
@@ -66,6 +67,7 @@ def create_app(config: AppConfig) -> FastAPI:
     limiter = SessionLimiter(config.auth.per_ip, config.auth.per_key)
     ephemeral_keys = make_ephemeral_keys(pool)  # in memory, or in the cluster's Redis
     metrics = GatewayMetrics(pool)
+    telemetry.setup(config.telemetry, "gateway")  # off (nothing imported) without an OTLP endpoint
     live: dict[str, RealtimeProxy] = {}  # ticket -> open realtime session (queued or relaying)
 
     pool.local_sessions = lambda: [p.info() for p in live.values()]
@@ -85,6 +87,7 @@ def create_app(config: AppConfig) -> FastAPI:
             await metrics.stop()
             await checker.stop()
             await pool.close()
+            telemetry.shutdown()  # the last spans reach the collector
 
     app = FastAPI(title="OmniDuplex gateway", lifespan=lifespan)
     app.state.pool = pool

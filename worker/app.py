@@ -10,12 +10,13 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Response, WebSocket
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from core import logctx
+from core import logctx, telemetry
 from core.config import AppConfig
 from core.processors import ModelThreads, create_backend
 from core.processors.base import LoadProgress
@@ -29,6 +30,7 @@ from worker.recorder import RecorderPool
 from worker.rest import rest_router
 from worker.session import RealtimeSession
 from worker.state import WorkerState
+from worker.tracing import RestSpans, SessionTrace
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 def create_app(config: AppConfig, index: int = 0) -> FastAPI:
     ws_state = WorkerState(f"w{index}", config.workers.slots)
     metrics = WorkerMetrics(ws_state)
+    tracing = telemetry.setup(config.telemetry, f"w{index}")  # off (nothing imported) without an OTLP endpoint
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -68,10 +71,13 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
                 await asyncio.to_thread(ws_state.recorders.shutdown)
             backend.close()
             threads.close()
+            telemetry.shutdown()  # the last spans reach the collector
 
     app = FastAPI(title=f"OmniDuplex worker {index}", lifespan=lifespan)
     # Only the gateway (and the launcher) may call: they hold the deployment's worker secret.
     app.add_middleware(WorkerSecretMiddleware, secret=load_worker_secret(config))
+    if tracing:
+        app.add_middleware(RestSpans)  # a span per REST job, the child of the gateway's
     # Which start of which process answers on this port: the launcher checks it is the one it started.
     instance = {"instance": os.environ.get(INSTANCE_ENV) or None, "pid": os.getpid()}
     app.state.worker = ws_state
@@ -128,15 +134,34 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
 
         session.on_state = on_state
         session.on_turn_metrics = metrics.turn
+        trace: SessionTrace | None = None
+        if telemetry.enabled():  # off: no hook, no span
+            trace = SessionTrace(ws.headers, config.backend.name, model, session.session_id, ws_state.worker_id)
+            session.on_turn_metrics = _chain(session.on_turn_metrics, trace.turn)
         session.on_limit = lambda code: metrics.limits.labels(code).inc()
         logctx.bind(session=session.session_id, worker=ws_state.worker_id)
         on_state("DUPLEX_ACTIVE")  # a new session starts with server_vad on, as in the API
         try:
             await session.run()
         finally:
+            if trace is not None:
+                trace.end(session.end_reason, session.close_code)
             metrics.sessions.labels(session.end_reason).inc()
             log.info("session ended: %s (close %s)", session.end_reason, session.close_code)
             ws_state.sessions.pop(session.session_id, None)
             ws_state.refresh()
 
     return app
+
+
+def _chain(first: Callable[[dict[str, Any]], None] | None,
+           then: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """A turn-metrics hook that runs ``first`` (the Prometheus figures) and then ``then``."""
+    def hook(m: dict[str, Any]) -> None:
+        if first is not None:
+            first(m)
+        try:
+            then(m)
+        except Exception:  # noqa: BLE001 - tracing never breaks a session
+            log.warning("tracing a turn failed", exc_info=True)
+    return hook

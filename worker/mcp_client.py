@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +26,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from core import telemetry
 from core.config import McpConfig
 from core.conversation.config import McpServerTool
 from core.conversation.mcp_tools import ListedTool, McpFailure, ToolOutcome
@@ -191,6 +193,27 @@ class McpClient:
         return tools[: self.config.max_tools_per_server]
 
     async def call_tool(self, server: McpServerTool, name: str, arguments: dict) -> ToolOutcome:
+        if not telemetry.enabled():
+            return await self._call_tool(server, name, arguments)
+        # One span per call, under the session's (the current one); its text only with include_content.
+        content = telemetry.include_content()
+        span = telemetry.start_span(f"execute_tool {name}", attributes={
+            "gen_ai.system": telemetry.GEN_AI_SYSTEM, "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name, "omniduplex.mcp.server_label": server.server_label,
+            "gen_ai.tool.call.arguments": json.dumps(arguments, ensure_ascii=False) if content else None})
+        started = time.perf_counter()
+        outcome: ToolOutcome | None = None
+        try:
+            outcome = await self._call_tool(server, name, arguments)
+            return outcome
+        finally:
+            error = None if outcome is None else (outcome.error or {}).get("type")
+            telemetry.end_span(span, {
+                "omniduplex.duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                "gen_ai.tool.call.result": outcome.output if content and outcome is not None else None},
+                error=error if outcome is not None else "cancelled")
+
+    async def _call_tool(self, server: McpServerTool, name: str, arguments: dict) -> ToolOutcome:
         timeout = self.config.call_timeout_s
         try:
             link = await asyncio.wait_for(self._link(server), self.config.list_timeout_s)

@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 import websockets
 
-from core import logctx
+from core import logctx, telemetry
 from core.config import AppConfig
 from core.ids import new_id
 from core.protocol import EXTENSION_EVENTS, error_event, server_event, unknown_extensions_error
@@ -56,7 +56,7 @@ class RealtimeProxy:
     __slots__ = ("client", "pool", "config", "ticket", "beta", "model", "app_name", "record", "requirements",
                  "extensions", "unknown_extensions", "intent", "_outbox", "_sender", "_assigned_sent", "early",
                  "metrics", "client_ip", "created_at", "state", "session_id", "worker_id", "assigned_at",
-                 "_stop", "_stop_reason", "initial_session", "_minted_session_id")
+                 "_stop", "_stop_reason", "initial_session", "_minted_session_id", "_span")
 
     def __init__(self, client: EventChannel, request: SessionRequest, pool: WorkerPool, config: AppConfig) -> None:
         self.client = client
@@ -92,6 +92,7 @@ class RealtimeProxy:
         self.assigned_at: float | None = None
         self._stop: asyncio.Event | None = None  # made when the relay starts, or when ended before
         self._stop_reason = ""
+        self._span = None  # the session's trace span (core/telemetry.py), while tracing is on
 
     def end_by_operator(self, reason: str = "ended by the operator") -> None:
         """Admin: end this session now (it gets ``session_ended_by_operator`` and close 4004)."""
@@ -152,6 +153,12 @@ class RealtimeProxy:
     async def run(self) -> None:
         lease: Lease | None = None
         logctx.bind(session=self.ticket)
+        if telemetry.enabled():
+            self._span = telemetry.start_span("realtime.session", server=True, attributes={
+                "gen_ai.system": telemetry.GEN_AI_SYSTEM, "gen_ai.operation.name": "realtime",
+                "gen_ai.request.model": self.model, "omniduplex.ticket": self.ticket,
+                "omniduplex.transport": "webrtc" if type(self.client).__name__.startswith("WebRTC") else "websocket",
+                "omniduplex.app": self.app_name, "omniduplex.dialect": "beta" if self.beta else "ga"})
         if self.unknown_extensions:
             await self._send(unknown_extensions_error(list(self.unknown_extensions)))
         try:
@@ -165,6 +172,14 @@ class RealtimeProxy:
             self.state = "ended"
             if lease is not None:
                 self.pool.release(lease)
+            if self._span is not None:
+                self._trace_end("cancelled")
+
+    def _trace_end(self, reason: str, error: str | None = None) -> None:
+        """End the session's span once, with why the session ended."""
+        span, self._span = self._span, None
+        telemetry.end_span(span, {"omniduplex.end_reason": reason, "omniduplex.session_id": self.session_id},
+                           error=error)
 
     async def _wait_for_worker(self) -> Lease | None:
         """Queue until a worker is assigned; a client that leaves is dropped at once."""
@@ -185,6 +200,8 @@ class RealtimeProxy:
                         if lease is not None:
                             # Assigned in the same instant the client left: give the slot back.
                             self.pool.release(lease, record=False)
+                        if self._span is not None:
+                            self._trace_end("client_left_queue")
                         return None
                     if isinstance(message, str):
                         if len(self.early) >= MAX_EARLY_MESSAGES:
@@ -193,6 +210,8 @@ class RealtimeProxy:
                             self.early.append(message)
                     receive = asyncio.create_task(self.client.receive())
                 if acquire in done:
+                    if self._span is not None and not acquire.cancelled() and acquire.exception() is not None:
+                        self._trace_end("queue_refused", error=type(acquire.exception()).__name__)
                     try:
                         return acquire.result()
                     except QueueCancelledError as exc:
@@ -226,6 +245,12 @@ class RealtimeProxy:
         self.session_id, self.worker_id, self.assigned_at = session_id, worker.id, time.time()
         self.state = "connecting"
         logctx.bind(session=session_id, worker=worker.id)
+        headers = self.pool.worker_headers
+        if self._span is not None:
+            telemetry.set_attributes(self._span, {
+                "omniduplex.queue_wait_ms": round(lease.queued_s * 1000, 1), "omniduplex.worker.id": worker.id,
+                "omniduplex.worker.url": worker.url, "omniduplex.session_id": session_id})
+            headers = {**headers, **telemetry.trace_headers(self._span)}  # the worker's span is its child
         params = {"dialect": "beta" if self.beta else "ga", "session_id": session_id, "model": self.model,
                   "app": self.app_name, "record": "true" if self.record else "false",
                   # session.metrics always: the gateway's own latency figures come from it
@@ -248,7 +273,7 @@ class RealtimeProxy:
             conn = await websockets.connect(
                 # Server events from our own worker: not bounded by the client message limit (a
                 # spoken reply's audio delta can be larger than what a client may send).
-                url, open_timeout=wcfg.connect_timeout_s, additional_headers=self.pool.worker_headers,
+                url, open_timeout=wcfg.connect_timeout_s, additional_headers=headers,
                 max_size=max(self.config.limits.transport_max_bytes, 16 * 2**20),
                 ping_interval=wcfg.ping_interval_s, ping_timeout=wcfg.ping_interval_s, compression=None,
                 # a hung worker never completes a close handshake: give up on it after 2 s
@@ -286,6 +311,9 @@ class RealtimeProxy:
                 await asyncio.wait_for(conn.close(), 2)
         log.info("session %s on %s ended by %s (%s) after %.1fs", self.ticket, worker.id, result.ended_by,
                  result.code, time.monotonic() - started)
+        if self._span is not None:
+            telemetry.set_attributes(self._span, {"omniduplex.close_code": result.code})
+            self._trace_end(result.ended_by, error="worker_failed" if result.ended_by == "worker_failed" else None)
         if self.metrics is not None:
             self.metrics.sessions_ended.labels(result.ended_by).inc()
         if result.ended_by == "operator":
@@ -305,6 +333,8 @@ class RealtimeProxy:
 
     async def _worker_unavailable(self, worker_id: str, why: str) -> None:
         log.warning("worker %s unavailable for %s: %s", worker_id, self.ticket, why)
+        if self._span is not None:
+            self._trace_end("worker_unavailable", error="worker_unavailable")
         self.pool.report_failure(worker_id, why)
         await self._send(error_event("the assigned worker could not be reached; please reconnect",
                                      "worker_unavailable", kind="server_error"))

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 
+from core import telemetry
 from core.ids import new_id
 from core.rest_jobs import (
     CHAT_PATH,
@@ -94,6 +95,7 @@ class WorkerCall:
         self.finished = False  # the worker's answer was read to its end: its slot is free
         self._watcher: asyncio.Task | None = None
         self._closed = False
+        self.span: Any = None  # ``rest <route>`` while tracing is on; ended by ``close``
 
     def headers(self) -> dict[str, str]:
         out = {"x-request-id": self.ticket}
@@ -154,13 +156,15 @@ class WorkerCall:
     def worker_failed(self, reason: str) -> None:
         if self.lease is not None:
             self.pool.report_failure(self.lease.worker.id, reason)
+        if self.span is not None:
+            telemetry.set_attributes(self.span, {"error.type": "worker_failed"})
 
     async def open(self, path: str, *, content: bytes, params: dict[str, str] | None = None) -> httpx.Response:
         """POST to the leased worker and return its streaming response once it answered 200."""
         assert self.lease is not None
         request = self.http.build_request(
             "POST", self.lease.worker.url + path, content=content, params=params,
-            headers={REQUEST_ID_HEADER: self.ticket, **self.pool.worker_headers},
+            headers={REQUEST_ID_HEADER: self.ticket, **self.pool.worker_headers, **telemetry.trace_headers(self.span)},
         )
         self.sent = True
         try:
@@ -201,6 +205,21 @@ class WorkerCall:
         finally:
             if self.lease is not None:
                 self.pool.release(self.lease, record=False)
+            if self.span is not None:
+                span, self.span = self.span, None
+                lease = self.lease
+                telemetry.end_span(span, {
+                    "omniduplex.worker.id": lease.worker.id if lease else None,
+                    "omniduplex.worker.url": lease.worker.url if lease else None,
+                    "omniduplex.queue_wait_ms": round(lease.queued_s * 1000, 1) if lease else None,
+                    "omniduplex.finished": self.finished})
+
+    def trace_done(self, done: dict[str, Any]) -> None:
+        """The reply's token counts on the request's span (GenAI usage attributes)."""
+        if self.span is not None:
+            telemetry.set_attributes(self.span, {"gen_ai.usage.input_tokens": done.get("prompt_tokens"),
+                                                 "gen_ai.usage.output_tokens": done.get("output_tokens"),
+                                                 "omniduplex.status": done.get("status")})
 
     async def _release_on_worker(self) -> None:
         """Wait until the worker has stopped this request and freed its slot (a few ms for a
@@ -264,15 +283,20 @@ def openai_router(pool: WorkerPool, transport: httpx.AsyncBaseTransport | None =
     async def serve(request: Request, handler: Callable[[WorkerCall], Awaitable[Response]]) -> Response:
         """Run ``handler``; errors become OpenAI-shaped answers, and the lease is never leaked."""
         call = WorkerCall(request, pool, state["http"])
+        if telemetry.enabled():
+            call.span = _rest_span(request)
         try:
             response = await handler(call)
         except ApiError as exc:
+            telemetry.set_attributes(call.span, {"http.response.status_code": exc.status, "error.type": exc.code})
             await call.close()
             return JSONResponse(exc.body(), status_code=exc.status, headers=call.headers())
         except ClientGone:
+            telemetry.set_attributes(call.span, {"http.response.status_code": 499, "error.type": "client_gone"})
             await call.close()
             return Response(status_code=499)  # nobody reads it; uvicorn drops it
-        except Exception:
+        except Exception as exc:
+            telemetry.set_attributes(call.span, {"http.response.status_code": 500, "error.type": type(exc).__name__})
             await call.close()
             log.exception("REST request %s failed", call.ticket)
             error = ApiError(500, "internal error while serving the request", "server_error")
@@ -280,6 +304,7 @@ def openai_router(pool: WorkerPool, transport: httpx.AsyncBaseTransport | None =
         except BaseException:
             await call.close()
             raise
+        telemetry.set_attributes(call.span, {"http.response.status_code": response.status_code})
         if not isinstance(response, ClosingStreamingResponse):
             await call.close()
         response.headers.update(call.headers())
@@ -305,6 +330,8 @@ def openai_router(pool: WorkerPool, transport: httpx.AsyncBaseTransport | None =
             req = await parse_json(ChatCompletionRequest, body)
             req.check()
             _check_model(pool, req.model)
+            if call.span is not None:
+                telemetry.set_attributes(call.span, {"gen_ai.request.model": req.model})
             job = req.to_job()
             dump = job.model_dump_json
             content = (await asyncio.to_thread(dump) if len(body) > THREAD_PARSE_BYTES else dump()).encode()
@@ -390,12 +417,25 @@ async def _events(call: WorkerCall, upstream: httpx.Response) -> AsyncIterator[d
                 event = json.loads(line)
                 if event.get("type") == "done":
                     call.finished = True
+                    call.trace_done(event)
                 yield event
                 if event.get("type") == "done":
                     return
     except (httpx.HTTPError, ValueError) as exc:
         call.worker_failed(f"chat stream broken: {exc!r}")
     yield {"type": "done", "status": "failed", "reason": "worker_failed", "text": ""}
+
+
+_REST_OPERATIONS = {"/v1/chat/completions": "chat", "/v1/audio/speech": "text_to_speech",
+                    "/v1/audio/transcriptions": "transcription"}
+
+
+def _rest_span(request: Request) -> Any:
+    """``rest <route>``: one REST request at the gateway, parent of the worker's span."""
+    route = request.url.path
+    return telemetry.start_span(f"rest {route}", server=True, attributes={
+        "http.request.method": request.method, "http.route": route, "gen_ai.system": telemetry.GEN_AI_SYSTEM,
+        "gen_ai.operation.name": _REST_OPERATIONS.get(route)})
 
 
 def _reply_failed(reported: dict[str, Any] | None) -> ApiError:
