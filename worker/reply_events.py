@@ -260,6 +260,8 @@ class ReplyEvents:
             "audio_ms": round(e.audio_ms, 1),
             "status": e.status,
             "interrupted": e.status == "cancelled" and e.reason == "turn_detected",
+            "input_tokens": e.prompt_tokens,
+            "output_tokens": e.output_tokens,
             "start_epoch": round(r.start_epoch, 3),
             "stages": _stages(r),
         }

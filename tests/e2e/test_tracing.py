@@ -150,6 +150,9 @@ async def test_session_trace_spans_gateway_and_worker(traced, receiver):
     assert a["gen_ai.operation.name"] == "chat" and a["omniduplex.status"] == "completed"
     assert a["omniduplex.interrupted"] is False and a["omniduplex.stage.llm_ms"] > 0
     assert a["gen_ai.response.id"] == response["id"]
+    usage = response["usage"]  # the turn's tokens, as the client's response.done counted them
+    assert a["gen_ai.usage.input_tokens"] == usage["input_tokens"] > 0
+    assert a["gen_ai.usage.output_tokens"] == usage["output_tokens"] > 0
     stages = {s["name"]: s for s in spans if s["parent"] == turn["id"]}
     assert {"llm", "tts"} <= set(stages), stages.keys()  # typed: no end-of-turn wait, no recognition
     assert stages["llm"]["end"] <= stages["tts"]["start"] + 1e6  # tts follows the first words
