@@ -183,10 +183,6 @@ def test_browser_webrtc_with_a_minted_key_spoken_question_spoken_answer(stack, a
     # it is connected): the question comes after 4 s of silence, once, and then silence long
     # enough that the device's loop does not ask again.
     wav = spoken_wav(tmp_path / "question.wav", tts, QUESTION, lead_s=4.0, total_s=40.0)
-    browser = launch(wav)
-
-    def results() -> dict:
-        return browser.execute_script("return window.__results || null") or {}
 
     def answered(r: dict) -> bool:
         types = [e["type"] for e in r.get("events", [])]
@@ -194,9 +190,26 @@ def test_browser_webrtc_with_a_minted_key_spoken_question_spoken_answer(stack, a
         return bool(r.get("failure") or r.get("errors")) or (
             bool(said) and "output_audio_buffer.stopped" in types and "response.done" in types)
 
-    try:
+    # Up to three calls, each in a fresh browser with a fresh key: the bundled Whisper hears this
+    # clip, after Chromium's WebRTC path (the turn's clip edges move run to run), as "... capital of friends?"
+    # in some runs (1 in 7 at 7c34922, 2 in 3 at ceb1c88, before issue 35; see the closing note of
+    # issue 35). Only a call whose question was heard as asked goes on to the checks below.
+    for attempt in range(3):
+        app_server.minted.clear()
+        browser = launch(wav)
+
+        def results() -> dict:
+            return browser.execute_script("return window.__results || null") or {}
+
         browser.get(f"{app_server.origin}/?gateway={stack.url}")
         r = wait_until(lambda: answered(results()) and results(), timeout=60) or results()
+        users = [i["text"] for i in r.get("history", []) if i["role"] == "user"]
+        if attempt == 2 or any("france" in t.lower() for t in users) or r.get("failure") or r.get("errors"):
+            break
+        print(f"try {attempt + 1}: the question was heard as {users!r}; calling again")
+        browser.execute_script("window.__session && window.__session.close()")
+        wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=10)
+    try:
         heard = browser.execute_async_script("window.__inboundAudio().then(arguments[arguments.length - 1])")
         r["inbound_audio"] = heard
         print(show(r))
