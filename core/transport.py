@@ -31,6 +31,8 @@ class ChannelClosed(Exception):
 class EventChannel(abc.ABC):
     """One peer of a realtime session. Events are JSON text; binary messages pass as bytes."""
 
+    transport = "websocket"  # how the peer is connected, as traces and logs name it
+
     @abc.abstractmethod
     async def receive(self) -> Message:
         """The next message from the peer; raises ``ChannelClosed`` once the peer has gone."""

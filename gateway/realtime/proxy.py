@@ -157,7 +157,7 @@ class RealtimeProxy:
             self._span = telemetry.start_span("realtime.session", server=True, attributes={
                 "gen_ai.system": telemetry.GEN_AI_SYSTEM, "gen_ai.operation.name": "realtime",
                 "gen_ai.request.model": self.model, "omniduplex.ticket": self.ticket,
-                "omniduplex.transport": "webrtc" if type(self.client).__name__.startswith("WebRTC") else "websocket",
+                "omniduplex.transport": self.client.transport,
                 "omniduplex.app": self.app_name, "omniduplex.dialect": "beta" if self.beta else "ga"})
         if self.unknown_extensions:
             await self._send(unknown_extensions_error(list(self.unknown_extensions)))

@@ -332,3 +332,10 @@ async def test_the_microphone_before_the_session_starts_is_kept_and_heard_first(
     channel.deliver_microphone(json.dumps({"type": "input_audio_buffer.append", "audio": "live"}))
     got = [e["audio"] for e in await inbox(channel)]
     assert got == [str(i) for i in range(100 - EARLY_AUDIO_APPENDS, 100)] + ["live"]
+
+
+def test_each_channel_names_its_transport_for_traces():
+    from core.transport import WebSocketChannel
+    from gateway.realtime.webrtc.channel import WebRTCChannel
+
+    assert WebRTCChannel().transport == "webrtc" and WebSocketChannel.transport == "websocket"

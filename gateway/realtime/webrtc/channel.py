@@ -64,6 +64,8 @@ def event_type(text: str) -> str:
 class WebRTCChannel(EventChannel):
     """One call's events and audio, as the realtime proxy sees a client."""
 
+    transport = "webrtc"
+
     def __init__(self, beta: bool = False, framer: OpusFramer | None = None) -> None:
         self.beta = beta
         self.audio_delta = "response.audio.delta" if beta else "response.output_audio.delta"
