@@ -168,6 +168,10 @@ def parse_client_event(data: Any) -> ClientEvent:
 
 # --------------------------------------------------------------------------- extensions
 
+# ``session.metrics.stages``: where a turn's time went, in the order it passes (each ``<stage>_ms``):
+# the wait after the voice until the turn is decided, recognition, the model's first words, its first audio.
+TURN_STAGES = ("end_of_turn", "asr", "llm", "tts")
+
 EXTENSION_EVENTS = frozenset({
     "queue.position", "queue.assigned", "session.recording", "session.metrics", "session.paused",
     "session.resumed", "input_image_buffer.appended", "input_audio_buffer.backchannel", "response.resumed",

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from core.protocol import TURN_STAGES
 from gateway.pool.worker_pool import Health, WorkerPool
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ WAIT_BUCKETS = (0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 6
 SERIES_STEP_S = 2.0
 SERIES_POINTS = 300  # 10 minutes at 2 s
 PERCENTILE_WINDOW_S = 60.0
-STAGES = ("end_of_turn", "asr", "llm", "tts")  # the waterfall's order (worker/reply_events.py _stages)
+STAGES = TURN_STAGES  # the waterfall's order (core/protocol.py)
 STAGE_WINDOW_S = 3600.0
 STAGE_WINDOW_CAP = 10_000  # values kept per stage: bounded memory however busy the hour
 

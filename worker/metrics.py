@@ -11,6 +11,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from core.protocol import TURN_STAGES
+
 LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 STATES = ("LOADING", "IDLE", "BUSY_HALF_DUPLEX", "DUPLEX_ACTIVE", "DUPLEX_PAUSED", "ERROR")
 
@@ -69,9 +71,11 @@ class WorkerMetrics:
                 hist.observe(value / 1000)
         self.responses.labels(str(m.get("status") or "unknown")).inc()
         backend = self.backend_name()
-        for key, value in (m.get("stages") or {}).items():
+        stages = m.get("stages") or {}
+        for stage in TURN_STAGES:
+            value = stages.get(f"{stage}_ms")
             if isinstance(value, (int, float)) and value >= 0:
-                self.stages.labels(key.removesuffix("_ms"), backend).observe(value / 1000)
+                self.stages.labels(stage, backend).observe(value / 1000)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

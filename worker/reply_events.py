@@ -32,9 +32,6 @@ from worker.audio_formats import AudioFormat, OutputEncoder
 from worker.items import in_progress_item
 
 
-STAGES = ("end_of_turn_ms", "asr_ms", "llm_ms", "tts_ms")
-
-
 @dataclass(slots=True)
 class _Reply:
     started: ResponseStarted

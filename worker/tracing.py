@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from core import telemetry
+from core.protocol import TURN_STAGES
 
 
 class SessionTrace:
@@ -48,7 +49,7 @@ def turn_span(parent: Any, metrics: dict[str, Any], model: str, backend: str) ->
     if not start or e2e is None:
         return
     stages = metrics.get("stages") or {}
-    eot, asr, llm, tts = (stages.get(k) for k in ("end_of_turn_ms", "asr_ms", "llm_ms", "tts_ms"))
+    eot, asr, llm, tts = (stages.get(f"{k}_ms") for k in TURN_STAGES)
     end = start + e2e / 1000
     asr_start = start - (asr or 0) / 1000
     eot_start = asr_start - (eot or 0) / 1000
