@@ -143,9 +143,14 @@ class McpTools:
             self._conv._emit(McpListFinished(listing.item.item_id, label, (), listing.error))
             return
         shown = [t for t in tools if listing.server.offers(t.name, t.read_only)]
-        listing.tools = [t for t in shown if self._usable(label, t)]
+        # the backend checks each schema (the cascade compiles a grammar): off the event loop
+        conv = self._conv
+        listing.tools = await conv._in_thread(conv.backend.io_pool, self._usable_tools, label, shown)
         listing.item.tools = [t.wire() for t in shown]
         self._conv._emit(McpListFinished(listing.item.item_id, label, tuple(listing.item.tools)))
+
+    def _usable_tools(self, label: str, tools: list[ListedTool]) -> list[ListedTool]:
+        return [t for t in tools if self._usable(label, t)]
 
     def _usable(self, label: str, tool: ListedTool) -> bool:
         """A tool the model can call: a valid function name, a schema the backend can enforce."""
