@@ -39,7 +39,8 @@ from bench.launch import Launched
 from launcher.redis_server import redis_server
 from bench.stats import goal_mark
 
-V2V_CLIENT_MS = 754.0  # bench.pipeline median, last voiced sample -> first reply audio (docs/benchmarks.md)
+# bench.pipeline median, last voiced sample -> first reply audio (docs/benchmarks-history.md, issue 2)
+V2V_CLIENT_MS = 754.0
 ADDED_P50_GOAL_MS = 0.2  # goal: latency the gateway adds per relayed event, p50
 SHARE_GOAL_PCT = 2.0  # goal: the two relayed events on a turn's critical path, share of V2V
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One sitting on a lent GPU machine (issue 37): the wheels its image lacks (carried in .whl/, made
-# with `pip download` as docs/benchmarks.md says), then `python -m bench omni` at Qwen2.5-Omni-7B
-# shapes. Writes bench.log, omni.json and the worker's log into $OUT (or ./gpu-out).
+# with `pip download` as docs/benchmarks-history.md, "On a GPU", says), then `python -m bench omni`
+# at Qwen2.5-Omni-7B shapes. Writes bench.log, omni.json and the worker's log into $OUT (or ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
