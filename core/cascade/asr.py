@@ -2,8 +2,13 @@
 
 faster-whisper always pads to a 30 s window; the CTranslate2 encoder also accepts shorter mel
 inputs, so short utterances are encoded over ``len + 2 s`` (at least 10 s). That cuts a
-2-second question from ~0.45 s to ~0.17 s on two cores with the same words out. The token
-budget is bounded by the audio length so a confused decoder cannot loop.
+2-second question from ~0.45 s to ~0.17 s on two cores with the same words out. The frames past
+the audio are the log-mel of silence at the clip's own level (what faster-whisper's zero-padded
+audio gives: the clip's loudest frame - 8 in log10, normalised), not zeros: a zero frame sits at a
+level that moves with the clip's loudness, and made the transcript turn on where a 32 ms VAD window
+happened to cut the clip ("capital of France?" heard as "... of friends?" in 4 of 48 cuts of calls
+recorded over WebRTC, 0 of 48 with silence; issue 44). The token budget is bounded by the audio
+length so a confused decoder cannot loop.
 """
 
 from __future__ import annotations
@@ -118,7 +123,8 @@ class WhisperAsr:
         judge reads them while the voice is still going (``core/conversation/overlap.py``)."""
         if samples.size == 0:
             return ""
-        mel = self._mel(samples[: 2 * RATE], min_frames=GLANCE_FRAMES)
+        # Zero-padded as when the overlap judge's word lists were built on glances (issue 34).
+        mel = self._mel(samples[: 2 * RATE], min_frames=GLANCE_FRAMES, silence_pad=False)
         with self._lock:
             result = self._model.generate(
                 ctranslate2.StorageView.from_array(mel[None]),
@@ -129,11 +135,12 @@ class WhisperAsr:
             )[0]
         return self._tokenizer.decode([t for t in result.sequences_ids[0] if t < self._sot]).strip()
 
-    def _mel(self, samples: np.ndarray, min_frames: int = MIN_FRAMES) -> np.ndarray:
-        feats = self._features(samples)  # (n_mels, frames)
+    def _mel(self, samples: np.ndarray, min_frames: int = MIN_FRAMES, silence_pad: bool = True) -> np.ndarray:
+        feats = self._features(samples)  # (n_mels, frames), log10 clamped at max - 8, then (x + 4) / 4
         frames = feats.shape[1]
         n = min(MAX_FRAMES, max(min_frames, ((frames + 200 + 99) // 100) * 100))
-        mel = np.zeros((feats.shape[0], n), dtype=np.float32)
+        pad = float(feats.max()) - 2.0 if silence_pad and feats.size else 0.0  # silence: (max - 8 + 4) / 4
+        mel = np.full((feats.shape[0], n), pad, dtype=np.float32)
         mel[:, : min(frames, n)] = feats[:, :n]
         return mel
 
