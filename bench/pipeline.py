@@ -31,7 +31,7 @@ from bench.stats import goal_mark, summary
 TEXT_PROMPTS = [
     "What is the capital of France?",
     "Say hello to my friend Anna.",
-    "What colour is the sky?",
+    "What colour is coal?",
     "Name a fruit that is yellow.",
     "How many seconds are in a minute?",
     "What is the opposite of wet?",
@@ -42,7 +42,7 @@ TEXT_PROMPTS = [
 ]
 SPOKEN_PROMPTS = [
     "What is the capital of France?",
-    "What colour is the sky?",
+    "What colour is coal?",
     "Which animal says meow?",
     "What do you call a baby cat?",
     "How many seconds are in a minute?",

@@ -37,7 +37,7 @@ CLIENT_V2V_GOAL_PCT = 5  # goal: client V2V (median) with recording at most this
 
 RATE = 24000
 CHUNK_MS = 40
-PROMPTS = ["What is the capital of France?", "What colour is the sky?", "Which animal says meow?",
+PROMPTS = ["What is the capital of France?", "What colour is coal?", "Which animal says meow?",
            "What do you call a baby cat?", "How many seconds are in a minute?"]
 
 

@@ -37,11 +37,11 @@ CHUNK_MS = 40
 UNDERRUN_MS = 100.0
 MAX_TOKENS = 48
 TEXT_PROMPTS = [
-    "What is the capital of France?", "Say hello to my friend Anna.", "What colour is the sky?",
+    "What is the capital of France?", "Say hello to my friend Anna.", "What colour is coal?",
     "Name a fruit that is yellow.", "How many seconds are in a minute?", "What is the opposite of wet?",
     "Which animal says meow?", "What do you call a baby cat?",
 ]
-SPOKEN_PROMPTS = ["What is the capital of France?", "What colour is the sky?", "Which animal says meow?",
+SPOKEN_PROMPTS = ["What is the capital of France?", "What colour is coal?", "Which animal says meow?",
                   "What do you call a baby cat?"]
 
 

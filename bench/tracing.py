@@ -41,8 +41,8 @@ from bench.stats import goal_mark, median_spread  # noqa: E402
 
 GOAL_MS = 1.0  # at most this much added to a turn's p50 with tracing on
 HOOK_TURNS = 2000
-PROMPTS = ["What is the capital of France?", "What colour is the sky?", "Which animal says meow?",
-           "Name a yellow fruit.", "Say hello in French."]  # latency only; in no quality set
+PROMPTS = ["What is the capital of France?", "What colour is coal?", "Which animal says meow?",
+           "Name a yellow fruit.", "Say goodbye in Italian."]  # latency only; dev items or in no set
 METRICS = {"response_id": "resp_bench", "ttft_ms": 180.2, "ttfp_ms": 260.4, "v2v_ms": 590.1, "e2e_ms": 1400.0,
            "audio_ms": 2100.0, "status": "completed", "interrupted": False, "start_epoch": 0.0,
            "stages": {"end_of_turn_ms": 210.0, "asr_ms": 120.5, "llm_ms": 180.2, "tts_ms": 80.2}}

@@ -10,8 +10,8 @@ share right (``score``), the share of at most 40 words (``words``), and the mean
 examples come only from ``POOL``, eight DEV questions that are never scored; the other 25 DEV
 questions (``bench/sets/answers.py``) score every candidate. EVAL is the held-out set.
 
-Second pass (issue 30): the first pass's prompts quoted two EVAL questions as examples (the
-capital of Spain, the wheels of a bicycle), so their examples were re-chosen from the DEV pool;
+Second pass (issue 30): the first pass's prompts quoted two EVAL questions as examples (a
+capital city and a vehicle's parts), so their examples were re-chosen from the DEV pool;
 the template (voice line, quoted speech, greedy decoding, no-repeat-4-gram guard) is the first
 pass's choice. DEV less the pool (25 questions), greedy, one run each (deterministic):
 

@@ -113,7 +113,8 @@ EVAL: list[Question] = [
     q("What is the fastest land animal?", ("cheetah", "cheetahs")),
     q("What is the largest mammal in the world?", ("whale", "whales")),
     q("What do caterpillars turn into?", ("butterfly", "butterflies", "moth", "moths")),
-    q("What do bees make?", "honey"),
+    # replaced "What do bees make?" (issue 44): a near-copy of a duplex eval item ("how do bees make honey?")
+    q("Which bird hoots at night?", ("owl", "owls")),
     q("Which animal is known as the king of the jungle?", ("lion", "lions")),
     # arithmetic
     q("What is 12 plus 7?", num(19)),
@@ -159,7 +160,8 @@ EVAL: list[Question] = [
     q("What do you use to cut paper?", ("scissors", "knife", "blade", "paper cutter", "cutter", "guillotine")),
     q("Which body part do you use to smell?", ("nose", "noses")),
     q("Who wrote Romeo and Juliet?", "Shakespeare"),
-    q("How many continents are there on Earth?", num(7)),
+    # replaced "How many continents are there on Earth?" (issue 44): a near-copy of a turns dev item
+    q("How many toes does a person have on one foot?", num(5)),
     q("What do cows produce that people drink?", "milk"),
     q("What falls from clouds when it rains?", ("water", "raindrops", "drops", "droplets")),
     q("What is the natural satellite of the Earth called?", "moon"),

@@ -183,22 +183,23 @@ EVAL_BACKCHANNELS: list[str] = [
     "Mhm.",
     "Yep.",
     "Yup.",
-    "Oh okay.",
+    # replaced "Oh okay." (issue 44), as those marked below: a dev backchannel with a filler, a near-copy
+    "I know.",
     "That's true.",
     "Fair enough.",
-    "Oh wow.",
-    "Ah okay.",
+    "Ooh.",  # replaced "Oh wow." (dev "Wow.")
+    "Aha.",  # replaced "Ah okay." (dev "Okay.")
     "Sounds good.",
-    "Oh nice.",
+    "Good point.",  # replaced "Oh nice." (dev "Nice.")
     "Gotcha.",
-    "Mm yeah.",
+    "Makes sense.",  # replaced "Mm yeah." (dev "Yeah.")
     "I get it.",
-    "Oh cool.",
+    "Absolutely.",  # replaced "Oh cool." (dev "Cool.")
     "Ah, I see what you mean.",
     "Yeah, totally.",
-    "Uh yeah, okay.",
+    "I hear you.",  # replaced "Uh yeah, okay." (dev "Yeah.")
     "Oh, that's neat.",
-    "Hm, right.",
+    "Indeed.",  # replaced "Hm, right." (dev "Right.")
     "Yep, yep.",
 ]
 

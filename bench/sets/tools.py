@@ -31,7 +31,8 @@ TOOLS: list[dict[str, Any]] = [
 # strings matched as substrings), part): "dev" prompts choose the tool prompt and the answer bias
 # (``python -m bench.fit.tool_fit``); "eval" prompts are held out.
 CASES: list[tuple[str, str | None, dict[str, Any], str]] = [
-    ("What's the weather like in Paris?", "get_weather", {"city": "paris"}, "dev"),
+    # replaced "What's the weather like in Paris?" (issue 44): also a turns dev item
+    ("What's the weather like in Madrid?", "get_weather", {"city": "madrid"}, "dev"),
     ("Is it raining in London right now?", "get_weather", {"city": "london"}, "eval"),
     ("How hot is it in Tokyo today, in fahrenheit?", "get_weather", {"city": "tokyo", "unit": "fahrenheit"}, "eval"),
     ("Tell me the weather forecast for Berlin.", "get_weather", {"city": "berlin"}, "dev"),
@@ -51,21 +52,25 @@ CASES: list[tuple[str, str | None, dict[str, Any], str]] = [
     ("Change 250 euros into Swiss francs.", "convert_currency",
      {"amount": 250, "from": "eur", "to": "chf|franc"}, "dev"),
     ("Hello there!", None, {}, "dev"),
-    ("Tell me a joke.", None, {}, "eval"),
-    ("What is the capital of Italy?", None, {}, "dev"),
+    ("Make me laugh with a silly pun.", None, {}, "eval"),  # replaced "Tell me a joke." (issue 44): turns dev
+    # replaced "What is the capital of Italy?" (issue 44): an answers eval item
+    ("What is the capital of Austria?", None, {}, "dev"),
     ("Thank you!", None, {}, "eval"),
-    ("Who wrote Romeo and Juliet?", None, {}, "eval"),
+    # replaced "Who wrote Romeo and Juliet?" (issue 44): also an answers eval item
+    ("Who composed the Moonlight Sonata?", None, {}, "eval"),
     ("How are you today?", None, {}, "dev"),
     ("Write a short poem about the sea.", None, {}, "eval"),
-    ("What is two plus two?", None, {}, "dev"),
+    ("What is six times seven?", None, {}, "dev"),  # replaced "What is two plus two?" (issue 44): turns dev
     ("Can you explain what photosynthesis is?", None, {}, "eval"),
     ("What is your name?", None, {}, "dev"),
     ("Give me a tip for sleeping better.", None, {}, "eval"),
-    ("Translate good morning into Spanish.", None, {}, "eval"),
+    # replaced "Translate good morning into Spanish." (issue 44): a turns dev item
+    ("What is the Italian word for cheese?", None, {}, "eval"),
     ("Why is the sky blue?", None, {}, "dev"),
     ("Goodbye, see you later.", None, {}, "eval"),
     ("What's a good name for a cat?", None, {}, "eval"),
-    ("Who painted the Mona Lisa?", None, {}, "dev"),
+    # replaced "Who painted the Mona Lisa?" (issue 44): an answers dev item
+    ("Who painted The Starry Night?", None, {}, "dev"),
     ("Tell me a fun fact about octopuses.", None, {}, "eval"),
 ]
 

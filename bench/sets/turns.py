@@ -23,16 +23,17 @@ VOICES: list[tuple[str, int, int]] = [
 
 EVAL_COMPLETE: list[str] = [
     "What is the capital of Australia?",
-    "How many days are there in a week?",
+    # replaced "How many days are there in a week?" (issue 44): a near-copy of an answers eval item
+    "How many teeth does a grown-up have?",
     "Can you suggest a name for my new puppy?",  # replaced "Can you recommend a good book?" (now dev)
     "Please set a timer for ten minutes.",
     "What time does the sun set today?",
-    "How many legs does a spider have?",
-    "Who painted the Mona Lisa?",
+    "How long do elephants live?",  # replaced "How many legs does a spider have?" (issue 44): answers eval
+    "Who invented the printing press?",  # replaced "Who painted the Mona Lisa?" (issue 44): answers dev
     "How do I boil an egg?",
     "What is the tallest mountain in the world?",
     "Can you help me write an email to my boss?",
-    "Why is the sky blue?",
+    "Why do we yawn?",  # replaced "Why is the sky blue?" (issue 44): a tools dev item
     "Give me three ideas for dinner tonight.",
     "How far away is the moon?",
     "What is the boiling point of water?",
@@ -49,11 +50,14 @@ EVAL_COMPLETE: list[str] = [
 # (unfinished phrase, pause in seconds, the rest). Pauses spread over 0.6-1.5 s.
 EVAL_PAUSED: list[tuple[str, float, str]] = [
     ("I would like to know the capital of", 0.9, "Australia."),
-    ("Can you tell me how many", 1.2, "days there are in a year?"),
+    # replaced ("Can you tell me how many", "days there are in a year?") (issue 44): an answers dev near-copy
+    ("Can you tell me how much", 1.2, "a pair of running shoes costs?"),
     ("My favourite food is, um,", 0.7, "pasta."),
     ("I was wondering if", 1.4, "you could recommend a good film."),
-    ("Could you set a timer for", 0.6, "fifteen minutes?"),
-    ("What is the best way for me to", 1.1, "learn a new language?"),
+    # replaced ("Could you set a timer for", "fifteen minutes?") (issue 44): its opening is in tools dev
+    ("Could you order me", 0.6, "a new phone charger?"),
+    # replaced ("What is the best way for me to", "learn a new language?") (issue 44): opens with a dev item
+    ("Where would be the nicest place to", 1.1, "go on holiday in spring?"),
     ("Tell me something interesting about", 1.3, "octopuses."),
     ("I need a recipe for a cake with chocolate and", 0.8, "strawberries."),
     ("Who was the first person to", 1.0, "walk on the moon?"),
