@@ -24,19 +24,13 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.support.stack import ROOT, Stack
+from devtools.browser_call import JS, JS_STAMP, SDK_BUNDLE, AgentsApp, sdk_call_results
+from tests.support.stack import Stack
 
-JS = ROOT / "tests" / "js"
-JS_STAMP = JS / "node_modules" / ".omniduplex-install"  # scripts/install.sh writes it once `npm ci` succeeded
-SDK_BUNDLE = JS / "node_modules" / "@openai" / "agents-realtime" / "dist" / "bundle"
 KEY = "sk-test-agents-js-0123456789"
 QUESTION = "What is the capital of France?"
 
@@ -47,72 +41,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-class AppServer:
-    """What an app on the Agents SDK runs beside its page: it serves the page and the SDK's browser
-    bundle, and mints an ephemeral key for the page with the service's key (``POST /session``)."""
-
-    def __init__(self) -> None:
-        self.gateway: str | None = None
-        self.minted: list[str] = []
-        app = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
-            def _send(self, status: int, body: bytes, content_type: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-store")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                path = self.path.split("?", 1)[0]
-                if path == "/":
-                    self._send(200, (JS / "webrtc_page.html").read_bytes(), "text/html; charset=utf-8")
-                elif path.startswith("/sdk/") and path.endswith(".mjs") and "/" not in path[5:]:
-                    file = SDK_BUNDLE / path[5:]
-                    if file.is_file():
-                        self._send(200, file.read_bytes(), "text/javascript")
-                        return
-                    self._send(404, b"not found", "text/plain")
-                else:
-                    self._send(404, b"not found", "text/plain")
-
-            def do_POST(self) -> None:  # noqa: N802
-                if self.path != "/session":
-                    self._send(404, b"not found", "text/plain")
-                    return
-                r = httpx.post(f"{app.gateway}/v1/realtime/client_secrets", timeout=10,
-                               headers={"Authorization": f"Bearer {KEY}"},
-                               json={"expires_after": {"anchor": "created_at", "seconds": 120},
-                                     "session": {"type": "realtime"}})
-                if r.status_code != 200:
-                    self._send(502, r.content, "application/json")
-                    return
-                secret = r.json()
-                app.minted.append(secret["value"])
-                body = json.dumps({"value": secret["value"], "expires_at": secret["expires_at"]}).encode()
-                self._send(200, body, "application/json")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
 def app_server():
-    server = AppServer()
+    server = AgentsApp(KEY)
     yield server
     server.close()
 
@@ -190,25 +121,14 @@ def test_browser_webrtc_with_a_minted_key_spoken_question_spoken_answer(stack, a
         return bool(r.get("failure") or r.get("errors")) or (
             bool(said) and "output_audio_buffer.stopped" in types and "response.done" in types)
 
-    # Up to three calls, each in a fresh browser with a fresh key: the bundled Whisper hears this
-    # clip, after Chromium's WebRTC path (the turn's clip edges move run to run), as "... capital of friends?"
-    # in some runs (1 in 7 at 7c34922, 2 in 3 at ceb1c88, before issue 35; see the closing note of
-    # issue 35). Only a call whose question was heard as asked goes on to the checks below.
-    for attempt in range(3):
-        app_server.minted.clear()
-        browser = launch(wav)
-
-        def results() -> dict:
-            return browser.execute_script("return window.__results || null") or {}
-
-        browser.get(f"{app_server.origin}/?gateway={stack.url}")
-        r = wait_until(lambda: answered(results()) and results(), timeout=60) or results()
-        users = [i["text"] for i in r.get("history", []) if i["role"] == "user"]
-        if attempt == 2 or any("france" in t.lower() for t in users) or r.get("failure") or r.get("errors"):
-            break
-        print(f"try {attempt + 1}: the question was heard as {users!r}; calling again")
-        browser.execute_script("window.__session && window.__session.close()")
-        wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=10)
+    # One call, asked once: the question must be heard as asked. (It was heard as "... capital of
+    # friends?" in about a third of calls until issue 44: the bundled Whisper's transcript turned
+    # on where a 32 ms VAD window cut the clip, which a call's random timing moves; core/cascade/asr.py.)
+    app_server.minted.clear()
+    browser = launch(wav)
+    browser.get(f"{app_server.origin}/?gateway={stack.url}")
+    r = wait_until(lambda: answered(sdk_call_results(browser)) and sdk_call_results(browser),
+                   timeout=60) or sdk_call_results(browser)
     try:
         heard = browser.execute_async_script("window.__inboundAudio().then(arguments[arguments.length - 1])")
         r["inbound_audio"] = heard

@@ -328,20 +328,14 @@ def test_qwen3_omni_through_the_worker_app(tmp_path):
                 {"type": "input_audio", "audio": b64(pcm16(1.0))},
                 {"type": "input_text", "text": "What do you hear?"}]}})
             until("conversation.item.done")
-            # The Talker always samples; with random weights a draw can still hit inf/nan, which the
-            # backend reports as response_failed. That is the model, not the plumbing: try again.
-            for _attempt in range(3):
-                ws.send_json({"type": "response.create", "response": {"max_output_tokens": 12}})
-                seen = []
-                while True:
-                    ev = ws.receive_json()
-                    seen.append(ev)
-                    if ev["type"] == "response.done":
-                        break
-                failed = [e for e in seen if e["type"] == "error"]
-                assert all(e["error"]["code"] == "response_failed" for e in failed), failed
-                if not failed:
+            ws.send_json({"type": "response.create", "response": {"max_output_tokens": 12}})
+            seen = []
+            while True:
+                ev = ws.receive_json()
+                seen.append(ev)
+                if ev["type"] == "response.done":
                     break
+            assert not [e for e in seen if e["type"] == "error"], seen
             done, events = seen[-1], seen
     assert done["response"]["status"] in ("completed", "incomplete")
     assert [e for e in events if e["type"] == "response.output_audio_transcript.delta"]

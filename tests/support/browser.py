@@ -12,19 +12,23 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import pytest
 
-from core import media
+from devtools.browser_call import (  # noqa: F401 - re-exported for the browser tests
+    CHROMEDRIVER, CHROMIUM, DESKTOP, WAV_RATE, chromium, silence_wav, speech_48k, spoken_wav, write_wav)
 from tests.support.stack import ROOT, Stack
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-WAV_RATE = 48000  # Chrome's fake capture device runs at 48 kHz; no resampling surprises
-DESKTOP = (1280, 800)
 PHONE = (390, 844)
-BUSY = {"connecting", "queued", "assigned", "transcribing", "thinking", "responding", "recording"}  # chat page states: busy
+# Run before a page's scripts: getUserMedia without the echo canceller. A fake user speaks straight
+# into the microphone (a headless browser has no echo path), and early in a call Chromium's
+# canceller may hold back speech over loud playback; a page asks for it, as a real microphone needs.
+NO_ECHO_CANCELLER = """(() => {
+  const devices = navigator.mediaDevices, open = devices.getUserMedia.bind(devices);
+  devices.getUserMedia = (c) => open(c && c.audio
+    ? {...c, audio: {...(typeof c.audio === "object" ? c.audio : {}), echoCancellation: false}} : c);
+})();"""
 
+BUSY = {"connecting", "queued", "assigned", "transcribing", "thinking", "responding", "recording"}  # chat page states: busy
 
 
 def require_browser() -> None:
@@ -59,54 +63,6 @@ def tts():
     from core.cascade.tts import PiperTts
 
     return PiperTts()
-
-
-def speech_48k(tts, text: str) -> np.ndarray:
-    pcm24 = np.frombuffer(b"".join(tts.synthesize(text, deterministic=True)), dtype="<i2").astype(np.float32)
-    t_in = np.arange(len(pcm24)) / 24000
-    t_out = np.arange(int(len(pcm24) * WAV_RATE / 24000)) / WAV_RATE
-    return np.interp(t_out, t_in, pcm24)
-
-
-def write_wav(path: Path, audio: np.ndarray) -> Path:
-    return media.write_wav(path, np.clip(audio, -32768, 32767).astype("<i2"), WAV_RATE)
-
-
-def spoken_wav(path: Path, tts, text: str, lead_s: float = 1.0, total_s: float = 8.0, tail_s: float = 3.0) -> Path:
-    """``lead_s`` silence, the spoken ``text``, then silence to at least ``tail_s`` and ``total_s``."""
-    speech = speech_48k(tts, text)
-    lead = int(lead_s * WAV_RATE)
-    audio = np.zeros(max(int(total_s * WAV_RATE), lead + len(speech) + int(tail_s * WAV_RATE)), dtype=np.float32)
-    audio[lead:lead + len(speech)] = speech
-    return write_wav(path, audio)
-
-
-def silence_wav(path: Path, seconds: float = 5.0) -> Path:
-    return write_wav(path, np.zeros(int(seconds * WAV_RATE), dtype=np.float32))
-
-
-def chromium(wav: Path, profile: Path, allow_media: bool = True, size: tuple[int, int] = DESKTOP,
-             extra_flags: tuple[str, ...] = ()):
-    """Headless Chromium whose fake microphone loops ``wav``; the fake camera shows Chrome's test pattern."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    # Without the fake permission UI, --deny-permission-prompts answers the mic prompt "no".
-    permission = "--use-fake-ui-for-media-stream" if allow_media else "--deny-permission-prompts"
-    for flag in (
-        "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", permission,
-        "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}",
-        "--autoplay-policy=no-user-gesture-required", f"--user-data-dir={profile}",
-        f"--window-size={size[0]},{size[1]}", *extra_flags,
-    ):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
-    driver.set_page_load_timeout(30)
-    return driver
 
 
 @pytest.fixture

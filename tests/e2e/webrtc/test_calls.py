@@ -129,12 +129,11 @@ async def test_spoken_question_spoken_answer_then_hangup(stack, call, speech):
         assert time.monotonic() < deadline, "the call's session was not recorded"
         await asyncio.sleep(0.1)
     assert any((recording / "user_audio").iterdir()) and any((recording / "ai_audio").iterdir())
-    # What came out of the track is the answer, as speech: the worker's Whisper (tiny) hears some of
-    # its words (not all: a loaded test machine delays and drops packets as a real network does).
+    # What came out of the track is the answer, as speech: the worker's Whisper hears its content
+    # word in it (issue 44: no looser check; a listener who cannot make out "Paris" got no answer).
     heard = httpx.post(f"{stack.url}/v1/audio/transcriptions", timeout=30, data={"model": "omniduplex-cascade"},
                        files={"file": ("answer.wav", wav_bytes(bytes(c.audio), RATE), "audio/wav")})
-    said, got = words(transcript), words(heard.json()["text"])
-    assert len(said & got) >= 2, (transcript, heard.text)
+    assert "paris" in words(heard.json()["text"]), (transcript, heard.text)
 
 
 async def test_barge_in_truncates_to_what_was_heard(stack, call, speech):
