@@ -12,6 +12,7 @@
     python -m bench answers     # answer quality via REST: simple questions answered right and short
     python -m bench duplex      # full duplex: pause takeover, turn latency, interruptions, backchannels (Full-Duplex-Bench style)
     python -m bench calls       # WebRTC calls: V2V against WebSocket, gateway CPU per call, 20 calls without underruns
+    python -m bench heard       # questions heard as spoken: an Agents SDK call in Chromium vs a WebSocket session
     python -m bench tracing     # OpenTelemetry tracing on vs off: the worker's turn hook, a typed turn's e2e
     python -m bench omni        # qwen_omni at Qwen2.5-Omni-7B shapes (random weights) on a GPU: TTFP, RTF, E2E, memory
 
@@ -36,6 +37,7 @@ COMMANDS = {
     "turns": "bench.turns",
     "answers": "bench.answers",
     "calls": "bench.calls",
+    "heard": "bench.heard",
     "duplex": "bench.duplex",
     "tracing": "bench.tracing",
 }
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
                              "(2+ also measures one gateway in the same run, side by side)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4], help="serve: levels")
     parser.add_argument("--prompts", type=int, default=8,
-                        help="serve: prompts per kind and level; calls: spoken prompts per transport and run; "
+                        help="serve: prompts per kind and level; calls: spoken prompts per transport and run; heard: "
+                             "questions (each asked twice per transport a run); "
                              "tracing: typed turns per run")
     parser.add_argument("--workers", type=int, default=1, help="serve: workers to start")
     parser.add_argument("--events", type=int, default=400, help="relay: probes per direction")
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, help="turns, duplex: the first N items of each kind; answers: the first N questions")
     parser.add_argument("--set", choices=["eval", "dev"], default="eval", help="answers, tools, duplex: which part of the set")
     parser.add_argument("--runs", type=int,
-                        help="tools, turns, calls, duplex, tracing (default 3): repeat on one stack, report the median and spread")
+                        help="tools, turns, calls, duplex, tracing, answers, heard (default 3): repeat on one stack, report the median and spread")
     parser.add_argument("--parts", nargs="+", choices=["v2v", "transport", "load"],
                         help="calls: which parts (default: all three)")
     parser.add_argument("--calls", type=int, nargs="+", help="calls: concurrent calls per load level (default 1 5 10 20)")

@@ -1,7 +1,7 @@
 """Answer quality through the REST API: does the cascade's LLM answer simple questions right and
 briefly, with its default instructions?
 
-    python -m bench answers                       # a real gateway + one cascade worker, the EVAL set
+    python -m bench answers                       # a real gateway + one cascade worker, the EVAL set, 3 runs
     python -m bench answers --set dev --limit 10  # the tuning set (tune prompts on DEV only)
     python -m bench answers --llm-url http://host:8000/v1 --llm-model some-model  # + that LLM, same run
     python -m bench answers --json --out bench/results
@@ -19,9 +19,10 @@ Targets: ``embedded`` (the bundled SmolLM2-135M), and with ``--llm-url`` also ``
 with backend options ``llm_url`` / ``llm_model`` / ``llm_api_key``, passed only when given), each
 on its own fresh stack, one after the other.
 
-Goals: >= 80 % right and >= 90 % short, each marked met or missed. The embedded model decodes
-greedily at the default temperature, so one run is the figure (said so in the report); at a
-sampling temperature run it three times and report the median with its spread.
+Goals: >= 80 % right and >= 90 % short, each marked met or missed, on the median of ``--runs``
+runs (default 3) on one stack, each figure with its spread (min-max). The embedded model decodes
+greedily at the default temperature, so its runs agree on the answers (the spread shows it); at a
+sampling temperature they differ.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from openai import OpenAI
 
 from bench.sets.answers import DEV, EVAL, SHORT_WORDS, Question, score, words
 from bench.launch import ROOT, Launched, raise_fd_limit
-from bench.stats import goal_mark, summary
+from bench.stats import goal_mark, median_spread, summary
 
 MODEL = "omniduplex-cascade"
 GOAL_RIGHT = 0.80  # share of questions answered right (issue 19)
@@ -118,15 +119,19 @@ def backend_options(args) -> dict[str, Any]:
 
 
 def run_stack(items: list[Question], options: dict[str, Any], temperature: float | None,
-              max_tokens: int | None) -> tuple[list[dict[str, Any]], float]:
+              max_tokens: int | None, runs: int = 1) -> list[tuple[list[dict[str, Any]], float]]:
+    """``runs`` passes over ``items`` on one fresh stack: (rows, wall seconds) per run."""
+    out = []
     with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
         with Launched(Path(tmp), workers=1, recording={"enabled": False},
                       auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}},
                       backend={"name": "cascade", "options": options}) as launched:
             launched.wait_ready()
-            t0 = time.monotonic()
-            rows = run_target(launched.url, items, temperature, max_tokens)
-            return rows, time.monotonic() - t0
+            for _ in range(runs):
+                t0 = time.monotonic()
+                rows = run_target(launched.url, items, temperature, max_tokens)
+                out.append((rows, time.monotonic() - t0))
+    return out
 
 
 def run_cli(args) -> dict[str, Any]:
@@ -139,11 +144,16 @@ def run_cli(args) -> dict[str, Any]:
         targets.append(("llm", backend_options(args)))
     out: dict[str, Any] = {"set": which, "commit": commit(), "temperature": temperature, "max_tokens": max_tokens,
                            "verbose": bool(getattr(args, "verbose", False)), "targets": []}
+    runs = max(1, getattr(args, "runs", None) or 3)
+    out["runs"] = runs
     for name, options in targets:
-        rows, wall = run_stack(items, options, temperature, max_tokens)
+        passes = run_stack(items, options, temperature, max_tokens, runs)
         label = name if name == "embedded" else f"llm ({options.get('llm_model') or options['llm_url']})"
-        out["targets"].append({"target": label, "summary": {**summarise(rows), "wall_s": round(wall, 1)},
-                               "rows": rows})
+        per_run = [{**summarise(rows), "wall_s": round(wall, 1)} for rows, wall in passes]
+        spread = {k: median_spread([r[k] for r in per_run]) for k in per_run[0]}
+        out["targets"].append({"target": label, "summary": {k: v["median"] for k, v in spread.items()},
+                               "spread": {k: v["text"] for k, v in spread.items()}, "per_run": per_run,
+                               "rows": passes[-1][0]})
     return out
 
 
@@ -157,14 +167,14 @@ def report(r: dict[str, Any]) -> str:
         return "default" if value is None else value
 
     lines = [f"Set: {r['set']}; commit {r['commit']}; temperature {given(r['temperature'])}; "
-             f"max_tokens {given(r['max_tokens'])}", "",
+             f"max_tokens {given(r['max_tokens'])}; median (min-max) of {r.get('runs', 1)} runs", "",
              f"| target | questions | right | short (<= {SHORT_WORDS} words) | right and short | mean words | "
              "latency p50 ms | latency p90 ms | errors |",
              "|---|---|---|---|---|---|---|---|---|"]
     for t in r["targets"]:
-        s = t["summary"]
+        s = t.get("spread") or t["summary"]
         lines.append(f"| {t['target']} | {s['questions']} | {s['right']} | {s['short']} | {s['right_and_short']} | "
-                     f"{s['mean_words']} | {s['latency_ms_p50']:.0f} | {s['latency_ms_p90']:.0f} | {s['errors']} |")
+                     f"{s['mean_words']} | {s['latency_ms_p50']} | {s['latency_ms_p90']} | {s['errors']} |")
     for t in r["targets"]:
         s = t["summary"]
         lines.append(f"\nGoals ({t['target']}): right {s['right']:.0%}, "
@@ -174,7 +184,7 @@ def report(r: dict[str, Any]) -> str:
     for t in r["targets"]:
         shown = t["rows"] if verbose else [x for x in t["rows"] if not (x["right"] and x["short"])]
         title = "All answers" if verbose else "Wrong or long answers"
-        lines += ["", f"{title} ({t['target']}, {len(shown)} of {len(t['rows'])}):", ""]
+        lines += ["", f"{title} ({t['target']}, last run, {len(shown)} of {len(t['rows'])}):", ""]
         for x in shown:
             tags = [] if x["right"] else ["WRONG"]
             if not x["short"]:
