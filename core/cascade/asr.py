@@ -7,8 +7,10 @@ the audio are the log-mel of silence at the clip's own level (what faster-whispe
 audio gives: the clip's loudest frame - 8 in log10, normalised), not zeros: a zero frame sits at a
 level that moves with the clip's loudness, and made the transcript turn on where a 32 ms VAD window
 happened to cut the clip ("capital of France?" heard as "... of friends?" in 4 of 48 cuts of calls
-recorded over WebRTC, 0 of 48 with silence; issue 44). The token budget is bounded by the audio
-length so a confused decoder cannot loop.
+recorded over WebRTC, 0 of 48 with silence; issue 44). In silence the decoder sometimes loops ("Open
+the garage door. Open the garage door. Open the"): a transcript that repeats three words in a row is
+decoded again over zeros, which it was before (``python -m bench.fit.asr_padding``). The token
+budget is bounded by the audio length so a confused decoder cannot loop for long.
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ ALIGN_FRAME_S = 0.02  # the encoder's frames
 # "you?" included); one that begins later than this before the end was not said.
 UNVOICED_MARGIN_S = 0.02
 VOICE_LEVEL = 0.02  # a 10 ms frame within -34 dB of the loudest is voice
+
+
+def repeats(text: str) -> bool:
+    """Whether three words in a row come twice: a decoder that loops, rarely what was said."""
+    words = [w for w in "".join(c if c.isalnum() else " " for c in text.lower()).split()]
+    grams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
+    return len(grams) != len(set(grams))
 
 
 def bundled_model_path() -> Path:
@@ -175,7 +184,7 @@ class WhisperAsr:
         budget = int(min(440 - len(prompt), 20 + seconds * 9))
         with self._lock:
             result = self._model.generate(
-                ctranslate2.StorageView.from_array(self._mel(samples)[None]),
+                ctranslate2.StorageView.from_array(self._mel(samples, silence_pad=False)[None]),
                 [prompt],
                 beam_size=1,
                 max_length=len(prompt) + budget,
@@ -212,8 +221,16 @@ class WhisperAsr:
             close(seconds)
         return segments
 
-    def _transcribe_window(self, samples: np.ndarray) -> Transcript:
-        mel = self._mel(samples)
+    def _transcribe_window(self, samples: np.ndarray, silence_pad: bool = True) -> Transcript:
+        """One window; padded with silence, and with zeros instead where the words loop (Whisper
+        sometimes goes on in the silence: "Open the garage door. Open the garage door. Open the")."""
+        heard = self._decode_window(samples, silence_pad)
+        if silence_pad and repeats(heard.text):
+            return self._decode_window(samples, silence_pad=False)
+        return heard
+
+    def _decode_window(self, samples: np.ndarray, silence_pad: bool) -> Transcript:
+        mel = self._mel(samples, silence_pad=silence_pad)
         seconds = samples.size / RATE
         max_tokens = int(min(220, 12 + seconds * 7))
         with self._lock:

@@ -1,0 +1,53 @@
+"""What Whisper's encoder gets past a short clip (issue 44): the log-mel of silence at the clip's
+own level, as faster-whisper's padded audio gives it; and a transcript that loops in that silence
+is decoded again over the old zero frames (``core/cascade/asr.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.cascade.asr import MIN_FRAMES, Transcript, WhisperAsr, repeats
+
+
+@pytest.fixture(scope="module")
+def asr() -> WhisperAsr:
+    return WhisperAsr()
+
+
+@pytest.mark.parametrize("level", [0.02, 0.1, 0.5])
+def test_frames_past_a_clip_are_the_silence_of_padded_audio(asr, level):
+    clip = (np.random.RandomState(1).randn(32000) * level).astype(np.float32)
+    mel = asr._mel(clip)
+    padded = asr._features(np.concatenate([clip, np.zeros(MIN_FRAMES * 160, np.float32)]))[:, :MIN_FRAMES]
+    frames = asr._features(clip).shape[1]
+    assert mel.shape == padded.shape
+    # Past the clip (the STFT's last frames aside) the two are the same silence, whatever the level.
+    np.testing.assert_allclose(mel[:, frames + 2:], padded[:, frames + 2:], atol=1e-5)
+    assert not np.allclose(asr._mel(clip, silence_pad=False)[:, frames + 2:], padded[:, frames + 2:])
+
+
+def test_three_words_twice_is_a_loop():
+    assert repeats("Open the garage door. Open the garage door. Open the")
+    assert repeats("What is the name of the name of the name")
+    assert not repeats("What is the capital of France?")
+    assert not repeats("Right, right.") and not repeats("Yeah yeah yeah.")  # a word said again is speech
+    assert not repeats("")
+
+
+def test_a_looping_transcript_is_decoded_again_over_zeros(asr, monkeypatch):
+    decoded = []
+
+    def decode(samples, silence_pad):
+        decoded.append(silence_pad)
+        text = "Open the garage door. Open the garage door. Open the" if silence_pad else "Open the garage door."
+        return Transcript(text, 0.0, -0.1)
+
+    monkeypatch.setattr(asr, "_decode_window", decode)
+    assert asr.transcribe(np.zeros(16000, np.float32)).text == "Open the garage door."
+    assert decoded == [True, False]
+    decoded.clear()
+    monkeypatch.setattr(asr, "_decode_window", lambda samples, silence_pad: decoded.append(silence_pad) or
+                        Transcript("What is the capital of France?", 0.0, -0.1))
+    assert asr.transcribe(np.zeros(16000, np.float32)).text == "What is the capital of France?"
+    assert decoded == [True]  # no loop: one decode
