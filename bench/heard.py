@@ -13,7 +13,8 @@ noise suppression, gain control: the SDK asks for ``audio: true``), Opus to the 
 SDK's default ``semantic_vad``. The WebSocket: the same 24 kHz clip in 40 ms appends in real time,
 ``semantic_vad``. Both transcripts are the worker's (``conversation.item.input_audio_transcription
 .completed``; on the call, the user item in the SDK's history). Heard as spoken: the transcript's
-words are the question's (``bench.sets.normalise``: case, punctuation and apostrophes aside).
+words are the question's (``bench.sets.canonical``: case, punctuation, contractions, British
+spellings and number words aside).
 Transports alternate per question. ``--runs`` repeats the whole set on one stack; the figure is
 the median share with its spread.
 """
@@ -32,7 +33,7 @@ import numpy as np
 import websockets
 
 from bench.launch import Launched
-from bench.sets import normalise
+from bench.sets import canonical
 from bench.sets.answers import DEV
 from bench.stats import median_spread
 
@@ -44,7 +45,7 @@ CHUNK = RATE * 40 // 1000
 
 def words_heard(text: str, heard: str) -> float:
     """The share of the question's words found in what was heard."""
-    said, got = normalise(text).split(), set(normalise(heard).split())
+    said, got = canonical(text), set(canonical(heard))
     return sum(w in got for w in said) / max(1, len(said))
 
 
@@ -146,7 +147,7 @@ def run_cli(args) -> dict[str, Any]:
                             else:
                                 heard = asyncio.run(ws_trial(ws_url, pcms[q]))
                             row = {"run": run, "transport": transport, "question": q, "heard": heard,
-                                   "as_spoken": heard is not None and normalise(heard) == normalise(q),
+                                   "as_spoken": heard is not None and canonical(heard) == canonical(q),
                                    "words": words_heard(q, heard or "")}
                             rows.append(row)
                             print(json.dumps(row), flush=True)
