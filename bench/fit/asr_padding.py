@@ -2,6 +2,7 @@
 
     python -m bench.fit.asr_padding                          # ~4 min: the dev questions, cut 8 ways
     python -m bench.fit.asr_padding --sessions DIR [DIR...]  # + recorded sessions' user audio
+    python -m bench.fit.asr_padding --espeak                 # the turn fit's dev clips instead (espeak-ng)
 
 The cascade encodes a short clip over its length + 2 s (at least 10 s), not Whisper's 30 s. Those
 frames were zeros; the log-mel of silence at the clip's own level is what Whisper saw in training
@@ -13,7 +14,9 @@ as the conversation core cuts it under ``semantic_vad`` (the last pause's segmen
 5 ms apart, and transcribed with each padding (greedy; ``--beam 5`` for a beam search). Heard as spoken: the
 words equal the question's (``bench.sets.canonical``: case, punctuation, spelling, digits aside).
 ``--sessions``: recorded sessions (``data/sessions/sess_*``) whose user audio is the first dev
-question, cut the same 8 ways.
+question, cut the same 8 ways. ``--espeak``: the clips ``bench.fit.turn_fit`` transcribes (the turn
+and duplex sets' ``dev`` phrases in espeak-ng's voices, 0.3 s of silence each side), where the
+silence made the decoder loop on a few ("Open the garage door. Open the garage door. Open the").
 """
 
 from __future__ import annotations
@@ -66,18 +69,36 @@ def recorded(path: str) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
 
+def espeak_clips() -> list[tuple[str, np.ndarray]]:
+    """(text, 16 kHz clip) as ``bench.fit.turn_fit.heard`` speaks its dev phrases."""
+    from bench.sets.duplex import DEV_COMPLETE as DUPLEX_COMPLETE, DEV_PAUSED, DEV_VOICES
+    from bench.sets.turns import DEV_COMPLETE, DEV_OPEN, VOICES
+    from core.audio import resample
+    from devtools.espeak import espeak
+
+    def clip(text: str, voice: tuple[str, int, int]) -> np.ndarray:
+        pad = np.zeros(4800, np.float32)
+        return np.concatenate([pad, resample(espeak(text, *voice).astype(np.float32) / 32768, 24000, 16000), pad])
+
+    out = [(text, clip(text, VOICES[(i + k + (2 if i >= 30 else 0)) % len(VOICES)]))
+           for k, texts in enumerate((DEV_COMPLETE, DEV_OPEN)) for i, text in enumerate(texts)]
+    return out + [(text, clip(text, v)) for text in list(DUPLEX_COMPLETE) + [b for b, _, _ in DEV_PAUSED]
+                  for v in DEV_VOICES]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", nargs="*", default=[], help="recorded session folders (the first dev question)")
     parser.add_argument("--beam", type=int, default=1, help="beam size (the cascade decodes greedily: 1)")
+    parser.add_argument("--espeak", action="store_true", help="the turn fit's espeak-ng dev clips instead")
     args = parser.parse_args()
-    from core.cascade.asr import WhisperAsr
+    from core.cascade.asr import WhisperAsr, repeats
     from core.cascade.tts import PiperTts
     from core.conversation.vad import SileroModel
 
     vad, asr, tts = SileroModel(), WhisperAsr(), PiperTts()
-    cases: list[tuple[str, np.ndarray]] = []
-    for q in DEV:
+    cases: list[tuple[str, np.ndarray]] = espeak_clips() if args.espeak else []
+    for q in ([] if args.espeak else DEV):
         pcm = np.frombuffer(b"".join(tts.synthesize(q.text, deterministic=True)), "<i2").astype(np.float32) / 32768
         for gain in GAINS:
             cases += [(q.text, c) for c in cuts(vad, np.clip(pcm * gain, -1, 1))]
@@ -95,12 +116,16 @@ def main() -> None:
         asr._transcribe_window = window or type(asr)._transcribe_window.__get__(asr)
         t0 = time.perf_counter()
         wrong: dict[str, int] = {}
+        loops: list[str] = []
         for text, clip in cases:
-            if canonical(asr.transcribe(clip).text) != canonical(text):
+            heard = asr.transcribe(clip).text
+            if canonical(heard) != canonical(text):
                 wrong[text] = wrong.get(text, 0) + 1
+            if repeats(heard):
+                loops.append(heard)
         ms = (time.perf_counter() - t0) / len(cases) * 1000
         print(f"{name}: heard as spoken {len(cases) - sum(wrong.values())}/{len(cases)}, {ms:.0f} ms a cut; "
-              f"wrong: {wrong}")
+              f"loops {len(loops)} {loops}; wrong: {wrong}")
 
 
 class _Beam:
