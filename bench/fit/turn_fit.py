@@ -171,10 +171,10 @@ JOINT_NAMES = ("LM_CENTER", "LM_SLOPE", "QUESTION_MARK", "OPEN_WORD", "TRAILING_
 
 def keeps_tested_cases() -> bool:
     """Whether the weights set now keep every end-of-turn case ``tests/unit/test_semantic_vad.py``
-    checks on the score: its ``SCORE_CHECKS``, run as they are. Each of those cases is a dev phrase
+    checks on the score: ``bench.fit.turn_checks.SCORE_CHECKS``, which that test asserts. Each of those cases is a dev phrase
     with the numbers measured on it (``python -m bench.fit.turn_cases``); none comes from an eval
     item (issue 44: the cases this constraint held before were eval items' numbers)."""
-    from tests.unit.test_semantic_vad import SCORE_CHECKS
+    from bench.fit.turn_checks import SCORE_CHECKS
 
     try:
         for check, cases in SCORE_CHECKS:
