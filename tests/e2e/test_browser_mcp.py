@@ -218,7 +218,7 @@ def test_a_host_the_operator_does_not_allow_is_refused_on_the_page(stack, launch
         assert status.is_displayed() and "Refused by the server" in status.text, status.text
         # The chat goes on without the server: the message is still answered.
         done = wait_until(lambda: (s := snapshot(browser)) and s["state"] not in BUSY
-                          and s["messages"][-1]["role"] == "assistant" and s, 120)
+                          and s["messages"] and s["messages"][-1]["role"] == "assistant" and s, 120)
         assert done and done["messages"][0]["role"] == "user" and done["messages"][0].get("text") == "Hello.", done
         browser.save_screenshot(str(tmp_path / "mcp_refused.png"))
         print(f"refused: {json.dumps(done)}")
@@ -232,7 +232,7 @@ def test_a_server_that_cannot_be_listed_says_why_and_the_chat_goes_on(stack, lau
     try:
         send_text(browser, "Hello.")
         done = wait_until(lambda: (s := snapshot(browser)) and s["state"] not in BUSY
-                          and s["messages"][-1]["role"] == "assistant" and s, 120)
+                          and s["messages"] and s["messages"][-1]["role"] == "assistant" and s, 120)
         assert done, f"no answer: {json.dumps(snapshot(browser), indent=1)}"
         listing = [m for m in tools_of(done) if m["kind"] == "list"]
         assert len(listing) == 1 and listing[0]["status"] == "failed" and listing[0]["error"], done
