@@ -38,7 +38,10 @@ async def test_a_deeply_nested_event_gets_an_error_and_the_session_goes_on(stack
         assert f"deeper than {MAX_DEPTH} levels" in error["error"]["message"]
         # Brackets inside a string are text, not nesting: this one is fine.
         await ws.send(json.dumps({"type": "session.update", "session": {
-            "type": "realtime", "instructions": "[" * (MAX_DEPTH * 4), "output_modalities": ["text"]}}))
+            "type": "realtime", "instructions": "[" * (MAX_DEPTH * 4), "output_modalities": ["text"],
+            # a short reply: under these instructions SmolLM2 writes brackets until its budget ends
+            # (41 s of a 60 s wait on a quiet 2-core machine), and the check is that one completes
+            "max_output_tokens": 16}}))
         updated = await recv_until(ws, "session.updated")
         assert updated["session"]["instructions"] == "[" * (MAX_DEPTH * 4)
         await ws.send(json.dumps({"type": "conversation.item.create", "item": {
