@@ -108,8 +108,8 @@ def main() -> None:
     asr._model = _Beam(asr._whisper.model, args.beam)
     decode = asr._decode_window
     variants = {
-        "zeros (before issue 44)": lambda samples, silence_pad=True: decode(samples, False),
-        "silence": lambda samples, silence_pad=True: decode(samples, True),
+        "zeros (before issue 44)": lambda samples: decode(samples, False),
+        "silence": lambda samples: decode(samples, True),
         "silence, a loop decoded again over zeros (shipped)": None,
     }
     for name, window in variants.items():

@@ -16,7 +16,7 @@ from core.conversation.end_of_turn import HeardText, MessageEnd, end_of_turn_pro
 # ``python -m bench.fit.turn_cases`` (espeak-ng, the cascade's Whisper and SmolLM2; one of the fit's
 # own rows each; measured with the recogniser as of commit 382461f: rerun it when Whisper's input
 # changes). ``bench.fit.turn_fit`` keeps only the weights that pass SCORE_CHECKS (the end of this
-# section). No case comes from an eval item (issue 44: the cases here before were).
+# module). No case comes from an eval item (issue 44: the cases these replace were).
 
 # complete, heard as said with a confident last word
 CONFIDENT = [

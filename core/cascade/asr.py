@@ -6,8 +6,8 @@ inputs, so short utterances are encoded over ``len + 2 s`` (at least 10 s). That
 the audio are the log-mel of silence at the clip's own level (what faster-whisper's zero-padded
 audio gives: the clip's loudest frame - 8 in log10, normalised), not zeros: a zero frame sits at a
 level that moves with the clip's loudness, and made the transcript turn on where a 32 ms VAD window
-happened to cut the clip ("capital of France?" heard as "... of friends?" in 4 of 48 cuts of calls
-recorded over WebRTC, 0 of 48 with silence; issue 44). In silence the decoder sometimes loops ("Open
+happened to cut the clip ("capital of France?" heard as "... of friends?" on a third of browser
+calls; issue 44). In silence the decoder sometimes loops ("Open
 the garage door. Open the garage door. Open the"): a transcript that repeats three words in a row is
 decoded again over zeros, which it was before (``python -m bench.fit.asr_padding``). The token
 budget is bounded by the audio length so a confused decoder cannot loop for long.
@@ -46,7 +46,7 @@ VOICE_LEVEL = 0.02  # a 10 ms frame within -34 dB of the loudest is voice
 
 def repeats(text: str) -> bool:
     """Whether three words in a row come twice: a decoder that loops, rarely what was said."""
-    words = [w for w in "".join(c if c.isalnum() else " " for c in text.lower()).split()]
+    words = "".join(c if c.isalnum() else " " for c in text.lower()).split()
     grams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
     return len(grams) != len(set(grams))
 
@@ -221,11 +221,11 @@ class WhisperAsr:
             close(seconds)
         return segments
 
-    def _transcribe_window(self, samples: np.ndarray, silence_pad: bool = True) -> Transcript:
+    def _transcribe_window(self, samples: np.ndarray) -> Transcript:
         """One window; padded with silence, and with zeros instead where the words loop (Whisper
         sometimes goes on in the silence: "Open the garage door. Open the garage door. Open the")."""
-        heard = self._decode_window(samples, silence_pad)
-        if silence_pad and repeats(heard.text):
+        heard = self._decode_window(samples, silence_pad=True)
+        if repeats(heard.text):
             return self._decode_window(samples, silence_pad=False)
         return heard
 

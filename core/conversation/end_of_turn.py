@@ -48,8 +48,8 @@ FILLERS = frozenset("um uh uhm umm er erm ah hmm mm".split())
 # each by its 5 dev voices, which the turn set does not use), transcribed by the cascade's Whisper
 # as at a pause. One joint search over these and the confidence exponent, for the least extra
 # wait on complete turns plus 2 s per share of open phrases answered within a 1 s pause, among
-# the weights that keep the score cases ``tests/unit/test_semantic_vad.py`` holds, every one a dev
-# phrase with the numbers measured on it (``python -m bench.fit.turn_cases``; issue 44: the cases
+# the weights that keep the score checks ``bench/fit/turn_checks.py`` holds (and
+# ``tests/unit/test_semantic_vad.py`` asserts), every case a dev phrase with the numbers measured on it (``python -m bench.fit.turn_cases``; issue 44: the cases
 # this search kept before were measured on eval items). Refit then (OPEN_WORD -4 -> -2,
 # CONFIDENCE_EXPONENT 0.4 -> 0.6): cost 560 -> 534; turn set dev extra wait 143 -> 156 ms, open
 # phrases within 1 s 15 -> 12 %; duplex dev extra wait 220 -> 198 ms (p90 1193 -> 1196), open
