@@ -167,6 +167,16 @@ class LimitsConfig(_Strict):
     max_image_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="one image or camera frame, decoded")
     max_image_pixels: int = Field(4096 * 4096, ge=64, description="width x height of one image")
     max_frame_rate: float = Field(2.0, gt=0, description="camera frames per second (burst of 2 allowed)")
+    queued_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, description="what one session's client may have "
+                              "sent that its worker has not taken yet (while queued, or on a call's data channel); "
+                              "past it the session closes with 1008")
+
+    @model_validator(mode="after")
+    def _queue_holds_a_message(self) -> LimitsConfig:
+        if self.queued_bytes < self.max_message_bytes:
+            raise ValueError(f"queued_bytes ({self.queued_bytes}) must hold at least one message of "
+                             f"max_message_bytes ({self.max_message_bytes})")
+        return self
 
     @property
     def transport_max_bytes(self) -> int:
@@ -180,7 +190,8 @@ class McpConfig(_Strict):
 
     allowed_hosts: list[str] = Field(
         default_factory=list, description="hosts (name, name:port, *.domain, '*' = any) a session's MCP "
-        "server_url may name; empty = MCP tools refused")
+        "server_url may name; empty = MCP tools refused. A name must resolve to public addresses: a loopback, "
+        "private or link-local one is used only when listed itself (127.0.0.1, 10.0.0.5:8080, [::1])")
     list_timeout_s: float = Field(5.0, gt=0, le=60, description="connecting and listing one server's tools")
     call_timeout_s: float = Field(10.0, gt=0, le=300, description="one tool call, from request to result")
     max_result_chars: int = Field(16_000, ge=100, le=1_000_000, description="a result longer than this is cut "
@@ -193,21 +204,53 @@ class McpConfig(_Strict):
     def _host_names(cls, hosts: list[str]) -> list[str]:
         return host_entries(hosts)
 
+    @property
+    def max_answer_bytes(self) -> int:
+        """The most read of one answer from an MCP server (a JSON body, or one request's SSE stream):
+        ``max_result_chars`` at 4 bytes a character twice over (a result may come as text and as
+        structured content), plus 1 MiB for the protocol and a tool listing. Past it the answer is
+        cut as it streams and the call fails: a server cannot make the worker hold more."""
+        return 8 * self.max_result_chars + 1024 * 1024
+
     def allows(self, host: str, port: int) -> bool:
         """Whether ``host``:``port`` (lower case, IPv6 without brackets) is an allowed MCP server."""
         for entry in self.allowed_hosts:
             if entry == "*":
                 return True
-            if entry.startswith("["):  # [v6] or [v6]:port
-                name, _, rest = entry[1:].partition("]")
-                entry_port = rest.removeprefix(":")
-            else:
-                name, _, entry_port = entry.partition(":")
+            name, entry_port = _name_and_port(entry)
             if entry_port and int(entry_port) != port:
                 continue
             if name == host or (name.startswith("*.") and host.endswith(name[1:])):
                 return True
         return False
+
+    def lists_address(self, address: str, port: int) -> bool:
+        """Whether an entry names ``address`` itself (an IP literal, with or without a port): the only
+        way a loopback, private or link-local MCP server is allowed; a name, *.domain or '*' never is."""
+        wanted = _ip(address)
+        for entry in self.allowed_hosts:
+            name, entry_port = _name_and_port(entry)
+            if wanted is not None and _ip(name) == wanted and (not entry_port or int(entry_port) == port):
+                return True
+        return False
+
+
+def _name_and_port(entry: str) -> tuple[str, str]:
+    """An allow-list entry's host (IPv6 without brackets) and port ('' when none)."""
+    if entry.startswith("["):  # [v6] or [v6]:port
+        name, _, rest = entry[1:].partition("]")
+        return name, rest.removeprefix(":")
+    name, _, port = entry.partition(":")
+    return name, port
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``text`` as an address (a v6 zone dropped, IPv4-mapped v6 as IPv4); None for a name."""
+    try:
+        ip = ipaddress.ip_address(text.partition("%")[0])
+    except ValueError:
+        return None
+    return ip.ipv4_mapped or ip if isinstance(ip, ipaddress.IPv6Address) else ip
 
 
 class ToolsConfig(_Strict):
@@ -259,6 +302,9 @@ class AuthConfig(_Strict):
     per_ip: RateLimit = Field(default_factory=lambda: RateLimit(sessions_per_minute=600, concurrent=32))
     per_key: RateLimit = Field(default_factory=RateLimit)
     trust_forwarded_for: bool = Field(False, description="take the client IP from X-Forwarded-For (behind a proxy)")
+    forwarded_hops: int = Field(1, ge=1, le=16, description="with trust_forwarded_for: the trusted proxies "
+                                "in front, each appending to X-Forwarded-For; the client is this many from the "
+                                "right")
 
     @field_validator("api_keys")
     @classmethod
@@ -296,6 +342,17 @@ class AdminConfig(_Strict):
     token: str | None = Field(None, min_length=16)
     session_hours: float = Field(12.0, gt=0, le=720, description="an admin sign-in (the session cookie the "
                                  "token is exchanged for) lasts this long; sign-out, a restart or a new token ends it")
+    secure_cookie: bool | None = Field(None, description="the sign-in cookie's Secure flag; null = auto: "
+                                       "Secure unless the request is plain http to a loopback host")
+
+    @field_validator("secure_cookie", mode="before")
+    @classmethod
+    def _strict_bool(cls, value: Any) -> Any:
+        # Not pydantic's lax bool: "no" or 0 silently turning the flag off would weaken the cookie.
+        if value is not None and not isinstance(value, bool):
+            raise PydanticCustomError("secure_cookie", "must be true, false or null (auto: Secure unless "
+                                      "plain http to localhost, 127.x or ::1)")
+        return value
 
 
 class IceServerConfig(_Strict):

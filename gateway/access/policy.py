@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
@@ -61,6 +62,7 @@ class Access:
         self._admin = admin_token.encode()
         self.allowed_origins = {o.rstrip("/").lower() for o in config.auth.allowed_origins}
         self.trust_forwarded_for = config.auth.trust_forwarded_for
+        self.forwarded_hops = config.auth.forwarded_hops
 
     @property
     def keys_required(self) -> bool:
@@ -77,6 +79,14 @@ class Access:
         ok = any(hmac.compare_digest(raw, k) for k in self._keys) or hmac.compare_digest(raw, self._admin)
         return ok, key_id(key) if ok else None
 
+    def owns(self, conn: HTTPConnection, owner: str | None) -> bool:
+        """Whether the key on ``conn`` may act on what ``owner``'s key opened (hang up or join a
+        call): that same key or the admin token; anyone where it was opened without a key."""
+        if owner is None:
+            return True
+        ok, presented = self.check_key(conn)
+        return ok and (presented == owner or hmac.compare_digest((presented_key(conn) or "").encode(), self._admin))
+
     def origin_allowed(self, conn: HTTPConnection) -> bool:
         origin = conn.headers.get("origin")
         if origin is None:
@@ -92,9 +102,20 @@ class Access:
         return parts.netloc == host
 
     def client_ip(self, conn: HTTPConnection) -> str:
-        if self.trust_forwarded_for:
-            forwarded = conn.headers.get("x-forwarded-for", "")
-            first = forwarded.split(",")[0].strip()
-            if first:
-                return first[:64]
-        return conn.client.host if conn.client else "unknown"
+        """The peer, or with ``auth.trust_forwarded_for`` the X-Forwarded-For entry ``forwarded_hops``
+        from the right: proxies append, so entries left of that are whatever the client wrote.
+        Every header line counts (a proxy may add a line instead of appending). Fewer entries than
+        hops: the left-most, since each was written by a trusted proxy. Not an IP address: the peer."""
+        peer = conn.client.host if conn.client else "unknown"
+        if not self.trust_forwarded_for:
+            return peer
+        entries = [e.strip() for line in conn.headers.getlist("x-forwarded-for") for e in line.split(",")]
+        if not entries:
+            return peer
+        entry = entries[max(0, len(entries) - self.forwarded_hops)]
+        if len(entry) > 64:
+            return peer
+        try:
+            return str(ipaddress.ip_address(entry))  # one spelling per address, so limits count it once
+        except ValueError:
+            return peer

@@ -48,6 +48,13 @@ class Admitted:
 
     slot: Slot
     grant: Grant | None = None
+    key_id: str | None = None  # the service key presented (None with an ephemeral key, or none)
+
+    @property
+    def owner(self) -> str | None:
+        """The API key the session belongs to: the one presented, or the one that minted its
+        ephemeral key (None on an open service). Only that key may hang up or join its call."""
+        return self.grant.key_id if self.grant is not None else self.key_id
 
     def close(self) -> None:
         self.slot.close()
@@ -92,7 +99,7 @@ class Admission:
         except RateLimited as exc:
             return Refusal(exc.code, exc.message, CLOSE_RATE_LIMITED, 429)
         if not ephemeral:
-            return Admitted(slot)
+            return Admitted(slot, key_id=key_id)
         try:
             redeemed = await self.keys.redeem(key)
         except ClusterUnavailable as exc:

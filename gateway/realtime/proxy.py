@@ -27,6 +27,7 @@ from core.session_store import new_session_id, new_share_token, token_hash
 from core.transport import ChannelClosed, EventChannel
 from gateway.metrics import METRICS_PREFIX, GatewayMetrics
 from gateway.pool.redis_queue import ClusterUnavailable
+from gateway.realtime.budget import CLOSE_POLICY, InboundBudget
 from gateway.pool.worker_pool import (
     Lease,
     NoCapableWorkerError,
@@ -43,6 +44,7 @@ from gateway.realtime.request import SessionRequest
 log = logging.getLogger(__name__)
 
 MAX_EARLY_MESSAGES = 256  # client events sent while queued, forwarded once assigned
+_APPEND = '"input_audio_buffer.append"'
 CLOSE_TRY_AGAIN = 1013
 CLOSE_OPERATOR = 4004  # ended or removed from the queue by the operator
 
@@ -56,7 +58,7 @@ class RealtimeProxy:
     __slots__ = ("client", "pool", "config", "ticket", "beta", "model", "app_name", "record", "requirements",
                  "extensions", "unknown_extensions", "intent", "_outbox", "_sender", "_assigned_sent", "early",
                  "metrics", "client_ip", "created_at", "state", "session_id", "worker_id", "assigned_at",
-                 "_stop", "_stop_reason", "initial_session", "_minted_session_id", "_span")
+                 "_stop", "_stop_reason", "initial_session", "_minted_session_id", "_span", "budget")
 
     def __init__(self, client: EventChannel, request: SessionRequest, pool: WorkerPool, config: AppConfig) -> None:
         self.client = client
@@ -82,6 +84,9 @@ class RealtimeProxy:
         self._sender: asyncio.Task | None = None
         self._assigned_sent = False
         self.early: list[str] = []
+        # What the client sent and the worker has not taken, in bytes: the channel's budget where it
+        # keeps one (a call's inbox counts against the same), else this session's own.
+        self.budget: InboundBudget = getattr(client, "budget", None) or InboundBudget(config.limits.queued_bytes)
         # What the admin page shows; set as the session moves on.
         self.metrics: GatewayMetrics | None = None
         self.client_ip = request.client_ip
@@ -193,21 +198,20 @@ class RealtimeProxy:
                     try:
                         message = receive.result()
                     except ChannelClosed:
-                        acquire.cancel()
-                        lease = None
-                        with contextlib.suppress(BaseException):
-                            lease = await acquire
-                        if lease is not None:
-                            # Assigned in the same instant the client left: give the slot back.
-                            self.pool.release(lease, record=False)
+                        await self._leave_queue(acquire)
                         if self._span is not None:
                             self._trace_end("client_left_queue")
                         return None
-                    if isinstance(message, str):
-                        if len(self.early) >= MAX_EARLY_MESSAGES:
-                            await self._send(error_event("too many events sent while queued", "queue_overflow"))
-                        else:
-                            self.early.append(message)
+                    if isinstance(message, str) and not self._hold_early(message):
+                        await self._leave_queue(acquire)
+                        self._hand_over_early()  # to no one: the session ends here
+                        reason = (f"the client sent more than {MAX_EARLY_MESSAGES} events while queued"
+                                  if len(self.early) >= MAX_EARLY_MESSAGES else self.budget.overflow_reason("while queued"))
+                        if self._span is not None:
+                            self._trace_end("queue_overflow", error="queue_overflow")
+                        await self._send(error_event(reason, "queue_overflow"))
+                        await self._close(CLOSE_POLICY, reason)
+                        return None
                     receive = asyncio.create_task(self.client.receive())
                 if acquire in done:
                     if self._span is not None and not acquire.cancelled() and acquire.exception() is not None:
@@ -235,6 +239,36 @@ class RealtimeProxy:
             receive.cancel()
             if not acquire.done():
                 acquire.cancel()
+
+    async def _leave_queue(self, acquire: asyncio.Task) -> None:
+        acquire.cancel()
+        lease = None
+        with contextlib.suppress(BaseException):
+            lease = await acquire
+        if lease is not None:
+            # Assigned in the same instant the client left: give the slot back.
+            self.pool.release(lease, record=False)
+
+    def _hold_early(self, message: str) -> bool:
+        """Keep an event sent while queued, for the worker; False when it cannot be kept.
+
+        Within ``MAX_EARLY_MESSAGES`` and the byte budget; past either, the oldest audio appends
+        make room (a client streaming its microphone while it waits keeps its latest seconds, as a
+        call does), and what still does not fit closes the session."""
+        while len(self.early) >= MAX_EARLY_MESSAGES or not self.budget.take(message):
+            oldest_audio = next((i for i, m in enumerate(self.early) if _APPEND in m[:100]), None)
+            if oldest_audio is None:
+                return False
+            self.budget.give(self.early.pop(oldest_audio))
+        self.early.append(message)
+        return True
+
+    def _hand_over_early(self) -> list[str]:
+        """The events kept while queued, out of the budget: the relay sends them first."""
+        early, self.early = self.early, []
+        for message in early:
+            self.budget.give(message)
+        return early
 
     async def _serve(self, lease: Lease) -> None:
         worker = lease.worker
@@ -344,7 +378,8 @@ class RealtimeProxy:
         """The relay, unless the operator ends the session first."""
         observe = self.metrics.observe_worker_text if self.metrics is not None else None
         drop = None if "session.metrics" in self.extensions else METRICS_PREFIX
-        relaying = asyncio.create_task(relay(self.client, conn, self.early, on_worker_text=observe, drop_prefix=drop))
+        relaying = asyncio.create_task(relay(self.client, conn, self._hand_over_early(), on_worker_text=observe,
+                                             drop_prefix=drop))
         stopping = asyncio.create_task(self._stop_event().wait())
         try:
             await asyncio.wait({relaying, stopping}, return_when=asyncio.FIRST_COMPLETED)

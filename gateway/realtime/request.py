@@ -54,7 +54,8 @@ def session_request(conn: HTTPConnection, client_ip: str, grant: Grant | None = 
 
 
 def granted(request: SessionRequest, grant: Grant) -> SessionRequest:
-    """``request`` as an ephemeral key's grant shapes it (any transport)."""
-    return replace(request, beta=grant.beta, model=grant.model or request.model,
+    """``request`` as an ephemeral key's grant shapes it (any transport): the minted model (the
+    default one if the mint named none, as its answer said), never one the key's holder asks for."""
+    return replace(request, beta=grant.beta, model=grant.model or DEFAULT_MODEL,
                    intent=grant.intent or request.intent, initial_session=grant.session_update(),
                    session_id=grant.session_id or None)

@@ -10,6 +10,7 @@ clients waiting in the queue).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 
 from starlette.routing import WebSocketRoute
@@ -52,8 +53,9 @@ def realtime_websocket_route(admission: Admission, pool: WorkerPool, config: App
             await channel.close(admitted.close_code, admitted.message)
             return
         if call_id is not None and calls is not None:
+            may = functools.partial(access.owns, ws)  # only the call's own key (or the admin token) joins it
             try:
-                await serve_sideband(channel, call_id, calls.channel_of(call_id), calls.bridge)
+                await serve_sideband(channel, call_id, calls.channel_of(call_id, may), calls.bridge, may)
             finally:
                 admitted.close()
             return

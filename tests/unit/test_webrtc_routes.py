@@ -97,3 +97,43 @@ def test_origin_of_a_browser_offer_on_a_keyed_service(tmp_path, origin, status):
         r = c.post(CALLS, content=OFFER, headers={**SDP, "Authorization": f"Bearer {minted}", "Origin": origin})
         assert r.status_code == status, r.text  # 429: admitted, then no room in the queue
         nothing_left(c)
+
+
+KEY2 = "sk-other-tenant-456789"
+AUTH2 = {"Authorization": f"Bearer {KEY2}"}
+ADMIN = {"Authorization": "Bearer " + "a" * 24}
+
+
+def test_an_ephemeral_key_cannot_replace_the_session_it_was_minted_with(tmp_path):
+    with make_client(tmp_path, auth={"api_keys": [KEY]}) as c:
+        minted = c.post("/v1/realtime/client_secrets", headers=AUTH, json={
+            "session": {"type": "realtime", "model": "omniduplex-cascade", "instructions": "Only about cats."}})
+        ek = {"Authorization": f"Bearer {minted.json()['value']}"}
+        override = {"type": "realtime", "model": "omniduplex-omni", "instructions": "Anything."}
+        refused = error(c.post(CALLS, files=multipart(session=override), headers=ek), 400, "session_not_allowed")
+        assert refused["param"] == "session" and "minted" in refused["message"]
+        nothing_left(c)
+        # The refusal spent nothing: the key still opens its call (refused here by the full queue).
+        error(c.post(CALLS, content=OFFER, headers={**SDP, **ek}), 429, "queue_full")
+
+
+def test_only_the_calls_own_key_hangs_it_up_or_joins_it(tmp_path):
+    """Call ids show on the admin page, in logs and in ``Location``: another tenant's key that
+    learns one finds no call (404, or ``call_not_found`` on a sideband), as with an unknown id."""
+    with make_client(tmp_path, auth={"api_keys": [KEY, KEY2]}, queue={"capacity": 4}) as c:
+        minted = c.post("/v1/realtime/client_secrets", json={}, headers=AUTH).json()["value"]
+        for opener in (AUTH, {"Authorization": f"Bearer {minted}"}):  # the key itself, or its ephemeral key
+            r = c.post(CALLS, content=OFFER, headers={**SDP, **opener})
+            assert r.status_code == 201, r.text
+            call_id = r.headers["location"].rsplit("/", 1)[1]
+            error(c.post(f"{CALLS}/{call_id}/hangup", headers=AUTH2), 404, "call_not_found")
+            with c.websocket_connect(f"/v1/realtime?call_id={call_id}", headers=AUTH2) as ws:
+                assert ws.receive_json()["error"]["code"] == "call_not_found"
+                assert ws.receive()["code"] == 1008
+            assert call_id in c.app.state.calls.calls  # untouched
+            assert c.post(f"{CALLS}/{call_id}/hangup", headers=AUTH).status_code == 200
+            nothing_left(c)
+        r = c.post(CALLS, content=OFFER, headers={**SDP, **AUTH})
+        call_id = r.headers["location"].rsplit("/", 1)[1]
+        assert c.post(f"{CALLS}/{call_id}/hangup", headers=ADMIN).status_code == 200  # the operator may
+        nothing_left(c)

@@ -53,6 +53,7 @@ class Call:
         self.outbound = OutboundAudioTrack(channel.playback)
         self._tasks: set[asyncio.Task] = set()
         self._audio_in = False
+        self._video_in = False
         self._closed = False
 
     @property
@@ -100,7 +101,8 @@ class Call:
         if track.kind == "audio" and not self._audio_in:
             self._audio_in = True
             self._spawn(pump_audio(track, channel.deliver_microphone), "webrtc-audio-in")
-        elif track.kind == "video":
+        elif track.kind == "video" and not self._video_in:
+            self._video_in = True
             self._spawn(pump_video(track, channel.deliver, live, self.max_frame_rate), "webrtc-video-in")
 
     def _on_state(self) -> None:

@@ -27,7 +27,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from core.config import LimitsConfig
+from core.protocol import error_event
 from core.transport import ChannelClosed, EventChannel, Message
+from gateway.realtime.budget import CLOSE_POLICY, InboundBudget
 from gateway.realtime.webrtc.playback import GATEWAY_EVENT_PREFIX, Playback
 from gateway.realtime.webrtc.session import interrupts, pin_update
 from gateway.realtime.webrtc.tracks import MEDIA_EXECUTOR, OpusFramer
@@ -66,8 +69,12 @@ class WebRTCChannel(EventChannel):
 
     transport = "webrtc"
 
-    def __init__(self, beta: bool = False, framer: OpusFramer | None = None) -> None:
+    def __init__(self, beta: bool = False, framer: OpusFramer | None = None,
+                 budget: InboundBudget | None = None) -> None:
         self.beta = beta
+        # The session's one byte budget (``budget.py``): the proxy counts what it holds while queued
+        # against it too.
+        self.budget = budget or InboundBudget(LimitsConfig().queued_bytes)
         self.audio_delta = "response.audio.delta" if beta else "response.output_audio.delta"
         self._inbox: asyncio.Queue[Message | None] = asyncio.Queue()
         self._dc: RTCDataChannel | None = None
@@ -95,7 +102,7 @@ class WebRTCChannel(EventChannel):
         if self._dc is not None or self._gone is not None:
             return
         self._dc = dc
-        dc.on("message", self._from_client)
+        dc.on("message", self._from_data_channel)
         dc.on("close", lambda: self.peer_gone(1000, "data channel closed"))
         pending, self._pending = self._pending, []
         for text in pending:
@@ -125,15 +132,16 @@ class WebRTCChannel(EventChannel):
         with contextlib.suppress(ValueError):
             self._taps.remove(tap)
 
-    def inject(self, message: Message) -> None:
-        """A client event from a sideband connection: handled as one from the data channel."""
-        self._from_client(message)
+    def inject(self, message: Message) -> bool:
+        """A client event from a sideband connection: handled as one from the data channel; False
+        when the session's budget is spent (the sideband is then closed, not the call)."""
+        return self._from_client(message)
 
     def deliver(self, message: Message) -> None:
         """An event for the worker, from the media tracks (dropped while the relay is stalled)."""
         if self._gone is not None:
             return
-        if self._inbox.qsize() >= MAX_INBOX:
+        if self._inbox.qsize() >= MAX_INBOX or not self.budget.take(message):
             self._dropped += 1
             if self._dropped == 1:
                 log.warning("the worker is not taking this call's media; dropping it")
@@ -148,19 +156,34 @@ class WebRTCChannel(EventChannel):
         elif self._gone is None:
             self._early_audio.append(append)
 
-    def _from_client(self, message: Message) -> None:
-        if self._gone is not None:
+    def _from_data_channel(self, message: Message) -> None:
+        """The browser's event; a browser that sends faster than the session takes ends the call
+        (1008, with an ``error`` event saying why) rather than growing the inbox."""
+        if self._from_client(message):
             return
+        reason = self.budget.overflow_reason("on the data channel")
+        log.warning("call closed: %s", reason)
+        with contextlib.suppress(ChannelClosed):
+            self._write(json.dumps(error_event(reason, "inbound_overflow"), separators=(",", ":")))
+        self.peer_gone(CLOSE_POLICY, reason)
+
+    def _from_client(self, message: Message) -> bool:
+        """Queue a client event for the worker; False if it does not fit the session's budget."""
+        if self._gone is not None:
+            return True
         if isinstance(message, str) and any(marker in message for marker in _CLIENT_MARKERS):
             kind = event_type(message)
             if kind == "output_audio_buffer.clear":
                 self.playback.clear(barge_in=False)
-                return
+                return True
             if kind == "response.cancel":
                 self.playback.client_cancelled()
             elif kind == "session.update":
                 message = pin_update(message, self.beta)
+        if not self.budget.take(message):
+            return False
         self._inbox.put_nowait(message)
+        return True
 
     def _to_worker(self, event: dict[str, Any]) -> None:
         if self.live:
@@ -197,6 +220,7 @@ class WebRTCChannel(EventChannel):
         if message is None:
             self._inbox.put_nowait(None)  # every later receive ends the same way
             raise self._gone or ChannelClosed(1000, "")
+        self.budget.give(message)
         return message
 
     async def send(self, message: Message) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import GaugeMetricFamily
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 
 SETTLE_S = 10.0  # the longest an offer's answer waits to know the call got into the queue
 HANGUP_WAIT_S = 5.0
+# Whether the key of a request may act on a call whose owner (an API key id, None: opened without
+# a key) is given: ``Access.owns`` for that request.
+MayAct = Callable[[str | None], bool]
 
 
 class CallProxy(RealtimeProxy):
@@ -93,6 +97,7 @@ class CallRegistry:
         self.pool, self.config, self.metrics, self.live = pool, config, metrics, live
         self.bridge = bridge  # a cluster's gateways take sidebands for each other's calls
         self.calls: dict[str, tuple[Call, asyncio.Task]] = {}
+        self.owners: dict[str, str | None] = {}  # call id -> the API key it belongs to (``Admitted.owner``)
         metrics.registry.register(_CallsCollector(self))
 
     def start(self, call: Call, request: SessionRequest, admitted: Admitted) -> CallProxy:
@@ -102,8 +107,9 @@ class CallRegistry:
         self.live[proxy.ticket] = proxy
         task = asyncio.create_task(self._run(call, proxy, admitted), name=f"webrtc-call-{call.id}")
         self.calls[call.id] = (call, task)
+        self.owners[call.id] = admitted.owner
         if self.bridge is not None:
-            self.bridge.host(call.id, call.channel)
+            self.bridge.host(call.id, call.channel, admitted.owner)
         return proxy
 
     async def _run(self, call: Call, proxy: CallProxy, admitted: Admitted) -> None:
@@ -117,14 +123,20 @@ class CallRegistry:
             admitted.close()
             await call.close()
             self.calls.pop(call.id, None)
+            self.owners.pop(call.id, None)
             if self.bridge is not None:
                 await self.bridge.unhost(call.id)
             log.info("call %s ended", call.id)
 
-    def channel_of(self, call_id: str) -> WebRTCChannel | None:
-        """The channel of a call this gateway holds (a sideband joins it), else None."""
+    def owned(self, call_id: str, may: MayAct) -> bool:
+        """Whether this gateway holds ``call_id`` and ``may`` act on it. Another key's call reads as
+        no call at all: its id (on the admin page, in logs, in ``Location``) gives nothing away."""
+        return call_id in self.calls and may(self.owners.get(call_id))
+
+    def channel_of(self, call_id: str, may: MayAct) -> WebRTCChannel | None:
+        """The channel of a call this gateway holds and ``may`` join (a sideband), else None."""
         entry = self.calls.get(call_id)
-        return entry[0].channel if entry is not None else None
+        return entry[0].channel if entry is not None and may(self.owners.get(call_id)) else None
 
     async def finished(self, call_id: str, timeout: float = HANGUP_WAIT_S) -> None:
         entry = self.calls.get(call_id)

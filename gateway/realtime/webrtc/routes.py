@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import json
 import logging
@@ -35,7 +36,10 @@ from fastapi.responses import JSONResponse, Response
 
 from core.config import AppConfig
 from core.ids import new_id
+from gateway.access.ephemeral_keys import is_ephemeral
+from gateway.access.policy import presented_key
 from gateway.realtime.admission import Admission, Refusal
+from gateway.realtime.budget import InboundBudget
 from gateway.realtime.minted_session import SessionConfigError, check_session
 from gateway.realtime.request import session_request
 from gateway.realtime.webrtc.registry import SETTLE_S, CallRegistry
@@ -66,9 +70,10 @@ def calls_router(registry: CallRegistry, admission: Admission, config: AppConfig
             return JSONResponse(exc.body(), status_code=exc.status)
 
     @router.post(CALLS_PATH + "/{call_id}/hangup", response_class=Response)
-    async def hangup(call_id: str) -> Response:
-        """End a call: the connection closes and its worker slot is free when this answers."""
-        if not await registry.hangup(call_id):
+    async def hangup(call_id: str, request: Request) -> Response:
+        """End a call: the connection closes and its worker slot is free when this answers. Only
+        the key the call belongs to (or the admin token) may; another key's call is not found."""
+        if not registry.owned(call_id, functools.partial(admission.access.owns, request)) or not await registry.hangup(call_id):
             err = ApiError(404, f"no call {call_id[:80]!r} (unknown, or already ended)", "call_not_found", "call_id")
             return JSONResponse(err.body(), status_code=404)
         return Response(status_code=200)
@@ -110,6 +115,12 @@ async def _offer(request: Request) -> tuple[Offer, dict[str, Any] | None]:
 
 async def _create(request: Request, registry: CallRegistry, admission: Admission, config: AppConfig) -> Response:
     offer, session = await _offer(request)
+    if session is not None and is_ephemeral(presented_key(request)):
+        # The key was minted with its session (model included) by the app server; its holder may
+        # change what session.update allows once connected, never the grant itself.
+        raise ApiError(400, "a call opened with an ephemeral key starts with the session the key was minted with: "
+                            "send the offer alone (application/sdp), or mint the key with this session",
+                       "session_not_allowed", "session")
     beta = "realtime=v1" in request.headers.get("openai-beta", "")
     model = None
     if session is not None:
@@ -130,7 +141,8 @@ async def _create(request: Request, registry: CallRegistry, admission: Admission
 
     call_id = new_id("rtc")
     media = await _media()
-    call = media.Call(call_id, media.WebRTCChannel(beta=req.beta), config.limits.max_frame_rate, config.webrtc)
+    channel = media.WebRTCChannel(beta=req.beta, budget=InboundBudget(config.limits.queued_bytes))
+    call = media.Call(call_id, channel, config.limits.max_frame_rate, config.webrtc)
     try:
         answer = await call.answer(offer)
     except BaseException:

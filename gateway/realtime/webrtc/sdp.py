@@ -5,6 +5,8 @@ every browser offers Opus, and the call speaks nothing else), a data channel (``
 SCTP``: the ``oai-events`` channel) and the ICE and DTLS parameters to reach it. Anything else is
 refused with 400 and a reason the developer can act on, before any ``RTCPeerConnection``, port or
 queue place exists (``invalid_offer``). A video m-line is optional (the omni page's camera).
+At most one live m-line of each kind: each would get a decoder of its own, and a call has one
+microphone, one camera and one events channel.
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ def parse_offer(text: str, session_description) -> Offer:
     except Exception as exc:  # noqa: BLE001 - aiortc's parser asserts, and raises what it meets
         raise bad_offer(f"could not be parsed ({exc.__class__.__name__}: {str(exc)[:120]})") from None
     kinds = [m.kind for m in parsed.media]
+    live = [m.kind for m in parsed.media if m.port != 0]
+    for kind in sorted(set(live)):
+        if kind not in ("audio", "video", "application"):
+            raise bad_offer(f"an m-line of kind {kind!r}; a call takes audio, video and one data channel")
+        if live.count(kind) > 1:
+            raise bad_offer(f"{live.count(kind)} {kind} m-lines; a call takes one (a microphone, a camera, the "
+                            "'oai-events' data channel): remove the extra tracks or transceivers")
     audio = [m for m in parsed.media if m.kind == "audio" and m.port != 0]
     if not audio:
         raise bad_offer(f"no audio m-line (m-lines: {', '.join(kinds) or 'none'}); add a microphone track or an "

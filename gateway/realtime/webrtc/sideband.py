@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core.protocol import error_event
@@ -72,7 +73,7 @@ async def serve_local(client: EventChannel, call: WebRTCChannel) -> None:
         return
     out = asyncio.create_task(_pump_out(client, backlog))
     stalled = asyncio.create_task(overflow.wait())
-    inbound = asyncio.create_task(_pump_in(client, call.inject))
+    inbound = asyncio.create_task(_pump_in(client, call))
     try:
         done, _ = await asyncio.wait({out, stalled, inbound}, return_when=asyncio.FIRST_COMPLETED)
         if stalled in done:
@@ -84,12 +85,15 @@ async def serve_local(client: EventChannel, call: WebRTCChannel) -> None:
         await client.close(CLOSE_ENDED, "")
 
 
-async def _pump_in(client: EventChannel, deliver) -> None:
+async def _pump_in(client: EventChannel, call: WebRTCChannel) -> None:
+    """The sideband's events into the call; one that sends faster than the session takes is closed
+    (1008), the call goes on."""
     with contextlib.suppress(ChannelClosed):
         while True:
             message = await client.receive()
-            if isinstance(message, str):
-                deliver(message)
+            if isinstance(message, str) and not call.inject(message):
+                await _refuse(client, "inbound_overflow", call.budget.overflow_reason("on the sideband"))
+                return
 
 
 class CallBridge:
@@ -106,9 +110,10 @@ class CallBridge:
 
     # ------------------------------------------------------------------ the call's gateway
 
-    def host(self, call_id: str, call: WebRTCChannel) -> None:
-        """Announce a call that this gateway answered, and serve remote sidebands for it."""
-        self._hosted[call_id] = asyncio.create_task(self._host(call_id, call), name=f"sideband-host-{call_id}")
+    def host(self, call_id: str, call: WebRTCChannel, owner: str | None = None) -> None:
+        """Announce a call that this gateway answered (with the API key it belongs to, so any
+        gateway can tell who may join it), and serve remote sidebands for it."""
+        self._hosted[call_id] = asyncio.create_task(self._host(call_id, call, owner), name=f"sideband-host-{call_id}")
 
     async def unhost(self, call_id: str) -> None:
         task = self._hosted.pop(call_id, None)
@@ -117,7 +122,7 @@ class CallBridge:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    async def _host(self, call_id: str, call: WebRTCChannel) -> None:
+    async def _host(self, call_id: str, call: WebRTCChannel, owner: str | None) -> None:
         out_channel = self._key(call_id, ":out")
         pubsub = self.redis.pubsub()
         listeners: set[str] = set()
@@ -135,9 +140,11 @@ class CallBridge:
                 if text is None:
                     return
 
+        announcement = json.dumps({"gateway": self.gateway, "owner": owner})
+
         async def announce() -> None:
             while True:
-                await self.redis.set(self._key(call_id), self.gateway, ex=ANNOUNCE_TTL_S)
+                await self.redis.set(self._key(call_id), announcement, ex=ANNOUNCE_TTL_S)
                 await asyncio.sleep(ANNOUNCE_EVERY_S)
 
         publisher = asyncio.create_task(publish())
@@ -158,8 +165,9 @@ class CallBridge:
                     listeners.add(sid)
                 elif kind == "leave":
                     listeners.discard(sid)
-                elif kind == "event" and isinstance(body.get("text"), str):
-                    call.inject(body["text"])
+                elif kind == "event" and isinstance(body.get("text"), str) and not call.inject(body["text"]):
+                    log.warning("call %s: a remote sideband's event dropped: %s", call_id,
+                                call.budget.overflow_reason("on the sideband"))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - Redis gone: local sidebands still work
@@ -176,8 +184,16 @@ class CallBridge:
 
     # ------------------------------------------------------------------ another gateway
 
-    async def exists(self, call_id: str) -> bool:
-        return bool(await self.redis.exists(self._key(call_id)))
+    async def joinable(self, call_id: str, may: Callable[[str | None], bool]) -> bool:
+        """Whether another gateway announces ``call_id`` and ``may`` act on it (its owner's key)."""
+        found = await self.redis.get(self._key(call_id))
+        if found is None:
+            return False
+        try:
+            owner = json.loads(found)["owner"]
+        except (ValueError, KeyError, TypeError):
+            return False  # an announcement without an owner: joined by no one
+        return may(owner)
 
     async def serve_remote(self, client: EventChannel, call_id: str) -> None:
         """A sideband for a call held by another gateway of the cluster."""
@@ -218,14 +234,15 @@ class CallBridge:
 
 
 async def serve_sideband(client: EventChannel, call_id: str, local: WebRTCChannel | None,
-                         bridge: CallBridge | None) -> None:
-    """Join ``call_id``'s session: ``local`` when this gateway holds the call, else through the cluster."""
+                         bridge: CallBridge | None, may: Callable[[str | None], bool]) -> None:
+    """Join ``call_id``'s session: ``local`` when this gateway holds the call (and ``may`` join it),
+    else through the cluster; another key's call is answered as no call."""
     if local is not None:
         await serve_local(client, local)
         return
     if bridge is not None:
         try:
-            if await bridge.exists(call_id):
+            if await bridge.joinable(call_id, may):
                 await bridge.serve_remote(client, call_id)
                 return
         except Exception as exc:  # noqa: BLE001 - Redis unreachable
