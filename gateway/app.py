@@ -99,7 +99,9 @@ def create_app(config: AppConfig) -> FastAPI:
     app.state.limiter = limiter
     app.state.checker = checker
     app.state.ephemeral_keys = ephemeral_keys
-    admin_auth = app.state.admin_auth = AdminAuth(admin_token, config.admin.session_hours * 3600)
+    admin_auth = app.state.admin_auth = AdminAuth(admin_token, config.admin.session_hours * 3600,
+                                                  secure_cookie=config.admin.secure_cookie,
+                                                  trust_forwarded_proto=config.auth.trust_forwarded_for)
     app.add_middleware(api_access_middleware(access, settings))
     app.add_middleware(web_guard_middleware(config, access))  # Host, Origin, REST body types: before all
     app.add_middleware(cors_middleware(access, HostPolicy(config).allows))  # its headers on the guard's refusals too

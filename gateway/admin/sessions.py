@@ -4,9 +4,9 @@
 - A browser signs in once (the form on ``/admin``, or ``?token=`` on an admin or recording page,
   which then redirects, 303, to the same address without it: the token stays out of the address
   bar, history and ``Referer``). It gets ``omni_admin``: a random session id (HttpOnly,
-  SameSite=Strict, Secure over HTTPS) that expires after ``admin.session_hours``. Only a hash of
-  the id is kept, in this process's memory: sign-out deletes it, and a restart (which is also
-  how a new token takes effect) ends every session.
+  SameSite=Strict, Secure unless plain http to loopback: ``cookie_secure``) that expires after
+  ``admin.session_hours``. Only a hash of the id is kept, in this process's memory: sign-out
+  deletes it, and a restart (which is also how a new token takes effect) ends every session.
 - The token in a URL is not accepted by the APIs (``/api/admin/*``, ``/api/sessions/*``).
 """
 
@@ -22,6 +22,8 @@ from fastapi.responses import RedirectResponse
 from starlette.requests import Request
 from starlette.responses import Response
 
+from core.config import is_loopback
+
 COOKIE = "omni_admin"
 MAX_SESSIONS = 1000  # sign-ins kept at once; the oldest goes first
 
@@ -31,10 +33,13 @@ def _digest(session_id: str) -> str:
 
 
 class AdminAuth:
-    def __init__(self, admin_token: str, session_s: float, clock=time.time) -> None:
+    def __init__(self, admin_token: str, session_s: float, clock=time.time, *,
+                 secure_cookie: bool | None = None, trust_forwarded_proto: bool = False) -> None:
         self._token = admin_token.encode()
         self.session_s = session_s
         self.clock = clock
+        self.secure_cookie = secure_cookie  # admin.secure_cookie: None = auto
+        self.trust_forwarded_proto = trust_forwarded_proto  # auth.trust_forwarded_for
         self._sessions: dict[str, float] = {}  # sha256(session id) -> expiry (epoch s)
 
     # ---------------------------------------------------------------- checks
@@ -73,6 +78,21 @@ class AdminAuth:
         now = self.clock()
         return sum(expiry > now for expiry in self._sessions.values())
 
+    def cookie_secure(self, request: Request) -> bool:
+        """Secure unless plain http to a loopback host. Behind a TLS proxy the gateway sees http
+        while the browser used https, so the scheme alone would let the cookie travel in clear on
+        a later http request; only loopback over http, where browsers allow it and local tests sign
+        in, goes without. A trusted ``X-Forwarded-Proto: https`` (a proxy on the same host) counts."""
+        if self.secure_cookie is not None:
+            return self.secure_cookie
+        if request.url.scheme == "https" or not is_loopback(request.url.hostname or ""):
+            return True
+        if not self.trust_forwarded_proto:
+            return False
+        # Any hop that saw https is enough: this only ever adds Secure.
+        lines = request.headers.getlist("x-forwarded-proto")
+        return "https" in (p.strip().lower() for line in lines for p in line.split(","))
+
     # ---------------------------------------------------------------- sign-in and out
 
     def login(self, request: Request, response: Response) -> None:
@@ -85,13 +105,14 @@ class AdminAuth:
         session_id = secrets.token_urlsafe(32)
         self._sessions[_digest(session_id)] = now + self.session_s
         response.set_cookie(COOKIE, session_id, max_age=int(self.session_s), httponly=True, samesite="strict",
-                            path="/", secure=request.url.scheme == "https")
+                            path="/", secure=self.cookie_secure(request))
 
     def logout(self, request: Request, response: Response) -> None:
         session_id = request.cookies.get(COOKIE)
         if session_id:
             self._sessions.pop(_digest(session_id), None)
-        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict",
+                               secure=self.cookie_secure(request))
 
     def query_login(self, request: Request) -> Response | None:
         """``GET page?token=<admin token>``: sign in and 303 to the same address without the token.

@@ -134,6 +134,7 @@ def test_admin_page_sign_in_sets_a_strict_cookie(stack):
         assert r.status_code == 303
         cookie = r.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+        assert "Secure" not in cookie  # plain http to 127.0.0.1: a Secure cookie would not come back
         assert c.get("/admin").status_code == 200
         assert c.get("/api/admin/overview").status_code == 200
         # A state change with the cookie from another site's page is refused.

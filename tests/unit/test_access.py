@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
@@ -172,3 +173,55 @@ def test_reference_voices_only_where_a_worker_offers_them(tmp_path):
             "supported": True, "workers": [worker.id], "voices": ["me"]}
         assert c.delete("/api/admin/voices/me", headers=admin).json() == {"deleted": "me"}
         assert c.delete("/api/admin/voices/me", headers=admin).status_code == 404
+
+
+# ------------------------------------------------------- client address behind a proxy (issue 45, item 7)
+
+
+def test_a_client_cannot_choose_its_address_behind_an_appending_proxy(tmp_path):
+    """A usual proxy appends the peer to whatever X-Forwarded-For the client sent: the right-most
+    entry (``auth.forwarded_hops`` from the right) is the one a trusted proxy wrote."""
+    limits = {"trust_forwarded_for": True, "per_ip": {"concurrent": 1}}
+    url = "/v1/realtime?extensions=all"
+    with make_client(tmp_path, auth=limits) as c:
+        with c.websocket_connect(url, headers={"X-Forwarded-For": "1.1.1.1, 203.0.113.7"}) as a:
+            queued(a)
+            second_line = httpx.Headers([("X-Forwarded-For", "3.3.3.3"), ("X-Forwarded-For", "203.0.113.7")])
+            for forged in ({"X-Forwarded-For": "2.2.2.2, 203.0.113.7"}, second_line):
+                with c.websocket_connect(url, headers=forged) as b:
+                    assert refused(b) == ("too_many_sessions", 4029)
+            with c.websocket_connect(url, headers={"X-Forwarded-For": "203.0.113.7, 198.51.100.9"}) as other:
+                queued(other)  # another client of the same proxy
+    with make_client(tmp_path / "two", auth={**limits, "forwarded_hops": 2}) as c:
+        with c.websocket_connect(url, headers={"X-Forwarded-For": "1.1.1.1, 203.0.113.7, 10.0.0.2"}) as a:
+            queued(a)
+            with c.websocket_connect(url, headers={"X-Forwarded-For": "2.2.2.2, 203.0.113.7, 10.0.0.3"}) as b:
+                assert refused(b) == ("too_many_sessions", 4029)
+            another = {"X-Forwarded-For": "203.0.113.7, 198.51.100.9, 10.0.0.2"}
+            with c.websocket_connect(url, headers=another) as other:
+                queued(other)
+
+
+def test_forwarded_address_must_be_an_ip_else_the_peer(tmp_path):
+    from starlette.requests import HTTPConnection
+
+    from gateway.access.policy import Access
+
+    def ip(*lines: str, hops: int = 1, trust: bool = True) -> str:
+        config = AppConfig.model_validate({"data_dir": str(tmp_path), "workers": {"count": 0},
+                                           "auth": {"trust_forwarded_for": trust, "forwarded_hops": hops}})
+        scope = {"type": "http", "client": ("10.9.9.9", 5000),
+                 "headers": [(b"x-forwarded-for", line.encode()) for line in lines]}
+        return Access(config, ADMIN).client_ip(HTTPConnection(scope))
+
+    assert ip("198.51.100.9") == "198.51.100.9"
+    assert ip("1.1.1.1,2001:DB8::0:1") == "2001:db8::1"  # one spelling per address, for the limits
+    assert ip("3.3.3.3", "1.1.1.1, 203.0.113.7") == "203.0.113.7"  # a proxy that adds a second line
+    for junk in ("not-an-ip", "1.1.1.1, unknown", "198.51.100.9:4711", "fe80::1%" + "x" * 60, "1.1.1.1, "):
+        assert ip(junk) == "10.9.9.9", junk
+    assert ip() == "10.9.9.9"
+    assert ip("1.1.1.1, 203.0.113.7", trust=False) == "10.9.9.9"
+    assert ip("1.1.1.1, 203.0.113.7, 10.0.0.2", hops=2) == "203.0.113.7"
+    assert ip("203.0.113.7", hops=2) == "203.0.113.7"  # fewer entries: each was written by a trusted proxy
+    with pytest.raises(ValueError, match="forwarded_hops"):
+        AppConfig.model_validate({"auth": {"forwarded_hops": 0}})

@@ -281,6 +281,35 @@ def test_sign_out_revokes_and_a_restart_or_new_token_ends_sessions(tmp_path):
         assert c.get("/api/admin/overview", headers={"Cookie": f"omni_admin={ADMIN}"}).status_code == 401
 
 
+def signed_in_cookie(c: TestClient, headers: dict | None = None) -> str:
+    r = c.post("/admin/login", data={"token": ADMIN}, headers=headers or {}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    return r.headers["set-cookie"]
+
+
+def test_admin_cookie_is_secure_unless_plain_http_to_loopback(tmp_path):
+    """Issue 45, item 9: behind a TLS proxy the gateway sees http, yet the browser used https."""
+    public = {"gateway": {"allowed_hosts": ["omni.example.com"]}}
+    with client(tmp_path, host="omni.example.com", **public) as c:
+        assert "Secure" in signed_in_cookie(c)  # a public name: TLS is in front
+    with client(tmp_path, host="127.0.0.1:8006") as c:
+        assert "Secure" not in signed_in_cookie(c)  # where tests and local use sign in over http
+        assert "Secure" not in signed_in_cookie(c, {"X-Forwarded-Proto": "https"})  # not trusted
+        assert c.get("/api/admin/overview").status_code == 200
+    # A proxy on the same host that passes Host 127.0.0.1: its X-Forwarded-Proto says https.
+    with client(tmp_path, host="127.0.0.1:8006", auth={"trust_forwarded_for": True}) as c:
+        assert "Secure" in signed_in_cookie(c, {"X-Forwarded-Proto": "https"})
+        assert "Secure" not in signed_in_cookie(c, {"X-Forwarded-Proto": "http"})
+    # The override: plain http on a LAN without TLS, or Secure even on loopback.
+    with client(tmp_path, host="omni.example.com", admin={"secure_cookie": False}, **public) as c:
+        assert "Secure" not in signed_in_cookie(c)
+    with client(tmp_path, host="localhost:8006", admin={"secure_cookie": True}) as c:
+        assert "Secure" in signed_in_cookie(c)
+    with pytest.raises(ValidationError) as err:
+        config(tmp_path, admin={"secure_cookie": "yes"})
+    assert "admin.secure_cookie" in str(err.value) and "true, false or null" in str(err.value)
+
+
 def recorded_session(data_dir: Path) -> tuple[str, str]:
     session_id, share = "sess_" + "ab" * 16, "share-token-0123456789"
     path = data_dir / "sessions" / session_id
