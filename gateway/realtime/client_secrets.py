@@ -6,7 +6,8 @@ like any ``/v1/*`` call; an open service mints for anyone) and hands the ``ek_..
 browser, which opens one session with it (``/v1/realtime`` or ``/v1/realtime/calls``) within its
 lifetime; that session starts with the config given here. Mints are rate-limited per address and
 per API key at the session limits' rate (``auth.per_ip`` / ``auth.per_key``
-``sessions_per_minute``). The store: ``gateway/access/ephemeral_keys.py``.
+``sessions_per_minute``), and the unused keys one API key (open service: one address) holds are
+capped. The store: ``gateway/access/ephemeral_keys.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 from core.config import AppConfig, RateLimit
 from core.json_limits import NestingTooDeep, check_nesting
 from core.session_store import new_session_id
-from gateway.access.ephemeral_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, EphemeralKeys, Grant, KeyStoreFull
+from gateway.access.ephemeral_keys import (DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, EphemeralKeys, Grant, KeyStoreFull,
+                                           minter_of)
 from gateway.access.policy import Access
 from gateway.access.rate_limits import RateLimited, SessionLimiter
 from gateway.pool.redis_queue import ClusterUnavailable
@@ -73,10 +75,11 @@ def client_secrets_router(keys: EphemeralKeys, access: Access, config: AppConfig
                 ttl_s = _ttl(parsed.expires_after.seconds if parsed.expires_after else None, "expires_after.seconds")
                 session, model = check_session(parsed.session or {"type": "realtime"}, beta=False)
             grant = Grant(session=session, beta=beta, model=model, session_id=new_session_id(), key_id=key_id)
-            minted = await keys.mint(grant, ttl_s)
+            minted = await keys.mint(grant, ttl_s, minter_of(key_id, access.client_ip(request)))
         except (ApiError, SessionConfigError, RateLimited, KeyStoreFull, ClusterUnavailable) as exc:
             error = _api_error(exc)
-            headers = {"Retry-After": str(round(exc.retry_after_s))} if isinstance(exc, RateLimited) else None
+            retry_after_s = getattr(exc, "retry_after_s", None)  # RateLimited, KeyStoreFull
+            headers = {"Retry-After": str(max(1, round(retry_after_s)))} if retry_after_s is not None else None
             return JSONResponse(error.body(), status_code=error.status, headers=headers)
         log.info("minted an ephemeral key for %s (%s, %d s, session %s)", access.client_ip(request),
                  "beta" if beta else "GA", ttl_s, grant.session_id)

@@ -23,7 +23,9 @@ from fastapi.testclient import TestClient
 from openai import AsyncOpenAI
 
 from core.config import AppConfig
-from gateway.access.ephemeral_keys import GRACE_S, Grant, KeyRefusal, Redeemed, RedisKeys, key_hash
+from gateway.access import ephemeral_keys
+from gateway.access.ephemeral_keys import (GRACE_S, MAX_TTL_S, MINTER_MAX_BYTES, Grant, KeyRefusal, KeyStoreFull,
+                                           Redeemed, RedisKeys, key_hash)
 from gateway.app import create_app
 from launcher.redis_server import redis_server
 from tests.support.stack import Stack
@@ -153,11 +155,11 @@ async def test_redis_redeems_atomically_keeps_hashes_and_expires(tmp_path, redis
     a, b = (RedisKeys(c, prefix, clock=lambda: now[0]) for c in clients)
     try:
         for _ in range(20):  # two gateways at the same moment: one gets it
-            minted = await a.mint(Grant(session={"type": "realtime"}), 60)
+            minted = await a.mint(Grant(session={"type": "realtime"}), 60, "ip:a")
             results = await asyncio.gather(a.redeem(minted.value), b.redeem(minted.value))
             assert sorted(type(r).__name__ for r in results) == ["KeyRefusal", "Redeemed"]
             assert KeyRefusal("used") in results
-        minted = await a.mint(Grant(session={"type": "realtime", "instructions": "secret"}, model="m"), 10)
+        minted = await a.mint(Grant(session={"type": "realtime", "instructions": "secret"}, model="m"), 10, "ip:a")
         stored = await clients[0].keys(f"{prefix}:ek:*")
         assert f"{prefix}:ek:{key_hash(minted.value)}".encode() in stored
         assert not any(minted.value.encode() in k for k in stored)
@@ -165,9 +167,47 @@ async def test_redis_redeems_atomically_keeps_hashes_and_expires(tmp_path, redis
         now[0] += 10
         assert await b.redeem(minted.value) == KeyRefusal("expired")
         assert await a.redeem(minted.value) == KeyRefusal("expired")
-        fresh = await a.mint(Grant(session={"type": "realtime"}, model="m"), 10)
+        fresh = await a.mint(Grant(session={"type": "realtime"}, model="m"), 10, "ip:a")
         redeemed = await b.redeem(fresh.value)
         assert isinstance(redeemed, Redeemed) and redeemed.grant.model == "m"
+    finally:
+        for c in clients:
+            await c.aclose()
+
+
+@needs_redis
+async def test_redis_keeps_a_quota_per_minter_and_a_cap_across_the_cluster(tmp_path, redis_url, monkeypatch):
+    """Issue 45: the Redis store had no cap at all. One minter's large two-hour keys fill only its
+    own quota (on every gateway); a key used or expired gives its share back, once."""
+    import redis.asyncio as aioredis
+
+    clients = [aioredis.from_url(redis_url) for _ in range(2)]
+    prefix = f"ekq{tmp_path.name[-20:]}"
+    now = [time.time()]
+    a, b = (RedisKeys(c, prefix, clock=lambda: now[0]) for c in clients)
+    big = Grant(session={"type": "realtime", "instructions": "x" * 200_000})
+    try:
+        minted = []
+        with pytest.raises(KeyStoreFull) as full:
+            for i in range(400):  # 400 x 200 kB: more than the cluster's 64 MB; through both gateways
+                minted.append(await (a, b)[i % 2].mint(big, MAX_TTL_S, "ip:203.0.113.7"))
+        assert "this address has" in str(full.value) and full.value.retry_after_s == MAX_TTL_S
+        assert 0 < len(minted) * 200_000 <= MINTER_MAX_BYTES
+        await b.mint(big, MAX_TTL_S, "key:tenant-b")  # another minter still mints
+        for _ in range(2):  # redeemed (and refused again): given back once
+            await b.redeem(minted[0].value)
+        await a.mint(big, MAX_TTL_S, "ip:203.0.113.7")
+        with pytest.raises(KeyStoreFull):
+            await a.mint(big, MAX_TTL_S, "ip:203.0.113.7")
+        assert await a.redeem(minted[0].value) == KeyRefusal("used")  # the tombstone stays
+
+        monkeypatch.setattr(ephemeral_keys, "MAX_KEYS", len(minted) + 2)  # the cluster's cap
+        await a.mint(Grant(session={}), 10, "ip:198.51.100.1")
+        with pytest.raises(KeyStoreFull, match="on this cluster") as full:
+            await b.mint(Grant(session={}), 10, "ip:198.51.100.2")
+        assert full.value.retry_after_s == 10
+        now[0] += 10  # the 10 s key expired: its place is free
+        await b.mint(Grant(session={}), 10, "ip:198.51.100.2")
     finally:
         for c in clients:
             await c.aclose()

@@ -20,7 +20,8 @@ from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.server import serve
 
 from core.config import AppConfig
-from gateway.access.ephemeral_keys import GRACE_S, Grant, KeyRefusal, MemoryKeys, Redeemed, key_hash
+from gateway.access.ephemeral_keys import (GRACE_S, MAX_TTL_S, MINTER_MAX_BYTES, MINTER_MAX_KEYS, Grant, KeyRefusal,
+                                           KeyStoreFull, MemoryKeys, Redeemed, key_hash)
 from gateway.app import create_app
 from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.request import SessionRequest, granted
@@ -282,10 +283,57 @@ def test_a_full_store_and_an_unreachable_redis_are_clear_refusals(tmp_path, monk
         assert first_event(c, key)[1] is None  # it stayed unused
 
 
+def test_one_api_key_cannot_lock_the_others_out_of_minting(tmp_path):
+    """Issue 45: ~256 large two-hour keys from one client filled the gateway's 64 MB and every other
+    client got 429 for two hours. Each minter now has a quota; using one of its keys gives it back."""
+    other = {"Authorization": "Bearer sk-test-other-tenant"}
+    big = {"expires_after": {"anchor": "created_at", "seconds": 7200},
+           "session": {"type": "realtime", "instructions": "x" * 250_000}}
+    with make_client(tmp_path, auth={"api_keys": [KEY, "sk-test-other-tenant"]}) as c:
+        minted = []
+        for _ in range(300):
+            r = mint(c, big)
+            if r.status_code != 200:
+                break
+            minted.append(r.json()["value"])
+        error = r.json()["error"]
+        assert r.status_code == 429 and error["code"] == "too_many_keys", r.text
+        assert "this API key has" in error["message"] and "limit" in error["message"], error
+        assert 0 < int(r.headers["retry-after"]) <= 7200
+        assert mint(c, big, headers=other).status_code == 200  # another tenant still mints
+        assert first_event(c, minted[0])[1] is None  # used: its quota is given back
+        assert mint(c, big).status_code == 200
+
+
+async def test_the_memory_store_gives_each_minter_a_quota():
+    now = [1000.0]
+    keys = MemoryKeys(clock=lambda: now[0])
+    big = Grant(session={"type": "realtime", "instructions": "x" * 200_000})
+    minted = []
+    with pytest.raises(KeyStoreFull) as full:
+        for _ in range(400):  # 400 x 200 kB: more than the whole store's 64 MB
+            minted.append(await keys.mint(big, MAX_TTL_S, "ip:203.0.113.7"))
+    assert "this address has" in str(full.value) and full.value.retry_after_s == MAX_TTL_S
+    assert 0 < len(minted) * 200_000 <= MINTER_MAX_BYTES
+    small = Grant(session={"type": "realtime"})
+    for _ in range(MINTER_MAX_KEYS):  # the keys' count has its quota too
+        await keys.mint(small, 60, "key:tenant-b")
+    with pytest.raises(KeyStoreFull, match="this API key has 1250 unused"):
+        await keys.mint(small, 60, "key:tenant-b")
+    await keys.mint(big, MAX_TTL_S, "ip:198.51.100.1")  # others still mint
+    assert isinstance(await keys.redeem(minted[0].value), Redeemed)  # used: the quota is given back
+    await keys.redeem(minted[0].value)  # (once)
+    await keys.mint(big, MAX_TTL_S, "ip:203.0.113.7")
+    with pytest.raises(KeyStoreFull):
+        await keys.mint(big, MAX_TTL_S, "ip:203.0.113.7")
+    now[0] += 60  # expired: given back too
+    await keys.mint(small, 60, "key:tenant-b")
+
+
 async def test_the_memory_store_keeps_hashes_and_forgets_old_keys():
     now = [1000.0]
     keys = MemoryKeys(clock=lambda: now[0])
-    minted = await keys.mint(Grant(session={"type": "realtime", "instructions": "x"}), 60)
+    minted = await keys.mint(Grant(session={"type": "realtime", "instructions": "x"}), 60, "ip:a")
     assert minted.expires_at == 1060 and minted.value not in repr(keys._entries)
     assert list(keys._entries) == [key_hash(minted.value)]
     redeemed = await keys.redeem(minted.value)
@@ -293,7 +341,7 @@ async def test_the_memory_store_keeps_hashes_and_forgets_old_keys():
     assert await keys.redeem(minted.value) == KeyRefusal("used")
     assert await keys.redeem("ek_nope") == KeyRefusal("invalid")
     now[0] += 60 + GRACE_S + 11
-    await keys.mint(Grant(session={}), 60)  # minting prunes what is past its grace
+    await keys.mint(Grant(session={}), 60, "ip:a")  # minting prunes what is past its grace
     assert len(keys) == 1 and await keys.redeem(minted.value) == KeyRefusal("invalid")
 
 
