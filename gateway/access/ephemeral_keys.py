@@ -208,6 +208,14 @@ class MemoryKeys:
         self._forget_payload(h, entry)  # only the tombstone stays
         return Redeemed(Grant.from_json(payload), entry.expires_at)
 
+    async def minted_by(self, value: str) -> str | None:
+        """The API key id that minted ``value``, while it is unused and unexpired (else None):
+        the admission counts the session against that key's limits before redeeming it."""
+        entry = self._entries.get(key_hash(value))
+        if entry is None or entry.payload is None or entry.used or self.clock() >= entry.expires_at:
+            return None
+        return Grant.from_json(entry.payload).key_id
+
     def _forget_payload(self, h: str, entry: _Entry) -> None:
         """Used or expired: the bytes and the minter's share are given back (once)."""
         if entry.payload is None:
@@ -343,6 +351,16 @@ class RedisKeys:
         if scope == "cluster":
             raise _store_full("cluster", int(answer[1]), int(answer[3]) - now)
         return Minted(value, expires_at, grant)
+
+    async def minted_by(self, value: str) -> str | None:
+        """As ``MemoryKeys.minted_by``: a read, the redeem stays the one atomic step."""
+        with redis_reachable():
+            found = await self.redis.get(self._key(value))
+        text = found.decode() if isinstance(found, bytes) else found
+        if not text or text in ("used", "expired"):
+            return None
+        expires_at, payload = text.split("|", 1)
+        return Grant.from_json(payload).key_id if int(expires_at) > self.clock() else None
 
     async def redeem(self, value: str) -> Redeemed | KeyRefusal:
         with redis_reachable():

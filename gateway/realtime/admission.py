@@ -94,6 +94,14 @@ class Admission:
         app_id = app_of(conn.query_params.get("app"))
         if not self.settings.enabled(app_id):
             return Refusal("app_disabled", f"the {app_id} app is disabled by the operator", CLOSE_POLICY, 403)
+        if ephemeral:
+            # The session counts against the key that minted it (its per-key limits), as a session
+            # opened with that key does: learnt without spending the key, which a refusal leaves unused.
+            try:
+                key_id = await self.keys.minted_by(key)
+            except ClusterUnavailable as exc:
+                return Refusal("cluster_unavailable", f"the ephemeral key cannot be checked now: {exc}",
+                               CLOSE_TRY_AGAIN, 503)
         try:
             slot = self.limiter.try_open(access.client_ip(conn), key_id)
         except RateLimited as exc:

@@ -408,3 +408,19 @@ async def test_a_config_the_worker_refuses_is_reported_and_the_session_goes_on(c
     await client.inbox.put(None)
     await asyncio.wait_for(running, 5)
     assert pool.snapshot(with_queue=False)["busy"] == 0
+
+
+def test_sessions_opened_with_ephemeral_keys_count_against_the_minting_key(tmp_path):
+    """``auth.per_key.concurrent`` holds however the key's sessions are opened: a tenant limited to
+    two cannot mint its way to more; the refused ephemeral key stays unused."""
+    with make_client(tmp_path, auth={"api_keys": [KEY], "per_key": {"concurrent": 2}}) as c:
+        ek1, ek2 = (mint(c).json()["value"] for _ in range(2))
+        with c.websocket_connect(WS, headers=AUTH) as direct:
+            assert direct.receive_json()["type"] == "queue.position"
+            with c.websocket_connect(WS, headers={"Authorization": f"Bearer {ek1}"}) as first:
+                assert first.receive_json()["type"] == "queue.position"
+                refused, code = first_event(c, ek2)
+                assert (refused["error"]["code"], code) == ("too_many_sessions", 4029)
+                assert "API key" in refused["error"]["message"]
+        event, code = first_event(c, ek2)  # the others closed: the same key now opens its session
+        assert event["type"] == "queue.position" and code is None
