@@ -3,8 +3,11 @@ calls to list a server's tools and run calls (the ``mcp`` package's client over 
 
 The only module that imports ``mcp``: the gateway never loads it. What the operator allows is
 enforced here: ``tools.mcp.allowed_hosts`` (checked before any connection, and redirects are not
-followed), the listing and per-call timeouts, and the size caps. A session's ``headers`` and
-``authorization`` go to its MCP server only, never into a log line or an error message.
+followed), the addresses a server's name resolves to (resolved once per connection and pinned:
+``checked_addresses``, ``_PinnedBackend``), the listing and per-call timeouts, and the size caps
+(``max_answer_bytes`` while an answer streams, ``max_result_chars`` on what the model reads). A
+session's ``headers`` and ``authorization`` go to its MCP server only, never into a log line or an
+error message.
 
 One connection per server label, opened at listing and kept for the session: the ``mcp`` client's
 context must be entered and left by one task, so a small task holds it open while calls are made
@@ -15,12 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
+import socket
 import time
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpcore2
 import httpx2
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -58,6 +65,158 @@ def url_refusal(url: str, config: McpConfig) -> str | None:
         return (f"MCP server host {parts.hostname}:{port} is not allowed here (the operator lists MCP hosts in "
                 "tools.mcp.allowed_hosts)")
     return None
+
+
+async def resolve_host(host: str, port: int) -> list[str]:
+    """The addresses ``host`` resolves to, in the resolver's order, each once (getaddrinfo in the
+    loop's executor: a slow DNS server never holds the event loop)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def non_public(address: str) -> str | None:
+    """What keeps ``address`` off the public internet ('loopback', 'private', 'link-local' (the
+    cloud metadata service's 169.254.169.254 too), 'multicast', ...); None for a public address. An
+    IPv4 address inside IPv6 (mapped, 6to4, NAT64) is judged as itself."""
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(address.partition("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        nat64 = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in NAT64 else None
+        ip = ip.ipv4_mapped or ip.sixtofour or nat64 or ip
+    for kind, flag in (("unspecified", ip.is_unspecified), ("loopback", ip.is_loopback),
+                       ("link-local", ip.is_link_local), ("multicast", ip.is_multicast),
+                       ("reserved", ip.is_reserved), ("private", ip.is_private)):
+        if flag:
+            return kind
+    return None if ip.is_global else "non-public"
+
+
+async def checked_addresses(url: str, config: McpConfig) -> tuple[str, list[str]]:
+    """(the host as connections name it, the addresses they may go to): ``url``'s host resolved
+    once; a non-public address only where ``allowed_hosts`` lists that address itself, since a name
+    (or '*') says nothing about where it points. Raises ``McpFailure`` when none is left."""
+    parsed = httpx2.URL(url)
+    host = parsed.raw_host.decode("ascii")  # as httpcore2 names it: IDNA, IPv6 without brackets
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        ipaddress.ip_address(host)
+        found = [host]
+    except ValueError:
+        try:
+            found = await resolve_host(host, port)
+        except OSError:
+            found = []
+        if not found:
+            raise McpFailure(f"could not resolve the MCP server host {host}")
+    allowed = [a for a in found if non_public(a) is None or config.lists_address(a, port)]
+    if not allowed:
+        raise McpFailure(f"MCP server host {host} resolves to a {non_public(found[0])} address {found[0]}; "
+                         "list that address in tools.mcp.allowed_hosts to allow it")
+    return host, allowed
+
+
+class AnswerRefused(httpx2.SSEError, httpx2.StreamError):
+    """An MCP answer the worker stops reading (too large, or compressed). Both bases on purpose: the
+    ``mcp`` client turns a StreamError in a JSON answer and an SSEError in an event stream into that
+    request's error, where any other exception would end the whole connection."""
+
+
+class _PinnedBackend(httpcore2.AsyncNetworkBackend):
+    """httpcore2's network backend with every TCP connection going to the checked addresses.
+
+    httpcore2 opens a connection with ``backend.connect_tcp(origin host, port)`` and, for https,
+    ``stream.start_tls(server_hostname=origin host)``. This backend opens the socket to the first
+    checked address that answers and never asks DNS again, so a second answer (rebinding) cannot
+    move the session to another machine; everything above the socket keeps the name (URL, Host
+    header, TLS SNI and certificate check). Any other host is refused: redirects stay on the origin,
+    and no proxy is used (an httpx2 client given its own transport takes none from the environment)."""
+
+    def __init__(self, host: str, addresses: list[str]) -> None:
+        self._host = host
+        self._addresses = addresses
+        self._inner = httpcore2.AnyIOBackend()
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                          socket_options: Iterable[Any] | None = None) -> httpcore2.AsyncNetworkStream:
+        if host != self._host:
+            raise httpcore2.ConnectError(f"{host} is not the MCP server's checked host")
+        error: Exception | None = None
+        for address in self._addresses:
+            try:
+                return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
+                error = exc
+        assert error is not None  # checked_addresses never gives an empty list
+        raise error
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options: Iterable[Any] | None = None) -> httpcore2.AsyncNetworkStream:
+        raise httpcore2.ConnectError("MCP servers are reached over TCP only")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """A response body that stops past ``cap`` bytes (None: no cap) or at once with ``refusal``."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, guard: _Guard, cap: int | None, refusal: str | None) -> None:
+        self._inner, self._guard, self._cap, self._refusal = inner, guard, cap, refusal
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._refusal is not None:
+            self._guard.refuse(self._refusal)
+        read = 0
+        async for chunk in self._inner:
+            read += len(chunk)
+            if self._cap is not None and read > self._cap:
+                self._guard.refuse(f"the MCP server's answer exceeded {self._cap} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _Guard(httpx2.AsyncBaseTransport):
+    """The link's httpx2 transport: connections pinned to the checked addresses, each answer's body
+    capped as it streams (before it is all read), compressed answers refused (identity was asked
+    for; a gzip bomb would grow past any cap while decoded). A GET (the server's listen stream) is
+    not capped in total: it is bounded event by event (``max_sse_event_size``)."""
+
+    def __init__(self, host: str, addresses: list[str], cap: int) -> None:
+        self.cap = cap
+        self.refusals = 0  # answers refused so far; a call compares before and after
+        self.last_refusal = ""
+        self._inner = httpx2.AsyncHTTPTransport()
+        # httpx2's transport takes no network backend: its pool (the one attribute used) is replaced by
+        # the same httpcore2 pool with one; request conversion and error mapping stay httpx2's own.
+        self._inner._pool = httpcore2.AsyncConnectionPool(
+            ssl_context=httpx2.create_ssl_context(), max_connections=10, max_keepalive_connections=10,
+            keepalive_expiry=5.0, network_backend=_PinnedBackend(host, addresses))
+
+    def refuse(self, why: str) -> None:
+        self.refusals += 1
+        self.last_refusal = why
+        raise AnswerRefused(why)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        encoding = response.headers.get("content-encoding", "identity").strip().lower() or "identity"
+        refusal = (None if encoding == "identity" else
+                   f"the MCP server's answer was compressed (Content-Encoding: {encoding}), which this client does "
+                   "not accept")
+        cap = None if request.method == "GET" else self.cap
+        if refusal is None and cap is None:
+            return response
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        return httpx2.Response(status_code=response.status_code, headers=response.headers,
+                               stream=_CappedStream(response.stream, self, cap, refusal),
+                               extensions=response.extensions)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def _shown_url(url: str) -> str:
@@ -111,33 +270,48 @@ def without_secrets(event: Any) -> Any:
 
 
 class _Link:
-    """One open MCP session with one server, held open by its own task."""
+    """One open MCP session with one server, held open by its own task (which first resolves and
+    checks the server's addresses: a connection's addresses are fixed for its lifetime)."""
 
-    def __init__(self, server: McpServerTool, timeout_s: float) -> None:
+    def __init__(self, server: McpServerTool, config: McpConfig) -> None:
         self.server = server
-        self._http = httpx2.AsyncClient(headers=server.secret_headers(), timeout=httpx2.Timeout(timeout_s),
-                                        follow_redirects=False)
-        self.client = Client(streamable_http_client(server.server_url, http_client=self._http),
-                             read_timeout_seconds=timeout_s)
+        self.config = config
+        self.client: Client  # set before ``opened`` resolves
+        self.guard: _Guard | None = None
         self.opened: asyncio.Future = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
         self.dead = False
         self._task = asyncio.create_task(self._hold(), name=f"mcp:{server.server_label}")
 
+    def refusal_since(self, refusals: int) -> str | None:
+        """Why an answer was refused after ``refusals`` were counted (None: none was)."""
+        return self.guard.last_refusal if self.guard is not None and self.guard.refusals > refusals else None
+
     async def _hold(self) -> None:
+        http: httpx2.AsyncClient | None = None
+        timeout_s, cap = self.config.list_timeout_s, self.config.max_answer_bytes
         try:
+            self.guard = _Guard(*await checked_addresses(self.server.server_url, self.config), cap)
+            headers = httpx2.Headers(self.server.secret_headers())
+            headers["Accept-Encoding"] = "identity"
+            http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s), follow_redirects=False,
+                                      trust_env=False, transport=self.guard)
+            self.client = Client(streamable_http_client(self.server.server_url, http_client=http,
+                                                        max_sse_event_size=cap), read_timeout_seconds=timeout_s)
             async with self.client:
                 self.opened.set_result(None)
                 await self._closing.wait()
         except BaseException as exc:  # noqa: BLE001 - nested groups from the client's task group
             if not self.opened.done():
-                self.opened.set_exception(McpFailure(_reason(exc, self.server.server_url)))
+                self.opened.set_exception(exc if isinstance(exc, McpFailure) else McpFailure(
+                    self.refusal_since(0) or _reason(exc, self.server.server_url)))
             elif not isinstance(_leaf(exc), asyncio.CancelledError):
                 log.warning("MCP server %r: connection lost: %s", self.server.server_label,
                             _reason(exc, self.server.server_url))
         finally:
             self.dead = True
-            await self._http.aclose()
+            if http is not None:
+                await http.aclose()
 
     async def close(self) -> None:
         self._closing.set()
@@ -163,7 +337,7 @@ class McpClient:
             refusal = url_refusal(server.server_url, self.config)
             if refusal is not None:  # checked at session.update too; the config may have changed since
                 raise McpFailure(refusal)
-            link = self._links[server.server_label] = _Link(server, self.config.list_timeout_s)
+            link = self._links[server.server_label] = _Link(server, self.config)
         await asyncio.shield(link.opened)
         return link
 
@@ -178,6 +352,7 @@ class McpClient:
         link = await self._link(server)
         tools: list[ListedTool] = []
         cursor = None
+        refusals = link.guard.refusals if link.guard is not None else 0
         try:
             for _ in range(MAX_PAGES):
                 page = await link.client.list_tools(cursor=cursor)
@@ -189,7 +364,7 @@ class McpClient:
                 if not cursor or len(tools) >= self.config.max_tools_per_server:
                     break
         except MCPError as exc:
-            raise McpFailure(f"tools/list failed: {exc}") from None
+            raise McpFailure(f"tools/list failed: {link.refusal_since(refusals) or exc}") from None
         return tools[: self.config.max_tools_per_server]
 
     async def call_tool(self, server: McpServerTool, name: str, arguments: dict) -> ToolOutcome:
@@ -222,10 +397,13 @@ class McpClient:
         except TimeoutError:
             return ToolOutcome(error={"type": "http_error", "code": 504,
                                       "message": f"could not reconnect within {self.config.list_timeout_s:g} s"})
+        refusals = link.guard.refusals if link.guard is not None else 0
         try:
             result = await asyncio.wait_for(link.client.call_tool(name, arguments, read_timeout_seconds=timeout),
                                             timeout + 1.0)
         except (TimeoutError, MCPError) as exc:
+            if (refused := link.refusal_since(refusals)) is not None:
+                return ToolOutcome(error={"type": "http_error", "code": 502, "message": refused})
             if isinstance(exc, TimeoutError) or "timed out" in str(exc):
                 return ToolOutcome(error={"type": "tool_execution_error",
                                           "message": f"the tool did not answer within {timeout:g} s"})
