@@ -23,7 +23,7 @@ mimetypes.add_type("text/javascript", ".mjs")
 mimetypes.add_type("text/css", ".css")
 
 PAGES = ("index.html", "turnbased.html", "audio_duplex.html", "omni.html")
-PRIVATE = ("admin.html",)  # served only by gateway/admin/routes.py, behind the admin sign-in
+PRIVATE = ("admin.html",)  # served only by gateway/admin/page.py, behind the admin sign-in
 
 
 class PublicStatic(StaticFiles):

@@ -243,7 +243,7 @@ async def test_talker_never_writes_a_code_the_vocoder_cannot_take(tmp_path):
     leaves the worker unusable). Here 56 of the tiny Talker's 64 ids have no vocoder code: every
     piece is still spoken, and the session's reply ends normally."""
     from core.processors import create_backend
-    from core.processors.qwen_omni import codec_suppressed
+    from core.processors.qwen_loading import codec_suppressed
 
     assert codec_suppressed(8448, 8193, 8293, (8292, 8294)) == [i for i in range(8193, 8448) if i not in (8292, 8294)]
     model = build_qwen2_5_omni(tmp_path / "model", vocoder_codes=8)
@@ -381,7 +381,7 @@ class _CallJob:
 
 
 def _filtered(pieces: list[str], job: _CallJob, prefill: str = "") -> str:
-    from core.processors.qwen_omni import ToolCallFilter
+    from core.processors.qwen_tools import ToolCallFilter
 
     f = ToolCallFilter(job, prefill)
     return "".join(f.push(p) for p in pieces) + f.finish()
@@ -422,7 +422,8 @@ def test_tool_call_parser_edge_cases(caplog):
 
 
 def _prompt_backend(path):
-    from core.processors.qwen_omni import QwenOmniBackend, QwenOmniOptions, load_processor
+    from core.processors.qwen_loading import load_processor
+    from core.processors.qwen_omni import QwenOmniBackend, QwenOmniOptions
     from transformers import Qwen2_5OmniProcessor
 
     backend = QwenOmniBackend(QwenOmniOptions(**options(path)))
@@ -438,7 +439,7 @@ def test_prompt_renders_tools_calls_and_results(qwen25_model):
 
     from core.conversation import Item
     from core.conversation.config import FunctionTool
-    from core.processors.qwen_omni import tool_prefill
+    from core.processors.qwen_tools import tool_prefill
 
     backend = _prompt_backend(qwen25_model)
     try:

@@ -195,7 +195,7 @@ INLINE = [
 def test_our_pages_have_nothing_inline_the_csp_would_block():
     """Backs the CSP (no 'unsafe-inline'): no inline scripts, styles or handlers in any page, no
     style or handler attributes in HTML the scripts build, no injected <style> element."""
-    from gateway.admin.routes import LOGIN_PAGE
+    from gateway.admin.page import LOGIN_PAGE
 
     sources = {str(p.relative_to(STATIC)): p.read_text() for p in STATIC.rglob("*.html")}
     sources["LOGIN_PAGE"] = LOGIN_PAGE

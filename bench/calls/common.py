@@ -1,0 +1,45 @@
+"""What the parts of ``python -m bench calls`` share: the audio clock, the goals, the
+``/health`` prober (run in its own process) and the load average (the package's docstring says
+what each part measures)."""
+
+from __future__ import annotations
+
+import os
+
+
+RATE = 24000
+FRAME_S = 0.02
+FRAME = int(RATE * FRAME_S)
+WS_CHUNK_S = 0.04
+LEAD_S = 0.5  # silence before the speech
+TAIL_S = 12.0  # silence after it, at most (the client stops at the reply's end)
+VOICED = 0.02 * 32768  # a sample louder than this is voiced (bench serve's rule)
+OPUS_SILENCE = b"\xf8\xff\xfe"  # the gateway's idle frame (gateway/realtime/webrtc/tracks.py)
+V2V_GOAL_MS = 60.0  # WebRTC V2V p50 at most this much above the WebSocket's
+CPU_GOAL_PCT = 5.0  # gateway CPU per live call, % of one core
+UNDERRUN_GOAL = 0
+MANY_CALLS = 20
+PROBE_EVERY_S = 0.1
+QUERY = "?record=false&app=bench&extensions=session.metrics"  # V2V sessions: the worker's own V2V after each reply
+
+# The /health prober: its own process, so the bench's busy event loop does not time itself.
+PROBE = r"""
+import json, sys, time, httpx
+url, seconds, every = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+out = []
+with httpx.Client(timeout=10) as c:
+    c.get(url)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        c.get(url)
+        out.append((time.perf_counter() - t) * 1000)
+        time.sleep(every)
+print(json.dumps(out), flush=True)
+"""
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
