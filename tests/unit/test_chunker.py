@@ -47,8 +47,17 @@ def test_a_speaker_about_to_run_dry_gets_the_next_piece_early():
     assert chunker.push("Paris is ") == ["Paris is"]
     # A long sentence with no mark yet: normally it waits for the sentence end...
     assert chunker.push("the capital city of France and ") == []
-    # ...but with little audio left ahead of the listener it goes now, after whole words.
+    # ...but with little audio left ahead of the listener it goes now, after whole words, with a
+    # complete word left after the cut (the sentence's last word is never spoken alone).
     hurry[0] = True
-    assert chunker.push("its") == ["the capital city", "of France and"]
+    assert chunker.push("its") == ["the capital city"]
     hurry[0] = False
-    assert chunker.push(" largest city.  ") == ["its largest city."]
+    assert chunker.push(" largest city.  ") == ["of France and its largest city."]
+
+
+def test_a_hurried_cut_never_leaves_the_last_word_alone():
+    """The cascade's reply to "What is the capital of France?" as its LLM streams it, the speaker
+    short of audio after the first piece: "Paris." alone was misheard (tests/e2e/webrtc/test_calls.py)."""
+    chunker = SpeechChunker(first_words=2, hurry=lambda: True)
+    pieces = [p for delta in ("The", " capital", " of", " France", " is", " Paris", ".") for p in chunker.push(delta)]
+    assert pieces + chunker.flush() == ["The capital", "of France is Paris."]
