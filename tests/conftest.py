@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,14 @@ def cascade_backend():
     backend.load()
     yield backend
     backend.close()
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    """A real Debian ``redis-server`` for one test module (the cluster's queue, keys and calls)."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("Debian redis-server not installed")
+    from launcher.redis_server import redis_server
+
+    with redis_server(tmp_path_factory.mktemp("redis")) as url:
+        yield url

@@ -27,7 +27,6 @@ from gateway.access import ephemeral_keys
 from gateway.access.ephemeral_keys import (GRACE_S, MAX_TTL_S, MINTER_MAX_BYTES, Grant, KeyRefusal, KeyStoreFull,
                                            Redeemed, RedisKeys, key_hash)
 from gateway.app import create_app
-from launcher.redis_server import redis_server
 from tests.support.stack import Stack
 
 KEY = "sk-test-0123456789"
@@ -108,14 +107,6 @@ async def test_the_sdk_connects_with_a_minted_key_in_both_dialects(stack):
 
 
 # --------------------------------------------------------------------------- several gateways, one Redis
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    if shutil.which("redis-server") is None:
-        pytest.skip("Debian redis-server not installed")
-    with redis_server(tmp_path_factory.mktemp("redis")) as url:
-        yield url
 
 
 def gateway(tmp_path, redis_url: str, name: str) -> TestClient:

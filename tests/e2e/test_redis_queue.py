@@ -12,15 +12,9 @@ import time
 import pytest
 
 from gateway.pool.redis_queue import ClusterUnavailable, QueueFull, RedisQueue
-from launcher.redis_server import redis_server, start_redis
+from launcher.redis_server import start_redis
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian redis-server not installed")
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    with redis_server(tmp_path_factory.mktemp("redis")) as url:
-        yield url
 
 
 @pytest.fixture

@@ -5,21 +5,9 @@ that key. The same rule on one gateway, through the routes: ``tests/unit/test_we
 from __future__ import annotations
 
 import asyncio
-import shutil
-
-import pytest
 
 from gateway.realtime.webrtc.channel import WebRTCChannel
 from gateway.realtime.webrtc.sideband import CallBridge
-from launcher.redis_server import redis_server
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    if shutil.which("redis-server") is None:
-        pytest.skip("Debian redis-server not installed")
-    with redis_server(tmp_path_factory.mktemp("redis")) as url:
-        yield url
 
 
 async def test_another_gateway_lets_only_the_calls_key_join(redis_url):
