@@ -191,7 +191,8 @@ def test_calls_benchmark_transport_and_load_parts():
 def test_calls_report_marks_goals_from_the_median_of_runs():
     """Synthetic results (no run): V2V judged on the median of the runs' p50 differences, CPU on the
     worst level per call, underruns at 20 calls (a call that never played counts as one)."""
-    from bench.calls import goals, report, v2v_summary
+    from bench.calls import goals, report
+    from bench.calls.v2v import v2v_summary
 
     def rows(ws: list[float], rtc: list[float]) -> list[dict]:
         base = {"underruns": 0, "worst_late_ms": 0.0, "speech_stopped_ms": 600.0, "response_created_ms": 601.0}
