@@ -12,14 +12,11 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core.cascade.chunker import SpeechChunker
 from core.conversation import ReplyJob
 from core.processors.qwen_tools import ToolCallFilter, tool_prefill
-
-if TYPE_CHECKING:
-    from core.processors.qwen_omni import QwenOmniBackend
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +29,7 @@ class ReplySpeech:
     spoken once every token in it has its states, i.e. one step after its last token.
     """
 
-    def __init__(self, backend: QwenOmniBackend, job: ReplyJob, inputs: dict, voice: str) -> None:
+    def __init__(self, backend: Any, job: ReplyJob, inputs: dict, voice: str) -> None:
         import torch
 
         self.backend = backend
@@ -146,7 +143,7 @@ class ReplyStreamer:
     the tokens it came from (character offsets per token), since the Talker reads tokens.
     """
 
-    def __init__(self, backend: QwenOmniBackend, job: ReplyJob, eos: set[int], speech: ReplySpeech | None) -> None:
+    def __init__(self, backend: Any, job: ReplyJob, eos: set[int], speech: ReplySpeech | None) -> None:
         self.tokenizer = backend.processor.tokenizer
         self.job = job
         self.eos = eos
