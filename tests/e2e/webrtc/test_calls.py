@@ -109,7 +109,10 @@ def envelope_match(sent: bytes, got: bytes, frame_ms: int = 20) -> dict[str, flo
         return {"correlation": 0.0, "voiced_ratio": 0.0, "lag_ms": 0.0}
     best, lag = -1.0, 0
     for k in range(len(b) - len(a) + 1):
-        r = float(np.corrcoef(a, b[k:k + len(a)])[0, 1])
+        window = b[k:k + len(a)]
+        if window.std() == 0:  # all silence here: no contour to follow
+            continue
+        r = float(np.corrcoef(a, window)[0, 1])
         if r > best:
             best, lag = r, k
     seg = b[lag:lag + len(a)]
