@@ -1,6 +1,6 @@
 """The full-duplex sets (issue 34): spoken turns, pauses, backchannels and interruptions.
 
-``python -m bench duplex`` (``bench/duplex.py``) reports on them; ``bench/duplex_set.py`` speaks
+``python -m bench duplex`` (``bench/duplex/``) reports on them; ``bench/duplex_set.py`` speaks
 and caches them. Each kind has a ``dev`` part (tune on it, build word lists from it, quote it in
 tests) and an ``eval`` part (run once a choice is made; never in code or a test:
 ``tests/unit/test_eval_leaks.py``):

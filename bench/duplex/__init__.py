@@ -1,0 +1,98 @@
+"""Full duplex as people talk (issue 34): a Full-Duplex-Bench-style table through the real realtime API.
+
+    python -m bench duplex                                   # eval part, all kinds and modes, 3 runs
+    python -m bench duplex --set dev --limit 2 --runs 1      # a smoke run (~3 min)
+    python -m bench duplex --kinds backchannel interruption --modes semantic_vad no_backchannel_rule
+    python -m bench duplex --json --out bench/results
+
+A real gateway + one cascade worker (``bench/launch.py``); one fresh GA WebSocket session per
+trial, ``?extensions=all``. The microphone never stops: 20 ms chunks of PCM16 24 kHz on a
+wall-clock schedule, silence between the clips. The listener's playback is simulated as the
+OpenAI clients do it: the assistant's audio plays in real time from its first
+``response.output_audio.delta``; ``input_audio_buffer.speech_started`` clears the play-out buffer
+(later audio of the cut response is not played) and sends ``conversation.item.truncate`` with the
+milliseconds played (as the Agents SDK does). The set is ``bench/sets/duplex.py`` (``--set dev`` or
+``eval``), spoken by ``bench/duplex_set.py``.
+
+Trials, per mode:
+
+- complete: the clip after 0.5 s of silence. Turn latency = first audio delta minus the send time
+  of the chunk holding the last voiced sample; no audio within 10 s is "no answer".
+- paused: a takeover is a response created, or audio arriving, inside the pause (before the chunk
+  where the speech resumes was sent).
+- backchannel: a long-answer prompt as text (``conversation.item.create`` + ``response.create``
+  with instructions to answer at length); once 1.5-2.5 s of its audio has been played (fixed per
+  item), the clip is streamed. A false interruption is ``speech_started`` from the clip's onset to
+  3 s after it, the reply's ``response.done`` cancelled, or a new ``response.created`` in that
+  window. A reply whose audio ended before the clip was due is not a trial ("short"), and neither
+  is one that had finished playing before the clip's last voiced sample ("ended"): both are counted
+  apart.
+- interruption: the same, with the interruption clip. Detected: ``speech_started`` from its onset
+  to 2 s after its last voiced sample. Seen = that ``speech_started`` minus the onset (the send
+  time of the clip's first voiced chunk). Stop = the later of the cut reply's last audio delta and
+  its ``response.done`` minus the onset, when the reply was still being sent at the onset (else
+  nothing was left to stop but the client's buffer: stop = seen); none when the reply never ended. Answer = first audio of the next
+  reply minus the clip's last voiced sample (the quantity Full-Duplex-Bench calls interruption
+  latency). Relevance: the next reply's transcript contains one of the item's ``expect`` keywords
+  (lower case, a word beginning with it), judged on the reply's first words (up to its end, the
+  keyword, or 6 s of its audio).
+
+Modes: ``server_vad`` (silence_duration_ms 500), ``semantic_vad`` (eagerness auto), and for the
+backchannel and interruption trials ``no_backchannel_rule`` (semantic_vad with
+``"ignore_backchannels": false``: every voice over the reply is a barge-in). Trials interleave
+modes per item (the order rotating). Each figure is reported per run and as the median of
+``--runs`` (default 3) with the spread; the goals are judged on the median.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from typing import Any
+
+from bench.duplex.client import Mic, Player, Trial
+from bench.duplex.common import MODES, mentions
+from bench.duplex.report import goals, median_modes, report, summarise
+from bench.duplex.trials import modes_for, overlap_trial, run_all, turn_trial
+from bench.duplex_set import KINDS, items, synthesize
+from bench.launch import cascade_realtime_url, raise_fd_limit
+
+__all__ = ["MODES", "Mic", "Player", "Trial", "goals", "median_modes", "mentions", "modes_for", "overlap_trial",
+           "report", "run_all", "run_cli", "summarise", "turn_trial"]
+
+
+def run_cli(args) -> dict[str, Any]:
+    raise_fd_limit()
+    modes = list(getattr(args, "modes", None) or MODES)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise SystemExit(f"unknown modes {unknown}; use some of {list(MODES)}")
+    kinds = list(getattr(args, "kinds", None) or KINDS)
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        raise SystemExit(f"unknown kinds {bad}; use some of {list(KINDS)}")
+    part = getattr(args, "set", None) or "eval"
+    limit = getattr(args, "limit", None)
+    clips = [synthesize(it) for kind in kinds for it in items(part, kind, limit)]
+    if not any(modes_for(c.item.kind, modes) for c in clips):
+        raise SystemExit(f"no trial: modes {modes} run none of the kinds {kinds}")
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    runs: list[dict[str, Any]] = []
+    with cascade_realtime_url() as url:
+        url += "&extensions=all"
+        for k in range(max(1, getattr(args, "runs", None) or 3)):
+            log(f"run {k + 1}")
+            t0, load = time.monotonic(), os.getloadavg()
+            rows, refused = asyncio.run(run_all(url, part, modes, clips, log))
+            runs.append({"modes": summarise(rows, modes, refused), "wall_s": round(time.monotonic() - t0, 1),
+                         "loadavg_start": [round(x, 2) for x in load],
+                         "loadavg_end": [round(x, 2) for x in os.getloadavg()], "rows": rows})
+    median = median_modes([run["modes"] for run in runs])
+    counts = {kind: sum(c.item.kind == kind for c in clips) for kind in kinds}
+    return {"set": part, "kinds": kinds, "items": counts, "modes": modes, "runs": runs, "median": median,
+            "goals": goals(median)}

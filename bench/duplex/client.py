@@ -1,0 +1,208 @@
+"""The listener's side of one trial: a microphone that never stops (``Mic``), the simulated
+play-out buffer (``Player``) and one session's events, timed, with the truncates a client sends
+on barge-in (``Trial``)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from typing import Any
+
+import numpy as np
+import websockets
+
+from bench.duplex.common import CHUNK, CHUNK_MS
+from bench.duplex_set import RATE
+
+
+class Mic:
+    """A microphone that never stops: 20 ms chunks on a wall-clock schedule, silence unless a clip
+    is queued. ``say`` queues a clip; ``marks`` gets the send time of the chunk holding each
+    marked sample (named offsets into the clip)."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.queue = np.zeros(0, np.int16)
+        self.sent = 0  # samples sent
+        self.wanted: dict[str, int] = {}
+        self.marks: dict[str, float] = {}
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> Mic:
+        self.task = asyncio.create_task(self._run())
+        return self
+
+    def say(self, pcm: np.ndarray, marks: dict[str, int]) -> None:
+        at = self.sent + self.queue.size
+        self.wanted.update({name: at + offset for name, offset in marks.items()})
+        self.queue = np.concatenate([self.queue, pcm.astype(np.int16)])
+
+    @property
+    def speaking(self) -> bool:
+        return self.queue.size > 0
+
+    async def _run(self) -> None:
+        t0 = time.monotonic()
+        n = 0
+        while True:
+            await asyncio.sleep(max(0.0, t0 + n * CHUNK_MS / 1000 - time.monotonic()))
+            chunk = self.queue[:CHUNK]
+            self.queue = self.queue[CHUNK:]
+            if chunk.size < CHUNK:
+                chunk = np.concatenate([chunk, np.zeros(CHUNK - chunk.size, np.int16)])
+            now = time.monotonic()
+            for name, at in self.wanted.items():
+                if name not in self.marks and self.sent <= at < self.sent + CHUNK:
+                    self.marks[name] = now
+            await self.ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                           "audio": base64.b64encode(chunk.astype("<i2").tobytes()).decode()}))
+            self.sent += CHUNK
+            n += 1
+
+    def check(self) -> None:
+        if self.task is not None and self.task.done() and not self.task.cancelled() and self.task.exception():
+            raise self.task.exception()
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
+class Player:
+    """The listener's play-out buffer: each delta plays after the ones before it, in real time."""
+
+    def __init__(self) -> None:
+        self.segments: list[list[Any]] = []  # [item_id, response_id, start, end]
+        self.end = 0.0
+        self.gaps_s = 0.0  # silences inside an item: its audio came slower than real time
+
+    def add(self, now: float, item_id: str, response_id: str, seconds: float) -> None:
+        if self.segments and self.segments[-1][0] == item_id and now > self.end:
+            self.gaps_s += now - self.end
+        start = max(now, self.end)
+        self.end = start + seconds
+        self.segments.append([item_id, response_id, start, self.end])
+
+    def played_s(self, item_id: str, now: float) -> float:
+        return sum(max(0.0, min(now, e) - s) for i, _, s, e in self.segments if i == item_id)
+
+    def playing(self, now: float, finished: set[str] | frozenset[str] = frozenset()) -> tuple[str, str] | None:
+        """(item, response) being heard at ``now``: audio is playing, or the buffer ran dry but the
+        response (not in ``finished``) has more to come; None when nothing is."""
+        for i, r, s, e in reversed(self.segments):
+            if s <= now:
+                return (i, r) if now < e or r not in finished else None
+        return None
+
+    def clear(self, now: float) -> None:
+        for seg in self.segments:
+            seg[3] = min(seg[3], max(seg[2], now))
+        self.end = min(self.end, now)
+
+
+class Trial:
+    """One session's events, timed; the listener's playback and truncates."""
+
+    def __init__(self, ws, mic: Mic) -> None:
+        self.ws, self.mic = ws, mic
+        self.t0 = time.monotonic()
+        self.player = Player()
+        self.created: dict[str, float] = {}
+        self.order: list[str] = []
+        self.first_audio: dict[str, float] = {}
+        self.last_audio: dict[str, float] = {}
+        self.done: dict[str, tuple[float, str, str | None]] = {}  # id -> (time, status, reason)
+        self.items: dict[str, str] = {}  # response id -> its audio item
+        self.text: dict[str, str] = {}  # response id -> transcript so far (or the final one)
+        self.cut: set[str] = set()  # responses whose audio the listener cleared
+        self.resumed: set[str] = set()
+        self.speech_started: list[float] = []
+        self.truncates: list[dict[str, Any]] = []
+        self.backchannels: list[tuple[float, str]] = []  # (time, the words the server heard)
+        self.user: list[str] = []
+        self.errors: list[str] = []
+        self.events: list[tuple[float, str]] = []
+
+    async def pump(self, timeout: float = 0.01) -> bool:
+        """Handle the events that came within ``timeout``; False when none did."""
+        self.mic.check()
+        try:
+            ev = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+        except asyncio.TimeoutError:
+            return False
+        self.handle(ev, time.monotonic())
+        while True:  # everything already queued, without waiting
+            try:
+                ev = json.loads(await asyncio.wait_for(self.ws.recv(), 0.0005))
+            except asyncio.TimeoutError:
+                return True
+            self.handle(ev, time.monotonic())
+
+    def handle(self, ev: dict[str, Any], now: float) -> None:
+        kind = ev["type"]
+        if kind == "response.output_audio.delta":
+            rid = ev.get("response_id", "?")
+            self.last_audio[rid] = now
+            if rid not in self.first_audio:
+                self.first_audio[rid] = now
+                self.events.append((now, "first_audio"))
+            self.items.setdefault(rid, ev.get("item_id", "?"))
+            if rid not in self.cut:
+                seconds = len(base64.b64decode(ev.get("delta", ""))) / 2 / RATE
+                self.player.add(now, ev.get("item_id", "?"), rid, seconds)
+            return
+        if kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
+            rid = ev.get("response_id", "?")
+            self.text[rid] = self.text.get(rid, "") + ev.get("delta", "")
+            return
+        if kind in ("response.output_audio_transcript.done", "response.output_text.done"):
+            final = ev.get("transcript", ev.get("text"))
+            if final:
+                self.text[ev.get("response_id", "?")] = final
+            return
+        if kind == "input_audio_buffer.append":
+            return
+        self.events.append((now, kind))
+        if kind == "response.created":
+            rid = ev["response"]["id"]
+            self.created[rid] = now
+            self.order.append(rid)
+        elif kind == "response.done":
+            r = ev["response"]
+            self.done[r["id"]] = (now, r.get("status", "?"), (r.get("status_details") or {}).get("reason"))
+        elif kind == "input_audio_buffer.speech_started":
+            self.speech_started.append(now)
+            heard = self.player.playing(now, self.done.keys() | self.cut)
+            if heard is not None:  # the client stops playing and says how much was heard
+                item_id, rid = heard
+                played_ms = int(self.player.played_s(item_id, now) * 1000)
+                self.player.clear(now)
+                self.cut.add(rid)
+                self.truncates.append({"item_id": item_id, "audio_end_ms": played_ms, "at": now})
+                asyncio.ensure_future(self.ws.send(json.dumps({
+                    "type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
+                    "audio_end_ms": played_ms})))
+        elif kind == "input_audio_buffer.backchannel":
+            self.backchannels.append((now, ev.get("transcript") or ""))
+        elif kind == "response.resumed":
+            self.resumed.add(ev.get("response_id", "?"))
+        elif kind == "conversation.item.input_audio_transcription.completed":
+            self.user.append(ev.get("transcript", ""))
+        elif kind == "error":
+            self.errors.append(ev["error"].get("message", ""))
+
+    def rel_ms(self, t: float | None, origin: float | None) -> float | None:
+        return None if t is None or origin is None else round((t - origin) * 1000, 1)
+
+    def timeline(self) -> list[tuple[int, str]]:
+        return [(round((t - self.t0) * 1000), k) for t, k in self.events]
+
+    async def close(self) -> None:
+        self.mic.stop()
+        try:
+            await self.ws.send(json.dumps({"type": "response.cancel"}))
+        except websockets.ConnectionClosed:
+            pass
+        await self.ws.close()

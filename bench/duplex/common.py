@@ -1,0 +1,50 @@
+"""What the parts of ``python -m bench duplex`` share: the clock of the microphone, the trials'
+waits, the goals, the turn-detection modes, the published anchors and the relevance rule (the
+package's docstring says what each trial measures)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from bench.duplex_set import RATE
+
+CHUNK_MS = 20
+CHUNK = RATE * CHUNK_MS // 1000
+LEAD_S = 0.5  # silence before a complete or paused clip
+WAIT_S = 10.0  # complete/paused: streamed silence to wait for an answer
+LONG_TOKENS = 320  # the long-answer prompt's reply
+LONG_INSTRUCTIONS = (
+    "You are a friendly voice assistant. Your replies are read aloud, in plain words: no lists, no "
+    "markdown, no emoji. This time answer at length: tell it in at least ten sentences.")
+PLAYED_S = (1.5, 1.75, 2.0, 2.25, 2.5)  # assistant audio heard before the clip, by item index
+REPLY_WAIT_S = 20.0  # the long reply must have played PLAYED_S within this
+BACKCHANNEL_WINDOW_S = 3.0  # after the backchannel's last voiced sample
+DETECT_WINDOW_S = 2.0  # interruption: speech_started up to this after the clip's last voiced sample
+NEXT_WAIT_S = 12.0  # interruption: the next reply, after the clip's last voiced sample
+NEXT_AUDIO_S = 6.0  # interruption: the next reply's audio judged for relevance
+
+GOAL_BACKCHANNEL = 0.10
+GOAL_SEEN_MS = 250.0
+GOAL_TAKEOVER = 0.10
+GOAL_RATIO = 0.75
+GOAL_P90_MS = 1000.0
+
+_SEMANTIC = {"type": "semantic_vad", "eagerness": "auto", "create_response": True, "interrupt_response": True}
+MODES: dict[str, dict[str, Any]] = {
+    "server_vad": {"type": "server_vad", "silence_duration_ms": 500},
+    "semantic_vad": _SEMANTIC,
+    "no_backchannel_rule": {**_SEMANTIC, "ignore_backchannels": False},
+}
+OVERLAP_ONLY = {"no_backchannel_rule"}  # modes run on backchannel and interruption trials only
+
+# Published Full-Duplex-Bench v1 figures (Lin et al., 2025): pause takeover rate, smooth turn-taking
+# latency, user-interruption latency (s).
+ANCHORS = [("Moshi", 0.985, 0.265, 0.257), ("Gemini Live", 0.255, 1.301, 1.183), ("Freeze-Omni", 0.642, 0.953, 1.409)]
+
+
+def mentions(text: str, keywords: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``text`` has a word beginning with one of ``keywords`` (case-insensitive):
+    "penguin" matches "Penguins", "colo" matches "colour" and "colors"."""
+    low = text.lower()
+    return any(re.search(r"\b" + re.escape(k.lower()), low) for k in keywords)

@@ -1,0 +1,227 @@
+"""The trials: a complete or paused clip (``turn_trial``), a backchannel or interruption over a
+long reply (``overlap_trial``), and all of them per mode, interleaved (``run_all``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from bench.duplex.client import Mic, Trial
+from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LEAD_S, LONG_INSTRUCTIONS, LONG_TOKENS, MODES,
+                                 NEXT_AUDIO_S, NEXT_WAIT_S, OVERLAP_ONLY, PLAYED_S, REPLY_WAIT_S, WAIT_S, mentions)
+from bench.duplex_set import RATE, Clip, prompts
+from bench.turns import MAX_TOKENS, Refused, open_session  # one GA session setup for both turn benches
+
+
+async def turn_trial(url: str, mode: str, clip: Clip) -> dict[str, Any]:
+    """A complete or paused clip after LEAD_S of silence: latency, or a takeover in the pause."""
+    it = clip.item
+    r: dict[str, Any] = {"mode": mode, "item": it.id, "kind": it.kind, "text": it.text, "voice": it.voice}
+    ws = await open_session(url, MODES[mode])
+    mic = Mic(ws).start()
+    tr = Trial(ws, mic)
+    marks = {"last_voiced": clip.last_voiced}
+    if clip.pause_start is not None:
+        marks.update(pause_start=clip.pause_start, resume=clip.resume)
+    mic.say(np.concatenate([np.zeros(int(LEAD_S * RATE), np.int16), clip.pcm]),
+            {k: v + int(LEAD_S * RATE) for k, v in marks.items()})
+    try:
+        while True:
+            await tr.pump()
+            now = time.monotonic()
+            lv = mic.marks.get("last_voiced")
+            if lv is not None and now > lv + WAIT_S:
+                break
+            if lv is not None and any(t >= lv for t in tr.first_audio.values()):
+                if it.kind == "complete":
+                    break
+                resume = mic.marks.get("resume")
+                if any(tr.created.get(rid, 0) >= resume for rid in tr.first_audio):
+                    break
+        settle = time.monotonic() + 0.5  # the turn's transcript may still be on its way
+        while not tr.user and time.monotonic() < settle:
+            await tr.pump(0.05)
+    finally:
+        await tr.close()
+    lv = mic.marks.get("last_voiced")
+    after = [t for t in tr.first_audio.values() if lv is not None and t >= lv]
+    r.update(user=tr.user, errors=tr.errors, events=tr.timeline())
+    if it.kind == "complete":
+        r["latency_ms"] = tr.rel_ms(min(after), lv) if after else None
+        r["answered"] = bool(after)
+        r["early_audio"] = any(lv is None or t < lv for t in tr.first_audio.values())
+    else:
+        pause, resume = mic.marks.get("pause_start"), mic.marks.get("resume")
+        in_pause = [t for t in list(tr.created.values()) + list(tr.first_audio.values())
+                    if pause is not None and pause <= t < (resume or float("inf"))]
+        r["takeover"] = bool(in_pause)
+        r["takeover_ms_after_pause"] = tr.rel_ms(min(in_pause), pause) if in_pause else None
+        full = [t for rid, t in tr.first_audio.items() if resume is not None and tr.created.get(rid, 0) >= resume]
+        r["answered"] = bool(full)
+        r["latency_ms"] = tr.rel_ms(min(full), lv) if full else None
+    return r
+
+
+async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: float) -> dict[str, Any]:
+    """A long reply plays; after ``played_s`` of it has been heard, the clip (a backchannel or an
+    interruption) is streamed over it."""
+    it = clip.item
+    r: dict[str, Any] = {"mode": mode, "item": it.id, "kind": it.kind, "text": it.text, "voice": it.voice,
+                         "prompt": prompt, "played_before_s": played_s}
+    ws = await open_session(url, MODES[mode])
+    mic = Mic(ws).start()
+    tr = Trial(ws, mic)
+    await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}}))
+    await ws.send(json.dumps({"type": "response.create", "response": {
+        "instructions": LONG_INSTRUCTIONS, "max_output_tokens": LONG_TOKENS}}))
+    asked = time.monotonic()
+    reply: str | None = None  # the long reply's response id
+    said = False
+    r["status"] = "ok"
+    try:
+        while True:
+            await tr.pump()
+            now = time.monotonic()
+            if reply is None and tr.order:
+                reply = tr.order[0]
+            if not said:
+                item = tr.items.get(reply) if reply else None
+                if item is not None and tr.player.played_s(item, now) >= played_s:
+                    mic.say(clip.pcm, {"onset": 0, "last_voiced": clip.last_voiced})
+                    said = True
+                elif reply in tr.done and tr.player.end <= now or now - asked > REPLY_WAIT_S:
+                    r["status"] = "short" if reply in tr.first_audio else "no reply"
+                    break
+                continue
+            lv, onset = mic.marks.get("last_voiced"), mic.marks.get("onset")
+            if lv is None:
+                continue
+            if it.kind == "backchannel":
+                if now > lv + BACKCHANNEL_WINDOW_S:
+                    break
+                continue
+            nxt = _next_reply(tr, reply, onset)
+            first = tr.first_audio.get(nxt) if nxt is not None else None
+            if nxt in tr.done or first is not None and (mentions(tr.text.get(nxt, ""), it.expect)
+                                                        or now > first + NEXT_AUDIO_S):
+                break
+            if now > lv + NEXT_WAIT_S:
+                break
+        if said:
+            settle = time.monotonic() + 0.3
+            while time.monotonic() < settle:
+                await tr.pump(0.05)
+    finally:
+        await tr.close()
+    r.update(user=tr.user, errors=tr.errors, events=tr.timeline(), truncates=[
+        {"item_id": t["item_id"], "audio_end_ms": t["audio_end_ms"], "at_ms": round((t["at"] - tr.t0) * 1000)}
+        for t in tr.truncates], backchannels=[w for _, w in tr.backchannels], resumed=len(tr.resumed),
+        reply_text=tr.text.get(reply, "") if reply else "")
+    if not said:
+        return r
+    onset, lv = mic.marks.get("onset"), mic.marks.get("last_voiced")
+    reply_end = tr.player.end if reply not in tr.cut else None  # when the uncut reply stops playing
+    r["reply_gaps_s"] = round(tr.player.gaps_s, 2)
+    r["reply_audio_s"] = round(sum(e - s for i, _, s, e in tr.player.segments if i == tr.items.get(reply)), 2)
+    starts = [t for t in tr.speech_started if onset <= t]
+    done_t, status, reason = tr.done.get(reply, (None, None, None))
+    r.update(reply_status=status, reply_reason=reason)
+    if it.kind == "backchannel":
+        window = lv + BACKCHANNEL_WINDOW_S
+        seen = [t for t in starts if t <= window]
+        new = [rid for rid in tr.order if rid != reply and onset <= tr.created[rid] <= window]
+        cancelled = status == "cancelled" and done_t is not None and done_t >= onset
+        r["why"] = [w for w, yes in (("speech_started", bool(seen)), ("cancelled", cancelled),
+                                     ("new_response", bool(new))) if yes]
+        r["false_interruption"] = bool(r["why"])
+        if reply_end is not None and reply_end < lv and not r["false_interruption"]:
+            r["status"] = "ended"  # the reply had stopped playing before the backchannel did
+        r["backchannel_ms"] = tr.rel_ms(tr.backchannels[0][0], onset) if tr.backchannels else None
+        return r
+    seen = [t for t in starts if t <= lv + DETECT_WINDOW_S]
+    r["detected"] = bool(seen)
+    r["seen_ms"] = tr.rel_ms(seen[0], onset) if seen else None
+    r["stop_ms"] = None  # not seen, or the reply never ended within the trial
+    if seen and done_t is not None:
+        stop_t = max(tr.last_audio.get(reply, seen[0]), done_t) if done_t >= onset else seen[0]
+        r["stop_ms"] = tr.rel_ms(stop_t, onset)
+    nxt = _next_reply(tr, reply, onset)
+    text = tr.text.get(nxt, "") if nxt else ""
+    r["next_text"] = text
+    r["relevant"] = bool(nxt) and mentions(text, it.expect)
+    first = tr.first_audio.get(nxt) if nxt else None
+    r["answer_ms"] = tr.rel_ms(first, lv) if first is not None else None
+    return r
+
+
+def _next_reply(tr: Trial, reply: str | None, onset: float | None) -> str | None:
+    """The first response created after the onset that is neither the long reply nor its resumption."""
+    if onset is None:
+        return None
+    return next((rid for rid in tr.order if rid != reply and rid not in tr.resumed and tr.created[rid] >= onset),
+                None)
+
+
+def modes_for(kind: str, modes: list[str]) -> list[str]:
+    return [m for m in modes if kind in ("backchannel", "interruption") or m not in OVERLAP_ONLY]
+
+
+async def run_all(url: str, part: str, modes: list[str], clips: list[Clip], log) -> tuple[list[dict], dict[str, str]]:
+    refused: dict[str, str] = {}
+    rows: list[dict[str, Any]] = []
+    long_prompts = prompts(part)
+    try:  # warm-up: the first ASR / LLM / TTS calls
+        turn = next((c for c in clips if c.item.kind in ("complete", "paused")), None)
+        if turn is not None:
+            await turn_trial(url, "server_vad", turn)
+        else:
+            await overlap_trial(url, "server_vad", clips[0], long_prompts[0], PLAYED_S[0])
+    except Exception as exc:  # noqa: BLE001 - a failed warm-up shows again in the real trials
+        log(f"warm-up failed: {exc!r}")
+    counters: dict[str, int] = {}
+    for clip in clips:
+        kind = clip.item.kind
+        n = counters[kind] = counters.get(kind, -1) + 1
+        mine = modes_for(kind, modes)
+        if not mine:
+            continue
+        for mode in mine[n % len(mine):] + mine[:n % len(mine)]:
+            if mode in refused:
+                continue
+            try:
+                if kind in ("complete", "paused"):
+                    row = await turn_trial(url, mode, clip)
+                else:
+                    row = await overlap_trial(url, mode, clip, long_prompts[n % len(long_prompts)],
+                                              PLAYED_S[n % len(PLAYED_S)])
+            except Refused as exc:
+                refused[mode] = str(exc)
+                log(f"{mode}: refused: {exc}")
+                continue
+            except Exception as exc:  # noqa: BLE001 - counted, not fatal
+                row = {"mode": mode, "item": clip.item.id, "kind": kind, "error": repr(exc)}
+            rows.append(row)
+            log(_row_line(row))
+    return rows, refused
+
+
+def _row_line(r: dict[str, Any]) -> str:
+    head = f"{r['mode']:19s} {r['item']:8s}"
+    if "error" in r:
+        return f"{head} error {r['error']}"
+    kind = r["kind"]
+    if kind == "complete":
+        return f"{head} latency={r['latency_ms']} {r['user']}"
+    if kind == "paused":
+        return f"{head} takeover={r['takeover']} latency={r['latency_ms']} {r['user']}"
+    if r.get("status") != "ok":
+        return f"{head} {r.get('status')} (reply {r.get('reply_audio_s')} s) {r.get('reply_text', '')[:60]!r}"
+    if kind == "backchannel":
+        return (f"{head} false={r['false_interruption']} {r['why']} {r['text']!r} heard {r['user']}, "
+                f"as backchannel {r['backchannels']}")
+    return (f"{head} detected={r['detected']} seen={r['seen_ms']} stop={r['stop_ms']} answer={r['answer_ms']} "
+            f"relevant={r['relevant']} heard {r['user']} -> {r['next_text'][:80]!r}")
