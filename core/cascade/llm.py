@@ -202,7 +202,7 @@ class SmolLm:
         # token, or terminal punctuation (Whisper's own is stripped before asking).
         self.end_id = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.final_ids = [i for t, i in self.tokenizer.get_vocab().items() if re.fullmatch(r"[.?!]+", t)]
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()  # one pass over the model at a time (tool choice scores under it too)
         self._prefixes: dict[tuple[int, ...], object] = {}
         self._ll_tokenizer: Any = None
 
@@ -225,19 +225,19 @@ class SmolLm:
     def _store_prefix(self, messages: list[dict[str, str]], cache) -> None:
         if not messages or messages[0]["role"] != "system" or len(self._prefixes) >= 8:
             return
-        key = tuple(self._template(messages[:1], generation_prompt=False))
+        key = tuple(self.template(messages[:1], generation_prompt=False))
         if key in self._prefixes or cache.get_seq_length() < len(key):
             return
         self._prefixes[key] = self.runner.copy_cache(cache, len(key))
 
-    def _template(self, messages: list[dict[str, str]], generation_prompt: bool = True) -> list[int]:
+    def template(self, messages: list[dict[str, str]], generation_prompt: bool = True) -> list[int]:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
         return list(ids)
 
     def prompt_tokens(self, messages: list[dict[str, str]], generation_prompt: bool = True) -> list[int]:
-        return self._template(messages, generation_prompt)
+        return self.template(messages, generation_prompt)
 
     def end_probability(self, logits: torch.Tensor) -> float:
         probs = torch.softmax(logits.float(), dim=-1)
@@ -254,7 +254,7 @@ class SmolLm:
         for text in (words, without_last_word(words)) if words else ():
             if not text:
                 break
-            bare = self._template([*messages[:-1], {"role": "user", "content": text}])
+            bare = self.template([*messages[:-1], {"role": "user", "content": text}])
             ends = [i for i, t in enumerate(bare) if t == self.end_id]
             if not ends or _common_prefix(prompt, bare) < ends[-1]:
                 break  # the punctuation (or the next word) merged into the token: no clean cut
@@ -267,7 +267,7 @@ class SmolLm:
         end-of-turn scorer's): ``holder`` keeps a cache of ``prefix`` between calls, so each call
         runs only ``rest``. With ``also`` (positions in ``rest``), a pair: those logits and the
         ones after each position. Serialised with ``generate`` (one model, one thread at a time)."""
-        with self._lock:
+        with self.lock:
             if holder.get("prefix") != prefix:
                 holder["cache"] = self.runner.new_cache()
                 self.runner.forward(prefix, holder["cache"])
@@ -309,7 +309,7 @@ class SmolLm:
         repetition penalty, which also pushes away the words an answer needs twice).
         ``stop_after_words``: the reply ends (reason "stop") at the first sentence end once it
         holds that many words; ``max_words``: a hard cap on the words (reason "length")."""
-        with self._lock:
+        with self.lock:
             prompt = self.prompt_tokens(messages)
             score_at = self._message_end_positions(messages, prompt) if end_of_message is not None else []
             stats = GenerationStats(prompt_tokens=len(prompt))

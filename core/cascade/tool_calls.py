@@ -144,8 +144,8 @@ def choice_scores(llm: Any, messages: list[dict[str, str]], tools: list,
     texts = candidates(tools)
     prompt = llm.prompt_tokens(messages)
     empty = llm.prompt_tokens([*messages[:fixed], {"role": "user", "content": ""}])
-    head = llm._template(messages[:fixed], generation_prompt=False)
-    with llm._lock:
+    head = llm.template(messages[:fixed], generation_prompt=False)
+    with llm.lock:
         key = tuple(empty) + tuple(hash(t) for t in texts)
         if key not in _calibration:
             if len(_calibration) > 32:

@@ -76,7 +76,7 @@ class AudioInput:
         if ev.kind in ("pause", "end"):
             start = self.vad.speech_start_samples - self.pad
             end = self.vad.last_voiced_end_samples + TAIL_SAMPLES
-            segment = self._slice(start, end)
+            segment = self.slice(start, end)
             # At a pause only ~100 ms after the last word has arrived; Whisper hears the
             # last word worse without a tail ("France" -> "friends"), so pad with silence.
             want = end - max(start, self.buffer_start)
@@ -86,7 +86,7 @@ class AudioInput:
             self.trim(self.vad.last_voiced_end_samples)
         return ev.kind, ev.ms, segment
 
-    def _slice(self, start: int, end: int) -> np.ndarray:
+    def slice(self, start: int, end: int) -> np.ndarray:
         a = max(0, start - self.buffer_start)
         b = max(a, min(self.buffer.size, end - self.buffer_start))
         return self.buffer[a:b].copy()

@@ -25,13 +25,17 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from core.conversation.audio_input import VAD_RATE
 from core.conversation.events import InputCommitted, InputTranscript
+from core.conversation.hearing import Hearing
 from core.conversation.items import Item, Part
+from core.conversation.replies import Replies
+from core.conversation.runtime import Runtime
+from core.conversation.turn_policy import TurnPolicy
 from core.ids import new_id
 
 
@@ -48,8 +52,11 @@ class TimeoutTriggered:
 class IdleTimeout:
     """One per conversation: watches its events (``observe``) and prompts after a silence."""
 
-    def __init__(self, conv: Any) -> None:
-        self._conv = conv  # the Conversation (its clock, input, history and responses)
+    def __init__(self, rt: Runtime, hearing: Hearing, replies: Replies, turns: TurnPolicy) -> None:
+        self._rt = rt
+        self._hearing = hearing
+        self._replies = replies
+        self._turns = turns
         self._replied = False  # a reply has ended: the wait exists from then on
         self._quiet_since: float | None = None  # when the wait began (monotonic), playback aside
         self._handle: asyncio.TimerHandle | None = None
@@ -81,7 +88,7 @@ class IdleTimeout:
         self._cancel()
 
     def _timeout_ms(self) -> int | None:
-        td = self._conv.config.turn_detection
+        td = self._rt.config.turn_detection
         return td.idle_timeout_ms if td is not None and td.type == "server_vad" else None
 
     def _cancel(self) -> None:
@@ -92,7 +99,7 @@ class IdleTimeout:
 
     def _schedule(self) -> None:
         self._cancel()
-        if self._quiet_since is None or self._timeout_ms() is None or self._conv._closed:
+        if self._quiet_since is None or self._timeout_ms() is None or self._rt.closed:
             return
         self._at_playback_end(self._generation)
 
@@ -100,10 +107,9 @@ class IdleTimeout:
         """Wait until the reply has been heard; the silence counts from there."""
         if generation != self._generation or self._quiet_since is None:
             return
-        conv = self._conv
-        loop = conv._loop
+        loop = self._rt.loop
         now = time.monotonic()
-        heard_at = max(self._quiet_since, conv.playback.playing_until)
+        heard_at = max(self._quiet_since, self._rt.playback.playing_until)
         if heard_at > now + 0.001:
             self._handle = loop.call_later(heard_at - now, self._at_playback_end, generation)
             return
@@ -114,26 +120,23 @@ class IdleTimeout:
         self._handle = loop.call_later(ms / 1000, self._fire, generation, start_ms)
 
     def _offset_ms(self) -> int:
-        return int(self._conv._input.stream_samples * 1000 / VAD_RATE)
+        return self._hearing.now_ms()
 
     # ------------------------------------------------------------------ the prompt
 
     def _fire(self, generation: int, start_ms: int) -> None:
         self._handle = None
-        if generation == self._generation and not self._conv._closed:
-            self._conv._spawn(self._trigger(generation, start_ms))
+        if generation == self._generation and not self._rt.closed:
+            self._rt.spawn(self._trigger(generation, start_ms))
 
     def _quiet(self) -> bool:
         """No speech, no reply, nothing being judged: the user really is silent."""
-        conv = self._conv
-        vad = conv._input.vad
-        return (conv._response is None and not (vad is not None and vad.in_speech)
-                and getattr(conv, "_overlap", None) is None and getattr(conv, "_cut", None) is None)
+        return self._replies.current is None and not self._hearing.in_speech and not self._turns.busy
 
     async def _trigger(self, generation: int, start_ms: int) -> None:
-        conv = self._conv
-        async with conv._audio_lock:  # no audio is being processed while the silence is committed
-            if generation != self._generation or conv._closed or self._timeout_ms() is None:
+        rt = self._rt
+        async with self._hearing.lock:  # no audio is being processed while the silence is committed
+            if generation != self._generation or rt.closed or self._timeout_ms() is None:
                 return
             if not self._quiet():
                 return
@@ -141,24 +144,23 @@ class IdleTimeout:
             item = self._silence_item(start_ms, end_ms)
             self._quiet_since = None  # this silence is answered; the reply's end starts the next wait
             self.triggered += 1
-            conv._emit(TimeoutTriggered(item.item_id, start_ms, end_ms))
-            previous = conv._items.last_id()
-            conv._remember(item)
-            conv._emit(InputCommitted(item.item_id, end_ms - start_ms, previous))
-            if conv.config.transcribe_input:
-                conv._emit(InputTranscript(item.item_id, "", end_ms - start_ms))
-        td = conv.config.turn_detection
-        if td is not None and td.create_response and conv._response is None and not conv._closed:
-            await conv.create_response()
+            rt.emit(TimeoutTriggered(item.item_id, start_ms, end_ms))
+            previous = rt.items.last_id()
+            rt.remember(item)
+            rt.emit(InputCommitted(item.item_id, end_ms - start_ms, previous))
+            if rt.config.transcribe_input:
+                rt.emit(InputTranscript(item.item_id, "", end_ms - start_ms))
+        td = rt.config.turn_detection
+        if td is not None and td.create_response and self._replies.current is None and not rt.closed:
+            await self._turns.respond()
 
     def _silence_item(self, start_ms: int, end_ms: int) -> Item:
         """The silent stretch as a user audio item (transcript ``""``)."""
-        conv = self._conv
-        if conv.backend.capabilities.transcript_first:  # the model reads words: say there were none
+        if self._rt.backend.capabilities.transcript_first:  # the model reads words: say there were none
             seconds = round((self._timeout_ms() or 0) / 1000)
             note = f"[The user has said nothing for {seconds} seconds.]"
             return Item("user", note, item_id=new_id("item"), parts=[Part("audio", "")])
-        audio = conv._input._slice(start_ms * VAD_RATE // 1000, end_ms * VAD_RATE // 1000)
+        audio = self._hearing.audio(start_ms, end_ms)
         if audio.size < VAD_RATE // 10:
             audio = np.zeros(VAD_RATE // 2, dtype=np.float32)  # no input streamed: half a second of silence
         return Item("user", "", audio=audio, item_id=new_id("item"), parts=[Part("audio", "")])

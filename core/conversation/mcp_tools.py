@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from core.conversation.config import FunctionTool, McpServerTool
 from core.conversation.events import McpListFinished, McpListStarted
 from core.conversation.items import Item
+from core.conversation.runtime import Runtime
 from core.errors import InvalidInputError
 
 log = logging.getLogger(__name__)
@@ -94,8 +95,8 @@ class Listing:
 class McpTools:
     """A conversation's MCP servers: listings, the functions they give the model, routing."""
 
-    def __init__(self, conv: Any) -> None:  # the Conversation (its items, events, tasks)
-        self._conv = conv
+    def __init__(self, rt: Runtime) -> None:  # its items, events and tasks
+        self._rt = rt
         self.connector: McpConnector | None = None
         self._listings: dict[str, Listing] = {}
 
@@ -121,16 +122,16 @@ class McpTools:
         if listing.task is not None and not listing.task.done():
             listing.task.cancel()
         if self.connector is not None:
-            self._conv._spawn(self.connector.forget(label))
+            self._rt.spawn(self.connector.forget(label))
 
     def _start(self, server: McpServerTool) -> None:
-        conv = self._conv
-        previous = conv._items.last_id()
-        item = conv._remember(Item("assistant", type="mcp_list_tools", server_label=server.server_label, tools=[],
+        rt = self._rt
+        previous = rt.items.last_id()
+        item = rt.remember(Item("assistant", type="mcp_list_tools", server_label=server.server_label, tools=[],
                                    parts=[]))
         listing = self._listings[server.server_label] = Listing(server, item)
-        conv._emit(McpListStarted(item.item_id, server.server_label, previous))
-        listing.task = conv._spawn(self._list(listing))
+        rt.emit(McpListStarted(item.item_id, server.server_label, previous))
+        listing.task = rt.spawn(self._list(listing))
 
     async def _list(self, listing: Listing) -> None:
         label = listing.server.server_label
@@ -140,14 +141,14 @@ class McpTools:
             tools = await self.connector.list_tools(listing.server)
         except McpFailure as exc:
             listing.error = f"MCP server {label!r}: {exc}"
-            self._conv._emit(McpListFinished(listing.item.item_id, label, (), listing.error))
+            self._rt.emit(McpListFinished(listing.item.item_id, label, (), listing.error))
             return
         shown = [t for t in tools if listing.server.offers(t.name, t.read_only)]
         # the backend checks each schema (the cascade compiles a grammar): off the event loop
-        conv = self._conv
-        listing.tools = await conv._in_thread(conv.backend.io_pool, self._usable_tools, label, shown)
+        rt = self._rt
+        listing.tools = await rt.in_thread(rt.backend.io_pool, self._usable_tools, label, shown)
         listing.item.tools = [t.wire() for t in shown]
-        self._conv._emit(McpListFinished(listing.item.item_id, label, tuple(listing.item.tools)))
+        self._rt.emit(McpListFinished(listing.item.item_id, label, tuple(listing.item.tools)))
 
     def _usable_tools(self, label: str, tools: list[ListedTool]) -> list[ListedTool]:
         return [t for t in tools if self._usable(label, t)]
@@ -156,7 +157,7 @@ class McpTools:
         """A tool the model can call: a valid function name, a schema the backend can enforce."""
         try:
             function = self._function(label, tool)
-            self._conv.backend.check_tools([function])
+            self._rt.backend.check_tools([function])
         except (ValueError, InvalidInputError) as exc:
             log.warning("MCP server %r: tool %r left out: %s", label, tool.name, exc)
             return False

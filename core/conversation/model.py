@@ -142,3 +142,9 @@ class ConversationModel(Protocol):
         ...
 
     def release_model_state(self, state: Any) -> None: ...
+
+    def turn_policy(self, parts: Any) -> Any:
+        """This model's own turn policy (a ``TurnPolicy``) for a conversation made of ``parts``
+        (``ConversationParts``), or None for the standard one (``VadTurns``): a model that
+        decides when to speak (MiniCPM-o's duplex) supplies one."""
+        ...

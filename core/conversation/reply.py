@@ -136,7 +136,7 @@ class ReplyJob:
         self.voice = cfg.voice
         self.cancel = resp.cancel
         self.item_id = resp.item_id  # the assistant item this reply becomes
-        self.conversation = conv
+        self.owner = conv  # one per conversation: a backend that caches state per conversation keys on it
         self.state = conv.model_state  # the backend's per-conversation state (a KV cache, say)
         self._conv = conv
         self._resp = resp

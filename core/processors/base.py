@@ -87,7 +87,6 @@ class Backend(ConversationModel, abc.ABC):
     capabilities: ModelCapabilities = ModelCapabilities()
     voices: tuple[str, ...] = ()
     default_voice: str | None = None
-    conversation_class: type[Conversation] = Conversation
     vad_model: Any = None
     io_pool: concurrent.futures.Executor
     transcribe_pool: concurrent.futures.Executor
@@ -107,7 +106,7 @@ class Backend(ConversationModel, abc.ABC):
         """Open a conversation bound to the running event loop."""
         if not self.loaded:
             raise BackendNotLoadedError("backend is not loaded yet")
-        return self.conversation_class(self, config or ConversationConfig())
+        return Conversation(self, config or ConversationConfig())
 
     def close(self) -> None:
         """Release the model. Its threads are the runtime's: closed here only when the backend
@@ -215,6 +214,11 @@ class Backend(ConversationModel, abc.ABC):
 
     def release_model_state(self, state: Any) -> None:
         """The conversation closed: free its state."""
+
+    def turn_policy(self, parts: Any) -> Any:
+        """This model's own turn policy for a conversation (``ConversationParts``), or None: the
+        standard one (``VadTurns``: the VAD, the overlap judge, barge-in, resume)."""
+        return None
 
     # One-shot requests (the REST API). Optional: a backend without them answers "unsupported".
     # Blocking: call them from a thread.

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from core.conversation import Conversation, ConversationConfig, ConversationError, Item, ReplyJob, ReplyStats
+from core.conversation import ConversationError, ConversationParts, Item, ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
 from core.errors import InvalidInputError
 from core.ids import new_id
@@ -157,7 +157,7 @@ class MiniCpmOBackend(OmniBackendBase):
         import torch
 
         model = self.model
-        conv_id = id(job.conversation)
+        conv_id = id(job.owner)
         items = [i for i in job.items if self._content(i)]
         ids = [i.item_id for i in items]
         s = self.session
@@ -217,9 +217,13 @@ class MiniCpmOBackend(OmniBackendBase):
         tokens = len(getattr(model, "_streaming_generated_token_ids", None) or []) or pieces
         return ReplyStats(output_tokens=tokens)
 
-    def forget(self, conversation) -> None:
-        if self.session.get("owner") == id(conversation):
+    def forget(self, owner) -> None:
+        """A conversation (``job.owner``) edited its history: its cached session is stale."""
+        if self.session.get("owner") == id(owner):
             self.session["clean"] = False
+
+    def turn_policy(self, parts: ConversationParts) -> ModelDuplexTurns:
+        return ModelDuplexTurns(self, parts)
 
     # ------------------------------------------------------------------ duplex
 
@@ -256,63 +260,88 @@ class MiniCpmOBackend(OmniBackendBase):
             self.duplex.set_session_stop()
 
 
-class MiniCpmOConversation(Conversation):
-    """Adds the model_duplex unit loop to the shared conversation."""
+class ModelDuplexTurns:
+    """MiniCPM-o's turn policy: in ``model_duplex`` the model hears every second of audio and
+    decides when it speaks and when its turn ends; replies open and close on its word. The VAD's
+    reports (speech started/stopped, no commits) and every other mode are the standard policy's,
+    which this wraps. Also tells the backend when the conversation's history was edited (its KV
+    session must be rebuilt)."""
 
-    backend: MiniCpmOBackend
-
-    def __init__(self, backend: MiniCpmOBackend, config: ConversationConfig) -> None:
+    def __init__(self, backend: MiniCpmOBackend, parts: ConversationParts) -> None:
+        self.backend = backend
+        self.rt = parts.runtime
+        self.replies = parts.replies
+        self.standard = parts.vad_turns
         self._duplex_on = False
         self._unit_buffer = np.zeros(0, dtype=np.float32)
         self._units_pending = 0
         self._duplex_job: ReplyJob | None = None
         self._muted = False  # a cancelled duplex turn: drop its output until the model ends it
         self._last_frame = None
-        super().__init__(backend, config)
-        self._on_config(None)
+        self.rt.history_listeners.append(self._history_edited)
 
     @property
     def duplex(self) -> bool:
-        td = self.config.turn_detection
+        td = self.rt.config.turn_detection
         return td is not None and td.type == "model_duplex"
 
-    def _on_config(self, old) -> None:
+    def _history_edited(self) -> None:
+        self.backend.forget(self.replies)
+
+    # ------------------------------------------------------------------ the standard policy's
+
+    async def on_vad(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
+        await self.standard.on_vad(kind, ms, segment)
+
+    async def after_audio(self) -> None:
+        await self.standard.after_audio()
+
+    def words_at_pause(self, generation: int, transcript) -> bool:
+        return self.standard.words_at_pause(generation, transcript)
+
+    async def committed(self, item_id: str, segment: np.ndarray) -> None:
+        await self.standard.committed(item_id, segment)
+
+    async def respond(self) -> None:
+        await self.standard.respond()
+
+    @property
+    def busy(self) -> bool:
+        return self.standard.busy
+
+    # ------------------------------------------------------------------ duplex
+
+    def configured(self, old) -> None:
         if self.duplex and not self._duplex_on:
             self._duplex_on = True
             self._unit_buffer = np.zeros(0, dtype=np.float32)
-            system = self.config.instructions or self.backend.options.duplex_prompt
-            self._spawn(self._in_model(self.backend.duplex_prepare, system, self.config.voice))
+            system = self.rt.config.instructions or self.backend.options.duplex_prompt
+            self.rt.spawn(self._in_model(self.backend.duplex_prepare, system, self.rt.config.voice))
         elif not self.duplex and self._duplex_on:
             self._duplex_on = False
-            self._loop.run_in_executor(self.backend.model_pool, self.backend.duplex_stop)
+            self.rt.loop.run_in_executor(self.backend.model_pool, self.backend.duplex_stop)
+        self.standard.configured(old)
 
     async def _in_model(self, fn, *args):
-        return await self._in_thread(self.backend.model_pool, fn, *args)
+        return await self.rt.in_thread(self.backend.model_pool, fn, *args)
 
-    async def create_response(self, **kwargs) -> str:
+    def reply_requested(self) -> None:
         if self.duplex:
             raise InvalidInputError("in model_duplex mode the model decides when to speak; response.create is "
                                     "not available (switch turn_detection to server_vad or null)",
                                     param="turn_detection.type")
-        return await super().create_response(**kwargs)
+        self.standard.reply_requested()
 
-    def _on_history_edited(self) -> None:
-        self.backend.forget(self)
-
-    async def cancel_response(self, reason: str = "client_cancelled"):
-        result = await super().cancel_response(reason)
+    def cancelled(self) -> None:
         if self.duplex:
             self._muted = True
             self._duplex_job = None
-        return result
+        self.standard.cancelled()
 
-    async def add_image(self, data: bytes, *, frame: bool = False) -> str:
-        item_id = await super().add_image(data, frame=frame)
-        if frame and self._frames:
-            self._last_frame = self._frames[-1]
-        return item_id
+    def frame_added(self, frame) -> None:
+        self._last_frame = frame
 
-    async def _on_audio(self, audio16: np.ndarray) -> None:
+    async def heard(self, audio16: np.ndarray) -> None:
         if not self.duplex:
             return
         unit = VAD_RATE * self.backend.options.duplex_chunk_ms // 1000
@@ -323,18 +352,18 @@ class MiniCpmOConversation(Conversation):
             self._units_pending += 1
             if self._units_pending > 3:
                 log.warning("duplex model is %d units behind real time", self._units_pending)
-            self._spawn(self._unit(chunk, frame))
+            self.rt.spawn(self._unit(chunk, frame))
 
     async def _unit(self, chunk: np.ndarray, frame) -> None:
         try:
             result = await self._in_model(self.backend.duplex_unit, chunk, frame)
         except Exception as exc:  # a failed unit is reported; the stream goes on
             log.exception("duplex unit failed")
-            self._emit(ConversationError("duplex_failed", f"duplex step failed: {exc}"))
+            self.rt.emit(ConversationError("duplex_failed", f"duplex step failed: {exc}"))
             return
         finally:
             self._units_pending -= 1
-        if self._closed or not self.duplex:
+        if self.rt.closed or not self.duplex:
             return
         self._duplex_result(result or {})
 
@@ -346,10 +375,11 @@ class MiniCpmOConversation(Conversation):
             if listening or end:
                 self._muted = False
             return
+        replies = self.replies
         if not listening:
-            if self._response is None:
-                resp = self.begin_response(output_audio=True)
-                self._duplex_job = ReplyJob(self, resp, [], [], "", self.config)
+            if replies.current is None:
+                resp = replies.begin(output_audio=True)
+                self._duplex_job = ReplyJob(replies, resp, [], [], "", self.rt.config)
             job = self._duplex_job
             text = result.get("text") or ""
             if text:
@@ -359,20 +389,19 @@ class MiniCpmOConversation(Conversation):
                 job.begin_segment(text)
                 job.audio(_samples(wave), OUTPUT_RATE_MODEL)
                 job.end_segment()
-        if self._response is not None and (listening or end):
+        if replies.current is not None and (listening or end):
             self._duplex_job = None
             # this unit's text and audio are queued with call_soon: the reply ends after them
-            self._loop.call_soon(self.finish_response, self._response)
+            self.rt.loop.call_soon(replies.finish, replies.current)
 
     async def close(self) -> None:
         if self._duplex_on:
             self._duplex_on = False
-            self._loop.run_in_executor(self.backend.model_pool, self.backend.duplex_stop)
-        self.backend.forget(self)
-        await super().close()
+            self.rt.loop.run_in_executor(self.backend.model_pool, self.backend.duplex_stop)
+        self.backend.forget(self.replies)
+        await self.standard.close()
 
 
-MiniCpmOBackend.conversation_class = MiniCpmOConversation
 
 
 # --------------------------------------------------------------------------- helpers

@@ -227,7 +227,7 @@ async def test_first_piece_is_small_and_spoken_while_the_thinker_writes(qwen25_m
     try:
         conv, events, done = await one_reply(backend, max_output_tokens=60)
         text_times = [t for t, e in events.events if e.type == "text_delta"]
-        segments = conv._past_segments[done.item_id]
+        segments = conv.replies.segments(done.item_id)
         assert len(segments) >= 2 and len(segments[0].text.split()) <= 3
         assert calls[0][0] < text_times[-1], "the first piece was spoken before the last token was written"
         assert calls[1][1] > calls[0][1], "later pieces see the reply so far as context"
@@ -252,7 +252,7 @@ async def test_talker_never_writes_a_code_the_vocoder_cannot_take(tmp_path):
     try:
         conv, _, done = await one_reply(backend, max_output_tokens=12)
         assert done.audio_ms > 0
-        segments = conv._past_segments[done.item_id]
+        segments = conv.replies.segments(done.item_id)
         assert segments and all(s.emitted_samples > 0 for s in segments), "a piece was not spoken"
         await conv.close()
     finally:

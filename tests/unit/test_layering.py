@@ -217,3 +217,57 @@ def test_product_bench_and_tests_apart():
 def test_cycle_finder_sees_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# Private names of other packages that have no public spelling; each says why it is used.
+FOREIGN_PRIVATE = {
+    "_get_talker_user_parts": "transformers' Qwen2.5-Omni: the Talker's prompt for a user turn (no public API)",
+    "_get_talker_assistant_parts": "transformers' Qwen2.5-Omni: the Talker's prompt for a reply (no public API)",
+    "_data": "aiortc's RtpPacket payload before depacketising (no public accessor)",
+    "_replace": "a namedtuple's own method (public despite its underscore)",
+}
+
+
+def _private_names_defined(tree: ast.AST) -> set[str]:
+    """Every ``_name`` a module defines: functions, classes, attributes it assigns, names it binds."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return {n for n in names if n.startswith("_")}
+
+
+def test_no_class_reaches_into_another_modules_private_state():
+    """A part uses another part's public methods: no ``other._x`` (or ``self._x`` inherited from a
+    base or mixin) where ``_x`` is defined in another module. A class may use its own privates and
+    those of classes in its own module."""
+    bad = []
+    for pkg in PRODUCT:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            own = _private_names_defined(tree)
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                        and node.attr not in own and node.attr not in FOREIGN_PRIVATE):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert not bad, "private state of another module:\n  " + "\n  ".join(bad)
+
+
+PRODUCT_FILES = ("core", "gateway", "worker", "launcher", "static")
+MOST_LINES = 600
+
+
+def test_no_product_file_over_600_lines():
+    """One job per module: a file past this has more than one (split it along its jobs)."""
+    long = []
+    for pkg in PRODUCT_FILES:
+        for path in sorted((ROOT / pkg).rglob("*")):
+            if path.suffix in (".py", ".js") and "__pycache__" not in path.parts and "vendor" not in path.parts:
+                n = len(path.read_text().splitlines())
+                if n > MOST_LINES:
+                    long.append(f"{path.relative_to(ROOT)}: {n} lines")
+    assert not long, "files over 600 lines:\n  " + "\n  ".join(long)

@@ -1,5 +1,5 @@
-"""The conversation's part that runs MCP calls inside a reply (a mixin of ``Conversation``,
-split out by job; the listings and the model's view are ``mcp_tools.py``).
+"""Tools: the calls a reply makes, routed to the client (a function) or run by the server (an
+MCP server's tool); the listings and the model's view of them are ``mcp_tools.py``.
 
 A call the model makes of an MCP server's tool runs when the model's turn ends, inside the same
 response (``response.mcp_call.*``), and its item joins the history; a follow-up reply then reads
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
 from core.conversation.events import (
     FunctionCall,
@@ -22,35 +23,53 @@ from core.conversation.events import (
     McpCallRunning,
 )
 from core.conversation.items import Item
-from core.conversation.mcp_tools import SEPARATOR, ToolOutcome, for_model, pending_approvals
+from core.conversation.mcp_tools import SEPARATOR, McpTools, ToolOutcome, for_model, pending_approvals
 from core.conversation.reply import ReplyJob, Response
+from core.conversation.runtime import Runtime
 from core.ids import new_id
 
 MAX_TOOL_ROUNDS = 4  # MCP results spoken by follow-up replies in a row; the last may call no tool
 CALL_POLL_S = 0.05  # how often a running MCP call checks whether its reply was cancelled
 
 
-class McpCalls:
-    """Mixed into ``Conversation`` (uses its items, events, responses and ``mcp``)."""
+class ToolCalls:
+    """One conversation's tool calls. ``replies`` (set by ``Replies``) emits their events inside
+    the reply that made them and runs the follow-up reply."""
 
-    async def _prepare_tools(self, resp: Response, job: ReplyJob) -> None:
+    def __init__(self, rt: Runtime, mcp: McpTools) -> None:
+        self.rt = rt
+        self.mcp = mcp
+        self.replies: Any = None  # the conversation's Replies (it sets itself here)
+
+    def new_call(self, name: str) -> FunctionCall:
+        """The call a reply begins: an MCP server's tool when ``name`` routes to one (the server
+        runs it, or asks the user first), else a function the client runs."""
+        call = FunctionCall(new_id("item"), new_id("call"), name)
+        route = self.mcp.route(name)
+        if route is not None:
+            server, tool = route
+            call = replace(call, server_label=server.server_label, tool=tool.name,
+                           approval=server.needs_approval(tool.name, tool.read_only))
+        return call
+
+    async def prepare(self, resp: Response, job: ReplyJob) -> None:
         """Before the model: the MCP servers' tools join the reply's functions (their listings
         awaited), and calls the user has approved since run first, so the model reads their results."""
         job.add_functions(await self.mcp.functions(job.config.mcp_servers))
-        for request, _answer in pending_approvals(self._items.snapshot()):
+        for request, _answer in pending_approvals(self.rt.items.snapshot()):
             if resp.cancelled:
                 return
             call = FunctionCall(new_id("item"), new_id("call"), f"{request.server_label}{SEPARATOR}{request.name}",
                                 request.arguments or "{}", True, request.server_label, request.name,
                                 approval_request_id=request.item_id)
             resp.calls.append(call)
-            self._emit_for(resp, FunctionCallStarted(resp.response_id, call))
-            self._emit_for(resp, FunctionCallDelta(resp.response_id, call, call.arguments))
-            self._emit_for(resp, FunctionCallDone(resp.response_id, call))
-            item = await self._run_call(resp, len(resp.calls) - 1)
+            self.replies.emit_for(resp, FunctionCallStarted(resp.response_id, call))
+            self.replies.emit_for(resp, FunctionCallDelta(resp.response_id, call, call.arguments))
+            self.replies.emit_for(resp, FunctionCallDone(resp.response_id, call))
+            item = await self._run(resp, len(resp.calls) - 1)
             job.items = job.items + for_model([item])
 
-    async def _run_tool_calls(self, resp: Response) -> bool:
+    async def run_calls(self, resp: Response) -> bool:
         """After the model: run the MCP calls it made (approval requests wait for the user);
         True if any ran, so a follow-up reply speaks the results."""
         ran = False
@@ -61,21 +80,21 @@ class McpCalls:
             if resp.cancelled:
                 break
             if call.kind == "mcp_call" and call.complete and call.output is None and call.error is None:
-                await self._run_call(resp, index)
+                await self._run(resp, index)
                 ran = True
         return ran and not resp.cancelled
 
-    async def _run_call(self, resp: Response, index: int) -> Item:
+    async def _run(self, resp: Response, index: int) -> Item:
         """Run one MCP call (its events, then its item in the history); a cancelled reply
         cancels the call too."""
         call = resp.calls[index]
-        self._emit_for(resp, McpCallRunning(resp.response_id, call))
+        self.replies.emit_for(resp, McpCallRunning(resp.response_id, call))
         server = self.mcp.server(call.server_label or "")
         if server is None:
             outcome = ToolOutcome(error={"type": "tool_execution_error",
                                          "message": f"MCP server {call.server_label!r} is no longer in the session"})
         else:
-            task = self._loop.create_task(self.mcp.run(server, call.tool or "", call.arguments))
+            task = self.rt.loop.create_task(self.mcp.run(server, call.tool or "", call.arguments))
             while not task.done():
                 await asyncio.wait({task}, timeout=CALL_POLL_S)
                 if resp.cancelled and not task.done():
@@ -88,12 +107,12 @@ class McpCalls:
                     name=call.tool, arguments=call.arguments, output=call.output, error=call.error,
                     approval_request_id=call.approval_request_id, parts=[])
         if resp.in_conversation:
-            self._remember(item)
+            self.rt.remember(item)
         if not resp.cancelled:
-            self._emit_for(resp, McpCallFinished(resp.response_id, call))
+            self.replies.emit_for(resp, McpCallFinished(resp.response_id, call))
         return item
 
-    def _speak_tool_results(self, resp: Response, job: ReplyJob) -> None:
+    def speak_results(self, resp: Response, job: ReplyJob) -> None:
         """A follow-up reply reads the MCP results and speaks (no client ``response.create``).
         After ``MAX_TOOL_ROUNDS`` in a row, the last may call no tool."""
         follow = Response(new_id("resp"), new_id("item"), resp.output_audio, True, resp.metadata)
@@ -101,4 +120,4 @@ class McpCalls:
         cfg = job.config
         if follow.tool_round >= MAX_TOOL_ROUNDS or cfg.tool_choice not in ("auto", "none"):
             cfg = cfg.model_copy(update={"tool_choice": "auto" if follow.tool_round < MAX_TOOL_ROUNDS else "none"})
-        self._run(follow, cfg, job.system)
+        self.replies.run(follow, cfg, job.system)

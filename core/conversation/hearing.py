@@ -1,0 +1,286 @@
+"""Hearing: the user's audio in, what was said and when the user stopped.
+
+It owns the input (``AudioInput``: resampling, the buffer, the streaming VAD), the id of the
+speech being heard, the speculative transcript taken at each pause, ``semantic_vad``'s scoring of
+that pause (how long it may last), transcripts of turns (for a text model, or for display) and
+glances at a voice over the assistant. What a VAD report means for the floor (a turn, an
+interruption, a backchannel) is the turn policy's: every report goes to ``policy``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from core.audio import pcm16_to_float
+from core.conversation.audio_input import VAD_RATE, AudioInput
+from core.conversation.config import ConversationConfig
+from core.conversation.end_of_turn import MessageEnd, end_of_turn_probability, last_word_confidence
+from core.conversation.end_of_turn import wait_ms as end_of_turn_wait_ms
+from core.conversation.events import ConversationError, InputCommitted, InputTranscript
+from core.conversation.items import Item, Part
+from core.conversation.reply import Response
+from core.conversation.runtime import Runtime
+from core.conversation.turn_policy import TurnPolicy
+from core.errors import InvalidAudioError
+from core.ids import new_id
+
+log = logging.getLogger(__name__)
+
+LOOK_BEFORE_MS = 100  # a glance starts this long before the VAD's onset (its onset is late by ~a window)
+GLANCE_PAD = VAD_RATE // 10  # silence after a glanced voice: Whisper hears a cut-off word better
+
+Speculation = tuple[int, concurrent.futures.Future]  # (pause generation, its transcript)
+
+
+class Hearing:
+    """One conversation's listening. ``policy`` (set by the conversation) hears every report."""
+
+    def __init__(self, rt: Runtime, replies_idle: Any) -> None:
+        self.rt = rt
+        self.policy: TurnPolicy | None = None
+        self.lock = asyncio.Lock()  # one piece of input at a time; held while a turn's end is acted on
+        self._replies_idle = replies_idle  # awaitable factory: no reply running (display transcripts wait)
+        self._input = AudioInput(rt.backend.vad_model, rt.config)
+        self._speech_item: str | None = None
+        self._speculation: Speculation | None = None
+        self._generation = 0
+
+    def reconfigure(self, old: ConversationConfig, new: ConversationConfig) -> None:
+        """New settings: a new input when its rate or VAD presence changed, else new VAD settings."""
+        if old.input_sample_rate != new.input_sample_rate or (old.turn_detection is None) != (
+            new.turn_detection is None
+        ):
+            self._input = AudioInput(self.rt.backend.vad_model, new)
+            self._speech_item = None
+            self.forget_speculation()
+        elif new.turn_detection is not None:
+            self._input.configure(new.turn_detection)
+
+    # ------------------------------------------------------------------ audio in
+
+    async def append(self, pcm: bytes) -> None:
+        """PCM16 mono at ``config.input_sample_rate``: VAD reports go to the policy, in order."""
+        samples = pcm16_to_float(pcm, self.rt.config.input_sample_rate)
+        policy = self.policy
+        async with self.lock:
+            audio16, reports = await self.rt.in_thread(self.rt.backend.io_pool, self._input.process, samples)
+            await policy.heard(audio16)
+            for kind, ms, segment in reports:
+                await policy.on_vad(kind, ms, segment)
+            await policy.after_audio()
+
+    async def take_buffer(self) -> tuple[str, np.ndarray]:
+        """The buffered audio as a turn (turn-based mode): its item id and samples at 16 kHz."""
+        async with self.lock:
+            if self._input.buffer.size < VAD_RATE // 10:
+                raise InvalidAudioError(
+                    f"input audio buffer holds {self._input.buffer.size * 1000 // VAD_RATE} ms; "
+                    "commit needs at least 100 ms",
+                    param="audio",
+                )
+            segment = self._input.take()
+        return self.take_speech_item(), segment
+
+    def clear(self) -> None:
+        """Drop buffered, uncommitted input audio."""
+        self._input.clear()
+        self.forget_speculation()
+
+    def clear_buffer(self) -> None:
+        """Drop buffered input (a judged voice), keeping the pause's transcript."""
+        self._input.clear()
+
+    def drop_voice(self) -> None:
+        """The voice being heard was not a turn: nothing of it is kept."""
+        self._speech_item = None
+        self._input.clear()
+        self.forget_speculation()
+
+    # ------------------------------------------------------------------ where we are
+
+    @property
+    def in_speech(self) -> bool:
+        vad = self._input.vad
+        return vad is not None and vad.in_speech
+
+    def now_ms(self) -> int:
+        """The input stream's length so far, in ms."""
+        return int(self._input.stream_samples * 1000 / VAD_RATE)
+
+    def audio(self, start_ms: int, end_ms: int) -> np.ndarray:
+        """The input between two stream offsets (what the buffer still holds of it)."""
+        return self._input.slice(start_ms * VAD_RATE // 1000, end_ms * VAD_RATE // 1000)
+
+    def new_speech_item(self) -> str:
+        self._speech_item = new_id("item")
+        return self._speech_item
+
+    def take_speech_item(self) -> str:
+        """The id of the speech just heard (a new one when none began), ended here."""
+        item_id = self._speech_item or new_id("item")
+        self._speech_item = None
+        return item_id
+
+    def forget_speech_item(self) -> None:
+        self._speech_item = None
+
+    async def end_now(self) -> tuple | None:
+        """End the VAD's speech here (the voice is over); its end report, if it was in speech."""
+        async with self.lock:
+            return self._input.end_within(0)
+
+    # ------------------------------------------------------------------ pauses: speculation
+
+    def speculate(self, segment: np.ndarray) -> None:
+        """At a pause inside speech, transcribe what was said so far; if the turn then ends with
+        no more speech, that transcript (and the reply already started on it) is used. Under
+        ``semantic_vad`` the transcript is also scored to set how long this pause may last."""
+        backend = self.rt.backend
+        self._generation += 1
+        generation = self._generation
+        if not backend.capabilities.transcript_first:
+            if self.semantic:
+                self._on_turn_score(generation, "", None)  # no words yet: the neutral wait
+            return
+        fut = backend.transcribe_pool.submit(backend.transcribe_turn, segment)
+        self._speculation = (generation, fut)
+        fut.add_done_callback(lambda f: self.rt.call_soon(self._on_partial_transcript, generation, f))
+
+    def is_current(self, generation: int) -> bool:
+        """No speech since that pause."""
+        return generation == self._generation
+
+    @property
+    def semantic(self) -> bool:
+        td = self.rt.config.turn_detection
+        return td is not None and td.type == "semantic_vad"
+
+    def _on_partial_transcript(self, generation: int, fut: concurrent.futures.Future) -> None:
+        scored = self.policy.words_at_pause(generation, fut)
+        if self.semantic and generation == self._generation and not self.rt.closed and not scored:
+            self._score_turn(generation, "" if fut.exception() is not None else (fut.result() or ""))
+
+    def forget_speculation(self) -> None:
+        self._generation += 1
+        if self._speculation is not None:
+            self._speculation[1].cancel()  # still queued: the next pause's ASR must not wait behind it
+        self._speculation = None
+
+    def take_speculation(self) -> Speculation | None:
+        """The pause's transcript when the turn ended with no speech after it (else None)."""
+        spec, self._speculation = self._speculation, None
+        return spec if spec is not None and spec[0] == self._generation else None
+
+    # ------------------------------------------------------------------ pauses: semantic_vad
+
+    def _score_turn(self, generation: int, text: str) -> None:
+        """Ask the backend's language model how complete ``text`` is, in a pass of its own (when
+        no held reply scores the words in its prefill); the pause's wait follows the answer."""
+        if not text.strip():
+            self._on_turn_score(generation, text, None)
+            return
+        t0 = time.perf_counter()
+        fut = self.rt.backend.turn_scorer_pool.submit(self.rt.backend.end_of_message_probability, text)
+
+        def done(f: concurrent.futures.Future) -> None:
+            self.rt.stats.turn_score_ms = (time.perf_counter() - t0) * 1000
+            lm = None
+            if f.exception() is not None:
+                log.warning("end-of-turn scoring failed: %s", f.exception())
+            else:
+                lm = f.result()
+            self.rt.call_soon(self._on_turn_score, generation, text, lm)
+
+        fut.add_done_callback(done)
+
+    def turn_scored(self, resp: Response, probability: MessageEnd | float | None) -> None:
+        """A held reply's prefill scored the words it answers (``ReplyJob.end_of_message``)."""
+        if resp.spec is not None:
+            self._on_turn_score(resp.spec, resp.spec_text, probability)
+
+    def _on_turn_score(self, generation: int, text: str, lm: MessageEnd | float | None) -> None:
+        td = self.rt.config.turn_detection
+        if self.rt.closed or generation != self._generation or td is None or td.type != "semantic_vad":
+            return
+        p = end_of_turn_probability(text, lm)
+        wait = end_of_turn_wait_ms(p, td.eagerness)
+        self.rt.stats.turn_scores += 1
+        self.rt.stats.last_turn_score = p
+        log.debug("end of turn %r (last word %.2f): lm %s -> p %s, wait %d ms", text, last_word_confidence(text), lm,
+                  p, wait)
+        self.rt.spawn(self._end_pause_after(generation, wait))
+
+    async def _end_pause_after(self, generation: int, wait: int) -> None:
+        async with self.lock:
+            if generation != self._generation or self.rt.closed:
+                return
+            report = self._input.end_within(wait)
+            if report is not None:
+                await self.policy.on_vad(*report)
+
+    # ------------------------------------------------------------------ transcripts
+
+    async def transcript(self, segment: np.ndarray, speculation: Speculation | None) -> str:
+        """A turn's words: the pause's speculative transcript when it still holds, else a new one."""
+        stats, backend = self.rt.stats, self.rt.backend
+        if speculation is not None:
+            stats.speculative_hits += 1
+            return await asyncio.wrap_future(speculation[1])
+        stats.speculative_misses += 1
+        return await self.rt.in_thread(backend.transcribe_pool, backend.transcribe_turn, segment)
+
+    def transcribes_for_display(self) -> bool:
+        return self.rt.config.transcribe_input and self.rt.backend.capabilities.transcribes_input
+
+    def commit_item(self, item_id: str, segment: np.ndarray) -> Item:
+        """The turn's user item enters the history at commit (as OpenAI's does); a transcript-first
+        backend gets its words when the transcript is made."""
+        rt = self.rt
+        transcript_first = rt.backend.capabilities.transcript_first
+        previous = rt.items.last_id()
+        audio = None if transcript_first else segment
+        item = rt.remember(Item("user", "", audio=audio, item_id=item_id, parts=[Part("audio", None)]))
+        rt.emit(InputCommitted(item_id, int(segment.size * 1000 / VAD_RATE), previous))
+        if not transcript_first and self.transcribes_for_display():
+            rt.spawn(self._transcribe_when_idle(item))
+        return item
+
+    async def _transcribe_when_idle(self, item: Item) -> None:
+        """The transcript is for the client's display: it waits until the reply it may have
+        triggered is done, so it never delays the answer (both need the one model thread)."""
+        await asyncio.sleep(0)
+        await self._replies_idle()
+        try:
+            text = await self.rt.in_thread(self.rt.backend.transcribe_pool, self.rt.backend.transcribe_turn,
+                                           item.audio)
+        except Exception as exc:  # reported; the session goes on
+            log.exception("transcription failed")
+            self.rt.emit(ConversationError("transcription_failed", f"transcription failed: {exc}"))
+            return
+        if text is None:
+            return
+        item.set_transcript(text.strip())
+        self.rt.emit(InputTranscript(item.item_id, item.text, int(item.audio.size * 1000 / VAD_RATE)))
+
+    # ------------------------------------------------------------------ glances (a voice over the reply)
+
+    def clip_since(self, onset_ms: int) -> np.ndarray:
+        """The voice from just before its onset to now, with a little silence after it."""
+        start = (onset_ms - LOOK_BEFORE_MS) * VAD_RATE // 1000
+        clip = self._input.slice(start, self._input.stream_samples)
+        return np.concatenate([clip, np.zeros(GLANCE_PAD, dtype=np.float32)])
+
+    def glance_soon(self, clip: np.ndarray, then) -> None:
+        """A quick read of ``clip``'s words on the glance thread; ``then(future)`` runs on the loop."""
+        backend = self.rt.backend
+        fut = backend.glance_pool.submit(backend.transcribe_glance, clip)
+        fut.add_done_callback(lambda f: self.rt.call_soon(then, f))
+
+    async def glance(self, clip: np.ndarray) -> str | None:
+        return await self.rt.in_thread(self.rt.backend.glance_pool, self.rt.backend.transcribe_glance, clip)

@@ -1,0 +1,58 @@
+"""The turn policy: who holds the floor. The interface the conversation and its hearing talk to.
+
+The standard policy (``vad_turns.VadTurns``) takes turns from the VAD: a turn ends at the VAD's
+end of speech (or ``semantic_vad``'s wait), a voice over the assistant is judged (backchannel,
+noise or interruption) before the reply stops, and a reply cut by a false interruption resumes.
+A backend that decides turns itself (MiniCPM-o's ``model_duplex``) supplies its own policy
+(``ConversationModel.turn_policy``), usually wrapping the standard one for what it leaves alone.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Any, Protocol
+
+import numpy as np
+
+from core.conversation.config import ConversationConfig
+
+
+class TurnPolicy(Protocol):
+    async def heard(self, audio16: np.ndarray) -> None:
+        """Every input sample at 16 kHz, before the VAD's reports on it."""
+
+    async def on_vad(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
+        """A VAD report: ``start``, ``pause``, ``resume`` or ``end`` of speech at stream ``ms``."""
+
+    async def after_audio(self) -> None:
+        """After each piece of input (a voice over the reply may need another look)."""
+
+    def words_at_pause(self, generation: int, transcript: concurrent.futures.Future) -> bool:
+        """The speculative transcript of a pause is ready; True when a reply started on it scores
+        the turn itself (``semantic_vad`` then asks no separate score)."""
+
+    async def committed(self, item_id: str, segment: np.ndarray) -> None:
+        """The client committed the input buffer as a turn (turn-based mode)."""
+
+    async def respond(self) -> None:
+        """A turn (or a silence, ``idle_timeout_ms``) wants a reply, when none is running."""
+
+    def reply_requested(self) -> None:
+        """A client asks for a reply (``response.create``): raise where this policy does not allow
+        it; otherwise settle what a new reply ends (a cut reply is not resumed)."""
+
+    def cancelled(self) -> None:
+        """A client cancelled the active reply."""
+
+    def configured(self, old: ConversationConfig | None) -> None:
+        """The session's settings changed (``old`` None: the conversation just opened)."""
+
+    def frame_added(self, frame: Any) -> None:
+        """A camera frame arrived (prepared by the backend)."""
+
+    @property
+    def busy(self) -> bool:
+        """Something is being decided (a voice being judged, a cut reply not yet settled)."""
+
+    async def close(self) -> None:
+        """The conversation is closing."""

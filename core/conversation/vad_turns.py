@@ -1,0 +1,343 @@
+"""The standard turn policy: turns from the VAD, barge-in with an overlap judge, resume.
+
+- A turn ends at the VAD's end of speech (``semantic_vad``: after the wait its score set). A
+  transcript-first backend (a text LLM) gets the turn's words first, speculatively at a pause,
+  with a reply held until the turn really ends; an audio backend (an omni model) gets the clip.
+- While the listener hears the assistant (``PlaybackClock``) and the session ignores
+  backchannels (our default), a voice is not a barge-in yet: ``speech_started`` waits for the
+  overlap judge (``overlap.py``: the voice's length, glances at its first words, the whole clip
+  at its first pause). A backchannel or noise is dropped (a ``Backchannel`` event, nothing
+  committed, the reply goes on); an interruption is announced with the voice's onset.
+- An interruption stops what the listener hears: the reply being made is cancelled, and the
+  assistant item is cut to what was heard (the clock's estimate; a client's truncate corrects
+  it). The cut item's text ends with "…", so the next reply reads where it was cut.
+- A false interruption: when the user's turn then has no words (a cough, a door), the reply
+  resumes where it was cut, as a new response playing the rest (``Replies.resume``). Until the
+  turn's words are known the cut reply's generator is held (it makes nothing meanwhile, so the
+  user's turn has the CPU), and nothing of it is lost.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from core.conversation.audio_input import VAD_RATE
+from core.conversation.config import ConversationConfig
+from core.conversation.events import Backchannel, ConversationError, InputTranscript, SpeechStarted, SpeechStopped
+from core.conversation.hearing import Hearing, Speculation
+from core.conversation.items import Item
+from core.conversation.overlap import GLANCE_EVERY_MS, GLANCE_FIRST_MS, Overlap
+from core.conversation.replies import Replies
+from core.conversation.reply import Response
+from core.conversation.runtime import Runtime
+from core.ids import new_id
+
+log = logging.getLogger(__name__)
+
+
+class VadTurns:
+    """The floor, as the VAD and the overlap judge see it (a ``TurnPolicy``)."""
+
+    def __init__(self, rt: Runtime, hearing: Hearing, replies: Replies) -> None:
+        self.rt = rt
+        self.hearing = hearing
+        self.replies = replies
+        self._overlap: Overlap | None = None  # speech over the assistant's audio, being judged
+        self._cut: Response | None = None  # a reply cut by an interruption, until its turn has words
+
+    # ------------------------------------------------------------------ hooks with nothing to do here
+
+    async def heard(self, audio16: np.ndarray) -> None:
+        pass
+
+    def configured(self, old: ConversationConfig | None) -> None:
+        pass
+
+    def frame_added(self, frame: Any) -> None:
+        pass
+
+    def cancelled(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.confirm_cut()  # a cut reply is stopped, not resumed
+
+    @property
+    def busy(self) -> bool:
+        return self._overlap is not None or self._cut is not None
+
+    # ------------------------------------------------------------------ VAD reports
+
+    async def on_vad(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
+        td = self.rt.config.turn_detection
+        hearing = self.hearing
+        if kind == "start":
+            self.replies.drop_held()
+            await self._speech_began(hearing.new_speech_item(), ms)
+        elif kind == "pause":
+            ov = self._overlap_pending()
+            if ov is not None:
+                ov.paused = True
+                self.rt.spawn(self._overlap_paused(ov, segment))
+                return
+            hearing.speculate(segment)
+        elif kind == "resume":
+            ov = self._overlap_pending()
+            if ov is not None:
+                ov.paused = False
+            hearing.forget_speculation()
+            self.replies.drop_held()
+        elif kind == "end":
+            ov = self._overlap
+            if ov is not None and self._overlap_ended(ov):
+                hearing.forget_speech_item()
+                return
+            item_id = hearing.take_speech_item()
+            self.rt.emit(SpeechStopped(item_id, ms, hearing.now_ms()))
+            if td is None or not td.vad_turns:
+                return  # model_duplex: the model hears everything itself; nothing to commit
+            spec = hearing.take_speculation()
+            item = self._commit(item_id, segment)
+            if self.rt.backend.capabilities.transcript_first:
+                self.rt.spawn(self._finish_turn(item, segment, td.create_response, spec))
+                return
+            if td.create_response and self.replies.current is None and not self.rt.closed:
+                await self.respond()
+
+    async def committed(self, item_id: str, segment: np.ndarray) -> None:
+        item = self._commit(item_id, segment)
+        if self.rt.backend.capabilities.transcript_first:
+            await self._finish_turn(item, segment, create_response=False)
+
+    async def respond(self) -> None:
+        self.reply_requested()
+        self.replies.create()
+
+    def reply_requested(self) -> None:
+        self.confirm_cut()
+
+    def _commit(self, item_id: str, segment: np.ndarray) -> Item:
+        if not self.rt.backend.capabilities.transcript_first:
+            self.confirm_cut()  # the model hears the clip itself: no resuming
+        return self.hearing.commit_item(item_id, segment)
+
+    # ------------------------------------------------------------------ turns: transcript first
+
+    def words_at_pause(self, generation: int, fut: concurrent.futures.Future) -> bool:
+        if self._cut is not None and fut.exception() is None and (fut.result() or "").strip():
+            self.confirm_cut()  # words after the interruption: it was real
+        resp = self._speculate_reply(generation, fut)
+        return resp is not None and resp.scores_turn
+
+    def _speculate_reply(self, generation: int, fut: concurrent.futures.Future) -> Response | None:
+        """Start the reply to a speculative transcript while the hangover runs; hold its output."""
+        rt = self.rt
+        td = rt.config.turn_detection
+        if (
+            rt.closed
+            or not self.hearing.is_current(generation)
+            or td is None
+            or not td.create_response
+            or not rt.backend.capabilities.speculative_reply
+            or self.replies.current is not None
+            or fut.exception() is not None
+        ):
+            return None
+        text = fut.result()
+        if not text:
+            return None
+        scores_turn = td.type == "semantic_vad" and rt.backend.capabilities.scores_turn_in_reply
+        resp = Response(new_id("resp"), new_id("item"), rt.config.output_audio, held=True, spec=generation,
+                        spec_text=text, scores_turn=scores_turn)
+        self.replies.run(resp, rt.config, None, pending=Item("user", text))
+        return resp
+
+    async def _finish_turn(self, item: Item, segment: np.ndarray, create_response: bool,
+                           speculation: Speculation | None = None) -> None:
+        """Transcript-first turn end: transcribe (or take the speculative transcript), then reply
+        (or release the held speculative reply when it answered these very words)."""
+        rt, replies = self.rt, self.replies
+        try:
+            text = await self.hearing.transcript(segment, speculation)
+        except Exception as exc:  # reported to the client; the session goes on
+            log.exception("transcription failed")
+            rt.emit(ConversationError("transcription_failed", f"transcription failed: {exc}"))
+            return
+        text = (text or "").strip()
+        if text:
+            self.confirm_cut()
+        item.set_transcript(text)
+        if rt.config.transcribe_input:
+            rt.emit(InputTranscript(item.item_id, text, int(segment.size * 1000 / VAD_RATE)))
+        held = replies.held
+        if held is not None and (speculation is None or held.spec != speculation[0] or not text):
+            replies.drop_held()
+            held = None
+        if not text:
+            self._false_interruption()  # an interruption with no words: the reply goes on
+            return
+        if held is not None:
+            replies.release_held(held)
+        elif create_response and replies.current is None and not rt.closed:
+            await self.respond()
+
+    # ------------------------------------------------------------------ a voice over the reply
+
+    def _judges_overlap(self) -> bool:
+        td = self.rt.config.turn_detection
+        return (td is not None and td.vad_turns and td.interrupt_response and td.ignore_backchannels
+                and self.rt.playback.audible)
+
+    async def _speech_began(self, item_id: str, ms: int) -> None:
+        """The VAD heard a voice start at ``ms``: judge it first when it is over the assistant."""
+        self._overlap = None
+        if self._judges_overlap():
+            self._overlap = Overlap(item_id, ms, self.rt.playback.item_id, time.monotonic())
+            return
+        self.rt.emit(SpeechStarted(item_id, ms))
+        td = self.rt.config.turn_detection
+        if td is not None and td.vad_turns and td.interrupt_response and (self.replies.active
+                                                                          or self.rt.playback.audible):
+            await self._interrupt()
+
+    def _overlap_pending(self) -> Overlap | None:
+        ov = self._overlap
+        return ov if ov is not None and ov.verdict is None else None
+
+    def _voice_ms(self, ov: Overlap) -> int:
+        return self.hearing.now_ms() - ov.onset_ms
+
+    async def after_audio(self) -> None:
+        """After each piece of input audio: is the voice over the reply long enough to glance at
+        again, or too long for a backchannel?"""
+        ov = self._overlap_pending()
+        if ov is None:
+            return
+        voice = self._voice_ms(ov)
+        if ov.lasted(voice) is not None:
+            await self._decided(ov)
+            return
+        if ov.looking or ov.blind or voice < ov.next_glance_ms:
+            return
+        ov.looking = True
+        ov.glances = (voice - GLANCE_FIRST_MS) // GLANCE_EVERY_MS + 1  # the next one is due after this voice
+        self.hearing.glance_soon(self.hearing.clip_since(ov.onset_ms), lambda f: self._on_glance(ov, voice, f))
+
+    def _on_glance(self, ov: Overlap, voice: int, fut: concurrent.futures.Future) -> None:
+        ov.looking = False
+        if self.rt.closed or self._overlap is not ov or ov.verdict is not None:
+            return
+        words = None if fut.exception() is not None else fut.result()
+        if words is None:  # no fast recogniser: the voice's length decides
+            ov.blind = True
+            return
+        if ov.glanced(words, voice) is not None:
+            self.rt.spawn(self._decided(ov))
+
+    async def _overlap_paused(self, ov: Overlap, segment: np.ndarray | None) -> None:
+        """The voice paused: judge the whole clip now (a backchannel is over; an interruption
+        is one as soon as its words say so)."""
+        voice = self._voice_ms(ov)
+        clip = self.hearing.clip_since(ov.onset_ms)
+        try:
+            words = await self.hearing.glance(clip)
+        except Exception:  # judged by its length instead
+            log.exception("glance failed")
+            words = None
+        if self._overlap is not ov or ov.verdict is not None or self.rt.closed:
+            return
+        if not ov.paused:  # the voice came back while the clip was read: only words can settle it now
+            if words is not None and ov.glanced(words, voice) is not None:
+                await self._decided(ov)
+            return
+        if words is None:  # no words to read: shorter than LONGEST_BACKCHANNEL_MS (``lasted``), so a backchannel
+            ov.decide("backchannel", voice, "length at a pause")
+        else:
+            ov.ended(words, voice)
+        await self._decided(ov, segment)
+
+    async def _decided(self, ov: Overlap, segment: np.ndarray | None = None) -> None:
+        """Act on the verdict: an interruption starts the user's turn; anything else is dropped."""
+        if self._overlap is not ov or self.rt.closed:
+            return
+        log.info("speech over the reply: %s after %s ms of voice (%s)", ov.verdict, ov.decided_after_ms,
+                 "; ".join(ov.reasons))
+        if ov.verdict == "interruption":
+            self.rt.emit(SpeechStarted(ov.speech_item, ov.onset_ms))
+            await self._interrupt()
+            if segment is not None:
+                self.hearing.speculate(segment)  # the pause that settled it is the turn's first pause
+            return
+        report = await self.hearing.end_now()  # the voice is over: the VAD's turn ends here
+        end_ms = report[1] if report is not None else ov.onset_ms + self._voice_ms(ov)
+        self._overlap = None
+        self.hearing.drop_voice()
+        self.rt.emit(Backchannel(ov.heard_item, ov.onset_ms, end_ms,
+                                 ov.words.strip() if ov.verdict == "backchannel" else ""))
+
+    def _overlap_ended(self, ov: Overlap) -> bool:
+        """The VAD ended the voice before a verdict (or it was not an interruption): drop it.
+        True when the caller must not go on with a turn."""
+        if ov.verdict == "interruption":
+            self._overlap = None
+            return False
+        if ov.verdict is None:
+            ov.decide("noise", self._voice_ms(ov), "ended before a verdict")
+            self._overlap = None
+            self.rt.emit(Backchannel(ov.heard_item, ov.onset_ms, ov.onset_ms + self._voice_ms(ov), ""))
+        self.hearing.clear_buffer()
+        return True
+
+    # ------------------------------------------------------------------ interruptions
+
+    async def _interrupt(self) -> None:
+        """Stop what the listener hears: cancel the reply being made and cut the item heard."""
+        td = self.rt.config.turn_detection
+        clock = self.rt.playback
+        heard_item = clock.item_id if clock.audible else None
+        heard = clock.heard_samples() if heard_item is not None else None
+        resp = self.replies.current
+        cut: Response | None = None
+        if resp is not None and not resp.held:
+            at = heard if heard_item == resp.item_id else None
+            self.replies.cancel("turn_detected", heard_samples=at, shadow=True)
+            cut = resp
+        elif heard_item is not None and heard is not None:
+            self.replies.cut_finished(heard_item, heard)
+            last = self.replies.last_spoken
+            cut = last if last is not None and last.item_id == heard_item else None
+        if heard_item is not None and heard is not None:
+            clock.stop(heard_item, heard)
+        self.confirm_cut()  # an earlier cut that was never resumed
+        resumable = (td is not None and td.resume_false_interruption and cut is not None and cut.output_audio
+                     and cut.in_conversation and self.rt.backend.capabilities.transcript_first)
+        if cut is not None and resumable:
+            cut.cut_samples = heard if heard is not None and heard_item == cut.item_id else cut.audio_samples
+            self._cut = cut
+        elif cut is not None:
+            cut.cancel.set()
+            cut.gate.set()
+
+    def confirm_cut(self) -> None:
+        """The interruption was real (words came, or a new reply starts): stop the cut reply."""
+        cut, self._cut = self._cut, None
+        if cut is not None:
+            cut.shadow = False
+            cut.cancel.set()
+            cut.gate.set()
+
+    def _false_interruption(self) -> bool:
+        """The user's turn after an interruption had no words: resume the cut reply."""
+        cut, self._cut = self._cut, None
+        if cut is None or self.replies.current is not None or self.rt.closed:
+            if cut is not None:
+                cut.cancel.set()
+                cut.gate.set()
+            return False
+        self.replies.resume(cut)
+        return True
