@@ -6,52 +6,18 @@
 // MCP tools (settings.mcp) are run by the server: it lists them, runs the model's calls and speaks
 // the results by itself; this class shows those items and answers approval requests. They exist
 // only in the GA dialect, which is the only one this class speaks.
-import { b64, onEvents } from "../shared/wire.js";
+// Its methods are in files by job: the socket in chat-connection.js, function calls and MCP items
+// in chat-tools.js; the texts for error and close codes in chat-errors.js.
+import { b64 } from "../shared/wire.js";
+import { addMethods } from "../shared/mixin.js";
 import { AudioPlayer } from "../duplex/lib/audio-player.js";
+import { ChatConnection, RATE } from "./chat-connection.js";
+import { friendlyError } from "./chat-errors.js";
+import { ChatToolCalls } from "./chat-tools.js";
 
-export const RATE = 24000; // PCM16 mono, both directions
+export { RATE };
+export { friendlyError };
 const CLIP_CHUNK_BYTES = RATE * 2; // one second per input_audio_buffer.append
-const REPLAY_MAX = 16; // the worker keeps 16 history messages by default
-const MAX_TOOL_ROUNDS = 3; // answers to function calls in a row; the next reply may not call again
-
-// Friendly text for the server's error codes; anything else shows the server's own message.
-const ERROR_TEXT = {
-  queue_full: "The service is busy: the waiting queue is full. Please try again in a minute.",
-  queue_timeout: "Waited too long in the queue. Please try again in a moment.",
-  no_capable_worker: "No model worker can serve this chat right now.",
-  worker_failed: "The model worker stopped during the answer. Send your message again to start a new session.",
-  worker_unavailable: "The model worker could not be reached. Send your message again to retry.",
-  session_expired: "The session reached its maximum length. Your next message starts a new one.",
-  input_audio_buffer_commit_empty: "The voice clip was too short. Hold Record while you speak.",
-  conversation_already_has_active_response: "Wait for the current answer to finish, or press Stop.",
-  transcription_failed: "The voice clip could not be transcribed. Please try again.",
-  queue_overflow: "Too much was sent while waiting in the queue; please wait for a worker.",
-};
-
-const CLOSE_TEXT = {
-  1006: "The connection to the server was lost.",
-  1008: "The server refused this session (no capable worker, or the page was too slow to read).",
-  1011: "The model worker failed.",
-  1013: "The service is busy (queue full or waited too long). Please try again in a moment.",
-  4002: "The session was paused for too long.",
-  4003: "The session reached its maximum length.",
-};
-
-export function friendlyError(err) {
-  if (!err) return "";
-  const code = err.code || "";
-  if (ERROR_TEXT[code]) return ERROR_TEXT[code];
-  if (code === "invalid_image") return `That image could not be used: ${err.message || "unsupported image"}.`;
-  if (code === "mcp_server_not_allowed") return `The MCP server was refused: ${mcpReason(err.message)}`;
-  if (code === "mcp_list_tools_failed") return `The MCP server's tools could not be listed: ${mcpReason(err.message)}`;
-  const msg = String(err.message || "something went wrong").replace(/\s+/g, " ").trim();
-  return `The server said: ${msg.charAt(0).toUpperCase()}${msg.slice(1)}`;
-}
-
-/** An MCP error message without its "session.tools.0.server_url: " prefix. */
-function mcpReason(message) {
-  return String(message || "no reason given").replace(/^session\.tools(\.\d+)?(\.[a-z_]+)?:\s*/, "").trim();
-}
 
 let nextLocalId = 1;
 const FOLLOW_UP_WAIT_MS = 10000; // after MCP calls the server starts the reply that speaks them
@@ -172,35 +138,6 @@ export class ChatSession extends EventTarget {
     await this._silence();
   }
 
-  /** Answer an MCP approval request (an "approval" entry): send the mcp_approval_response, then
-   * ask for the reply, in which the server runs an approved call first. */
-  async answerApproval(entry, approve, reason = "") {
-    if (!entry || entry.kind !== "approval" || entry.status !== "pending" || this.busy) return;
-    if (!this.ws || entry.session !== this.sessions) {
-      this._update(entry, { status: "expired", note: "That session has ended: ask again to get a new request." });
-      return;
-    }
-    this._update(entry, { status: approve ? "approving" : "declining", note: "" });
-    const turn = (this._turn = { entry: null, kind: "tool" });
-    this.error = null;
-    this.deltaCount = 0;
-    this._emitState();
-    const item = { type: "mcp_approval_response", approval_request_id: entry.itemId, approve: Boolean(approve) };
-    if (reason) item.reason = reason;
-    try {
-      await this._createRawItem(item);
-    } catch (err) {
-      this._update(entry, { status: "failed", note: friendlyError(err) });
-      if (this._turn === turn) this._turn = null;
-      this._emitState();
-      return;
-    }
-    this._update(entry, { status: approve ? "approved" : "declined" });
-    if (this._turn !== turn) return; // Stop or a closed socket meanwhile
-    // A forced tool call would only ask again: this reply may use the result (or the refusal).
-    this._createResponse(this.settings.toolChoice === "required" ? { tool_choice: "auto" } : {});
-  }
-
   /** Forget everything and close the session; the next message starts a new one. */
   newChat() {
     this._closeSocket("new chat");
@@ -263,44 +200,6 @@ export class ChatSession extends EventTarget {
     });
   }
 
-  // ------------------------------------------------------------------ function calls
-
-  /** The reply called functions: run each, send its function_call_output, then ask for the answer. */
-  async _runCalls(calls) {
-    const turn = (this._turn = { entry: null, kind: "tool" });
-    this._emitState();
-    for (const call of calls) {
-      const entry = this._byItem.get(call.id) || this._addCall(call);
-      this._update(entry, { name: call.name, arguments: call.arguments || "", status: "done" });
-      let output;
-      try {
-        output = this.toolHandler ? await this.toolHandler(call.name, call.arguments || "") : { error: "this page has no tools" };
-      } catch (e) {
-        output = { error: String((e && e.message) || e) };
-      }
-      if (output === undefined || output === null) output = {};
-      if (this._turn !== turn) return; // Stop, New chat or a closed socket while it ran
-      const isError = Boolean(output && typeof output === "object" && "error" in output);
-      const result = this._add({ role: "tool", kind: "result", name: call.name, callId: call.call_id, output, isError,
-        text: "", status: "sending" });
-      turn.entry = result;
-      try {
-        await this._createRawItem({ type: "function_call_output", call_id: call.call_id, output: JSON.stringify(output) });
-      } catch (err) {
-        if (this._turn === turn) this._failTurn(err);
-        return;
-      }
-      this._update(result, { status: "done" });
-    }
-    if (this._turn !== turn) return;
-    this._toolRounds++;
-    // After a forced call the answer may use the result; after a few rounds it must answer in words.
-    let choice = null;
-    if (this._toolRounds >= MAX_TOOL_ROUNDS) choice = "none";
-    else if (this.settings.toolChoice === "required") choice = "auto";
-    this._createResponse(choice ? { tool_choice: choice } : {});
-  }
-
   _onTranscript(ev) {
     const turn = this._turn;
     const entry = this._byItem.get(ev.item_id) || (turn && turn.kind === "voice" ? turn.entry : null);
@@ -314,99 +213,6 @@ export class ChatSession extends EventTarget {
     }
     this._update(entry, { text, status: "sent" });
     if (turn && turn.entry === entry) this._createResponse();
-  }
-
-  // ------------------------------------------------------------------ socket
-
-  _ensureConnected() {
-    if (this.ws) return;
-    const replay = this.messages
-      .filter((m) => (m.role === "user" || m.role === "assistant") && m.text && m.status !== "failed"
-        && m !== (this._turn && this._turn.entry))
-      .slice(-REPLAY_MAX);
-    this.sessions++;
-    this._conn = "connecting";
-    this._outbox = [];
-    const ws = (this.ws = new WebSocket(this.url));
-    this._send(this._sessionUpdate());
-    // A new session after a reconnect: give the model the conversation so far, as text.
-    for (const m of replay) {
-      this._createItem(m.role, [{ type: m.role === "user" ? "input_text" : "output_text", text: m.text }]).catch(() => {});
-    }
-    ws.onopen = () => {
-      for (const data of this._outbox.splice(0)) ws.send(data);
-    };
-    onEvents(ws, (ev) => this._onEvent(ev));
-    ws.onclose = (e) => this._onClose(ws, e);
-  }
-
-  _send(event) {
-    if (!this.ws) return;
-    const data = JSON.stringify(event);
-    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(data);
-    else if (this.ws.readyState === WebSocket.CONNECTING) this._outbox.push(data);
-  }
-
-  _sessionUpdate() {
-    const s = this.settings;
-    const tools = [...(s.tools || []), ...(s.mcp ? [s.mcp] : [])];
-    return {
-      type: "session.update",
-      session: {
-        type: "realtime",
-        instructions: s.instructions || "",
-        temperature: s.temperature,
-        max_output_tokens: s.maxOutputTokens,
-        output_modalities: [s.outputAudio ? "audio" : "text"],
-        tools,
-        tool_choice: tools.length ? s.toolChoice || "auto" : "auto",
-        audio: {
-          input: { format: { type: "audio/pcm", rate: RATE }, turn_detection: null },
-          output: { voice: s.voice || "joe" },
-        },
-      },
-    };
-  }
-
-  _closeSocket(reason) {
-    const ws = this.ws;
-    if (!ws) return;
-    this.ws = null; // detach first: this close is ours, not an error to report
-    this._reset();
-    if (ws.readyState <= WebSocket.OPEN) ws.close(1000, reason);
-  }
-
-  _reset() {
-    this._conn = "none";
-    this.recording = null;
-    clearTimeout(this._followUp);
-    this.queue = null;
-    this._outbox = [];
-    for (const a of this._acks.splice(0)) a.reject({ code: "closed", message: "the session closed" });
-    if (this._response && this._response.entry) this._update(this._response.entry, { status: "stopped" });
-    this._response = null;
-    this._turn = null;
-  }
-
-  _onClose(ws, e) {
-    if (ws !== this.ws) return; // an old socket we closed on purpose
-    const pending = this._turn || this._response;
-    const entry = this._turn ? this._turn.entry : null;
-    const lastError = this.error;
-    this.ws = null;
-    this._reset();
-    if (e.code === 1000 || e.code === 4001) {
-      // Normal end or idle timeout: nothing broke; the next message opens a new session.
-      this._emit("notice", { text: "Session ended. Your next message starts a new one (the chat so far is sent along)." });
-    } else {
-      const text = lastError && lastError.code && ERROR_TEXT[lastError.code]
-        ? ERROR_TEXT[lastError.code]
-        : `${CLOSE_TEXT[e.code] || `The connection closed (code ${e.code}).`} Send your message again to retry.`;
-      if (!lastError) this.error = { code: `close_${e.code}`, message: text };
-      if (entry) this._update(entry, { status: "failed", note: text });
-      this._emit("error", { text, code: e.code, during: Boolean(pending) });
-    }
-    this._emitState();
   }
 
   // ------------------------------------------------------------------ events
@@ -523,71 +329,6 @@ export class ChatSession extends EventTarget {
         return;
     }
     this._emitState();
-  }
-
-  /** An MCP server's listing: "listing" (started) or "done" (with its tools, or failed). */
-  _onListing(item, phase) {
-    let entry = this._byItem.get(item.id);
-    if (!entry) {
-      entry = this._add({ role: "tool", kind: "list", server: item.server_label || "", tools: [], itemId: item.id,
-        text: "", status: "streaming" });
-      this._byItem.set(item.id, entry);
-    }
-    if (phase === "done") {
-      const failed = entry.status === "failed";
-      this._update(entry, { tools: (item.tools || []).map((t) => t.name), status: failed ? "failed" : "done", isError: failed });
-    }
-  }
-
-  /** The server refused or failed an MCP server: a failed listing card that says why. */
-  _mcpFailed(err) {
-    const reason = mcpReason(err.message);
-    const pending = [...this.messages].reverse().find((m) => m.kind === "list" && m.status === "failed" && !m.error);
-    if (pending) this._update(pending, { error: reason });
-    else if (err.code === "mcp_server_not_allowed") {
-      this._add({ role: "tool", kind: "list", server: this.settings.mcp ? this.settings.mcp.server_label : "", tools: [],
-        error: reason, refused: true, isError: true, text: "", status: "failed" });
-      // The whole session.update was refused: send it again without the server, so the other
-      // settings apply; the page leaves the server out until its fields change.
-      this.settings.mcp = null;
-      this._emit("mcp-refused", { message: reason });
-      this._send(this._sessionUpdate());
-    }
-  }
-
-  /** An MCP call's result (the server ran it), or an approval request waiting for the user. */
-  _onMcpItemDone(item) {
-    const entry = this._byItem.get(item.id) || this._addCall(item);
-    if (item.type === "mcp_approval_request") {
-      this._update(entry, { name: item.name || entry.name, arguments: item.arguments ?? entry.arguments, status: "pending",
-        session: this.sessions });
-      return;
-    }
-    this._update(entry, { name: item.name || entry.name, arguments: item.arguments ?? entry.arguments, status: "done" });
-    const err = item.error;
-    const output = err ? { error: (err && err.message) || String(err) } : item.output ?? "";
-    this._add({ role: "tool", kind: "result", name: item.name || entry.name, server: item.server_label || entry.server,
-      output, isError: Boolean(err), text: "", status: "done" });
-  }
-
-  _onCallAdded(item) {
-    // The placeholder bubble opened at response.created belongs after the call: drop it while
-    // it is still empty (a message that follows opens a new one).
-    const placeholder = this._response.entry;
-    if (placeholder && !placeholder.text && !placeholder.itemId) {
-      this._remove(placeholder);
-      this._response.entry = null;
-    }
-    this._addCall(item);
-  }
-
-  _addCall(item) {
-    const mcp = item.type === "mcp_call" || item.type === "mcp_approval_request";
-    const entry = this._add({ role: "tool", kind: item.type === "mcp_approval_request" ? "approval" : "call",
-      name: item.name || "", callId: item.call_id, arguments: item.arguments || "", itemId: item.id, text: "",
-      status: "streaming", ...(mcp ? { server: item.server_label || "" } : {}) });
-    if (item.id) this._byItem.set(item.id, entry);
-    return entry;
   }
 
   _onResponseDone(r) {
@@ -713,3 +454,5 @@ export class ChatSession extends EventTarget {
   }
 }
 
+// The socket (chat-connection.js), function calls and MCP items (chat-tools.js).
+addMethods(ChatSession, ChatConnection, ChatToolCalls);
