@@ -7,17 +7,15 @@
 //   guards against echo, holds and flushes its player and truncates what was not played.
 // UI-free: it emits events and keeps its state in plain fields so the page (and tests, through
 // window.omni) can read them.
-import { b64, onEvents } from "../../shared/wire.js";
-import { AudioPlayer } from "./audio-player.js";
-import { LufsMeter } from "./lufs.js";
-import { Mixer } from "./mixer-controller.js";
-import { QueueChimes } from "./queue-chimes.js";
+// Its methods are in files by job: the audio graph (microphone, worklets, mixer, meters) in
+// duplex-audio.js; the echo guard, local barge-in and the stop stopwatch in barge-in.js.
+import { onEvents } from "../../shared/wire.js";
+import { addMethods } from "../../shared/mixin.js";
+import { BargeIn } from "./barge-in.js";
+import { DuplexAudio, RATE } from "./duplex-audio.js";
 import { CallError, RealtimeCall } from "./realtime-call.js";
 
 export const TRANSPORTS = ["webrtc", "websocket"];
-
-const RATE = 24000; // the wire rate, both directions
-const FRAME_MS = 40;
 
 /** The `turn_detection` object for a mode: "semantic_vad" (a wait that follows an end-of-turn
  * score of what was said; `eagerness` low/medium/high/auto) or "server_vad" (a fixed silence). */
@@ -26,30 +24,6 @@ export function turnDetectionFor({ turnDetection = "semantic_vad", eagerness = "
   return { type: "semantic_vad", eagerness, create_response: true, interrupt_response: true };
 }
 
-// Echo guard (simple ducking gate). Even with the browser's echo cancellation, the assistant's
-// own voice coming out of the speakers can reach the mic loud enough for server VAD to call it
-// a barge-in, and the assistant would interrupt itself. So while the assistant is audibly
-// playing, a mic frame is sent only if it is clearly louder than what we are playing
-// (ECHO_RATIO times the playback level, and at least ECHO_FLOOR); quieter frames are replaced
-// by silence (not dropped, so the server's audio timeline stays continuous). A user who
-// really talks over the assistant is louder at the mic than the echo and still gets through.
-const ECHO_RATIO = 0.6;
-const ECHO_FLOOR = 0.015;
-const ECHO_HANGOVER_MS = 250; // room reverb outlives the last played sample a little
-
-// Local barge-in: the server's VAD needs ~100 ms of speech plus a round trip before it says
-// speech_started, so the page does not wait for it. When mic frames that passed the echo guard
-// stay loud for ONSET_FRAMES while the assistant is audible, playback is *held* (silenced, audio
-// kept); the server's speech_started then flushes it, or after HOLD_MAX_MS without one the hold
-// is released and the reply carries on (a cough, a door).
-const ONSET_RMS = 0.03;
-const ONSET_FRAMES = 2;
-const HOLD_MAX_MS = 700;
-// On a call the reply is measured where it is heard: the remote track's level, read in ~10 ms
-// windows after a barge-in, until it stays below SILENT_RMS (or STOP_WAIT_MS passes).
-const SILENT_RMS = 0.003;
-const STOP_WAIT_MS = 1500;
-const HEARD_RMS = 1e-4; // above the decoded silence frames (zeros), below any speech
 // A call's input audio starts with what the microphone said in the last 3 s before session.created
 // (the gateway keeps that much while the call waits), then goes on without a gap.
 const CALL_PREROLL_MS = 3000;
@@ -195,88 +169,6 @@ export class DuplexSession extends EventTarget {
     else this._connect();
   }
 
-  async _startAudio() {
-    try {
-      this.ctx = new AudioContext({ sampleRate: RATE, latencyHint: "interactive" });
-    } catch {
-      this.ctx = new AudioContext({ latencyHint: "interactive" }); // the worklets resample
-    }
-    if (this.ctx.state === "suspended") await this.ctx.resume().catch(() => {});
-    this._clock0 = this.ctx.currentTime;
-    this._perf0 = performance.now();
-    this.chimes = new QueueChimes(this.ctx, { enabled: this.chimesEnabled });
-    const base = new URL(".", import.meta.url);
-    await this.ctx.audioWorklet.addModule(new URL("capture-processor.js", base));
-    this.mixer = new Mixer(this.ctx);
-    if (this.transport === "websocket") {
-      this.player = new AudioPlayer(this.ctx, { sourceRate: RATE, output: this.mixer.output });
-      await this.player.start();
-      this.player.addEventListener("progress", (e) => this._onProgress(e.detail));
-    }
-    let source;
-    try {
-      source = this.ctx.createMediaStreamSource(this.stream);
-    } catch {
-      // Some browsers cannot feed a mic into a context at another rate: capture at native rate.
-      this.captureCtx = new AudioContext();
-      await this.captureCtx.audioWorklet.addModule(new URL("capture-processor.js", base));
-      source = this.captureCtx.createMediaStreamSource(this.stream);
-    }
-    const cctx = this.captureCtx || this.ctx;
-    this.capture = new AudioWorkletNode(cctx, "capture-processor", {
-      numberOfInputs: 1, numberOfOutputs: 0, channelCount: 1, channelCountMode: "explicit",
-      processorOptions: { targetRate: RATE, frameMs: FRAME_MS },
-    });
-    this.capture.port.onmessage = (e) => this._onFrame(e.data);
-    // mic -> gain (the mixer's mic level) -> capture; the meters read after the gains.
-    const micGain = cctx === this.ctx ? this.mixer.mic : cctx.createGain();
-    if (micGain !== this.mixer.mic) micGain.gain.value = this.mixer.mic.gain.value;
-    source.connect(micGain);
-    micGain.connect(this.capture);
-    this.micMeter = new LufsMeter(cctx, micGain);
-    if (this.transport === "webrtc") {
-      // The call sends the mic after the mixer's gain (the browser's echo cancellation, noise
-      // suppression and gain control already ran on the captured track); the capture worklet
-      // then only feeds the barge-in stopwatch. The reply is metered off the call's remote track.
-      this.micOut = cctx.createMediaStreamDestination();
-      micGain.connect(this.micOut);
-    } else {
-      this.outMeter = new LufsMeter(this.ctx, this.mixer.output);
-    }
-  }
-
-  /** The reply's remote track is here: its level (meter, stop measurement), never its sound
-   * (the <audio> element plays it, where the echo canceller hears it). */
-  _meterRemote(stream) {
-    try {
-      const src = this.ctx.createMediaStreamSource(stream);
-      this.outMeter = new LufsMeter(this.ctx, src);
-      this._outProbe = this.ctx.createAnalyser();
-      this._outProbe.fftSize = 256; // ~10 ms at 24 kHz
-      src.connect(this._outProbe);
-      let last = performance.now();
-      this._heardTimer = setInterval(() => {
-        const now = performance.now();
-        const rms = this._outputRms();
-        if (rms != null && rms > HEARD_RMS) this._heardMs += Math.min(now - last, 100);
-        last = now;
-      }, 20);
-    } catch (e) {
-      this._emit("log", { level: "info", text: `reply level not metered here: ${e.message || e}` });
-    }
-  }
-
-  /** RMS of the reply as the remote track has it now (last ~10 ms); null when not metered. */
-  _outputRms() {
-    const a = this._outProbe;
-    if (!a) return null;
-    const buf = this._probeBuf || (this._probeBuf = new Float32Array(a.fftSize));
-    a.getFloatTimeDomainData(buf);
-    let sum = 0;
-    for (let i = 0; i < buf.length; i++) sum += buf[i] * buf[i];
-    return Math.sqrt(sum / buf.length);
-  }
-
   /** The `turn_detection` this session asks for. */
   turnDetectionConfig() {
     return turnDetectionFor({ turnDetection: this.turnDetection, eagerness: this.eagerness, silenceMs: this.silenceMs });
@@ -290,138 +182,6 @@ export class DuplexSession extends EventTarget {
       type: "session.update",
       session: { type: "realtime", audio: { input: { turn_detection: this.turnDetectionConfig() } } },
     });
-  }
-
-  /** Mixer setting: "mic" 0..2 or "output" 0..1 (on a call, the <audio> element's volume). */
-  setLevel(channel, value) {
-    if (this.mixer) this.mixer.set(channel, value);
-    if (channel === "output" && this.audio && this.mixer) this.audio.volume = this.mixer.outputLevel;
-  }
-
-  _onProgress(stats) {
-    if (stats.level > 0.002) {
-      this._lastLoudPlayback = performance.now();
-      this._playLevel = stats.level;
-    }
-    const audible = stats.playing || stats.buffered > 0;
-    if (this.state === "speaking" && !audible && !this._streaming) this._set("listening");
-    else if (audible && (this.state === "listening" || this.state === "thinking")) this._set("speaking");
-    this._emit("progress", stats);
-  }
-
-  _echoGate(rms) {
-    const recent = performance.now() - this._lastLoudPlayback < ECHO_HANGOVER_MS;
-    if (!recent) return true;
-    return rms >= Math.max(ECHO_FLOOR, this._playLevel * ECHO_RATIO);
-  }
-
-  _onFrame({ pcm, rms }) {
-    if (this.transport === "webrtc") {
-      // The call's track carries the microphone: a frame here only times a barge-in.
-      if (!this.live || this.paused) return;
-      this.micLevel = rms;
-      this._localOnset(rms >= ONSET_RMS, performance.now());
-      return;
-    }
-    // Nothing is sent while queued: nobody listens yet, and the gateway keeps only a few events.
-    if (!this.live || !this.ws || this.ws.readyState !== WebSocket.OPEN || this.paused) return;
-    const now = performance.now();
-    let bytes = new Uint8Array(pcm);
-    const passed = this._echoGate(rms);
-    if (!passed) {
-      bytes = new Uint8Array(bytes.length); // silence in place of probable echo
-      this.framesGated++;
-    }
-    this._send({ type: "input_audio_buffer.append", audio: b64(bytes) });
-    this.framesSent++;
-    this._sentMs += (bytes.length / 2 / RATE) * 1000;
-    this._frameLog.push([this._sentMs, now]);
-    if (this._frameLog.length > 150) this._frameLog.shift();
-    this.micLevel = rms;
-    this._localOnset(passed && rms >= ONSET_RMS, now);
-  }
-
-  _audible() {
-    if (this.transport === "webrtc") return this._playing;
-    const st = this.player && this.player.stats;
-    return !!st && !st.held && (st.playing || st.buffered > 0);
-  }
-
-  _localOnset(loud, now) {
-    const audible = this._audible();
-    if (!audible) this._inaudibleAt = now;
-    if (!loud) {
-      this._loudRun = 0;
-      if (!this._userSpeaking) this._onsetAt = null;
-      return;
-    }
-    // The frame arrived at `now`; its first sample was captured one frame earlier.
-    if (this._loudRun++ === 0) this._onsetAt = now - FRAME_MS;
-    // Speech that began in a pause of the reply overlaps it only from when the reply resumed.
-    // On a call the gateway plays the reply and stops it on the server's speech_started (a local
-    // hold would make it count as heard what the user never heard), so nothing is held here.
-    if (this.transport === "websocket" && this._loudRun >= ONSET_FRAMES && audible && !this._hold) {
-      this._holdPlayback(this._overlapStart());
-    }
-  }
-
-  /** When the user's current speech and the assistant's audio started to overlap. */
-  _overlapStart(onset = this._onsetAt) {
-    return onset == null ? null : Math.max(onset, this._inaudibleAt);
-  }
-
-  async _holdPlayback(overlapAt) {
-    this._hold = { at: performance.now(), timer: setTimeout(() => this._releaseHold(), HOLD_MAX_MS) };
-    await this.player.hold();
-    this._recordStop(overlapAt, "local");
-  }
-
-  _releaseHold() {
-    if (!this._hold) return;
-    clearTimeout(this._hold.timer);
-    this._hold = null;
-    if (this.player) this.player.release();
-    this._emit("log", { level: "info", text: "no speech after all: reply resumed" });
-  }
-
-  /** One barge-in's stop latency: start of the overlap -> worklet silent (or, on a call, the
-   * remote track silent at `silentAt`), plus the output latency. */
-  _recordStop(onsetAt, via, silentAt = performance.now()) {
-    if (onsetAt == null) return;
-    const latencyS = this.player ? this.player.outputLatencyS : (this.ctx.baseLatency || 0) + (this.ctx.outputLatency || 0);
-    const stopMs = silentAt - onsetAt + latencyS * 1000;
-    this.bargeIns.push({ stopMs: Math.round(stopMs), via });
-    this._emit("bargein", { stopMs, via });
-  }
-
-  /** When the mic captured input-audio time `ms` (the server's audio_start_ms), if we know. */
-  _capturedAt(ms) {
-    // On a call the input timeline starts with the microphone's audio kept from before
-    // session.created (at most CALL_PREROLL_MS, and only since the connection came up), then runs
-    // on without a gap; placed from when that event arrived here (a little late by the trip).
-    if (this.transport === "webrtc") return this._inputStartAt != null && ms != null ? this._inputStartAt + ms : null;
-    for (const [endMs, at] of this._frameLog) {
-      if (endMs >= ms) return at - (endMs - ms);
-    }
-    return null;
-  }
-
-  /** On a call: when the reply's track went quiet after a barge-in (null: it never did, or is not metered). */
-  async _whenReplySilent() {
-    if (!this._outProbe) return null;
-    const t0 = performance.now();
-    let quiet = 0;
-    while (performance.now() - t0 < STOP_WAIT_MS) {
-      const rms = this._outputRms();
-      if (rms != null && rms < SILENT_RMS) {
-        // Two quiet windows in a row; the analyser's window lags by about its length.
-        if (++quiet >= 2) return performance.now() - (this._outProbe.fftSize / this.ctx.sampleRate) * 1000;
-      } else {
-        quiet = 0;
-      }
-      await new Promise((r) => setTimeout(r, 5));
-    }
-    return null;
   }
 
   _send(event) {
@@ -664,22 +424,6 @@ export class DuplexSession extends EventTarget {
     }
   }
 
-  /** Stop playback now and tell the server how much of the reply was heard. */
-  async _bargeIn() {
-    const item = this._currentItem;
-    if (!this.player) return; // on a call the gateway stops the reply and truncates it
-    if (item && this._streaming) this._interrupted.add(item);
-    const res = await this.player.flush();
-    if (!item || this._truncated.has(item)) return;
-    // Nothing dropped and the item was fully played: the history is already right.
-    if (res.dropped === 0 && !this._streaming) return;
-    this._truncated.add(item);
-    const playedMs = Math.floor(((res.played[item] || 0) * 1000) / this.ctx.sampleRate);
-    this._send({ type: "conversation.item.truncate", item_id: item, content_index: 0, audio_end_ms: playedMs });
-    this.truncates.push({ item_id: item, audio_end_ms: playedMs });
-    this._emit("log", { level: "info", text: `interrupted: truncated ${item} at ${playedMs} ms` });
-  }
-
   pause() {
     this._send({ type: "session.pause" });
     this.paused = true; // stop sending at once; the server confirms with session.paused
@@ -691,30 +435,10 @@ export class DuplexSession extends EventTarget {
     this._micEnabled(true);
   }
 
-  /** On a call, a paused mic sends silence (the worker drops audio while paused anyway). */
-  _micEnabled(on) {
-    if (this.micOut) for (const t of this.micOut.stream.getAudioTracks()) t.enabled = on;
-  }
-
   /** Flip camera on a call: the new track replaces the old one. */
   async setVideoTrack(track) {
     this.videoTrack = track;
     if (this.call) await this.call.replaceVideoTrack(track);
-  }
-
-  _stopAudio() {
-    this.live = false;
-    if (this._hold) clearTimeout(this._hold.timer);
-    this._hold = null;
-    if (this.stream) this.stream.getTracks().forEach((t) => t.stop());
-    if (this.capture) this.capture.port.onmessage = null;
-    if (this.player) this.player.stop();
-    if (this.micOut) this.micOut.stream.getTracks().forEach((t) => t.stop());
-    this._playing = false;
-    if (this._heardTimer) clearInterval(this._heardTimer);
-    this._heardTimer = null;
-    for (const c of [this.ctx, this.captureCtx]) if (c && c.state !== "closed") c.close().catch(() => {});
-    this.stream = null;
   }
 
   stop() {
@@ -725,6 +449,9 @@ export class DuplexSession extends EventTarget {
     else this._stopAudio();
   }
 }
+
+// The audio graph (duplex-audio.js), the echo guard and barge-in (barge-in.js).
+addMethods(DuplexSession, DuplexAudio, BargeIn);
 
 function closeReason(code, reason) {
   const known = {
