@@ -26,7 +26,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from core.protocol import TURN_STAGES
-from gateway.pool.worker_pool import Health, WorkerPool
+from gateway.pool.interface import SessionQueue
+from gateway.pool.model import Health
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class StageWindow:
 
 
 class _PoolCollector:
-    def __init__(self, pool: WorkerPool) -> None:
+    def __init__(self, pool: SessionQueue) -> None:
         self.pool = pool
 
     def collect(self):
@@ -139,7 +140,7 @@ class _PoolCollector:
 
 
 class GatewayMetrics:
-    def __init__(self, pool: WorkerPool) -> None:
+    def __init__(self, pool: SessionQueue) -> None:
         self.pool = pool
         self.registry = CollectorRegistry()
         self.registry.register(_PoolCollector(pool))

@@ -10,13 +10,13 @@ from typing import Any
 
 from starlette.datastructures import State
 
-from gateway.pool.worker_pool import WorkerPool
+from gateway.pool.interface import SessionQueue
 
 
 class AdminViews:
     def __init__(self, state: State) -> None:
         self.state = state
-        self.pool: WorkerPool = state.pool
+        self.pool: SessionQueue = state.pool
 
     def worker(self, w) -> dict[str, Any]:
         pool = self.pool

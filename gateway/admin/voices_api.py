@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, HTTPException, UploadFile
 
-from gateway.pool.worker_pool import WorkerPool
+from gateway.pool.interface import SessionQueue
 
 VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 VOICE_MAX_BYTES = 10 * 2**20
@@ -19,7 +19,7 @@ VOICE_MAX_SECONDS = 60.0
 VOICES_CAPABILITY = "reference_voices"  # a backend that clones a voice from an uploaded sample
 
 
-def voices_api(pool: WorkerPool, data_dir: Path) -> APIRouter:
+def voices_api(pool: SessionQueue, data_dir: Path) -> APIRouter:
     router = APIRouter()
     voices_dir = data_dir / "voices"
 

@@ -1,14 +1,16 @@
-"""The gateway's worker pool: in-process, or shared with other gateways through Redis."""
+"""The gateway's worker pool (``SessionQueue``): in-process (``WorkerPool``), or shared with
+other gateways through Redis (``SharedPool``)."""
 
 from __future__ import annotations
 
 import socket
 
 from core.config import AppConfig
+from gateway.pool.interface import SessionQueue
 from gateway.pool.worker_pool import WorkerPool
 
 
-def make_pool(config: AppConfig) -> WorkerPool:
+def make_pool(config: AppConfig) -> SessionQueue:
     """The in-process pool, or with ``cluster.redis_url`` the one shared through Redis."""
     settings = {"capacity": config.queue.capacity, "max_wait_s": config.queue.max_wait_s,
                 "default_session_s": config.queue.default_session_s,

@@ -24,7 +24,8 @@ import random
 
 import httpx
 
-from gateway.pool.worker_pool import Worker, WorkerPool
+from gateway.pool.interface import SessionQueue
+from gateway.pool.model import Worker
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ _RETRYABLE = {408, 429}
 class HealthChecker:
     def __init__(
         self,
-        pool: WorkerPool,
+        pool: SessionQueue,
         interval_s: float = 2.0,
         timeout_s: float = 2.0,
         jitter: float = 0.2,

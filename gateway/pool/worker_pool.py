@@ -13,6 +13,10 @@ Design (DESIGN.md "WorkerPool", seeds/004):
   worker can serve it, so whatever a later entry gets could not have served the earlier one.
 - Everything runs on one event loop, so there are no locks.
 
+The workers, their health state machine and the choice of a worker are ``WorkerRegistry``'s
+(``registry.py``); this pool owns one and dispatches after each change. It implements
+``SessionQueue`` (``interface.py``), as the Redis-backed ``SharedPool`` does.
+
 Health is driven from outside: ``HealthChecker`` (gateway/pool/health_checker.py) calls ``update_health``;
 relay code calls ``report_failure`` when a session sees a worker fail. Operator states
 ``DISABLED`` (drain) and ``DEAD`` are never overridden by probes.
@@ -22,87 +26,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from enum import Enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.pool.model import (
+    CANCELLED_BY_OPERATOR,
+    LENGTH_UPDATE_S,
+    Health,
+    Lease,
+    QueueCancelledError,
+    QueueStatus,
+    Worker,
+    eta_s,
+    moving_average,
+    no_capable_worker,
+    pool_snapshot,
+    queue_full,
+    wait_timed_out,
+)
+from gateway.pool.registry import WorkerRegistry
 
 log = logging.getLogger(__name__)
-
-EMA_ALPHA = 0.2
-
-
-class Health(str, Enum):
-    UNKNOWN = "unknown"  # not yet probed enough (or loading / just re-enabled)
-    HEALTHY = "healthy"  # assignable
-    UNHEALTHY = "unhealthy"  # failing probes or a session saw it fail
-    DEAD = "dead"  # operator: gone for good, probes ignored
-    DISABLED = "disabled"  # operator: draining, running sessions finish, no new ones
-
-
-class QueueFullError(Exception):
-    """The queue is at capacity; ``str(e)`` is a reason fit to show a user."""
-
-
-class QueueTimeoutError(Exception):
-    """The request waited longer than ``max_wait_s`` and was removed from the queue."""
-
-
-class QueueCancelledError(QueueTimeoutError):
-    """The operator removed the request from the queue (a kind of "no worker in time")."""
-
-
-class NoCapableWorkerError(Exception):
-    """No registered (non-dead) worker can ever serve the requested capabilities."""
-
-
-@dataclass(eq=False)
-class Worker:
-    """One model worker process. ``busy``/``sessions`` are owned by the pool; do not mutate."""
-
-    id: str
-    url: str
-    slots: int = 1
-    busy: int = 0
-    capabilities: frozenset[str] = frozenset()
-    health: Health = Health.UNKNOWN
-    ok_streak: int = 0
-    fail_streak: int = 0
-    failures_total: int = 0
-    last_error: str | None = None
-    last_probe: dict | None = None
-    added_at: float = field(default_factory=time.time)  # wall clock, for display
-    sessions: dict[str, float] = field(default_factory=dict)  # ticket -> start (monotonic)
-
-    @property
-    def available(self) -> bool:
-        return self.health == Health.HEALTHY and self.busy < self.slots
-
-    def can_serve(self, requirements: frozenset[str]) -> bool:
-        return self.capabilities >= requirements
-
-
-@dataclass(eq=False)
-class Lease:
-    """A slot on ``worker`` held for ``ticket``; give it back with ``WorkerPool.release``."""
-
-    worker: Worker
-    ticket: str
-    queued_s: float
-
-
-LENGTH_UPDATE_S = 1.0  # how often waiters hear that the queue behind them grew
-
-
-@dataclass
-class QueueStatus:
-    ticket: str
-    position: int  # 1-based, over the whole queue
-    queue_length: int
-    eta_s: float
 
 
 @dataclass(eq=False)
@@ -137,15 +84,10 @@ class WorkerPool:
     ) -> None:
         self.capacity = capacity
         self.max_wait_s = max_wait_s
-        self.healthy_after = healthy_after
-        self.unhealthy_after = unhealthy_after
+        self.registry = WorkerRegistry(healthy_after, unhealthy_after)
         self.avg_session_s = float(default_session_s)
         self.eta_session_s: float | None = None  # operator's fixed session length for ETAs (admin)
-        self._workers: dict[str, Worker] = {}
         self._queue: OrderedDict[str, _Entry] = OrderedDict()
-        self._next_id = 0
-        self._order: dict[str, int] = {}  # worker id -> insertion order, for stable tie-breaks
-        self._added = 0
         self.length_update_s = LENGTH_UPDATE_S
         self._length_flush: asyncio.TimerHandle | None = None
         self._status_scheduled = False
@@ -155,6 +97,14 @@ class WorkerPool:
         self.end_local: Callable[[str, str], bool] = lambda session, reason: False
         # What every call to a worker carries (the deployment's worker secret; set by the app).
         self.worker_headers: dict[str, str] = {}
+
+    @property
+    def healthy_after(self) -> int:
+        return self.registry.healthy_after
+
+    @property
+    def unhealthy_after(self) -> int:
+        return self.registry.unhealthy_after
 
     # ------------------------------------------------------------------ workers
 
@@ -166,82 +116,38 @@ class WorkerPool:
         capabilities: frozenset[str] | None = None,
     ) -> Worker:
         """Register a worker in UNKNOWN state; probes admit it. Duplicate url or id -> ValueError."""
-        url = url.rstrip("/")
-        if any(w.url == url for w in self._workers.values()):
-            raise ValueError(f"worker with url {url} already registered")
-        if slots < 1:
-            raise ValueError("slots must be >= 1")
-        if worker_id is None:
-            while f"w{self._next_id}" in self._workers:
-                self._next_id += 1
-            worker_id = f"w{self._next_id}"
-            self._next_id += 1
-        elif worker_id in self._workers:
-            raise ValueError(f"worker id {worker_id} already registered")
-        worker = Worker(id=worker_id, url=url, slots=slots, capabilities=frozenset(capabilities or ()))
-        self._workers[worker_id] = worker
-        self._order[worker_id] = self._added
-        self._added += 1
-        log.info("worker %s added at %s", worker_id, url)
-        self._dispatch_next()
+        worker = self.registry.add(url, worker_id, slots, capabilities)
+        self._workers_changed()
         return worker
 
     def remove_worker(self, worker_id: str) -> None:
         """Forget a worker. Leases already out stay valid; releasing them frees nothing here."""
-        worker = self._get(worker_id)
-        del self._workers[worker_id]
-        self._order.pop(worker_id, None)
+        worker = self.registry.remove(worker_id)
         log.info("worker %s removed (%d sessions still running)", worker_id, worker.busy)
         # Queued entries that only this worker could serve must now fail, not wait forever.
-        self._dispatch_next()
+        self._workers_changed()
 
     def set_disabled(self, worker_id: str, disabled: bool) -> None:
-        """Drain (disabled=True) or re-enable a worker.
-
-        Enabling (also from DEAD) returns the worker to probe control: it becomes HEALTHY at
-        once if its probe streak already meets ``healthy_after`` (probes keep running while
-        disabled, so a drained-and-re-enabled worker has no gap), UNHEALTHY if its fail streak
-        meets ``unhealthy_after``, otherwise UNKNOWN until probes decide.
-        """
-        worker = self._get(worker_id)
-        if disabled:
-            if worker.health != Health.DISABLED:
-                self._set_health(worker, Health.DISABLED, "disabled by operator")
-        elif worker.health in (Health.DISABLED, Health.DEAD):
-            if worker.ok_streak >= self.healthy_after:
-                new = Health.HEALTHY
-            elif worker.fail_streak >= self.unhealthy_after:
-                new = Health.UNHEALTHY
-            else:
-                new = Health.UNKNOWN
-            self._set_health(worker, new, "enabled by operator")
-        self._dispatch_next()
+        """Drain (disabled=True) or re-enable a worker (``WorkerRegistry.set_disabled``)."""
+        self.registry.set_disabled(self.registry.get(worker_id), disabled)
+        self._workers_changed()
 
     def mark_dead(self, worker_id: str) -> None:
         """Operator state: never assigned again; probes never override (``set_disabled(id, False)`` revives)."""
-        worker = self._get(worker_id)
-        self._set_health(worker, Health.DEAD, "marked dead by operator")
-        self._dispatch_next()
+        self.registry.set_health(self.registry.get(worker_id), Health.DEAD, "marked dead by operator")
+        self._workers_changed()
 
     def get_worker(self, worker_id: str) -> Worker | None:
-        return self._workers.get(worker_id)
+        return self.registry.find(worker_id)
 
     def workers(self) -> list[Worker]:
-        return list(self._workers.values())
+        return self.registry.workers()
 
     # ------------------------------------------------------------------ health
 
     def report_failure(self, worker_id: str, reason: str) -> None:
         """A session saw the worker fail: stop assigning to it now; only probes bring it back."""
-        worker = self._workers.get(worker_id)
-        if worker is None:
-            return
-        worker.ok_streak = 0
-        worker.fail_streak += 1
-        worker.failures_total += 1
-        worker.last_error = reason
-        if worker.health not in (Health.DEAD, Health.DISABLED, Health.UNHEALTHY):
-            self._set_health(worker, Health.UNHEALTHY, reason)
+        self.registry.report_failure(worker_id, reason)
 
     def update_health(
         self,
@@ -262,42 +168,9 @@ class WorkerPool:
         ``slots`` (int) replace the registered ones. Unknown worker ids are ignored (a probe can
         finish after its worker was removed).
         """
-        worker = self._workers.get(worker_id)
-        if worker is None:
-            return
-        if info is not None:
-            worker.last_probe = info
-            caps = info.get("capabilities")
-            if isinstance(caps, list) and all(isinstance(c, str) for c in caps):
-                worker.capabilities = frozenset(caps)
-            slots = info.get("slots")
-            if isinstance(slots, int) and not isinstance(slots, bool) and slots >= 1:
-                worker.slots = slots
-        operator = worker.health in (Health.DEAD, Health.DISABLED)
-        if ok:
-            worker.ok_streak += 1
-            worker.fail_streak = 0
-            worker.last_error = None
-            if not operator and worker.health != Health.HEALTHY and worker.ok_streak >= self.healthy_after:
-                self._set_health(worker, Health.HEALTHY, "probes ok")
-        elif failure:
-            worker.ok_streak = 0
-            worker.fail_streak += 1
-            worker.failures_total += 1
-            worker.last_error = error
-            if (
-                not operator
-                and worker.health != Health.UNHEALTHY
-                and worker.fail_streak >= self.unhealthy_after
-            ):
-                self._set_health(worker, Health.UNHEALTHY, error or "probes failing")
-        else:
-            worker.ok_streak = 0
-            worker.last_error = error
-            if not operator and worker.health != Health.UNKNOWN:
-                self._set_health(worker, Health.UNKNOWN, error or "not ready")
-        # Capabilities/slots may have changed and the worker may have turned healthy.
-        self._dispatch_next()
+        if self.registry.update_health(worker_id, ok, info, error, failure=failure) is not None:
+            # Capabilities/slots may have changed and the worker may have turned healthy.
+            self._workers_changed()
 
     # ------------------------------------------------------------------ queue
 
@@ -320,28 +193,22 @@ class WorkerPool:
         """
         requirements = frozenset(requirements)
         ticket = ticket or uuid.uuid4().hex
-        if ticket in self._queue or any(ticket in w.sessions for w in self._workers.values()):
+        if ticket in self._queue or any(ticket in w.sessions for w in self.registry.workers()):
             raise ValueError(f"ticket {ticket} already in use")
-        if not self._can_ever_serve(requirements):
-            raise NoCapableWorkerError(
-                f"no worker offers {', '.join(sorted(requirements)) or 'these capabilities'}"
-            )
+        if not self.registry.can_ever_serve(requirements):
+            raise no_capable_worker(requirements)
 
         # Immediate assignment, unless an earlier waiter could use the same worker.
         free = [
             w
-            for w in self._workers.values()
-            if w.available
-            and w.can_serve(requirements)
-            and not any(w.can_serve(e.requirements) for e in self._queue.values())
+            for w in self.registry.free_for(requirements)
+            if not any(w.can_serve(e.requirements) for e in self._queue.values())
         ]
         if free:
-            return self._assign(self._pick(free, requirements), ticket, 0.0)
+            return self._assign(self.registry.pick(free, requirements), ticket, 0.0)
 
         if len(self._queue) >= self.capacity:
-            raise QueueFullError(
-                f"The queue is full ({len(self._queue)} waiting); please try again later."
-            )
+            raise queue_full(len(self._queue))
 
         loop = asyncio.get_running_loop()
         entry = _Entry(ticket, requirements, loop.create_future(), on_status, time.monotonic(), on_assigned)
@@ -365,10 +232,10 @@ class WorkerPool:
         if entry.future.done():
             return
         self._queue.pop(entry.ticket, None)
-        entry.future.set_exception(QueueTimeoutError(f"No worker became free within {self.max_wait_s:.0f} s."))
+        entry.future.set_exception(wait_timed_out(self.max_wait_s))
         self._dispatch_next()
 
-    def cancel(self, ticket: str, reason: str = "removed from the queue by the operator") -> bool:
+    def cancel(self, ticket: str, reason: str = CANCELLED_BY_OPERATOR) -> bool:
         """Take a waiting request out of the queue; its ``acquire`` raises QueueCancelledError."""
         entry = self._queue.pop(ticket, None)
         if entry is None:
@@ -403,6 +270,11 @@ class WorkerPool:
     async def close(self) -> None:
         pass
 
+    async def flush(self) -> None:
+        """Nothing is written elsewhere; woken waiters get a few loop passes to run."""
+        for _ in range(5):
+            await asyncio.sleep(0)
+
     def cluster_health(self) -> dict | None:
         """The shared state's reachability (shared pool only)."""
         return None
@@ -419,7 +291,7 @@ class WorkerPool:
     async def admin_mark_dead(self, worker_id: str) -> None:
         self.mark_dead(worker_id)
 
-    async def admin_cancel(self, ticket: str, reason: str = "removed from the queue by the operator") -> bool:
+    async def admin_cancel(self, ticket: str, reason: str = CANCELLED_BY_OPERATOR) -> bool:
         return self.cancel(ticket, reason)
 
     async def admin_end_remote(self, session: str, reason: str) -> dict | None:
@@ -435,75 +307,14 @@ class WorkerPool:
         """Workers and queue for /health and the admin page (``with_queue=False``: the shared
         pool need not fetch every entry for a health check)."""
         now = time.monotonic()
-        workers = list(self._workers.values())
-        return {
-            "workers": [
-                {
-                    "id": w.id,
-                    "url": w.url,
-                    "health": w.health.value,
-                    "available": w.available,
-                    "slots": w.slots,
-                    "busy": w.busy,
-                    "capabilities": sorted(w.capabilities),
-                    "ok_streak": w.ok_streak,
-                    "fail_streak": w.fail_streak,
-                    "failures_total": w.failures_total,
-                    "last_error": w.last_error,
-                    "last_probe": w.last_probe,
-                    "sessions": list(w.sessions),
-                }
-                for w in workers
-            ],
-            "queue": [
-                {
-                    "ticket": e.ticket,
-                    "position": i,
-                    "requirements": sorted(e.requirements),
-                    "waited_s": round(now - e.enqueued_at, 3),
-                }
-                for i, e in enumerate(self._queue.values(), start=1)
-            ],
-            "queue_length": len(self._queue),
-            "busy": sum(w.busy for w in workers),
-            "slots_total": sum(w.slots for w in workers),
-            "healthy": sum(1 for w in workers if w.health == Health.HEALTHY),
-            "avg_session_s": round(self.avg_session_s, 3),
-        }
+        queue = [
+            {"ticket": e.ticket, "position": i, "requirements": sorted(e.requirements),
+             "waited_s": round(now - e.enqueued_at, 3)}
+            for i, e in enumerate(self._queue.values(), start=1)
+        ]
+        return pool_snapshot(self.registry.workers(), queue, len(self._queue), self.avg_session_s)
 
     # ------------------------------------------------------------------ internals
-
-    def _get(self, worker_id: str) -> Worker:
-        try:
-            return self._workers[worker_id]
-        except KeyError:
-            raise KeyError(f"unknown worker {worker_id}") from None
-
-    def _set_health(self, worker: Worker, health: Health, why: str) -> None:
-        if worker.health != health:
-            level = logging.INFO if health in (Health.HEALTHY, Health.DISABLED) else logging.WARNING
-            log.log(level, "worker %s: %s -> %s (%s)", worker.id, worker.health.value, health.value, why)
-            worker.health = health
-
-    def _can_ever_serve(self, requirements: frozenset[str]) -> bool:
-        """False only once capabilities are known and no non-dead worker can meet them.
-
-        A worker that has not reported capabilities yet (still loading) might, so it counts as
-        capable; with no reports at all we simply queue.
-        """
-        if not any(w.capabilities for w in self._workers.values()):
-            return True
-        return any(
-            w.health != Health.DEAD and (not w.capabilities or w.can_serve(requirements))
-            for w in self._workers.values()
-        )
-
-    def _pick(self, candidates: Iterable[Worker], requirements: frozenset[str]) -> Worker:
-        """Least loaded first; then the least over-qualified, keeping rarer capabilities free."""
-        return min(
-            candidates,
-            key=lambda w: (w.busy / w.slots, len(w.capabilities - requirements), self._order.get(w.id, 0)),
-        )
 
     def _assign(self, worker: Worker, ticket: str, queued_s: float) -> Lease:
         worker.busy += 1
@@ -515,11 +326,10 @@ class WorkerPool:
         started = worker.sessions.pop(lease.ticket, None)
         if started is None:
             return  # already released
-        if self._workers.get(worker.id) is worker:
+        if self.registry.holds(worker):
             worker.busy = max(0, worker.busy - 1)
         if record:
-            duration = time.monotonic() - started
-            self.avg_session_s += EMA_ALPHA * (duration - self.avg_session_s)
+            self.avg_session_s = moving_average(self.avg_session_s, time.monotonic() - started)
         self._dispatch_next()
 
     def _abandon(self, entry: _Entry) -> None:
@@ -533,6 +343,18 @@ class WorkerPool:
         if self._queue.pop(entry.ticket, None) is not None:
             self._dispatch_next()
 
+    def _workers_changed(self) -> None:
+        """After any change to the registry: waiters no worker can ever serve now fail (a worker
+        removed or dead, capabilities reported), then free slots are handed out."""
+        hopeless: dict[frozenset[str], bool] = {}
+        for entry in list(self._queue.values()):
+            if entry.requirements not in hopeless:
+                hopeless[entry.requirements] = not self.registry.can_ever_serve(entry.requirements)
+            if hopeless[entry.requirements] and not entry.future.done():
+                self._queue.pop(entry.ticket)
+                entry.future.set_exception(no_capable_worker(entry.requirements))
+        self._dispatch_next()
+
     def _dispatch_next(self) -> None:
         """Hand free slots to queued entries in FIFO order, then push status changes.
 
@@ -542,26 +364,18 @@ class WorkerPool:
         now = time.monotonic()
         # Fast path: with every slot busy (the usual state while people queue) there is
         # nothing to assign, and scanning a thousand waiters on every join would cost O(n^2).
-        free_slots = sum(w.slots - w.busy for w in self._workers.values() if w.available)
+        free_slots = self.registry.free_slots()
         for entry in list(self._queue.values()) if free_slots > 0 else ():
             if free_slots <= 0:
                 break  # every free slot is taken: the rest keep their places
             if entry.future.done():  # cancelled waiter not yet cleaned up
                 self._queue.pop(entry.ticket, None)
                 continue
-            if not self._can_ever_serve(entry.requirements):
-                self._queue.pop(entry.ticket)
-                entry.future.set_exception(
-                    NoCapableWorkerError(
-                        f"no worker offers {', '.join(sorted(entry.requirements)) or 'these capabilities'}"
-                    )
-                )
-                continue
-            free = [w for w in self._workers.values() if w.available and w.can_serve(entry.requirements)]
+            free = self.registry.free_for(entry.requirements)
             if not free:
                 continue
             self._queue.pop(entry.ticket)
-            lease = self._assign(self._pick(free, entry.requirements), entry.ticket, now - entry.enqueued_at)
+            lease = self._assign(self.registry.pick(free, entry.requirements), entry.ticket, now - entry.enqueued_at)
             free_slots -= 1
             entry.future.set_result(lease)
             if entry.on_assigned is not None:
@@ -604,8 +418,9 @@ class WorkerPool:
                 continue
             entry.last_sent = (position, length)
             if entry.requirements not in slots:
-                slots[entry.requirements] = self._capable_slots(entry.requirements)
-            status = QueueStatus(entry.ticket, position, length, self._eta(position, slots[entry.requirements]))
+                slots[entry.requirements] = self.registry.capable_slots(entry.requirements)
+            eta = eta_s(position, slots[entry.requirements], self.eta_session_s or self.avg_session_s)
+            status = QueueStatus(entry.ticket, position, length, eta)
             try:
                 entry.on_status(status)
             except Exception:
@@ -620,11 +435,3 @@ class WorkerPool:
     def _flush_lengths(self) -> None:
         self._length_flush = None
         self._push_status(lengths_too=True)
-
-    def _capable_slots(self, requirements: frozenset[str]) -> int:
-        return sum(
-            w.slots for w in self._workers.values() if w.health == Health.HEALTHY and w.can_serve(requirements)
-        )
-
-    def _eta(self, position: int, capable_slots: int) -> float:
-        return math.ceil(position / max(1, capable_slots)) * (self.eta_session_s or self.avg_session_s)

@@ -3,7 +3,7 @@
 Transport-neutral: the client is an ``EventChannel`` (``core/transport.py``) and what it asked
 for at connect time a ``SessionRequest``, so a WebSocket (``websocket.py``) and, next, a WebRTC
 call reach the same queueing, relaying, limits and recording. The slot is taken by
-``WorkerPool.acquire`` and given back in ``finally``, on every path.
+``SessionQueue.acquire`` and given back in ``finally``, on every path.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ from core.protocol import EXTENSION_EVENTS, error_event, server_event, unknown_e
 from core.session_store import new_session_id, new_share_token, token_hash
 from core.transport import ChannelClosed, EventChannel
 from gateway.metrics import METRICS_PREFIX, GatewayMetrics
-from gateway.pool.redis_queue import ClusterUnavailable
-from gateway.realtime.budget import CLOSE_POLICY, InboundBudget
-from gateway.pool.worker_pool import (
+from gateway.pool.interface import SessionQueue
+from gateway.pool.model import (
     Lease,
     NoCapableWorkerError,
     QueueCancelledError,
     QueueFullError,
     QueueStatus,
     QueueTimeoutError,
-    WorkerPool,
 )
+from gateway.pool.redis_queue import ClusterUnavailable
+from gateway.realtime.budget import CLOSE_POLICY, InboundBudget
 from gateway.realtime.initial_session import start_with_session
 from gateway.realtime.relay import RelayResult, relay
 from gateway.realtime.request import SessionRequest
@@ -60,7 +60,7 @@ class RealtimeProxy:
                  "metrics", "client_ip", "created_at", "state", "session_id", "worker_id", "assigned_at",
                  "_stop", "_stop_reason", "initial_session", "_minted_session_id", "_span", "budget")
 
-    def __init__(self, client: EventChannel, request: SessionRequest, pool: WorkerPool, config: AppConfig) -> None:
+    def __init__(self, client: EventChannel, request: SessionRequest, pool: SessionQueue, config: AppConfig) -> None:
         self.client = client
         self.pool = pool
         self.config = config

@@ -22,7 +22,7 @@ from core.transport import WebSocketChannel
 from gateway.access.ephemeral_keys import is_ephemeral
 from gateway.access.policy import chosen_subprotocol, presented_key
 from gateway.metrics import GatewayMetrics
-from gateway.pool.worker_pool import WorkerPool
+from gateway.pool.interface import SessionQueue
 from gateway.realtime.admission import CLOSE_POLICY, Admission, Refusal
 from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.request import session_request
@@ -32,7 +32,7 @@ from gateway.realtime.webrtc.sideband import serve_sideband
 PATH = "/v1/realtime"
 
 
-def realtime_websocket_route(admission: Admission, pool: WorkerPool, config: AppConfig, metrics: GatewayMetrics,
+def realtime_websocket_route(admission: Admission, pool: SessionQueue, config: AppConfig, metrics: GatewayMetrics,
                              live: dict[str, RealtimeProxy], calls: CallRegistry | None = None) -> WebSocketRoute:
     access = admission.access
 

@@ -1,7 +1,7 @@
 """OpenAI-compatible REST API on the gateway: models, chat completions (text and audio, streamed
 or not, with function calling), speech and transcriptions.
 
-Every model request takes a short lease from the same ``WorkerPool`` as realtime sessions
+Every model request takes a short lease from the same pool (``SessionQueue``) as realtime sessions
 (FIFO among both; while queued the HTTP client simply waits) and calls the leased worker's
 internal REST endpoint (``worker/rest.py``). Bodies are checked before queueing, so bad input
 never holds a slot. The gateway only parses JSON and relays: media is decoded and encoded on
@@ -27,23 +27,11 @@ from pydantic import ValidationError
 
 from core import telemetry
 from core.ids import new_id
-from core.rest_jobs import (
-    CHAT_PATH,
-    RELEASE_PATH,
-    REQUEST_ID_HEADER,
-    SPEECH_PATH,
-    TRANSCRIPTION_PATH,
-    SpeechJob,
-)
+from core.rest_jobs import CHAT_PATH, RELEASE_PATH, REQUEST_ID_HEADER, SPEECH_PATH, TRANSCRIPTION_PATH, SpeechJob
 from core.streaming import ClosingStreamingResponse
+from gateway.pool.interface import SessionQueue
+from gateway.pool.model import Lease, NoCapableWorkerError, QueueFullError, QueueTimeoutError
 from gateway.pool.redis_queue import ClusterUnavailable
-from gateway.pool.worker_pool import (
-    Lease,
-    NoCapableWorkerError,
-    QueueFullError,
-    QueueTimeoutError,
-    WorkerPool,
-)
 from gateway.rest.body import THREAD_PARSE_BYTES, parse_json, parse_multipart, read_body, validation_error
 from gateway.rest.format import ChatContext, sse, transcription_body
 from gateway.rest.models import (
@@ -86,7 +74,7 @@ class WorkerCall:
     worker stops the work and answers once its own slot is free, and only then is the lease
     given back, so the pool never hands out a slot whose worker is still busy."""
 
-    def __init__(self, request: Request, pool: WorkerPool, http: httpx.AsyncClient) -> None:
+    def __init__(self, request: Request, pool: SessionQueue, http: httpx.AsyncClient) -> None:
         self.request, self.pool, self.http = request, pool, http
         self.ticket = new_id("req")
         self.lease: Lease | None = None
@@ -235,7 +223,7 @@ class WorkerCall:
             log.warning("REST request %s: releasing it on worker %s failed: %r", self.ticket, self.lease.worker.id, exc)
 
 
-def known_models(pool: WorkerPool) -> dict[str, set[str]]:
+def known_models(pool: SessionQueue) -> dict[str, set[str]]:
     """Model id -> capabilities, from the backends the workers report (``omniduplex-<backend>``)."""
     models: dict[str, set[str]] = {}
     for worker in pool.workers():
@@ -245,7 +233,7 @@ def known_models(pool: WorkerPool) -> dict[str, set[str]]:
     return models or {DEFAULT_MODEL: set()}
 
 
-def _check_model(pool: WorkerPool, model: str) -> None:
+def _check_model(pool: SessionQueue, model: str) -> None:
     if model not in known_models(pool):
         raise ApiError(404, f"The model '{model}' does not exist; available: {', '.join(sorted(known_models(pool)))}",
                        "model_not_found", "model")
@@ -264,7 +252,7 @@ def _transcription_schema() -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
 
 
-def openai_router(pool: WorkerPool, transport: httpx.AsyncBaseTransport | None = None) -> APIRouter:
+def openai_router(pool: SessionQueue, transport: httpx.AsyncBaseTransport | None = None) -> APIRouter:
     """The public ``/v1`` REST routes; one ``httpx`` client for worker calls (not the probes').
 
     ``transport`` replaces the network for tests (worker test doubles)."""

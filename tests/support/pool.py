@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.pool.worker_pool import Health, Worker, WorkerPool
+from gateway.pool.model import Health, Worker
+from gateway.pool.worker_pool import WorkerPool
 
 
 async def settle(n: int = 5) -> None:

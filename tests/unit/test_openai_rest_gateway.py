@@ -15,7 +15,8 @@ from fastapi import FastAPI
 
 from core.rest_jobs import CHAT_PATH, RELEASE_PATH, SPEECH_PATH, TRANSCRIPTION_PATH
 from gateway.rest.routes import openai_router
-from gateway.pool.worker_pool import Health, WorkerPool
+from gateway.pool.model import Health
+from gateway.pool.worker_pool import WorkerPool
 
 MODEL = "omniduplex-cascade"
 CAPS = ["audio_input", "audio_output", "image_input", "text_output"]

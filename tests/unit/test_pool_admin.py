@@ -7,13 +7,8 @@ import asyncio
 
 import pytest
 
-from gateway.pool.worker_pool import (
-    Health,
-    NoCapableWorkerError,
-    QueueCancelledError,
-    QueueTimeoutError,
-    WorkerPool,
-)
+from gateway.pool.model import Health, NoCapableWorkerError, QueueCancelledError, QueueTimeoutError
+from gateway.pool.worker_pool import WorkerPool
 from tests.support.pool import healthy, settle
 
 

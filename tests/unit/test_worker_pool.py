@@ -10,14 +10,8 @@ import httpx
 import pytest
 
 from gateway.pool.health_checker import HealthChecker
-from gateway.pool.worker_pool import (
-    Health,
-    NoCapableWorkerError,
-    QueueFullError,
-    QueueStatus,
-    QueueTimeoutError,
-    WorkerPool,
-)
+from gateway.pool.model import Health, NoCapableWorkerError, QueueFullError, QueueStatus, QueueTimeoutError
+from gateway.pool.worker_pool import WorkerPool
 
 AUDIO = frozenset({"audio_input", "audio_output", "duplex"})
 IMAGE = AUDIO | {"image_input"}

@@ -22,7 +22,8 @@ from prometheus_client.core import GaugeMetricFamily
 
 from core.config import AppConfig
 from gateway.metrics import GatewayMetrics
-from gateway.pool.worker_pool import Lease, QueueStatus, WorkerPool
+from gateway.pool.interface import SessionQueue
+from gateway.pool.model import Lease, QueueStatus
 from gateway.realtime.admission import Admitted
 from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.request import SessionRequest
@@ -47,7 +48,7 @@ class CallProxy(RealtimeProxy):
 
     __slots__ = ("call_id", "placed", "_last_error")
 
-    def __init__(self, client: WebRTCChannel, request: SessionRequest, pool: WorkerPool, config: AppConfig,
+    def __init__(self, client: WebRTCChannel, request: SessionRequest, pool: SessionQueue, config: AppConfig,
                  call_id: str) -> None:
         super().__init__(client, request, pool, config)
         self.call_id = call_id
@@ -92,7 +93,7 @@ class _CallsCollector:
 class CallRegistry:
     """Call id -> (call, its proxy's task)."""
 
-    def __init__(self, pool: WorkerPool, config: AppConfig, metrics: GatewayMetrics,
+    def __init__(self, pool: SessionQueue, config: AppConfig, metrics: GatewayMetrics,
                  live: dict[str, RealtimeProxy], bridge: CallBridge | None = None) -> None:
         self.pool, self.config, self.metrics, self.live = pool, config, metrics, live
         self.bridge = bridge  # a cluster's gateways take sidebands for each other's calls
