@@ -53,7 +53,7 @@ def _model(script: list[int]) -> SmolLm:
     lm = SmolLm.__new__(SmolLm)
     lm.tokenizer, lm.runner = _Tokenizer(), _Runner(script)
     lm.stop_ids, lm.end_id, lm.final_ids = {END}, END, [5]
-    lm._lock, lm._prefixes = threading.Lock(), {}
+    lm.lock, lm._prefixes = threading.Lock(), {}
     return lm
 
 
