@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, help="throughput: seconds of streaming (default 5); calls: seconds "
                                                       "of transport probes (default 10)")
     parser.add_argument("--modes", nargs="+", help="turns, duplex: turn-detection modes (default: all)")
-    parser.add_argument("--kinds", nargs="+", choices=["complete", "paused", "backchannel", "interruption"],
-                        help="duplex: which kinds of trial (default: all four)")
+    parser.add_argument("--kinds", nargs="+", choices=["complete", "paused", "backchannel", "interruption", "cutin"],
+                        help="duplex: which kinds of trial (default: all five)")
     parser.add_argument("--limit", type=int, help="turns, duplex: the first N items of each kind; answers: the first N questions")
     parser.add_argument("--set", choices=["eval", "dev"], default="eval", help="answers, tools, duplex: which part of the set")
     parser.add_argument("--runs", type=int,

@@ -29,8 +29,9 @@ from devtools.espeak import VOICED, espeak_path  # noqa: F401 - for callers (the
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "data" / "duplex_set"
 SYNTH_VERSION = 1  # bump when synthesis changes, so cached WAVs are remade
-KINDS = ("complete", "paused", "backchannel", "interruption")
-_LETTER = {"complete": "c", "paused": "p", "backchannel": "b", "interruption": "i"}
+KINDS = ("complete", "paused", "backchannel", "interruption", "cutin")
+OVERLAP_KINDS = ("backchannel", "interruption", "cutin")  # spoken over a long reply
+_LETTER = {"complete": "c", "paused": "p", "backchannel": "b", "interruption": "i", "cutin": "s"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,8 @@ def _part_items(part: str) -> list[Item]:
         add("backchannel", i, (text,))
     for i, (text, expect) in enumerate(p["interruption"]):
         add("interruption", i, (text,), expect=tuple(expect))
+    for i, text in enumerate(p["cutin"]):
+        add("cutin", i, (text,))
     return out
 
 

@@ -26,7 +26,11 @@ Trials, per mode:
   3 s after it, the reply's ``response.done`` cancelled, or a new ``response.created`` in that
   window. A reply whose audio ended before the clip was due is not a trial ("short"), and neither
   is one that had finished playing before the clip's last voiced sample ("ended"): both are counted
-  apart.
+  apart. What the listener notices (issue 47): the story is lost when the backchannel got an answer
+  of its own, or stopped the reply and no resumed reply (``response.resumed``) sounded within 1 s of
+  the voice's last voiced sample.
+- cutin: a short "No." or "Wait." over the reply, the same way: taken as a turn when
+  ``speech_started`` came and the reply did not resume (nor was the voice a backchannel).
 - interruption: the same, with the interruption clip. Detected: ``speech_started`` from its onset
   to 2 s after its last voiced sample. Seen = that ``speech_started`` minus the onset (the send
   time of the clip's first voiced chunk). Stop = the later of the cut reply's last audio delta and
@@ -38,8 +42,9 @@ Trials, per mode:
   keyword, or 6 s of its audio).
 
 Modes: ``server_vad`` (silence_duration_ms 500), ``semantic_vad`` (eagerness auto), and for the
-backchannel and interruption trials ``no_backchannel_rule`` (semantic_vad with
-``"ignore_backchannels": false``: every voice over the reply is a barge-in). Trials interleave
+trials over a reply ``no_backchannel_rule`` (semantic_vad with ``"ignore_backchannels": false``:
+every voice over the reply is a barge-in) and ``yield_at_onset`` (semantic_vad with
+``"yield_at_onset": true``: the reply stops at the onset and a backchannel resumes it). Trials interleave
 modes per item (the order rotating). Each figure is reported per run and as the median of
 ``--runs`` (default 3) with the spread; the goals are judged on the median.
 """

@@ -23,6 +23,9 @@ BACKCHANNEL_WINDOW_S = 3.0  # after the backchannel's last voiced sample
 DETECT_WINDOW_S = 2.0  # interruption: speech_started up to this after the clip's last voiced sample
 NEXT_WAIT_S = 12.0  # interruption: the next reply, after the clip's last voiced sample
 NEXT_AUDIO_S = 6.0  # interruption: the next reply's audio judged for relevance
+STORY_BACK_S = 1.0  # backchannel: a reply it stopped must sound again within this of the voice's end
+GOAL_STORY_LOST = 0.10
+GOAL_CUTIN = 1.0
 
 GOAL_BACKCHANNEL = 0.10
 GOAL_SEEN_MS = 250.0
@@ -35,8 +38,9 @@ MODES: dict[str, dict[str, Any]] = {
     "server_vad": {"type": "server_vad", "silence_duration_ms": 500},
     "semantic_vad": _SEMANTIC,
     "no_backchannel_rule": {**_SEMANTIC, "ignore_backchannels": False},
+    "yield_at_onset": {**_SEMANTIC, "yield_at_onset": True},  # issue 47: stop at the onset, resume after a backchannel
 }
-OVERLAP_ONLY = {"no_backchannel_rule"}  # modes run on backchannel and interruption trials only
+OVERLAP_ONLY = {"no_backchannel_rule", "yield_at_onset"}  # modes run on the trials over a long reply only
 
 # Published Full-Duplex-Bench v1 figures (Lin et al., 2025): pause takeover rate, smooth turn-taking
 # latency, user-interruption latency (s).

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.duplex.common import ANCHORS, GOAL_BACKCHANNEL, GOAL_P90_MS, GOAL_RATIO, GOAL_SEEN_MS, GOAL_TAKEOVER
+from bench.duplex.common import (ANCHORS, GOAL_BACKCHANNEL, GOAL_CUTIN, GOAL_P90_MS, GOAL_RATIO, GOAL_SEEN_MS,
+                                 GOAL_STORY_LOST, GOAL_TAKEOVER)
 from bench.stats import goal_mark, median_by_mode, summary
 
 
@@ -33,6 +34,8 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
         bc = [r for r in bc_all if r.get("status") == "ok"]
         ints_all = [r for r in mine if r["kind"] == "interruption"]
         ints = [r for r in ints_all if r.get("status") == "ok"]
+        cut_all = [r for r in mine if r["kind"] == "cutin"]
+        cutins = [r for r in cut_all if r.get("status") == "ok"]
         lat = summary([r["latency_ms"] for r in comp if r["latency_ms"] is not None])
         seen = summary([r["seen_ms"] for r in ints if r["seen_ms"] is not None])
         stop = summary([r["stop_ms"] for r in ints if r["stop_ms"] is not None])
@@ -41,19 +44,26 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
         false = sum(r["false_interruption"] for r in bc)
         detected = sum(r["detected"] for r in ints)
         relevant = sum(r["relevant"] for r in ints)
+        lost = sum(r["story_lost"] for r in bc)
+        taken = sum(r["taken"] for r in cutins)
+        back = summary([r["story_back_ms"] for r in bc if r.get("story_back_ms") is not None])
+        cut_seen = summary([r["seen_ms"] for r in cutins if r["seen_ms"] is not None])
         out[mode] = {
             "complete": len(comp), "turn_p50_ms": _nan_none(lat["p50"]), "turn_p90_ms": _nan_none(lat["p90"]),
             "no_answer": sum(not r["answered"] for r in comp),
             "paused": len(paused), "takeovers": takeovers, "pause_takeover": _share(takeovers, len(paused)),
             "backchannels": len(bc), "bc_not_trials": len(bc_all) - len(bc), "bc_false": false,
-            "bc_false_rate": _share(false, len(bc)),
+            "bc_false_rate": _share(false, len(bc)), "bc_lost": lost, "bc_lost_rate": _share(lost, len(bc)),
+            "bc_back_p50_ms": _nan_none(back["p50"]),
+            "cutins": len(cutins), "cutin_not_trials": len(cut_all) - len(cutins), "cutin_taken": taken,
+            "cutin_taken_share": _share(taken, len(cutins)), "cutin_seen_p50_ms": _nan_none(cut_seen["p50"]),
             "interruptions": len(ints), "int_not_trials": len(ints_all) - len(ints), "detected": detected,
             "detected_share": _share(detected, len(ints)), "seen_p50_ms": _nan_none(seen["p50"]),
             "seen_p90_ms": _nan_none(seen["p90"]), "stop_p50_ms": _nan_none(stop["p50"]),
             "answer_p50_ms": _nan_none(answer["p50"]), "relevant": relevant, "relevance": _share(relevant, len(ints)),
             "errors": sum("error" in r for r in rows if r["mode"] == mode),
             # long replies whose audio came slower than real time (the listener heard a gap): a loaded machine
-            "reply_gaps": sum(r.get("reply_gaps_s", 0) > 0.1 for r in bc + ints),
+            "reply_gaps": sum(r.get("reply_gaps_s", 0) > 0.1 for r in bc + ints + cutins),
         }
     base = out.get("server_vad", {}).get("turn_p50_ms")
     for s in out.values():
@@ -65,8 +75,10 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
 
 MEDIAN_KEYS = ("pause_takeover", "takeovers", "turn_p50_ms", "turn_p90_ms", "ratio_to_server_vad", "no_answer",
                "detected_share", "seen_p50_ms", "seen_p90_ms", "stop_p50_ms", "answer_p50_ms", "relevance",
-               "bc_false_rate", "bc_false", "errors")
-COUNT_KEYS = ("complete", "paused", "backchannels", "interruptions", "bc_not_trials", "int_not_trials")
+               "bc_false_rate", "bc_false", "bc_lost_rate", "bc_back_p50_ms", "cutin_taken_share", "cutin_seen_p50_ms",
+               "errors")
+COUNT_KEYS = ("complete", "paused", "backchannels", "interruptions", "cutins", "bc_not_trials", "int_not_trials",
+              "cutin_not_trials")
 
 
 def median_modes(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -81,8 +93,21 @@ def goals(median: dict[str, Any]) -> list[dict[str, Any]]:
         return None if not s or "refused" in s or s[key]["median"] is None else s[key]["median"]
 
     out = []
-    for mode in ("server_vad", "semantic_vad"):
-        if mode not in median:
+    for mode in median:  # issue 47's, on every mode that ran the trials over a reply
+        s = median[mode]
+        if "refused" in s:
+            continue
+        if s.get("backchannels"):
+            v = value(mode, "bc_lost_rate")
+            out.append({"goal": f"{mode}: backchannels that lose the story or get an answer <= {GOAL_STORY_LOST:.0%}",
+                        "value": v, "mark": goal_mark(v, GOAL_STORY_LOST), "shown": None if v is None else f"{v:.0%}"})
+        if s.get("cutins"):
+            v = value(mode, "cutin_taken_share")
+            out.append({"goal": f"{mode}: short cut-ins taken as turns {GOAL_CUTIN:.0%}", "value": v,
+                        "mark": goal_mark(v, GOAL_CUTIN, at_least=True),
+                        "shown": None if v is None else f"{v:.0%}"})
+    for mode in ("server_vad", "semantic_vad", "yield_at_onset"):
+        if mode not in median or "refused" in median[mode]:
             continue
         if median[mode].get("backchannels"):
             v = value(mode, "bc_false_rate")
@@ -151,6 +176,17 @@ def report(r: dict[str, Any]) -> str:
             f"{_cell(s, 'detected_share', 'interruptions', _pct)} | {seen} | "
             f"{_cell(s, 'stop_p50_ms', 'interruptions', _ms)} | {_cell(s, 'answer_p50_ms', 'interruptions', _ms)} | "
             f"{_cell(s, 'relevance', 'interruptions', _pct)} | {_cell(s, 'bc_false_rate', 'backchannels', _pct)} |")
+    lines += ["", "What the listener notices (issue 47): the reply's silence after an interruption's onset (over "
+              "WebSocket the client clears its playback at speech_started), short cut-ins taken as turns, "
+              "backchannels after which the story did not come back within 1 s (or that got an answer):", "",
+              "| mode | silence after the onset p50 ms | cut-ins taken | cut-in seen p50 ms | backchannels losing the story "
+              "| story back after the voice, p50 ms |", "|---|---|---|---|---|---|"]
+    for mode, s in r["median"].items():
+        if "refused" in s:
+            continue
+        lines.append(f"| {mode} | {_cell(s, 'seen_p50_ms', 'interruptions', _ms)} | "
+                     f"{_cell(s, 'cutin_taken_share', 'cutins', _pct)} | {_cell(s, 'cutin_seen_p50_ms', 'cutins', _ms)} | "
+                     f"{_cell(s, 'bc_lost_rate', 'backchannels', _pct)} | {_cell(s, 'bc_back_p50_ms', 'backchannels', _ms)} |")
     skipped = [f"{mode}: {s['bc_not_trials']} backchannel, {s['int_not_trials']} interruption"
                for mode, s in r["median"].items() if "refused" not in s and (s["bc_not_trials"] or s["int_not_trials"])]
     if skipped:

@@ -11,8 +11,9 @@ import numpy as np
 
 from bench.duplex.client import Mic, Trial
 from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LEAD_S, LONG_INSTRUCTIONS, LONG_TOKENS, MODES,
-                                 NEXT_AUDIO_S, NEXT_WAIT_S, OVERLAP_ONLY, PLAYED_S, REPLY_WAIT_S, WAIT_S, mentions)
-from bench.duplex_set import RATE, Clip, prompts
+                                 NEXT_AUDIO_S, NEXT_WAIT_S, OVERLAP_ONLY, PLAYED_S, REPLY_WAIT_S, STORY_BACK_S, WAIT_S,
+                                 mentions)
+from bench.duplex_set import OVERLAP_KINDS, RATE, Clip, prompts
 from bench.turns import MAX_TOKENS, Refused, open_session  # one GA session setup for both turn benches
 
 
@@ -105,6 +106,10 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
                     break
                 continue
             nxt = _next_reply(tr, reply, onset)
+            if it.kind == "cutin":  # taken as a turn or not: its answer's content is not judged
+                if nxt is not None and nxt in tr.first_audio or tr.resumed or now > lv + DETECT_WINDOW_S + 1.0:
+                    break
+                continue
             first = tr.first_audio.get(nxt) if nxt is not None else None
             if nxt in tr.done or first is not None and (mentions(tr.text.get(nxt, ""), it.expect)
                                                         or now > first + NEXT_AUDIO_S):
@@ -138,6 +143,14 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
         r["why"] = [w for w, yes in (("speech_started", bool(seen)), ("cancelled", cancelled),
                                      ("new_response", bool(new))) if yes]
         r["false_interruption"] = bool(r["why"])
+        # What the listener notices: the story stopped and did not come back within STORY_BACK_S of
+        # the voice's end, or the backchannel got an answer of its own.
+        back = [tr.first_audio[rid] for rid in tr.resumed if rid in tr.first_audio]
+        r["silence_ms"] = tr.rel_ms(seen[0], onset) if seen else None
+        r["story_back_ms"] = tr.rel_ms(min(back), lv) if back else None
+        answered = any(rid not in tr.resumed for rid in new)
+        stopped = bool(seen) or cancelled
+        r["story_lost"] = answered or (stopped and not (back and min(back) <= lv + STORY_BACK_S))
         if reply_end is not None and reply_end < lv and not r["false_interruption"]:
             r["status"] = "ended"  # the reply had stopped playing before the backchannel did
         r["backchannel_ms"] = tr.rel_ms(tr.backchannels[0][0], onset) if tr.backchannels else None
@@ -145,6 +158,9 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
     seen = [t for t in starts if t <= lv + DETECT_WINDOW_S]
     r["detected"] = bool(seen)
     r["seen_ms"] = tr.rel_ms(seen[0], onset) if seen else None
+    if it.kind == "cutin":  # taken as a turn: the reply stopped and did not come back
+        r["taken"] = bool(seen) and not tr.resumed and not tr.backchannels
+        return r
     r["stop_ms"] = None  # not seen, or the reply never ended within the trial
     if seen and done_t is not None:
         stop_t = max(tr.last_audio.get(reply, seen[0]), done_t) if done_t >= onset else seen[0]
@@ -167,7 +183,7 @@ def _next_reply(tr: Trial, reply: str | None, onset: float | None) -> str | None
 
 
 def modes_for(kind: str, modes: list[str]) -> list[str]:
-    return [m for m in modes if kind in ("backchannel", "interruption") or m not in OVERLAP_ONLY]
+    return [m for m in modes if kind in OVERLAP_KINDS or m not in OVERLAP_ONLY]
 
 
 async def run_all(url: str, part: str, modes: list[str], clips: list[Clip], log) -> tuple[list[dict], dict[str, str]]:
@@ -221,7 +237,9 @@ def _row_line(r: dict[str, Any]) -> str:
     if r.get("status") != "ok":
         return f"{head} {r.get('status')} (reply {r.get('reply_audio_s')} s) {r.get('reply_text', '')[:60]!r}"
     if kind == "backchannel":
-        return (f"{head} false={r['false_interruption']} {r['why']} {r['text']!r} heard {r['user']}, "
-                f"as backchannel {r['backchannels']}")
+        return (f"{head} false={r['false_interruption']} {r['why']} lost={r['story_lost']} "
+                f"back={r['story_back_ms']} {r['text']!r} heard {r['user']}, as backchannel {r['backchannels']}")
+    if kind == "cutin":
+        return f"{head} taken={r['taken']} seen={r['seen_ms']} {r['text']!r} heard {r['user']}"
     return (f"{head} detected={r['detected']} seen={r['seen_ms']} stop={r['stop_ms']} answer={r['answer_ms']} "
             f"relevant={r['relevant']} heard {r['user']} -> {r['next_text'][:80]!r}")

@@ -16,6 +16,8 @@ tests) and an ``eval`` part (run once a choice is made; never in code or a test:
   as a word's beginning: "penguin" matches "penguins"). No keyword is a generic word of the
   question ("planet"): an answer that only echoes it does not follow the question. Some begin like a backchannel ("Yeah, but
   ...", "Okay wait, ...").
+- ``cutins``: a word or two asking the assistant to stop ("No.", "Wait."); each must be taken as a
+  turn, however short.
 - ``prompts``: requests the assistant answers at length, so a backchannel or an interruption lands
   while its audio plays.
 
@@ -107,6 +109,22 @@ DEV_BACKCHANNELS: list[str] = [
     "Of course.",
     "Alright.",
     "Ah.",
+]
+
+# Short cut-ins (issue 47): a word or two that asks the talking assistant to stop; each must be
+# taken as a turn. The eval ones were written after the judge's stop-word rule and not used to
+# change it; most say nothing the rule lists (and no eval one is a word the code names).
+DEV_CUTINS: list[str] = [
+    "No.",
+    "Stop.",
+    "Wait.",
+    "Hold on.",
+    "No, not that one.",
+    "Sorry.",
+    "Excuse me.",
+    "Hang on a sec.",
+    "Stop, please.",
+    "Wait a moment.",
 ]
 
 DEV_INTERRUPTIONS: list[tuple[str, list[str]]] = [
@@ -226,6 +244,19 @@ EVAL_INTERRUPTIONS: list[tuple[str, list[str]]] = [
     ("Stop there, how do I fix a leaking tap?", ["tap", "leak", "washer", "faucet"]),
 ]
 
+EVAL_CUTINS: list[str] = [
+    "Nah, skip that.",
+    "Okay, enough of that.",
+    "Hush now.",
+    "Let me talk.",
+    "Cut it out.",
+    "May I jump in here?",
+    "That's not it.",
+    "Nope, wrong one.",
+    "Quiet for a second.",
+    "Hey, listen.",
+]
+
 EVAL_PROMPTS: list[str] = [
     "Tell me a long story about a pirate who lost his ship.",
     "Describe a busy market town in great detail.",
@@ -235,9 +266,10 @@ EVAL_PROMPTS: list[str] = [
 
 PARTS: dict[str, dict[str, list]] = {
     "dev": {"voices": DEV_VOICES, "complete": DEV_COMPLETE, "paused": DEV_PAUSED, "backchannel": DEV_BACKCHANNELS,
-            "interruption": DEV_INTERRUPTIONS, "prompts": DEV_PROMPTS},
+            "interruption": DEV_INTERRUPTIONS, "cutin": DEV_CUTINS, "prompts": DEV_PROMPTS},
     "eval": {"voices": EVAL_VOICES, "complete": EVAL_COMPLETE, "paused": EVAL_PAUSED,
-             "backchannel": EVAL_BACKCHANNELS, "interruption": EVAL_INTERRUPTIONS, "prompts": EVAL_PROMPTS},
+             "backchannel": EVAL_BACKCHANNELS, "interruption": EVAL_INTERRUPTIONS, "cutin": EVAL_CUTINS,
+             "prompts": EVAL_PROMPTS},
 }
 
 
@@ -246,4 +278,4 @@ def texts(part: str) -> list[str]:
     text, an interruption's words (not its keywords)."""
     p = PARTS[part]
     return (list(p["complete"]) + [t for before, _, after in p["paused"] for t in (before, f"{before} {after}")]
-            + list(p["backchannel"]) + [t for t, _ in p["interruption"]] + list(p["prompts"]))
+            + list(p["backchannel"]) + [t for t, _ in p["interruption"]] + list(p["cutin"]) + list(p["prompts"]))

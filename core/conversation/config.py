@@ -14,6 +14,9 @@ EAGERNESS_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "high": 2000, "auto": 4000
 # Under semantic_vad the words are transcribed after a shorter silence than the VAD's usual
 # speculation point: the score, not a fixed hangover, ends the turn.
 SEMANTIC_PAUSE_MS = 32
+# Our turn_detection fields (not OpenAI's) and their defaults: the session object shows one only
+# when it differs.
+EXTENSION_DEFAULTS = {"ignore_backchannels": True, "resume_false_interruption": True, "yield_at_onset": False}
 
 
 class TurnDetection(BaseModel):
@@ -38,6 +41,10 @@ class TurnDetection(BaseModel):
     # (``overlap.py``); an interruption with no words after it (a cough) resumes the reply.
     ignore_backchannels: bool = True
     resume_false_interruption: bool = True
+    # Issue 47, off until its benchmark says so: with ``ignore_backchannels``, the reply stops at a
+    # voice's onset (``speech_started`` at once, the item cut to what was heard) while the judge
+    # decides; a backchannel or noise then resumes it where it stopped.
+    yield_at_onset: bool = False
     # server_vad only (as OpenAI's): after the last reply has been heard, this long without speech
     # commits the silence and prompts a reply (``idle_timeout.py``). None: off.
     idle_timeout_ms: StrictInt | None = Field(None, ge=IDLE_TIMEOUT_MS_RANGE[0], le=IDLE_TIMEOUT_MS_RANGE[1])
@@ -66,12 +73,11 @@ class TurnDetection(BaseModel):
     def wire(self) -> dict:
         """The protocol's object: OpenAI's semantic_vad carries no VAD tuning fields; our
         extensions only when they differ from the default."""
-        extras = {k: False for k in ("ignore_backchannels", "resume_false_interruption") if not getattr(self, k)}
+        extras = {k: getattr(self, k) for k, default in EXTENSION_DEFAULTS.items() if getattr(self, k) != default}
         if self.type == "semantic_vad":
             return {"type": self.type, "eagerness": self.eagerness, "create_response": self.create_response,
                     "interrupt_response": self.interrupt_response, **extras}
-        return {**self.model_dump(exclude={"eagerness", "ignore_backchannels", "resume_false_interruption"},
-                                  exclude_none=True), **extras}
+        return {**self.model_dump(exclude={"eagerness", *EXTENSION_DEFAULTS}, exclude_none=True), **extras}
 
 
 class FunctionTool(BaseModel):

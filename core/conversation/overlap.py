@@ -9,6 +9,8 @@ holds back ``speech_started`` and this judge decides from:
   an interruption;
 - the whole clip once the voice pauses: only backchannel words -> a backchannel, no words ->
   noise, anything else -> an interruption.
+- a negation or a request to stop (``STOP_WORDS``, ``STOP_PHRASES``) in any glance or the clip ->
+  an interruption at once, whatever the voice's length (issue 47: "No." must never be ignored).
 
 The word list is what Whisper heard when the dev set's backchannels (``DEV_BACKCHANNELS`` in
 ``bench/sets/duplex.py``, spoken by its dev voices) were glanced at, plus their written words:
@@ -47,6 +49,18 @@ BACKCHANNEL_WORDS: frozenset[str] = frozenset({
 })
 
 
+# Words that take the floor whatever else is heard (issue 47: a listener who says "No" to a talking
+# assistant must never be ignored). Not fitted: negations and the ways people ask a speaker to stop.
+STOP_WORDS: frozenset[str] = frozenset({"no", "nope", "not", "never", "stop", "wait", "sorry", "pardon"})
+STOP_PHRASES: tuple[tuple[str, str], ...] = (("hold", "on"), ("hang", "on"), ("excuse", "me"))
+
+
+def says_stop(text: str) -> bool:
+    """``text`` holds a negation or asks the speaker to stop."""
+    words = words_of(text)
+    return any(w in STOP_WORDS for w in words) or any(pair in STOP_PHRASES for pair in zip(words, words[1:]))
+
+
 def words_of(text: str) -> list[str]:
     """Lower-case words; "Mm-hmm" -> ["mm", "hmm"], "All right." -> ["all", "right"]."""
     return re.findall(r"[a-z0-9']+", text.lower().replace("-", " "))
@@ -69,6 +83,7 @@ class Overlap:
     looking: bool = False  # a glance is running
     blind: bool = False  # the backend has no fast recogniser: the voice's length alone decides
     paused: bool = False  # the voice is in a pause (the VAD's) right now
+    yielded: bool = False  # the reply stopped at the onset (``yield_at_onset``): speech_started was sent
     in_a_row: int = 0  # glances in a row that heard non-backchannel words
     words: str = ""  # the last glance's words
     verdict: Verdict | None = None
@@ -82,6 +97,8 @@ class Overlap:
     def glanced(self, words: str, voice_ms: int) -> Verdict | None:
         """A glance at the voice so far (``voice_ms`` of it): the verdict when it settles one."""
         self.words = words
+        if says_stop(words):
+            return self.decide("interruption", voice_ms, f"stop words {words!r}")
         self.in_a_row = self.in_a_row + 1 if unexpected_letters(words) >= MIN_LETTERS else 0
         if self.in_a_row >= CONFIRM:
             return self.decide("interruption", voice_ms, f"words {words!r}")
@@ -98,7 +115,7 @@ class Overlap:
         self.words = words
         if not words_of(words):
             return self.decide("noise", voice_ms, "no words")
-        if unexpected_letters(words) >= MIN_LETTERS:
+        if says_stop(words) or unexpected_letters(words) >= MIN_LETTERS:
             return self.decide("interruption", voice_ms, f"words {words!r}")
         return self.decide("backchannel", voice_ms, f"words {words!r}")
 

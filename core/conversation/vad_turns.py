@@ -197,7 +197,11 @@ class VadTurns:
         """The VAD heard a voice start at ``ms``: judge it first when it is over the assistant."""
         self._overlap = None
         if self._judges_overlap():
-            self._overlap = Overlap(item_id, ms, self.rt.playback.item_id, time.monotonic())
+            ov = self._overlap = Overlap(item_id, ms, self.rt.playback.item_id, time.monotonic())
+            if self.rt.config.turn_detection.yield_at_onset:  # stop now; a voice that is no turn resumes it
+                ov.yielded = True
+                self.rt.emit(SpeechStarted(item_id, ms))
+                await self._interrupt()
             return
         self.rt.emit(SpeechStarted(item_id, ms))
         td = self.rt.config.turn_detection
@@ -268,8 +272,9 @@ class VadTurns:
         log.info("speech over the reply: %s after %s ms of voice (%s)", ov.verdict, ov.decided_after_ms,
                  "; ".join(ov.reasons))
         if ov.verdict == "interruption":
-            self.rt.emit(SpeechStarted(ov.speech_item, ov.onset_ms))
-            await self._interrupt()
+            if not ov.yielded:
+                self.rt.emit(SpeechStarted(ov.speech_item, ov.onset_ms))
+                await self._interrupt()
             if segment is not None:
                 self.hearing.speculate(segment)  # the pause that settled it is the turn's first pause
             return
@@ -277,8 +282,7 @@ class VadTurns:
         end_ms = report[1] if report is not None else ov.onset_ms + self._voice_ms(ov)
         self._overlap = None
         self.hearing.drop_voice()
-        self.rt.emit(Backchannel(ov.heard_item, ov.onset_ms, end_ms,
-                                 ov.words.strip() if ov.verdict == "backchannel" else ""))
+        self._not_a_turn(ov, end_ms, ov.words.strip() if ov.verdict == "backchannel" else "")
 
     def _overlap_ended(self, ov: Overlap) -> bool:
         """The VAD ended the voice before a verdict (or it was not an interruption): drop it.
@@ -289,14 +293,24 @@ class VadTurns:
         if ov.verdict is None:
             ov.decide("noise", self._voice_ms(ov), "ended before a verdict")
             self._overlap = None
-            self.rt.emit(Backchannel(ov.heard_item, ov.onset_ms, ov.onset_ms + self._voice_ms(ov), ""))
+            self._not_a_turn(ov, ov.onset_ms + self._voice_ms(ov), "")
         self.hearing.clear_buffer()
         return True
+
+    def _not_a_turn(self, ov: Overlap, end_ms: int, words: str) -> None:
+        """A backchannel or noise: dropped; a reply it stopped at its onset comes back."""
+        if ov.yielded:
+            self.rt.emit(SpeechStopped(ov.speech_item, end_ms, self.hearing.now_ms()))
+        self.rt.emit(Backchannel(ov.heard_item, ov.onset_ms, end_ms, words))
+        if ov.yielded:
+            self._false_interruption()
 
     # ------------------------------------------------------------------ interruptions
 
     async def _interrupt(self) -> None:
-        """Stop what the listener hears: cancel the reply being made and cut the item heard."""
+        """Stop what the listener hears: cancel the reply being made and cut the item heard. The
+        cut reply can resume when the voice turns out to be no turn: always when it stopped at the
+        onset (``yield_at_onset``), else for a transcript-first backend whose turn has no words."""
         td = self.rt.config.turn_detection
         clock = self.rt.playback
         heard_item = clock.item_id if clock.audible else None
@@ -314,8 +328,9 @@ class VadTurns:
         if heard_item is not None and heard is not None:
             clock.stop(heard_item, heard)
         self.confirm_cut()  # an earlier cut that was never resumed
-        resumable = (td is not None and td.resume_false_interruption and cut is not None and cut.output_audio
-                     and cut.in_conversation and self.rt.backend.capabilities.transcript_first)
+        yielding = self._overlap is not None and self._overlap.yielded and self._overlap.verdict is None
+        resumable = cut is not None and cut.output_audio and cut.in_conversation and (yielding or (
+            td is not None and td.resume_false_interruption and self.rt.backend.capabilities.transcript_first))
         if cut is not None and resumable:
             cut.cut_samples = heard if heard is not None and heard_item == cut.item_id else cut.audio_samples
             self._cut = cut
@@ -332,7 +347,8 @@ class VadTurns:
             cut.gate.set()
 
     def _false_interruption(self) -> bool:
-        """The user's turn after an interruption had no words: resume the cut reply."""
+        """The voice after an interruption was no turn (no words, or the judge said so): resume
+        the cut reply."""
         cut, self._cut = self._cut, None
         if cut is None or self.replies.current is not None or self.rt.closed:
             if cut is not None:

@@ -185,6 +185,36 @@ async def test_cancel_closes_the_generator_and_counts_exact_audio(mini_stack, do
         assert calls(double_dir)[mark]["method"] == "reset_session"
 
 
+async def test_speech_over_a_reply_in_server_vad_cuts_it(mini_stack, tts):
+    """server_vad on MiniCPM-o: a long voice over its reply is a barge-in (the omni backends judge by
+    length); the reply is cancelled for the turn and the session goes on. (The old subclass's
+    ``cancel_response`` override took no barge-in arguments: this raised inside the audio path.)"""
+    speech = b"".join(tts.synthesize("Hold on, I would like to ask you about something else, please.",
+                                     deterministic=True))  # 24 kHz, ~3 s
+    async with websockets.connect(url(mini_stack), max_size=None) as ws:
+        await recv_until(ws, "session.created")
+        await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {
+            "format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": {"type": "server_vad"}}}}}))
+        await recv_until(ws, "session.updated")
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Something slow."}]}}))
+        await ws.send(json.dumps({"type": "response.create"}))
+        events: list[dict] = []
+        first = await recv_until(ws, "response.output_audio.delta", log=events)
+        stream = speech + b"\x00\x00" * 24000 * 2
+        step = 24000 * 2 // 50  # 20 ms, at real time: the reply is still playing while the user speaks
+        for i in range(0, len(stream), step):
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64(stream[i:i + step])}))
+            await asyncio.sleep(0.02)
+        done = await recv_until(ws, "response.done", log=events, timeout=30)
+        kinds = [e["type"] for e in events]
+        assert "error" not in kinds, [e for e in events if e["type"] == "error"]
+        assert "input_audio_buffer.speech_started" in kinds
+        assert done["response"]["id"] == first["response_id"]
+        assert done["response"]["status"] == "cancelled"
+        assert done["response"]["status_details"]["reason"] == "turn_detected"
+
+
 async def test_model_duplex_the_model_decides_when_to_speak(mini_stack, double_dir, tts):
     speech = b"".join(tts.synthesize("Hello, can you hear me?", deterministic=True))  # 24 kHz
     jpeg = io.BytesIO()

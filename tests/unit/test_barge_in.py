@@ -145,3 +145,71 @@ async def test_with_the_rule_off_or_interrupt_response_false_openai_semantics_ho
     assert done.status == "completed" and not col.of("backchannel")
     await conv.close()
     backend.close()
+
+
+# --------------------------------------------------------------------------- issue 47: "No." and yield at onset
+
+
+async def test_no_over_a_reply_cuts_it():
+    """A short "No." reads like a backchannel by its length and glance list; a negation always takes the floor."""
+    backend, conv, col = await replying(glance="No.", transcript="no", step_s=0.15)
+    await feed(conv, tone(0.4) + quiet(0.8))
+    done = await col.wait_for("response_done")
+    assert done.status == "cancelled" and done.reason == "turn_detected"
+    assert "speech_started" in kinds(col) and not col.of("backchannel")
+    await col.wait_for("response_started", count=2)  # and it is answered
+    await conv.close()
+    backend.close()
+
+
+async def test_yield_at_onset_a_backchannel_pauses_the_reply_and_it_resumes_with_nothing_lost_or_repeated():
+    backend, conv, col = await replying(glance="Yeah.", transcript="yeah", step_s=0.15, yield_at_onset=True)
+    voice = asyncio.create_task(feed(conv, tone(0.4) + quiet(0.8)))
+    cut = await col.wait_for("response_done")
+    assert not voice.done(), "the reply stopped while the voice was still being heard"
+    assert cut.status == "cancelled" and cut.reason == "turn_detected"
+    seen = kinds(col)
+    assert seen.index("speech_started") < seen.index("response_done")
+    await voice
+    bc = await col.wait_for("backchannel")
+    assert bc.transcript == "Yeah."
+    resumed = await col.wait_for("response_resumed")
+    assert resumed.resumed_item_id == cut.item_id
+    done = await col.wait_for("response_done", count=2)
+    assert done.status == "completed" and done.item_id == resumed.item_id
+    heard = conv.item(cut.item_id).text.rstrip("…").split()
+    assert heard + done.text.split() == WORDS, "nothing lost, nothing said twice"
+    seen = kinds(col)
+    assert seen.index("speech_started") < seen.index("speech_stopped") < seen.index("backchannel")
+    assert "input_committed" not in seen, "a backchannel is not a turn"
+    assert len(backend.jobs) == 1, "resumed from what was made: the model is not asked again"
+    await conv.close()
+    backend.close()
+
+
+async def test_yield_at_onset_a_cough_resumes_the_reply():
+    backend, conv, col = await replying(glance="", transcript="", step_s=0.15, yield_at_onset=True)
+    await feed(conv, tone(0.3) + quiet(0.8))
+    cut = await col.wait_for("response_done")
+    resumed = await col.wait_for("response_resumed")
+    assert cut.status == "cancelled" and resumed.resumed_item_id == cut.item_id
+    assert (await col.wait_for("backchannel")).transcript == ""
+    done = await col.wait_for("response_done", count=2)
+    assert conv.item(cut.item_id).text.rstrip("…").split() + done.text.split() == WORDS
+    await conv.close()
+    backend.close()
+
+
+async def test_yield_at_onset_an_interruption_stays_cut_and_is_answered():
+    backend, conv, col = await replying(glance="wait what about dogs", transcript="what about dogs", step_s=0.15,
+                                        yield_at_onset=True)
+    await feed(conv, tone(0.9) + quiet(0.9))
+    cut = await col.wait_for("response_done")
+    assert cut.status == "cancelled"
+    await col.wait_for("response_done", count=2)
+    seen = kinds(col)
+    assert seen.count("speech_started") == 1 and "response_resumed" not in seen and not col.of("backchannel")
+    context = [(i.role, i.text) for i in backend.jobs[1].items]
+    assert context[-1] == ("user", "what about dogs") and context[-2][1].endswith("…")
+    await conv.close()
+    backend.close()

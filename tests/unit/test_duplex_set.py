@@ -114,18 +114,21 @@ def test_report_marks_each_goal_from_synthetic_trials():
     missed on the median, a kind not run shown as n/a."""
     from bench.duplex import goals, median_modes, report, summarise
 
-    def rows(mode: str, latency: list[float], takeovers: int, false: int, seen: list[float]) -> list[dict]:
+    def rows(mode: str, latency: list[float], takeovers: int, false: int, seen: list[float],
+             cutins_taken: int) -> list[dict]:
         out = [{"mode": mode, "kind": "complete", "latency_ms": v, "answered": True} for v in latency]
         out += [{"mode": mode, "kind": "paused", "takeover": i < takeovers} for i in range(10)]
-        out += [{"mode": mode, "kind": "backchannel", "status": "ok", "false_interruption": i < false}
-                for i in range(10)]
+        out += [{"mode": mode, "kind": "backchannel", "status": "ok", "false_interruption": i < false,
+                 "story_lost": i < false, "story_back_ms": None} for i in range(10)]
+        out += [{"mode": mode, "kind": "cutin", "status": "ok", "taken": i < cutins_taken, "seen_ms": 150.0}
+                for i in range(4)]
         out += [{"mode": mode, "kind": "backchannel", "status": "short"}]  # not a trial
         out += [{"mode": mode, "kind": "interruption", "status": "ok", "detected": True, "seen_ms": v,
                  "stop_ms": v + 5, "answer_ms": 900.0, "relevant": v < 300} for v in seen]
         return out
 
-    all_rows = (rows("server_vad", [600, 600, 620, 640], 10, 3, [500, 520])
-                + rows("semantic_vad", [400, 420, 440, 1400], 1, 1, [200, 240]))
+    all_rows = (rows("server_vad", [600, 600, 620, 640], 10, 3, [500, 520], 3)
+                + rows("semantic_vad", [400, 420, 440, 1400], 1, 1, [200, 240], 4))
     modes = ["server_vad", "semantic_vad", "no_backchannel_rule"]
     per = summarise(all_rows, modes, {})
     sem = per["semantic_vad"]
@@ -141,6 +144,10 @@ def test_report_marks_each_goal_from_synthetic_trials():
     assert marks["semantic_vad: pause takeover <= 0.1"] == "met"
     assert marks["semantic_vad: turn latency p50 <= 0.75x server_vad's"] == "met"
     assert marks["semantic_vad: turn latency p90 <= 1000 ms"] == "**missed**"  # p90 pulled up by 1400 ms
+    assert marks["semantic_vad: backchannels that lose the story or get an answer <= 10%"] == "met"
+    assert marks["server_vad: backchannels that lose the story or get an answer <= 10%"] == "**missed**"
+    assert marks["semantic_vad: short cut-ins taken as turns 100%"] == "met"
+    assert marks["server_vad: short cut-ins taken as turns 100%"] == "**missed**"  # 3 of 4
     text = report({"set": "dev", "items": {"complete": 4}, "modes": modes, "median": median,
                    "goals": goals(median), "runs": [{"wall_s": 1.0, "modes": per}, {"wall_s": 1.0, "modes": per}]})
     row = next(line for line in text.splitlines() if line.startswith("| no_backchannel_rule"))
