@@ -27,13 +27,11 @@ def _look(r: dict, ms: int) -> str:
 def judge_with_stop(r: dict) -> tuple[str, int]:
     """The shipped judge with the rule: the first glance (from the first glance on) or the whole
     clip that says a stop word settles an interruption."""
-    for ms in STEPS_MS:
-        if ms >= r["ms"] or ms >= SHIPPED["longest"]:
-            break
-        if ms >= SHIPPED["first"] and ov.says_stop(_look(r, ms)):
-            verdict, at = judge(r, ov.BACKCHANNEL_WORDS, **SHIPPED)
-            return ("interruption", min(ms, at) if verdict == "interruption" else ms)
     verdict, at = judge(r, ov.BACKCHANNEL_WORDS, **SHIPPED)
+    stop = next((ms for ms in STEPS_MS if SHIPPED["first"] <= ms < min(r["ms"], SHIPPED["longest"])
+                 and ov.says_stop(_look(r, ms))), None)
+    if stop is not None:
+        return "interruption", min(stop, at) if verdict == "interruption" else stop
     if verdict != "interruption" and ov.says_stop(r["whole"]):
         return "interruption", r["ms"]
     return verdict, at
