@@ -24,6 +24,7 @@ from core.conversation.end_of_turn import MessageEnd, end_of_turn_probability, l
 from core.conversation.end_of_turn import wait_ms as end_of_turn_wait_ms
 from core.conversation.events import ConversationError, InputCommitted, InputTranscript
 from core.conversation.items import Item, Part
+from core.conversation.overlap import Glance, says_stop, words_of
 from core.conversation.reply import Response
 from core.conversation.runtime import Runtime
 from core.conversation.turn_policy import TurnPolicy
@@ -277,10 +278,19 @@ class Hearing:
         return np.concatenate([clip, np.zeros(GLANCE_PAD, dtype=np.float32)])
 
     def glance_soon(self, clip: np.ndarray, then) -> None:
-        """A quick read of ``clip``'s words on the glance thread; ``then(future)`` runs on the loop."""
-        backend = self.rt.backend
-        fut = backend.glance_pool.submit(backend.transcribe_glance, clip)
+        """A quick read of ``clip`` on the glance thread; ``then(future)`` runs on the loop with
+        the ``Glance``."""
+        fut = self.rt.backend.glance_pool.submit(self._read, clip)
         fut.add_done_callback(lambda f: self.rt.call_soon(then, f))
 
-    async def glance(self, clip: np.ndarray) -> str | None:
-        return await self.rt.in_thread(self.rt.backend.glance_pool, self.rt.backend.transcribe_glance, clip)
+    async def glance(self, clip: np.ndarray) -> Glance:
+        return await self.rt.in_thread(self.rt.backend.glance_pool, self._read, clip)
+
+    def _read(self, clip: np.ndarray) -> Glance:
+        """The clip's words and, when the backend reads meaning, how likely they take the floor (a
+        stop word settles it without asking). Blocking: on the glance thread."""
+        backend = self.rt.backend
+        words = backend.transcribe_glance(clip)
+        if words is None or not words_of(words) or says_stop(words):
+            return Glance(words)
+        return Glance(words, backend.interruption_probability(words))

@@ -5,14 +5,16 @@ hears a voice while the listener hears the assistant (``PlaybackClock.audible``)
 holds back ``speech_started`` and this judge decides from:
 - the voice's length: longer than the dev set's backchannels -> an interruption;
 - glances (``transcribe_glance``, ~30 ms each) from ``GLANCE_FIRST_MS`` of voice on, every
-  ``GLANCE_EVERY_MS``: words that are not backchannel words, ``CONFIRM`` glances in a row ->
-  an interruption;
-- the whole clip once the voice pauses: only backchannel words -> a backchannel, no words ->
-  noise, anything else -> an interruption.
+  ``GLANCE_EVERY_MS``: words that take the floor, ``CONFIRM`` glances in a row -> an interruption;
+- the whole clip once the voice pauses: words that do not take the floor -> a backchannel, no
+  words -> noise, anything else -> an interruption.
 - a negation or a request to stop (``STOP_WORDS``, ``STOP_PHRASES``) in any glance or the clip ->
   an interruption at once, whatever the voice's length (issue 47: "No." must never be ignored).
 
-The word list is what Whisper heard when the dev set's backchannels (``DEV_BACKCHANNELS`` in
+Whether words take the floor is read by meaning where the backend can
+(``Backend.interruption_probability``: the cascade's ``core/cascade/overlap_meaning.py``, a
+classifier on SmolLM2's reading of the words that generalises to phrasings it was not fitted on,
+issue 47); otherwise by a word list. The word list is what Whisper heard when the dev set's backchannels (``DEV_BACKCHANNELS`` in
 ``bench/sets/duplex.py``, spoken by its dev voices) were glanced at, plus their written words:
 at 300 ms "yeah" often reads "here", "mm-hmm" reads "and" or "M". ``python -m
 bench.fit.overlap_fit`` rebuilds it and chose the numbers below on the dev set only.
@@ -35,6 +37,10 @@ GLANCE_EVERY_MS = 100
 CONFIRM = 2  # glances in a row that must hear non-backchannel words
 MIN_LETTERS = 4  # letters of non-backchannel words a glance must hear (one "I" or "M" is a guess)
 LONGEST_BACKCHANNEL_MS = 1300  # voice this long is an interruption whatever its words
+# With a meaning reader (``core/cascade/overlap_meaning.py``) a glance's words take the floor at
+# this probability: a coin toss, not tuned (on dev, held out by phrase and voice, 0.5-0.85 gave
+# the same verdicts; ``python -m bench.fit.meaning_fit``).
+MEANING_THRESHOLD = 0.5
 
 # Built by bench/fit/overlap_fit.py from the dev set: the dev backchannels' written words and every
 # word glances heard in a dev backchannel clip.
@@ -71,6 +77,29 @@ def unexpected_letters(text: str, known: frozenset[str] = BACKCHANNEL_WORDS) -> 
     return sum(len(w) for w in words_of(text) if w not in known)
 
 
+def takes_the_floor(words: str, interruption: float | None) -> bool:
+    """The words read as an interruption: by their meaning's probability when there is one, else
+    by letters outside ``BACKCHANNEL_WORDS`` (a backend without a meaning reader)."""
+    if not words_of(words):
+        return False
+    if interruption is not None:
+        return interruption >= MEANING_THRESHOLD
+    return unexpected_letters(words) >= MIN_LETTERS
+
+
+def _p(interruption: float | None) -> str:
+    return "" if interruption is None else f", P(interruption) {interruption:.2f}"
+
+
+@dataclass(frozen=True, slots=True)
+class Glance:
+    """What a glance read: the words (None: no fast recogniser) and, when the backend reads
+    meaning, how likely they take the floor."""
+
+    words: str | None
+    interruption: float | None = None
+
+
 @dataclass(slots=True)
 class Overlap:
     """A voice that began while the listener heard the assistant, until it is judged."""
@@ -94,14 +123,16 @@ class Overlap:
     def next_glance_ms(self) -> int:
         return GLANCE_FIRST_MS + self.glances * GLANCE_EVERY_MS
 
-    def glanced(self, words: str, voice_ms: int) -> Verdict | None:
-        """A glance at the voice so far (``voice_ms`` of it): the verdict when it settles one."""
+    def glanced(self, words: str, voice_ms: int, interruption: float | None = None) -> Verdict | None:
+        """A glance at the voice so far (``voice_ms`` of it), with the words' probability of taking
+        the floor when the backend reads meaning (``Backend.interruption_probability``): the
+        verdict when it settles one."""
         self.words = words
         if says_stop(words):
             return self.decide("interruption", voice_ms, f"stop words {words!r}")
-        self.in_a_row = self.in_a_row + 1 if unexpected_letters(words) >= MIN_LETTERS else 0
+        self.in_a_row = self.in_a_row + 1 if takes_the_floor(words, interruption) else 0
         if self.in_a_row >= CONFIRM:
-            return self.decide("interruption", voice_ms, f"words {words!r}")
+            return self.decide("interruption", voice_ms, f"words {words!r}{_p(interruption)}")
         return None
 
     def lasted(self, voice_ms: int) -> Verdict | None:
@@ -110,14 +141,14 @@ class Overlap:
             return self.decide("interruption", voice_ms, f"{voice_ms} ms of voice")
         return None
 
-    def ended(self, words: str, voice_ms: int) -> Verdict:
+    def ended(self, words: str, voice_ms: int, interruption: float | None = None) -> Verdict:
         """The voice paused after ``voice_ms``; ``words``: the whole clip's."""
         self.words = words
         if not words_of(words):
             return self.decide("noise", voice_ms, "no words")
-        if says_stop(words) or unexpected_letters(words) >= MIN_LETTERS:
-            return self.decide("interruption", voice_ms, f"words {words!r}")
-        return self.decide("backchannel", voice_ms, f"words {words!r}")
+        if says_stop(words) or takes_the_floor(words, interruption):
+            return self.decide("interruption", voice_ms, f"words {words!r}{_p(interruption)}")
+        return self.decide("backchannel", voice_ms, f"words {words!r}{_p(interruption)}")
 
     def decide(self, verdict: Verdict, voice_ms: int, why: str) -> Verdict:
         if self.verdict is None:

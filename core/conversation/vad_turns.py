@@ -31,7 +31,7 @@ from core.conversation.config import ConversationConfig
 from core.conversation.events import Backchannel, ConversationError, InputTranscript, SpeechStarted, SpeechStopped
 from core.conversation.hearing import Hearing, Speculation
 from core.conversation.items import Item
-from core.conversation.overlap import GLANCE_EVERY_MS, GLANCE_FIRST_MS, Overlap
+from core.conversation.overlap import GLANCE_EVERY_MS, GLANCE_FIRST_MS, Glance, Overlap
 from core.conversation.replies import Replies
 from core.conversation.reply import Response
 from core.conversation.runtime import Runtime
@@ -236,11 +236,11 @@ class VadTurns:
         ov.looking = False
         if self.rt.closed or self._overlap is not ov or ov.verdict is not None:
             return
-        words = None if fut.exception() is not None else fut.result()
-        if words is None:  # no fast recogniser: the voice's length decides
+        seen = Glance(None) if fut.exception() is not None else fut.result()
+        if seen.words is None:  # no fast recogniser: the voice's length decides
             ov.blind = True
             return
-        if ov.glanced(words, voice) is not None:
+        if ov.glanced(seen.words, voice, seen.interruption) is not None:
             self.rt.spawn(self._decided(ov))
 
     async def _overlap_paused(self, ov: Overlap, segment: np.ndarray | None) -> None:
@@ -249,20 +249,21 @@ class VadTurns:
         voice = self._voice_ms(ov)
         clip = self.hearing.clip_since(ov.onset_ms)
         try:
-            words = await self.hearing.glance(clip)
+            seen = await self.hearing.glance(clip)
         except Exception:  # judged by its length instead
             log.exception("glance failed")
-            words = None
+            seen = Glance(None)
+        words = seen.words
         if self._overlap is not ov or ov.verdict is not None or self.rt.closed:
             return
         if not ov.paused:  # the voice came back while the clip was read: only words can settle it now
-            if words is not None and ov.glanced(words, voice) is not None:
+            if words is not None and ov.glanced(words, voice, seen.interruption) is not None:
                 await self._decided(ov)
             return
         if words is None:  # no words to read: shorter than LONGEST_BACKCHANNEL_MS (``lasted``), so a backchannel
             ov.decide("backchannel", voice, "length at a pause")
         else:
-            ov.ended(words, voice)
+            ov.ended(words, voice, seen.interruption)
         await self._decided(ov, segment)
 
     async def _decided(self, ov: Overlap, segment: np.ndarray | None = None) -> None:

@@ -149,6 +149,12 @@ class Backend(ConversationModel, abc.ABC):
         has no fast recogniser (the judge then goes by the voice's length alone)."""
         return None
 
+    def interruption_probability(self, words: str) -> float | None:
+        """How likely ``words``, said over the assistant's reply, take the floor (an interruption,
+        not a backchannel), read by meaning; None when this backend has no reader (the judge then
+        uses its word list). Blocking: runs in ``glance_pool`` after the glance."""
+        return None
+
     def end_of_message_probability(self, text: str) -> MessageEnd | float | None:
         """The model's probability that a user message ending with ``text`` is complete
         (``semantic_vad``; a ``MessageEnd`` adds the probability without the last word), or None

@@ -36,7 +36,8 @@ class ScriptedBackend(Backend):
     supports_tools = False
 
     def __init__(self, words: list[str], *, transcript_first: bool = True, step_s: float = 0.0,
-                 transcript: str = "hello there", speculative: bool = True, glance: str | None = None) -> None:
+                 transcript: str = "hello there", speculative: bool = True, glance: str | None = None,
+                 meaning: float | None = None) -> None:
         super().__init__()
         self.capabilities = ModelCapabilities.of(*Capability, transcript_first=transcript_first,
                                                  speculative_reply=speculative, supports_tools=self.supports_tools)
@@ -45,6 +46,7 @@ class ScriptedBackend(Backend):
         self.step_s = step_s
         self.transcript = transcript
         self.glance = glance  # what a glance at speech over a reply hears (None: no fast recogniser)
+        self.meaning = meaning  # P(interruption) its scripted reader gives any words (None: the word list)
         self.vad_model = EnergyVadModel()
         self.io_pool = self.threads.pool("scripted-io")
         self.model_pool = self.threads.pool("scripted-model")
@@ -67,6 +69,9 @@ class ScriptedBackend(Backend):
 
     def transcribe_glance(self, audio: np.ndarray) -> str | None:
         return self.glance
+
+    def interruption_probability(self, words: str) -> float | None:
+        return self.meaning
 
     def transcribe_turn(self, audio: np.ndarray) -> str:
         return self.transcript if audio.size and float(np.abs(audio).max()) > 0.05 else ""

@@ -30,10 +30,11 @@ async def feed(conv, pcm: bytes) -> None:
             await asyncio.sleep(ahead)
 
 
-async def replying(glance: str | None, transcript: str, step_s: float = 0.02,
+async def replying(glance: str | None, transcript: str, step_s: float = 0.02, meaning: float | None = None,
                    **turn) -> tuple[ScriptedBackend, object, Collector]:
-    """A reply being heard; ``step_s`` a word: 0.02 makes it all at once, 0.15 keeps it in the making."""
-    backend = ScriptedBackend(WORDS, step_s=step_s, glance=glance, transcript=transcript)
+    """A reply being heard; ``step_s`` a word: 0.02 makes it all at once, 0.15 keeps it in the making;
+    ``meaning``: the P(interruption) the backend's reader gives the glanced words (None: no reader)."""
+    backend = ScriptedBackend(WORDS, step_s=step_s, glance=glance, transcript=transcript, meaning=meaning)
     conv = backend.open_conversation(ConversationConfig(input_sample_rate=16000,
                                                         turn_detection=TurnDetection(**turn)))
     col = Collector(conv)
@@ -61,6 +62,32 @@ async def test_a_backchannel_neither_stops_the_reply_nor_starts_one():
     assert "speech_started" not in seen and "input_committed" not in seen
     assert seen.count("response_started") == 1, "a backchannel gets no answer"
     assert [m.role for m in conv.history] == ["user", "assistant"]
+    await conv.close()
+    backend.close()
+
+
+async def test_words_read_as_an_acknowledgement_by_meaning_are_a_backchannel_outside_the_word_list():
+    """With a meaning reader the words' meaning decides, not the list: "Sounds lovely." (no word of
+    it in the list, which alone would call it an interruption) read at P 0.1 stays a backchannel."""
+    backend, conv, col = await replying(glance="Sounds lovely.", transcript="sounds lovely", meaning=0.1)
+    await feed(conv, tone(0.7) + quiet(0.8))
+    bc = await col.wait_for("backchannel")
+    assert bc.transcript == "Sounds lovely."
+    done = await col.wait_for("response_done")
+    assert done.status == "completed" and done.text.split() == WORDS
+    assert "speech_started" not in kinds(col) and kinds(col).count("response_started") == 1
+    await conv.close()
+    backend.close()
+
+
+async def test_words_read_as_taking_the_floor_by_meaning_interrupt_though_the_list_knows_them():
+    """The reverse: words the list holds ("Yeah okay right") read at P 0.9 cut the reply."""
+    backend, conv, col = await replying(glance="Yeah okay right", transcript="yeah okay right", step_s=0.15,
+                                        meaning=0.9)
+    await feed(conv, tone(0.9) + quiet(0.9))
+    await col.wait_for("speech_started")
+    done = await col.wait_for("response_done")
+    assert done.status == "cancelled"
     await conv.close()
     backend.close()
 

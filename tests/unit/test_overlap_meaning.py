@@ -1,0 +1,57 @@
+"""The overlap judge's reading by meaning (``core/cascade/overlap_meaning.py``), on the real model:
+phrasings it was not fitted on are read for what they mean (issue 47: "judge by meaning, not by a
+list of mishearings"), and the judge follows the reading.
+
+The phrases below were written for this test: none is a dev example the reader is fitted on (the
+test checks) and none an eval item (``test_eval_leaks``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from core.cascade.overlap_examples import BACKCHANNELS, INTERRUPTIONS
+from core.cascade.overlap_meaning import OverlapMeaning
+from core.conversation.overlap import MEANING_THRESHOLD, Overlap, words_of
+from tests.support.stack import ROOT
+
+ACKNOWLEDGEMENTS = ["That's right.", "Exactly.", "Good idea.", "Great.", "Totally.", "Oh nice.", "Definitely.",
+                    "Brilliant.", "Right on.", "Okay, got you."]
+REQUESTS = ["What do you mean by that?", "Can you skip ahead?", "Tell me about the moon instead.",
+            "Go back a bit.", "I don't like this story.", "Let's talk about cars.", "Could you speak slower?",
+            "Say that again?", "How old is the dragon?"]
+
+
+@pytest.fixture(scope="module")
+def meaning() -> OverlapMeaning:
+    models = ROOT / "data" / "models"
+    return OverlapMeaning(models / "smollm2-135m-instruct", models)  # the head cached beside the model
+
+
+def test_the_phrases_are_not_examples_it_was_fitted_on():
+    fitted = {" ".join(words_of(t)) for t in (*BACKCHANNELS, *INTERRUPTIONS)}
+    assert not [p for p in ACKNOWLEDGEMENTS + REQUESTS if " ".join(words_of(p)) in fitted]
+
+
+def test_unseen_acknowledgements_read_as_backchannels(meaning):
+    read = {p: meaning.interruption_probability(p) for p in ACKNOWLEDGEMENTS}
+    assert all(v < MEANING_THRESHOLD for v in read.values()), read
+
+
+def test_unseen_requests_read_as_taking_the_floor(meaning):
+    read = {p: meaning.interruption_probability(p) for p in REQUESTS}
+    assert all(v >= MEANING_THRESHOLD for v in read.values()), read
+
+
+def test_the_judge_follows_the_reading(meaning):
+    """An acknowledgement outside the word list is a backchannel by meaning (by the list alone it
+    would be an interruption); a request is an interruption at the second glance."""
+    phrase = "Brilliant."
+    assert Overlap("i", 0, None, 0.0).ended(phrase, 600) == "interruption"  # the list does not know it
+    ov = Overlap("i", 0, None, 0.0)
+    assert ov.glanced(phrase, 500, meaning.interruption_probability(phrase)) is None
+    assert ov.ended(phrase, 700, meaning.interruption_probability(phrase)) == "backchannel"
+    ask = "Tell me about the moon instead."
+    ov = Overlap("i", 0, None, 0.0)
+    assert ov.glanced(ask, 500, meaning.interruption_probability(ask)) is None
+    assert ov.glanced(ask, 600, meaning.interruption_probability(ask)) == "interruption"
