@@ -41,10 +41,11 @@ Trials, per mode:
   (lower case, a word beginning with it), judged on the reply's first words (up to its end, the
   keyword, or 6 s of its audio).
 
-Modes: ``server_vad`` (silence_duration_ms 500), ``semantic_vad`` (eagerness auto), and for the
-trials over a reply ``no_backchannel_rule`` (semantic_vad with ``"ignore_backchannels": false``:
-every voice over the reply is a barge-in) and ``yield_at_onset`` (semantic_vad with
-``"yield_at_onset": true``: the reply stops at the onset and a backchannel resumes it). Trials interleave
+Modes: ``server_vad`` (silence_duration_ms 500), ``semantic_vad`` (eagerness auto), both with the
+server's defaults for speech over a reply (since issue 47 the reply stops at the voice's onset and
+a backchannel resumes it), and for the trials over a reply ``no_backchannel_rule`` (semantic_vad
+with ``"ignore_backchannels": false``: every voice over the reply is a barge-in) and ``no_yield``
+(semantic_vad with ``"yield_at_onset": false``: the reply plays on while the judge decides). Trials interleave
 modes per item (the order rotating). Each figure is reported per run and as the median of
 ``--runs`` (default 3) with the spread; the goals are judged on the median.
 """

@@ -38,9 +38,11 @@ MODES: dict[str, dict[str, Any]] = {
     "server_vad": {"type": "server_vad", "silence_duration_ms": 500},
     "semantic_vad": _SEMANTIC,
     "no_backchannel_rule": {**_SEMANTIC, "ignore_backchannels": False},
-    "yield_at_onset": {**_SEMANTIC, "yield_at_onset": True},  # issue 47: stop at the onset, resume after a backchannel
+    # Issue 47 made yielding at the onset the default (server_vad and semantic_vad above yield);
+    # this is the judged mode before it: the reply plays on while the judge decides.
+    "no_yield": {**_SEMANTIC, "yield_at_onset": False},
 }
-OVERLAP_ONLY = {"no_backchannel_rule", "yield_at_onset"}  # modes run on the trials over a long reply only
+OVERLAP_ONLY = {"no_backchannel_rule", "no_yield"}  # modes run on the trials over a long reply only
 
 # Published Full-Duplex-Bench v1 figures (Lin et al., 2025): pause takeover rate, smooth turn-taking
 # latency, user-interruption latency (s).

@@ -106,7 +106,7 @@ def goals(median: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({"goal": f"{mode}: short cut-ins taken as turns {GOAL_CUTIN:.0%}", "value": v,
                         "mark": goal_mark(v, GOAL_CUTIN, at_least=True),
                         "shown": None if v is None else f"{v:.0%}"})
-    for mode in ("server_vad", "semantic_vad", "yield_at_onset"):
+    for mode in ("server_vad", "semantic_vad", "no_yield"):
         if mode not in median or "refused" in median[mode]:
             continue
         if median[mode].get("backchannels"):

@@ -14,7 +14,7 @@ from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LEAD_S, 
                                  NEXT_AUDIO_S, NEXT_WAIT_S, OVERLAP_ONLY, PLAYED_S, REPLY_WAIT_S, STORY_BACK_S, WAIT_S,
                                  mentions)
 from bench.duplex_set import OVERLAP_KINDS, RATE, Clip, prompts
-from bench.turns import MAX_TOKENS, Refused, open_session  # one GA session setup for both turn benches
+from bench.turns import Refused, open_session  # one GA session setup for both turn benches
 
 
 async def turn_trial(url: str, mode: str, clip: Clip) -> dict[str, Any]:
@@ -140,15 +140,19 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
         seen = [t for t in starts if t <= window]
         new = [rid for rid in tr.order if rid != reply and onset <= tr.created[rid] <= window]
         cancelled = status == "cancelled" and done_t is not None and done_t >= onset
-        r["why"] = [w for w, yes in (("speech_started", bool(seen)), ("cancelled", cancelled),
-                                     ("new_response", bool(new))) if yes]
+        back = [tr.first_audio[rid] for rid in tr.resumed if rid in tr.first_audio]
+        answer = [rid for rid in new if rid not in tr.resumed]
+        # Taken as an interruption: stopped and never resumed, or answered. A reply that yielded at
+        # the onset and came back (issue 47's default) was paused, not taken: "paused" says so.
+        r["why"] = [w for w, yes in (("speech_started", bool(seen) and not back), ("cancelled", cancelled and not back),
+                                     ("new_response", bool(answer))) if yes]
+        r["paused"] = bool(seen) and bool(back)
         r["false_interruption"] = bool(r["why"])
         # What the listener notices: the story stopped and did not come back within STORY_BACK_S of
         # the voice's end, or the backchannel got an answer of its own.
-        back = [tr.first_audio[rid] for rid in tr.resumed if rid in tr.first_audio]
         r["silence_ms"] = tr.rel_ms(seen[0], onset) if seen else None
         r["story_back_ms"] = tr.rel_ms(min(back), lv) if back else None
-        answered = any(rid not in tr.resumed for rid in new)
+        answered = bool(answer)
         stopped = bool(seen) or cancelled
         r["story_lost"] = answered or (stopped and not (back and min(back) <= lv + STORY_BACK_S))
         if reply_end is not None and reply_end < lv and not r["false_interruption"]:

@@ -16,7 +16,7 @@ EAGERNESS_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "high": 2000, "auto": 4000
 SEMANTIC_PAUSE_MS = 32
 # Our turn_detection fields (not OpenAI's) and their defaults: the session object shows one only
 # when it differs.
-EXTENSION_DEFAULTS = {"ignore_backchannels": True, "resume_false_interruption": True, "yield_at_onset": False}
+EXTENSION_DEFAULTS = {"ignore_backchannels": True, "resume_false_interruption": True, "yield_at_onset": True}
 
 
 class TurnDetection(BaseModel):
@@ -41,10 +41,10 @@ class TurnDetection(BaseModel):
     # (``overlap.py``); an interruption with no words after it (a cough) resumes the reply.
     ignore_backchannels: bool = True
     resume_false_interruption: bool = True
-    # Issue 47, off until its benchmark says so: with ``ignore_backchannels``, the reply stops at a
-    # voice's onset (``speech_started`` at once, the item cut to what was heard) while the judge
-    # decides; a backchannel or noise then resumes it where it stopped.
-    yield_at_onset: bool = False
+    # Issue 47: with ``ignore_backchannels``, the reply stops at a voice's onset (``speech_started``
+    # at once, the item cut to what was heard) while the judge decides; a backchannel or noise then
+    # resumes it where it stopped. Off: the reply plays on until the judge calls an interruption.
+    yield_at_onset: bool = True
     # server_vad only (as OpenAI's): after the last reply has been heard, this long without speech
     # commits the silence and prompts a reply (``idle_timeout.py``). None: off.
     idle_timeout_ms: StrictInt | None = Field(None, ge=IDLE_TIMEOUT_MS_RANGE[0], le=IDLE_TIMEOUT_MS_RANGE[1])

@@ -13,7 +13,7 @@ export async function mountViewer() {
   const q = `token=${encodeURIComponent(token)}`;
   const api = `/api/sessions/${encodeURIComponent(id)}`;
   const state = (window.viewer = { ready: false, error: null, events: 0, durationS: 0, lanes: [],
-    marks: { bargeIns: 0, backchannels: 0, resumed: 0 }, tools: { calls: 0, failed: 0, lists: 0, approvals: 0 },
+    marks: { bargeIns: 0, paused: 0, backchannels: 0, resumed: 0 }, tools: { calls: 0, failed: 0, lists: 0, approvals: 0 },
     waterfalls: [] });
   let data;
   try {
@@ -76,6 +76,7 @@ export async function mountViewer() {
   };
   state.marks = {
     bargeIns: marks.filter((m) => m.kind === "barge").length,
+    paused: marks.filter((m) => m.kind === "paused").length,
     backchannels: marks.filter((m) => m.kind === "backchannel").length,
     resumed: marks.filter((m) => m.kind === "resumed").length,
   };
@@ -106,8 +107,9 @@ function showAlert(text) {
 }
 
 // What happened to the assistant's replies while the user spoke over them (times in seconds): a
-// barge-in (the reply was cut; "false" when it was resumed after), a backchannel (heard, the reply
-// went on) and a resumed reply (the rest of a cut one).
+// barge-in (the reply was cut and stayed cut), a pause (cut at the user's voice, then resumed: the
+// voice was a backchannel or noise; since issue 47 the reply yields at every voice's onset), a
+// backchannel (heard, not a turn) and a resumed reply (the rest of a cut one).
 function turnMarks(events) {
   const resumedItems = new Set(events.filter((e) => e.type === "resumed").map((e) => e.resumed_item_id));
   const out = [];
@@ -116,16 +118,18 @@ function turnMarks(events) {
     if (e.type === "barge_in") {
       const wasResumed = e.item_id && resumedItems.has(e.item_id);
       const by = e.source === "client" ? "the client cut the reply" : "the server cut the reply";
-      out.push({ t: e.t / 1000, kind: "barge", label: wasResumed ? "barge-in (false)" : "barge-in",
-        title: `Barge-in ${at}: ${by}${wasResumed ? "; nothing followed, so it was resumed" : ""}` });
+      out.push(wasResumed
+        ? { t: e.t / 1000, kind: "paused", label: "paused",
+            title: `Paused ${at}: ${by} at the user's voice; it was not a turn, so the reply resumed` }
+        : { t: e.t / 1000, kind: "barge", label: "barge-in", title: `Barge-in ${at}: ${by}` });
     } else if (e.type === "backchannel") {
       const words = (e.transcript || "").trim();
       out.push({ t: e.t / 1000, kind: "backchannel", label: `backchannel${words ? `: ${words}` : ""}`,
-        title: `Backchannel ${at}${words ? ` "${words}"` : ""}: heard, the reply went on` });
+        title: `Backchannel ${at}${words ? ` "${words}"` : ""}: heard, not a turn; the reply went on` });
     } else if (e.type === "resumed") {
       const from = typeof e.audio_start_ms === "number" ? ` from ${(e.audio_start_ms / 1000).toFixed(1)} s` : "";
       out.push({ t: e.t / 1000, kind: "resumed", label: "resumed",
-        title: `Reply resumed ${at}: the rest of the cut reply${from} (a false interruption)` });
+        title: `Reply resumed ${at}: the rest of the paused reply${from}, nothing said twice` });
     }
   }
   return out;

@@ -140,6 +140,7 @@ def marks_in_dom(browser) -> dict:
         " return {barge: q('.barge-marker').map((m) => m.title),"
         " backchannel: q('.turn-marker.backchannel').map((m) => m.title),"
         " resumed: q('.turn-marker.resumed').map((m) => m.title),"
+        " paused: q('.turn-marker.paused').map((m) => m.title),"
         " chips: q('.lane[data-lane=\"Turn-taking\"] .chip').map((c) => [c.className, c.textContent, c.title]),"
         " legend: document.querySelector('.legend').textContent};")
 
@@ -219,24 +220,26 @@ def synthetic_session(stack) -> str:
 
 def test_viewer_draws_backchannels_barge_ins_and_resumed_replies(stack, launch, tmp_path):
     """Each mark has its marker across the lanes, its chip in the "Turn-taking" lane and a tooltip;
-    the legend names them; a barge-in whose reply was resumed says so; the page lays out cleanly."""
+    the legend names them; a cut whose reply was resumed is drawn as a pause (issue 47); the page
+    lays out cleanly."""
     share_url = synthetic_session(stack)
     events = recording(stack, share_url)["recording"]["events"]
     assert [len(of(events, k)) for k in ("backchannel", "barge_in", "resumed")] == [1, 2, 1], events
     browser = launch(silence_wav(tmp_path / "quiet.wav", 1.0))
     try:
         viewer = open_viewer(browser, stack, share_url)
-        assert viewer["marks"] == {"bargeIns": 2, "backchannels": 1, "resumed": 1}, viewer
+        assert viewer["marks"] == {"bargeIns": 1, "paused": 1, "backchannels": 1, "resumed": 1}, viewer
         assert "Turn-taking" in viewer["lanes"], viewer
         dom = marks_in_dom(browser)
-        assert len(dom["barge"]) == 2 and len(dom["backchannel"]) == 1 and len(dom["resumed"]) == 1, dom
+        assert [len(dom[k]) for k in ("barge", "paused", "backchannel", "resumed")] == [1, 1, 1, 1], dom
         assert 'Backchannel at 0:06.1 "Okay."' in dom["backchannel"][0], dom
-        assert "resumed" in dom["barge"][1] and "resumed" not in dom["barge"][0], dom
+        assert "Barge-in at 0:09.3" in dom["barge"][0] and "resumed" not in dom["barge"][0], dom
+        assert "Paused at 0:14.0" in dom["paused"][0] and "resumed" in dom["paused"][0], dom
         assert "Reply resumed" in dom["resumed"][0] and "2.0 s" in dom["resumed"][0], dom
         chips = [(cls.split()[-1], text) for cls, text, _ in dom["chips"]]
-        assert chips == [("backchannel", "backchannel: Okay."), ("barge", "barge-in"), ("barge", "barge-in (false)"),
+        assert chips == [("backchannel", "backchannel: Okay."), ("barge", "barge-in"), ("paused", "paused"),
                          ("resumed", "resumed")], chips
-        for word in ("Barge-in", "Backchannel", "Resumed"):
+        for word in ("Barge-in", "Paused", "Backchannel", "Resumed"):
             assert word in dom["legend"], dom["legend"]
         bubbles = browser.execute_script(
             "return [...document.querySelectorAll('#transcript .bubble')].map((b) => [b.className, b.textContent]);")
@@ -285,10 +288,10 @@ def test_backchannel_then_barge_in_over_a_webrtc_call_in_the_viewer(stack, launc
             assert share_url, f"the session is not recorded: {omni(browser)}"
 
             def settled() -> list[dict] | None:
-                """The recording once the voice over the reply was judged: a barge-in came, after a
-                backchannel or not."""
+                """The recording once both voices over the reply were judged: the interruption's
+                barge-in came after the backchannel's pause (or the try ran out)."""
                 events = recording(stack, share_url)["recording"]["events"]
-                return events if of(events, "barge_in") else None
+                return events if len(of(events, "barge_in")) >= 2 else None
 
             left = interrupt_end_s + TRY_S - (time.monotonic() - started)
             events = wait_until(settled, timeout=max(1.0, left), interval=0.5) or \
@@ -316,19 +319,28 @@ def test_backchannel_then_barge_in_over_a_webrtc_call_in_the_viewer(stack, launc
     assert found, f"the reply was never playing when \"{BACKCHANNEL}\" began, in three tries (events above)"
     browser, share_url, events = found
     try:
-        # The first verdict on a voice over the reply is the backchannel, with its words: a barge-in
-        # before it, or a wordless "noise" verdict, is the failure this test exists to catch.
-        bcs, barges = of(events, "backchannel"), of(events, "barge_in")
-        assert bcs and (not barges or barges[0]["t"] > bcs[0]["t"]), f"\"{BACKCHANNEL}\" over the reply was taken for a barge-in: {events}"
+        # Since issue 47 the reply yields at the voice's onset: "Okay." pauses it (the server cuts
+        # it at once), is judged a backchannel with its words (not a turn, not wordless noise), and
+        # the reply comes back from where it stopped; the interruption then cuts the resumed reply
+        # for good. Taking "Okay." for a turn is the failure this test exists to catch.
+        bcs, barges, resumes = of(events, "backchannel"), of(events, "barge_in"), of(events, "resumed")
+        assert bcs, f"\"{BACKCHANNEL}\" over the reply was not judged a backchannel: {events}"
         bc = bcs[0]
         assert "okay" in bc["transcript"].lower(), f"the backchannel was not heard as words: {bc}"
-        barge = next((b for b in barges if b["item_id"] == bc["item_id"] and b["t"] > bc["t"]), None)
-        assert barge is not None, f"the interruption did not cut the reply the backchannel was heard over: {events}"
-        # The backchannel was heard over the reply that the interruption later cut: it neither
-        # stopped that reply nor started another one.
-        assert bc["item_id"] and barge["source"] == "server", (bc, barge)
-        between = [e for e in events if bc["t"] < e["t"] < barge["t"]]
-        assert not of(between, "response_started") and not of(between, "speech_started"), between
+        pause = next((b for b in barges if b["item_id"] == bc["item_id"] and b["t"] <= bc["t"]), None)
+        assert pause is not None and pause["source"] == "server", f"the reply did not yield to the voice: {events}"
+        back = next((r for r in resumes if r["resumed_item_id"] == bc["item_id"]), None)
+        assert back is not None and back["t"] >= bc["t"], f"the reply did not come back after the backchannel: {events}"
+        cut = next((e for e in events if e["type"] == "truncated" and e.get("item_id") == bc["item_id"]), None)
+        if cut is not None and "audio_start_ms" in back:  # resumed where the listener stopped hearing it
+            assert back["audio_start_ms"] == cut["audio_end_ms"], (cut, back)
+        between = [e for e in events if pause["t"] < e["t"] < back["t"]]
+        assert not of(between, "response_started") or all(
+            e.get("item_id") == back["item_id"] for e in of(between, "response_started")), between  # no answer to it
+        barge = next((b for b in barges if b["t"] > back["t"]), None)
+        assert barge is not None and barge["item_id"] == back["item_id"] and barge["source"] == "server", \
+            f"the interruption did not cut the resumed reply: {events}"
+        assert not [r for r in resumes if r["resumed_item_id"] == barge["item_id"]], "the interruption was resumed"
         assert omni(browser)["truncates"], "the page saw no cut"
 
         browser.execute_script("window.omni.session.stop()")
@@ -336,8 +348,10 @@ def test_backchannel_then_barge_in_over_a_webrtc_call_in_the_viewer(stack, launc
         assert wait_until(lambda: recording(stack, share_url)["meta"].get("status") == "finished", timeout=30), sid
         viewer = open_viewer(browser, stack, share_url)
         assert viewer["marks"]["backchannels"] >= 1 and viewer["marks"]["bargeIns"] >= 1, viewer
+        assert viewer["marks"]["paused"] >= 1 and viewer["marks"]["resumed"] >= 1, viewer  # the pause shows
         dom = marks_in_dom(browser)
-        assert dom["backchannel"] and dom["barge"], dom
+        assert dom["backchannel"] and dom["barge"] and dom["paused"], dom
+        assert any(cls.endswith("paused") for cls, _, _ in dom["chips"]), dom
         assert any(cls.endswith("backchannel") and text.startswith("backchannel") for cls, text, _ in dom["chips"]), dom
         assert any(cls.endswith("barge") for cls, _, _ in dom["chips"]), dom
         shot = tmp_path / "viewer_backchannel_barge_in.png"

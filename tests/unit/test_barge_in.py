@@ -34,6 +34,8 @@ async def replying(glance: str | None, transcript: str, step_s: float = 0.02, me
                    **turn) -> tuple[ScriptedBackend, object, Collector]:
     """A reply being heard; ``step_s`` a word: 0.02 makes it all at once, 0.15 keeps it in the making;
     ``meaning``: the P(interruption) the backend's reader gives the glanced words (None: no reader)."""
+    turn.setdefault("yield_at_onset", False)  # the judged mode (the reply plays on while the judge
+    # decides) unless a test asks for the default, yielding at the onset (issue 47)
     backend = ScriptedBackend(WORDS, step_s=step_s, glance=glance, transcript=transcript, meaning=meaning)
     conv = backend.open_conversation(ConversationConfig(input_sample_rate=16000,
                                                         turn_detection=TurnDetection(**turn)))

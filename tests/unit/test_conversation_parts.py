@@ -139,12 +139,23 @@ async def test_hearing_alone_reports_a_voice_to_its_policy(backend):
 
 
 async def test_vad_turns_judge_a_voice_over_the_reply_before_stopping_it(backend):
-    p = Parts(backend)
+    judged = VAD.model_copy(update={"turn_detection": VAD.turn_detection.model_copy(update={"yield_at_onset": False})})
+    p = Parts(backend, judged)
     p.rt.playback.sent("item_playing", 24000 * 5)  # five seconds of the assistant still to be heard
     await p.turns.on_vad("start", 100, None)
     assert p.seen == [] and p.turns.busy  # no speech_started yet: the voice is being judged
     await p.turns.on_vad("end", 400, np.zeros(4800, dtype=np.float32))
     assert [e.type for e in p.seen] == ["backchannel"] and p.seen[0].transcript == ""  # noise: dropped
+    assert not p.turns.busy and p.rt.items.snapshot() == []  # nothing committed
+
+
+async def test_vad_turns_by_default_yield_at_a_voice_over_the_reply_and_drop_noise(backend):
+    p = Parts(backend)
+    p.rt.playback.sent("item_playing", 24000 * 5)
+    await p.turns.on_vad("start", 100, None)
+    assert [e.type for e in p.seen] == ["speech_started"] and p.turns.busy  # stopped at once, then judged
+    await p.turns.on_vad("end", 400, np.zeros(4800, dtype=np.float32))
+    assert [e.type for e in p.seen] == ["speech_started", "speech_stopped", "backchannel"]
     assert not p.turns.busy and p.rt.items.snapshot() == []  # nothing committed
 
 
