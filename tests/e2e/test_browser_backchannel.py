@@ -52,6 +52,7 @@ INTO_REPLY_S = 2.0  # the backchannel comes this far into the reply (its first s
 INTERRUPT_AFTER_S = 4.5  # after the backchannel, while the long reply still plays
 TAIL_S = 40.0  # the fake device loops the file: nothing is said twice within a try
 TRY_S = 8.0  # a try waits this long after the interruption's end for its marks
+RESUME_SLACK_MS = 100  # a resumed reply may start this much before the cut: less than a syllable
 INSTRUCTIONS = (
     "You are a storyteller. When you are asked for a story, tell a long one: at least twenty "
     "sentences, full of detail, and do not stop early. Answer any other question in one short sentence."
@@ -332,8 +333,11 @@ def test_backchannel_then_barge_in_over_a_webrtc_call_in_the_viewer(stack, launc
         back = next((r for r in resumes if r["resumed_item_id"] == bc["item_id"]), None)
         assert back is not None and back["t"] >= bc["t"], f"the reply did not come back after the backchannel: {events}"
         cut = next((e for e in events if e["type"] == "truncated" and e.get("item_id") == bc["item_id"]), None)
-        if cut is not None and "audio_start_ms" in back:  # resumed where the listener stopped hearing it
-            assert back["audio_start_ms"] == cut["audio_end_ms"], (cut, back)
+        if cut is not None and back.get("audio_start_ms") is not None:
+            # Resumed where the listener stopped hearing it: nothing lost (not after the cut) and
+            # nothing said twice (at most a fragment before it: the gateway cuts at the sample it
+            # played, the worker resumes from its play-head clock, ~25 ms apart on this machine).
+            assert 0 <= cut["audio_end_ms"] - back["audio_start_ms"] <= RESUME_SLACK_MS, (cut, back)
         between = [e for e in events if pause["t"] < e["t"] < back["t"]]
         assert not of(between, "response_started") or all(
             e.get("item_id") == back["item_id"] for e in of(between, "response_started")), between  # no answer to it
