@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kinds", nargs="+", choices=["complete", "paused", "backchannel", "interruption", "cutin"],
                         help="duplex: which kinds of trial (default: all five)")
     parser.add_argument("--limit", type=int, help="turns, duplex: the first N items of each kind; answers: the first N questions")
-    parser.add_argument("--set", choices=["eval", "dev"], default="eval", help="answers, tools, duplex: which part of the set")
+    parser.add_argument("--set", choices=["eval", "dev", "fresh"], default="eval",
+                        help="answers, tools, duplex: which part of the set (fresh: duplex's eval phrases in voices "
+                             "neither part uses, for a last check)")
     parser.add_argument("--runs", type=int,
                         help="tools, turns, calls, duplex, tracing, answers, heard (default 3): repeat on one stack, report the median and spread")
     parser.add_argument("--parts", nargs="+", choices=["v2v", "transport", "load"],

@@ -137,6 +137,8 @@ def run_stack(items: list[Question], options: dict[str, Any], temperature: float
 def run_cli(args) -> dict[str, Any]:
     raise_fd_limit()
     which = getattr(args, "set", None) or "eval"
+    if which not in ("eval", "dev"):
+        raise SystemExit(f"--set {which}: this benchmark has a dev and an eval part only")
     items = questions(which, getattr(args, "limit", None))
     temperature, max_tokens = getattr(args, "temperature", None), getattr(args, "max_tokens", None)
     targets: list[tuple[str, dict[str, Any]]] = [("embedded", {})]

@@ -222,6 +222,8 @@ def run_cli(args) -> dict[str, Any]:
 
     raise_fd_limit()
     which = getattr(args, "set", None) or "eval"
+    if which not in ("eval", "dev"):
+        raise SystemExit(f"--set {which}: this benchmark has a dev and an eval part only")
     cases = {"eval": EVAL, "dev": DEV}[which]
     runs = max(1, getattr(args, "runs", None) or 3)
     out: dict[str, Any] = {"set": which, "answer_bias": ANSWER_BIAS, "runs": []}

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.fit.overlap_fit import glances
-from bench.fit.stop_words import judge_with_stop
+from bench.fit.stop_words import _look, judge_with_stop
 from bench.sets.duplex import DEV_BACKCHANNELS, DEV_CUTINS, DEV_INTERRUPTIONS
 from core.cascade.overlap_meaning import WordsReader, fit_logistic, probability
 from core.conversation import overlap as ov
@@ -56,7 +56,7 @@ def judge(r: dict, p) -> tuple[str, int]:
     for ms in range(ov.GLANCE_FIRST_MS, ov.LONGEST_BACKCHANNEL_MS, ov.GLANCE_EVERY_MS):
         if ms >= r["ms"]:
             break
-        words = r["looks"][str(ms)]
+        words = _look(r, ms)
         chance = p(words) if ov.words_of(words) and not ov.says_stop(words) else None
         if o.glanced(words, ms, chance) is not None:
             return o.verdict, ms
@@ -80,7 +80,7 @@ def summary(name: str, verdicts: list[tuple[dict, str, int]]) -> None:
 
 
 def main() -> None:
-    rows = glances()
+    rows = glances(silence_pad="--silence-pad" in sys.argv)
     reader = WordsReader(Path("data/models/smollm2-135m-instruct"))
     cache: dict[str, np.ndarray] = {}
 

@@ -31,10 +31,12 @@ MAX_FALSE = 0.05
 CACHE = Path(__file__).resolve().parents[2] / "data" / "overlap_fit.json"
 
 
-def glances() -> list[dict]:
-    """Per dev clip: its kind, length, the glance at each step inside it, and the whole clip's."""
-    if CACHE.exists():
-        return json.loads(CACHE.read_text())
+def glances(silence_pad: bool = False) -> list[dict]:
+    """Per dev clip: its kind, length, the glance at each step inside it, and the whole clip's
+    (``silence_pad``: the glances padded as ``WhisperAsr.glance(silence_pad=True)`` pads)."""
+    cache = CACHE.with_name("overlap_fit_silence.json") if silence_pad else CACHE
+    if cache.exists():
+        return json.loads(cache.read_text())
     from core.cascade.asr import WhisperAsr
     from devtools.espeak import espeak
 
@@ -45,13 +47,14 @@ def glances() -> list[dict]:
         for voice, speed, pitch in DEV_VOICES:
             pcm = espeak(text, voice, speed, pitch, rate=16000).astype(np.float32) / 32768
             pad = np.zeros(TAIL, np.float32)
-            looks = {ms: asr.glance(np.concatenate([pcm[: ms * 16], pad])) for ms in STEPS_MS if ms * 16 < pcm.size}
-            whole = asr.glance(np.concatenate([pcm, pad, pad]))
+            looks = {ms: asr.glance(np.concatenate([pcm[: ms * 16], pad]), silence_pad)
+                     for ms in STEPS_MS if ms * 16 < pcm.size}
+            whole = asr.glance(np.concatenate([pcm, pad, pad]), silence_pad)
             rows.append({"kind": kind, "text": text, "voice": voice, "ms": pcm.size // 16, "looks": looks,
                          "whole": whole})
             print(kind, voice, rows[-1]["ms"], repr(text), looks, repr(whole), file=sys.stderr, flush=True)
-    CACHE.parent.mkdir(parents=True, exist_ok=True)
-    CACHE.write_text(json.dumps(rows))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(rows))
     return rows
 
 

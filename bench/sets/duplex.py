@@ -264,6 +264,17 @@ EVAL_PROMPTS: list[str] = [
     "Explain in detail how a city gets its drinking water.",
 ]
 
+# A fresh family of voices for issue 47's last check, made only for it and run once at the end:
+# the eval part's phrases in voices neither part uses (the West Midlands base, which no set or test
+# used, with variants no set or test used). Not a part to choose anything on.
+FRESH_VOICES: list[tuple[str, int, int]] = [
+    ("en-gb-x-gbcwmd+Andy", 160, 48),
+    ("en-gb-x-gbcwmd+Annie", 150, 60),
+    ("en-gb-x-gbcwmd+Lee", 170, 42),
+    ("en-gb-x-gbcwmd+linda", 158, 55),
+    ("en-gb-x-gbcwmd+Michael", 165, 38),
+]
+
 PARTS: dict[str, dict[str, list]] = {
     "dev": {"voices": DEV_VOICES, "complete": DEV_COMPLETE, "paused": DEV_PAUSED, "backchannel": DEV_BACKCHANNELS,
             "interruption": DEV_INTERRUPTIONS, "cutin": DEV_CUTINS, "prompts": DEV_PROMPTS},
@@ -271,6 +282,7 @@ PARTS: dict[str, dict[str, list]] = {
              "backchannel": EVAL_BACKCHANNELS, "interruption": EVAL_INTERRUPTIONS, "cutin": EVAL_CUTINS,
              "prompts": EVAL_PROMPTS},
 }
+PARTS["fresh"] = {**PARTS["eval"], "voices": FRESH_VOICES}  # the eval phrases, fresh voices
 
 
 def texts(part: str) -> list[str]:

@@ -127,13 +127,20 @@ class WhisperAsr:
             spoken[-1].last_word_confidence if spoken else 1.0,
         )
 
-    def glance(self, samples: np.ndarray) -> str:
+    def glance(self, samples: np.ndarray, silence_pad: bool = False) -> str:
         """The words in a short clip (under ~2 s), fast and rough: the backchannel-or-interruption
-        judge reads them while the voice is still going (``core/conversation/overlap.py``)."""
+        judge reads them while the voice is still going (``core/conversation/overlap.py``).
+        Zero-padded by default, as when the overlap judge's word list was built (issue 34);
+        ``silence_pad``: padded as ``transcribe`` pads (zeros again where the words loop)."""
         if samples.size == 0:
             return ""
-        # Zero-padded as when the overlap judge's word lists were built on glances (issue 34).
-        mel = self._mel(samples[: 2 * RATE], min_frames=GLANCE_FRAMES, silence_pad=False)
+        if silence_pad:
+            heard = self._glance(samples, True)
+            return self._glance(samples, False) if repeats(heard) else heard
+        return self._glance(samples, False)
+
+    def _glance(self, samples: np.ndarray, silence_pad: bool) -> str:
+        mel = self._mel(samples[: 2 * RATE], min_frames=GLANCE_FRAMES, silence_pad=silence_pad)
         with self._lock:
             result = self._model.generate(
                 ctranslate2.StorageView.from_array(mel[None]),

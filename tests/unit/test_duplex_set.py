@@ -52,6 +52,15 @@ def test_dev_and_eval_share_no_phrasing_and_no_voice():
     assert sets.DEV_INTERRUPTIONS is sets.PARTS["dev"]["interruption"]
 
 
+def test_the_fresh_voices_are_in_neither_part_nor_the_turn_sets():
+    """Issue 47's last check speaks the eval phrases in voices made only for it."""
+    fresh = {x for v, _, _ in sets.FRESH_VOICES for x in _base_and_variant(v) if x}
+    used = {x for vs in (sets.DEV_VOICES, sets.EVAL_VOICES, TURN_VOICES) for v, _, _ in vs
+            for x in _base_and_variant(v) if x}
+    assert not fresh & used, fresh & used
+    assert {it.text for it in items("fresh")} == {it.text for it in items("eval")}
+
+
 def test_eval_voices_are_used_nowhere_else():
     """No eval voice, base voice or variant in the turn sets or in any file outside bench/sets and docs."""
     turn_parts = {x for v, _, _ in TURN_VOICES for x in _base_and_variant(v) if x}
