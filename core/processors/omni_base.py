@@ -13,6 +13,7 @@ import asyncio
 import io
 import logging
 import time
+from pathlib import Path
 from dataclasses import replace
 from typing import Any
 
@@ -43,6 +44,8 @@ class OmniOptions(BaseModel):
     glance_asr: bool = Field(True, description="load the bundled Whisper (CPU) to read the first words of "
                              "speech over a reply: a backchannel does not interrupt (without it the "
                              "voice's length decides)")
+    overlap_meaning: bool = Field(True, description="with glance_asr, read the glanced words by meaning "
+                                  "(core/cascade/overlap_meaning.py on the bundled SmolLM2, CPU); off: a word list")
     context_tokens: int = Field(32768, ge=1024, le=1_048_576, description="the model's context window in "
                                 "tokens: a reply's prompt and output share it (session truncation)")
 
@@ -70,6 +73,7 @@ class OmniBackendBase(Backend):
         self.transcribe_pool = self.model_pool
         self.load_seconds: dict[str, float] = {}
         self._glancer = None  # Whisper for the overlap judge (``glance_asr``)
+        self._meaning = None  # its reader by meaning (``overlap_meaning``)
         self._glance_pool = None
 
     @property
@@ -110,6 +114,24 @@ class OmniBackendBase(Backend):
             self.load_seconds["glance_asr"] = time.perf_counter() - t0
         except Exception as exc:  # the judge then goes by the voice's length
             log.warning("no Whisper for glances at speech over a reply (%s): the voice's length decides", exc)
+            return
+        if self.options.overlap_meaning:
+            self._load_meaning()
+
+    def _load_meaning(self) -> None:
+        """The cascade's meaning reader for the glanced words, on the bundled SmolLM2 (CPU)."""
+        try:
+            from core.cascade.llm import CACHE_MARKER, CACHE_NAME, convert_gguf
+            from core.cascade.overlap_meaning import OverlapMeaning
+
+            t0 = time.perf_counter()
+            models = Path(self.options.data_dir) / "models"
+            if not (models / CACHE_NAME / CACHE_MARKER).exists():
+                convert_gguf(models / CACHE_NAME)
+            self._meaning = OverlapMeaning(models / CACHE_NAME, models)
+            self.load_seconds["overlap_meaning"] = time.perf_counter() - t0
+        except Exception as exc:  # the judge then uses its word list
+            log.warning("no meaning reader for speech over a reply (%s): the judge's word list decides", exc)
 
     @property
     def glance_pool(self) -> Any:
@@ -117,6 +139,9 @@ class OmniBackendBase(Backend):
 
     def transcribe_glance(self, audio: Any) -> str | None:
         return None if self._glancer is None else self._glancer.glance(audio)
+
+    def interruption_probability(self, words: str) -> float | None:
+        return None if self._meaning is None else self._meaning.interruption_probability(words)
 
     def load_model(self, progress: ProgressCallback | None) -> None:
         raise NotImplementedError

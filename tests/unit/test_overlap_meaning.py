@@ -24,8 +24,12 @@ REQUESTS = ["What do you mean by that?", "Can you skip ahead?", "Tell me about t
 
 @pytest.fixture(scope="module")
 def meaning() -> OverlapMeaning:
+    from core.cascade.llm import CACHE_MARKER, CACHE_NAME, convert_gguf
+
     models = ROOT / "data" / "models"
-    return OverlapMeaning(models / "smollm2-135m-instruct", models)  # the head cached beside the model
+    if not (models / CACHE_NAME / CACHE_MARKER).exists():  # a fresh clone whose cascade never started
+        convert_gguf(models / CACHE_NAME)
+    return OverlapMeaning(models / CACHE_NAME, models)  # the head cached beside the model
 
 
 def test_the_phrases_are_not_examples_it_was_fitted_on():
