@@ -37,6 +37,11 @@ GLANCE_EVERY_MS = 100
 CONFIRM = 2  # glances in a row that must hear non-backchannel words
 MIN_LETTERS = 4  # letters of non-backchannel words a glance must hear (one "I" or "M" is a guess)
 LONGEST_BACKCHANNEL_MS = 1300  # voice this long is an interruption whatever its words
+# Silence after a voice over the reply before it is called a backchannel or noise: a pause inside
+# one utterance ("Stop, please.", "No no, stop, how ...") must not cut it into pieces judged alone
+# ("Stop," read as "up." is a backchannel, issue 47). The longest such pause in the dev clips is
+# 290 ms (``python -m bench.fit.pauses``); an interruption is still called at once.
+SETTLE_MS = 300
 # With a meaning reader (``core/cascade/overlap_meaning.py``) a glance's words take the floor at
 # this probability: a coin toss, not tuned (on dev, held out by phrase and voice, 0.5-0.85 gave
 # the same verdicts; ``python -m bench.fit.meaning_fit``).
@@ -87,6 +92,15 @@ def takes_the_floor(words: str, interruption: float | None) -> bool:
     return unexpected_letters(words) >= MIN_LETTERS
 
 
+def verdict_of(words: str, interruption: float | None = None) -> Verdict:
+    """What a whole clip's words make of the voice."""
+    if not words_of(words):
+        return "noise"
+    if says_stop(words) or takes_the_floor(words, interruption):
+        return "interruption"
+    return "backchannel"
+
+
 def _p(interruption: float | None) -> str:
     return "" if interruption is None else f", P(interruption) {interruption:.2f}"
 
@@ -112,6 +126,7 @@ class Overlap:
     looking: bool = False  # a glance is running
     blind: bool = False  # the backend has no fast recogniser: the voice's length alone decides
     paused: bool = False  # the voice is in a pause (the VAD's) right now
+    pauses: int = 0  # pauses so far (a judgement waiting out one is stale once another began)
     yielded: bool = False  # the reply stopped at the onset (``yield_at_onset``): speech_started was sent
     in_a_row: int = 0  # glances in a row that heard non-backchannel words
     words: str = ""  # the last glance's words
@@ -144,11 +159,9 @@ class Overlap:
     def ended(self, words: str, voice_ms: int, interruption: float | None = None) -> Verdict:
         """The voice paused after ``voice_ms``; ``words``: the whole clip's."""
         self.words = words
-        if not words_of(words):
-            return self.decide("noise", voice_ms, "no words")
-        if says_stop(words) or takes_the_floor(words, interruption):
-            return self.decide("interruption", voice_ms, f"words {words!r}{_p(interruption)}")
-        return self.decide("backchannel", voice_ms, f"words {words!r}{_p(interruption)}")
+        verdict = verdict_of(words, interruption)
+        why = "no words" if verdict == "noise" else f"words {words!r}{_p(interruption)}"
+        return self.decide(verdict, voice_ms, why)
 
     def decide(self, verdict: Verdict, voice_ms: int, why: str) -> Verdict:
         if self.verdict is None:

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import time
@@ -31,7 +32,7 @@ from core.conversation.config import ConversationConfig
 from core.conversation.events import Backchannel, ConversationError, InputTranscript, SpeechStarted, SpeechStopped
 from core.conversation.hearing import Hearing, Speculation
 from core.conversation.items import Item
-from core.conversation.overlap import GLANCE_EVERY_MS, GLANCE_FIRST_MS, Glance, Overlap
+from core.conversation.overlap import GLANCE_EVERY_MS, GLANCE_FIRST_MS, SETTLE_MS, Glance, Overlap, verdict_of
 from core.conversation.replies import Replies
 from core.conversation.reply import Response
 from core.conversation.runtime import Runtime
@@ -83,7 +84,8 @@ class VadTurns:
             ov = self._overlap_pending()
             if ov is not None:
                 ov.paused = True
-                self.rt.spawn(self._overlap_paused(ov, segment))
+                ov.pauses += 1
+                self.rt.spawn(self._overlap_paused(ov, segment, ms))
                 return
             hearing.speculate(segment)
         elif kind == "resume":
@@ -243,9 +245,12 @@ class VadTurns:
         if ov.glanced(seen.words, voice, seen.interruption) is not None:
             self.rt.spawn(self._decided(ov))
 
-    async def _overlap_paused(self, ov: Overlap, segment: np.ndarray | None) -> None:
-        """The voice paused: judge the whole clip now (a backchannel is over; an interruption
-        is one as soon as its words say so)."""
+    async def _overlap_paused(self, ov: Overlap, segment: np.ndarray | None, pause_ms: int) -> None:
+        """The voice paused (its last voiced sample at ``pause_ms``): judge the whole clip. An
+        interruption is one as soon as its words say so; a backchannel or noise only once the
+        silence has lasted ``SETTLE_MS`` (a pause inside one utterance must not split it: if the
+        voice comes back, the next pause judges the longer clip)."""
+        pause = ov.pauses
         voice = self._voice_ms(ov)
         clip = self.hearing.clip_since(ov.onset_ms)
         try:
@@ -260,6 +265,14 @@ class VadTurns:
             if words is not None and ov.glanced(words, voice, seen.interruption) is not None:
                 await self._decided(ov)
             return
+        if words is None or verdict_of(words, seen.interruption) != "interruption":
+            # SETTLE_MS of silence in the stream, or of wall time for a client that stopped sending
+            give_up = time.monotonic() + SETTLE_MS / 1000
+            while self.hearing.now_ms() - pause_ms < SETTLE_MS and time.monotonic() < give_up:
+                await asyncio.sleep(0.02)
+                if self._overlap is not ov or ov.verdict is not None or self.rt.closed or not ov.paused \
+                        or ov.pauses != pause:
+                    return  # the voice came back (or was judged meanwhile): not over yet
         if words is None:  # no words to read: shorter than LONGEST_BACKCHANNEL_MS (``lasted``), so a backchannel
             ov.decide("backchannel", voice, "length at a pause")
         else:

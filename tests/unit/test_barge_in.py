@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from core.conversation import ConversationConfig, TurnDetection
-from core.conversation.overlap import GLANCE_FIRST_MS, LONGEST_BACKCHANNEL_MS
+from core.conversation.overlap import GLANCE_FIRST_MS, LONGEST_BACKCHANNEL_MS, SETTLE_MS
 from tests.support.helpers import Collector
 from tests.support.scripted_backend import ScriptedBackend, quiet, tone
 
@@ -244,5 +244,25 @@ async def test_yield_at_onset_an_interruption_stays_cut_and_is_answered():
     assert seen.count("speech_started") == 1 and "response_resumed" not in seen and not col.of("backchannel")
     context = [(i.role, i.text) for i in backend.jobs[1].items]
     assert context[-1] == ("user", "what about dogs") and context[-2][1].endswith("…")
+    await conv.close()
+    backend.close()
+
+
+async def test_a_pause_inside_one_voice_does_not_split_it_into_two_judgements():
+    """ "Stop, please." paused at its comma was judged twice: "Stop," (misheard) a backchannel that
+    resumed the reply, then "please" (issue 47). A voice that comes back within SETTLE_MS of
+    silence is one voice: one pause of the reply, one verdict on the whole clip, one resume."""
+    backend, conv, col = await replying(glance="Yeah, yeah.", transcript="yeah yeah", step_s=0.15,
+                                        yield_at_onset=True)
+    gap_s = 0.2  # a comma's pause in the dev clips (the longest is 290 ms)
+    assert gap_s * 1000 < SETTLE_MS
+    await feed(conv, tone(0.3) + quiet(gap_s) + tone(0.3) + quiet(0.9))
+    bc = await col.wait_for("backchannel")
+    await col.wait_for("response_resumed")
+    await asyncio.sleep(0.3)
+    seen = kinds(col)
+    assert seen.count("speech_started") == 1 and seen.count("backchannel") == 1, seen
+    assert seen.count("response_resumed") == 1, seen
+    assert bc.audio_end_ms - bc.audio_start_ms >= 700, bc  # both pieces, and the gap between them
     await conv.close()
     backend.close()
