@@ -1,4 +1,4 @@
-"""The overlap judge's reading by meaning (``core/cascade/overlap_meaning.py``), on the dev set only.
+"""The overlap judge's reading by meaning (``core/cascade/words_meaning.py``), on the dev set only.
 
     python -m bench.fit.meaning_fit            # ~2 min: held-out figures for the shipped settings
     python -m bench.fit.meaning_fit --write    # also rewrite core/cascade/overlap_examples.py
@@ -23,7 +23,7 @@ import numpy as np
 from bench.fit.overlap_fit import glances
 from bench.fit.stop_words import _look, judge_with_stop
 from bench.sets.duplex import DEV_BACKCHANNELS, DEV_CUTINS, DEV_INTERRUPTIONS
-from core.cascade.overlap_meaning import WordsReader, fit_logistic, probability
+from core.cascade.words_meaning import OVERLAP, WordsReader, fit_logistic, probability
 from core.conversation import overlap as ov
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "core" / "cascade" / "overlap_examples.py"
@@ -87,7 +87,7 @@ def main() -> None:
     def features(text: str) -> np.ndarray:
         text = text.strip()
         if text not in cache:
-            cache[text] = reader.features(text)
+            cache[text] = reader.features(text, OVERLAP)
         return cache[text]
 
     ex, both = examples(rows)
@@ -115,7 +115,7 @@ def main() -> None:
 def write(ex: list[tuple[str, int, str | None, str]]) -> None:
     bcs = sorted({t for t, y, _, _ in ex if y == 0})
     ints = sorted({t for t, y, _, _ in ex if y == 1})
-    body = ['"""Labelled examples the overlap judge\'s meaning reader is fitted on (``overlap_meaning.py``).',
+    body = ['"""Labelled examples the overlap judge\'s meaning reader is fitted on (``words_meaning.py``).',
             "",
             "Written by ``python -m bench.fit.meaning_fit --write`` from the dev part of",
             "``bench/sets/duplex.py`` only: each dev backchannel, interruption and short cut-in as written,",

@@ -1,4 +1,4 @@
-"""Labelled examples the overlap judge's meaning reader is fitted on (``overlap_meaning.py``).
+"""Labelled examples the overlap judge's meaning reader is fitted on (``words_meaning.py``).
 
 Written by ``python -m bench.fit.meaning_fit --write`` from the dev part of
 ``bench/sets/duplex.py`` only: each dev backchannel, interruption and short cut-in as written,

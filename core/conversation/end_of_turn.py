@@ -116,11 +116,32 @@ def without_last_word(text: str) -> str:
 
 
 def end_of_turn_probability(
-    text: str, lm: MessageEnd | float | None = None, confidence: float | None = None
+    text: str, lm: MessageEnd | float | None = None, confidence: float | None = None,
+    meaning: float | None = None,
 ) -> float | None:
     """P(the user has finished) from the transcript and, when given, the LM's end-of-message
     probability (a bare float: after the words only); None when there are no words to judge.
-    ``confidence`` in the last word defaults to the one a ``HeardText`` carries."""
+    ``confidence`` in the last word defaults to the one a ``HeardText`` carries. ``meaning``: the
+    backend's reading of the words' completeness (``Backend.completion_probability``), joined
+    with the score as the mean of their log-odds (issue 47: on the dev turns held out by phrase,
+    complete turns' extra wait 342 -> 296 ms mean, p90 1128 -> 745 ms, and open phrases answered
+    within 1 s 18 -> 10 %; ``python -m bench.fit.turn_meaning_fit``)."""
+    p = _score(text, lm, confidence)
+    if p is None or meaning is None:
+        return p
+    return join_log_odds(p, meaning)
+
+
+def join_log_odds(p: float, q: float) -> float:
+    """The mean of two probabilities' log-odds, as a probability."""
+    def logit(x: float) -> float:
+        x = min(max(x, 1e-6), 1.0 - 1e-6)
+        return math.log(x / (1.0 - x))
+
+    return 1.0 / (1.0 + math.exp(-(logit(p) + logit(q)) / 2.0))
+
+
+def _score(text: str, lm: MessageEnd | float | None, confidence: float | None) -> float | None:
     confidence = last_word_confidence(text) if confidence is None else confidence
     text = text.strip()
     if not any(ch.isalnum() for ch in text):

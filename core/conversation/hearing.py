@@ -20,7 +20,8 @@ import numpy as np
 from core.audio import pcm16_to_float
 from core.conversation.audio_input import VAD_RATE, AudioInput
 from core.conversation.config import ConversationConfig
-from core.conversation.end_of_turn import MessageEnd, end_of_turn_probability, last_word_confidence
+from core.conversation.end_of_turn import (MessageEnd, end_of_turn_probability, last_word_confidence,
+                                           strip_trailing_punctuation)
 from core.conversation.end_of_turn import wait_ms as end_of_turn_wait_ms
 from core.conversation.events import ConversationError, InputCommitted, InputTranscript
 from core.conversation.items import Item, Part
@@ -50,6 +51,7 @@ class Hearing:
         self._input = AudioInput(rt.backend.vad_model, rt.config)
         self._speech_item: str | None = None
         self._speculation: Speculation | None = None
+        self._completion: tuple[int, concurrent.futures.Future] | None = None  # the pause's meaning reading
         self._generation = 0
 
     def reconfigure(self, old: ConversationConfig, new: ConversationConfig) -> None:
@@ -163,6 +165,11 @@ class Hearing:
         return td is not None and td.type == "semantic_vad"
 
     def _on_partial_transcript(self, generation: int, fut: concurrent.futures.Future) -> None:
+        backend = self.rt.backend
+        if self.semantic and backend.reads_completion and fut.exception() is None and (fut.result() or "").strip():
+            # read beside the scoring (the LLM's), on the glance thread: joined in _on_turn_score
+            words = strip_trailing_punctuation(fut.result())
+            self._completion = (generation, backend.glance_pool.submit(backend.completion_probability, words))
         scored = self.policy.words_at_pause(generation, fut)
         if self.semantic and generation == self._generation and not self.rt.closed and not scored:
             self._score_turn(generation, "" if fut.exception() is not None else (fut.result() or ""))
@@ -209,12 +216,21 @@ class Hearing:
         td = self.rt.config.turn_detection
         if self.rt.closed or generation != self._generation or td is None or td.type != "semantic_vad":
             return
-        p = end_of_turn_probability(text, lm)
+        reading = self._completion if self._completion is not None and self._completion[0] == generation else None
+        if reading is not None and not reading[1].done():  # the words' meaning is still being read
+            reading[1].add_done_callback(lambda _f: self.rt.call_soon(self._on_turn_score, generation, text, lm))
+            return
+        meaning = None
+        if reading is not None and reading[1].exception() is None:
+            meaning = reading[1].result()
+        elif reading is not None:
+            log.warning("reading the turn's completeness failed: %s", reading[1].exception())
+        p = end_of_turn_probability(text, lm, meaning=meaning)
         wait = end_of_turn_wait_ms(p, td.eagerness)
         self.rt.stats.turn_scores += 1
         self.rt.stats.last_turn_score = p
-        log.debug("end of turn %r (last word %.2f): lm %s -> p %s, wait %d ms", text, last_word_confidence(text), lm,
-                  p, wait)
+        log.debug("end of turn %r (last word %.2f): lm %s, meaning %s -> p %s, wait %d ms", text,
+                  last_word_confidence(text), lm, meaning, p, wait)
         self.rt.spawn(self._end_pause_after(generation, wait))
 
     async def _end_pause_after(self, generation: int, wait: int) -> None:

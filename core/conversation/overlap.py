@@ -12,7 +12,7 @@ holds back ``speech_started`` and this judge decides from:
   an interruption at once, whatever the voice's length (issue 47: "No." must never be ignored).
 
 Whether words take the floor is read by meaning where the backend can
-(``Backend.interruption_probability``: the cascade's ``core/cascade/overlap_meaning.py``, a
+(``Backend.interruption_probability``: the cascade's ``core/cascade/words_meaning.py``, a
 classifier on SmolLM2's reading of the words that generalises to phrasings it was not fitted on,
 issue 47); otherwise by a word list. The word list is what Whisper heard when the dev set's backchannels (``DEV_BACKCHANNELS`` in
 ``bench/sets/duplex.py``, spoken by its dev voices) were glanced at, plus their written words:
@@ -42,7 +42,7 @@ LONGEST_BACKCHANNEL_MS = 1300  # voice this long is an interruption whatever its
 # ("Stop," read as "up." is a backchannel, issue 47). The longest such pause in the dev clips is
 # 290 ms (``python -m bench.fit.pauses``); an interruption is still called at once.
 SETTLE_MS = 300
-# With a meaning reader (``core/cascade/overlap_meaning.py``) a glance's words take the floor at
+# With a meaning reader (``core/cascade/words_meaning.py``) a glance's words take the floor at
 # this probability: a coin toss, not tuned (on dev, held out by phrase and voice, 0.5-0.85 gave
 # the same verdicts; ``python -m bench.fit.meaning_fit``).
 MEANING_THRESHOLD = 0.5

@@ -155,6 +155,16 @@ class Backend(ConversationModel, abc.ABC):
         uses its word list). Blocking: runs in ``glance_pool`` after the glance."""
         return None
 
+    def completion_probability(self, words: str) -> float | None:
+        """How likely a user message ending with ``words`` is complete, read by meaning
+        (``semantic_vad`` joins it with its score); None without a reader. Blocking: runs in
+        ``glance_pool``, beside the turn's scoring, when ``reads_completion``."""
+        return None
+
+    @property
+    def reads_completion(self) -> bool:
+        return False
+
     def end_of_message_probability(self, text: str) -> MessageEnd | float | None:
         """The model's probability that a user message ending with ``text`` is complete
         (``semantic_vad``; a ``MessageEnd`` adds the probability without the last word), or None

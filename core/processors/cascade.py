@@ -71,9 +71,10 @@ class CascadeOptions(BaseModel):
     max_prompt_tokens: int = Field(1536, ge=128, le=8192)
     speculative_reply: bool = True
     warm_up: bool = True
-    # Read the words said over a reply by meaning (core/cascade/overlap_meaning.py: ~300 MB more,
-    # ~10 s to fit on the first start, then cached in data_dir); off: the judge's word list.
-    overlap_meaning: bool = True
+    # Read words by meaning (core/cascade/words_meaning.py: ~300 MB more, ~20 s to fit on the first
+    # start, then cached in data_dir): over a reply (off: the judge's word list) and at a pause
+    # (semantic_vad; off: its score alone).
+    words_meaning: bool = True
     # The LLM stage on an OpenAI-compatible server instead of the embedded SmolLM2
     # (VAD, Whisper and Piper stay local; SmolLM2 still scores turns for semantic_vad).
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://localhost:11434/v1")
@@ -127,6 +128,7 @@ class CascadeBackend(Backend):
         self.describer = None
         self.turn_scorer = None
         self.overlap_meaning = None
+        self.turn_meaning = None
         self._loaded = False
         # One thread per stage: stages overlap with each other, never with themselves.
         self.io_pool = self.threads.pool("vad", 2)
@@ -179,11 +181,13 @@ class CascadeBackend(Backend):
         from core.cascade.turn_scorer import EndOfMessageScorer
 
         self.turn_scorer = EndOfMessageScorer(self.llm, system=opts.instructions)
-        if opts.overlap_meaning:
-            from core.cascade.overlap_meaning import OverlapMeaning
+        if opts.words_meaning:
+            from core.cascade.words_meaning import WordsReader, overlap_head, turn_head
 
-            self.overlap_meaning = timed("overlap_meaning", 0.8, lambda: OverlapMeaning(
-                self.llm.path, Path(opts.data_dir) / "models"))
+            models = Path(opts.data_dir) / "models"
+            reader = timed("words_meaning", 0.8, lambda: WordsReader(self.llm.path))
+            self.overlap_meaning = timed("overlap_meaning", 0.82, lambda: overlap_head(reader, models))
+            self.turn_meaning = timed("turn_meaning", 0.84, lambda: turn_head(reader, models))
         if self.remote_llm is not None:
             timed("llm_server", 0.85, lambda: self.remote_llm.wait_until_up(
                 opts.llm_wait_for_server_s, lambda d: report("llm_server", 0.85, d)))
@@ -202,7 +206,8 @@ class CascadeBackend(Backend):
 
         self.asr.transcribe(resample(audio, OUTPUT_RATE, VAD_RATE))
         if self.overlap_meaning is not None:
-            self.overlap_meaning.interruption_probability("Okay.")
+            self.overlap_meaning.probability("Okay.")
+            self.turn_meaning.probability("Hello there")
 
         def warm_llm() -> None:
             self.llm.generate(
@@ -296,7 +301,14 @@ class CascadeBackend(Backend):
         return self.asr.glance(audio)
 
     def interruption_probability(self, words: str) -> float | None:
-        return None if self.overlap_meaning is None else self.overlap_meaning.interruption_probability(words)
+        return None if self.overlap_meaning is None else self.overlap_meaning.probability(words)
+
+    def completion_probability(self, words: str) -> float | None:
+        return None if self.turn_meaning is None else self.turn_meaning.probability(words)
+
+    @property
+    def reads_completion(self) -> bool:
+        return self.turn_meaning is not None
 
     def end_of_message_probability(self, text: str) -> MessageEnd:
         return self.turn_scorer.message_end(text)

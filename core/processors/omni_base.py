@@ -45,7 +45,7 @@ class OmniOptions(BaseModel):
                              "speech over a reply: a backchannel does not interrupt (without it the "
                              "voice's length decides)")
     overlap_meaning: bool = Field(True, description="with glance_asr, read the glanced words by meaning "
-                                  "(core/cascade/overlap_meaning.py on the bundled SmolLM2, CPU); off: a word list")
+                                  "(core/cascade/words_meaning.py on the bundled SmolLM2, CPU); off: a word list")
     context_tokens: int = Field(32768, ge=1024, le=1_048_576, description="the model's context window in "
                                 "tokens: a reply's prompt and output share it (session truncation)")
 
@@ -122,13 +122,13 @@ class OmniBackendBase(Backend):
         """The cascade's meaning reader for the glanced words, on the bundled SmolLM2 (CPU)."""
         try:
             from core.cascade.llm import CACHE_MARKER, CACHE_NAME, convert_gguf
-            from core.cascade.overlap_meaning import OverlapMeaning
+            from core.cascade.words_meaning import WordsReader, overlap_head
 
             t0 = time.perf_counter()
             models = Path(self.options.data_dir) / "models"
             if not (models / CACHE_NAME / CACHE_MARKER).exists():
                 convert_gguf(models / CACHE_NAME)
-            self._meaning = OverlapMeaning(models / CACHE_NAME, models)
+            self._meaning = overlap_head(WordsReader(models / CACHE_NAME), models)
             self.load_seconds["overlap_meaning"] = time.perf_counter() - t0
         except Exception as exc:  # the judge then uses its word list
             log.warning("no meaning reader for speech over a reply (%s): the judge's word list decides", exc)
@@ -141,7 +141,7 @@ class OmniBackendBase(Backend):
         return None if self._glancer is None else self._glancer.glance(audio)
 
     def interruption_probability(self, words: str) -> float | None:
-        return None if self._meaning is None else self._meaning.interruption_probability(words)
+        return None if self._meaning is None else self._meaning.probability(words)
 
     def load_model(self, progress: ProgressCallback | None) -> None:
         raise NotImplementedError

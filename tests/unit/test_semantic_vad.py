@@ -17,7 +17,7 @@ import pytest
 
 from devtools.espeak import espeak_path
 from core.conversation import ConversationConfig, TurnDetection
-from core.conversation.end_of_turn import HeardText, MessageEnd, end_of_turn_probability, wait_ms
+from core.conversation.end_of_turn import HeardText, MessageEnd, end_of_turn_probability, join_log_odds, wait_ms
 from bench.fit.turn_checks import (  # the measured dev cases and the checks the fit keeps
     ALARM, ALARM_LM, CONFIDENT, DOUBTED, FAIRLY_HEARD, KETTLE, OPEN, complete_answered_sooner,
     doubted_answered_within_a_second, guessed_ending_waits_like_the_words_before_it, one_doubtful_word_reads_like_no_words,
@@ -320,3 +320,40 @@ def test_an_ending_whisper_invents_after_the_voice_gets_no_confidence(cascade_ba
     assert wait_ms(p, "auto") > 1500, (guessed, lm, p)
     said = heard("What time is it?")
     assert "time is it" in said.lower() and said.last_word_confidence > 0.5, (said, said.last_word_confidence)
+
+
+class ReadingTurnBackend(ScriptedTurnBackend):
+    """A test double of a backend that also reads the words' completeness by meaning."""
+
+    def __init__(self, transcripts: list[str], reading: float) -> None:
+        super().__init__(transcripts)
+        self.reading = reading
+        self.read: list[str] = []
+
+    @property
+    def reads_completion(self) -> bool:
+        return True
+
+    def completion_probability(self, words: str) -> float | None:
+        self.read.append(words)
+        return self.reading
+
+
+@pytest.mark.parametrize("reading, ends_within", [(0.99, 0.4), (0.01, None)])
+async def test_the_words_meaning_joins_the_score(reading, ends_within):
+    """Issue 47: the backend's reading of completeness is joined with the score (mean log-odds):
+    the same words, read as complete, end the turn at once; read as open, wait out a 1.5 s pause."""
+    heard = "Tell me about dogs."  # no LM: the words alone give p 0.62, a ~0.9 s wait
+    backend = ReadingTurnBackend([heard], reading)
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    await feed(conv, tone(0.6))
+    fed = await feed_until(conv, col, "speech_stopped", 1.5)
+    if ends_within is None:
+        assert fed is None, fed
+    else:
+        assert fed is not None and fed < ends_within, fed
+    assert backend.read == ["Tell me about dogs"]  # the words, without Whisper's guessed punctuation
+    assert conv.stats.last_turn_score == pytest.approx(join_log_odds(end_of_turn_probability(heard), reading))
+    await conv.close()
+    backend.close()
