@@ -222,7 +222,7 @@ class VadTurns:
         """After each piece of input audio: is the voice over the reply long enough to glance at
         again, or too long for a backchannel?"""
         ov = self._overlap_pending()
-        if ov is None:
+        if ov is None or ov.paused:  # the silence after a voice, while it settles, is not more voice
             return
         voice = self._voice_ms(ov)
         if ov.lasted(voice) is not None:

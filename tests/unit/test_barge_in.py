@@ -266,3 +266,19 @@ async def test_a_pause_inside_one_voice_does_not_split_it_into_two_judgements():
     assert bc.audio_end_ms - bc.audio_start_ms >= 700, bc  # both pieces, and the gap between them
     await conv.close()
     backend.close()
+
+
+async def test_the_silence_while_a_voice_settles_does_not_count_as_voice():
+    """A backchannel just under LONGEST_BACKCHANNEL_MS is still one after the SETTLE_MS of silence
+    the judge waits: that silence is not more voice (counted as voice, "Okay, okay." became an
+    interruption by its length)."""
+    voice_s = (LONGEST_BACKCHANNEL_MS - SETTLE_MS + 150) / 1000  # voice + settle > the longest backchannel
+    assert voice_s * 1000 < LONGEST_BACKCHANNEL_MS - 100
+    backend, conv, col = await replying(glance="Yeah.", transcript="yeah", step_s=0.15, yield_at_onset=True)
+    await feed(conv, tone(voice_s) + quiet(0.9))
+    bc = await col.wait_for("backchannel")
+    assert bc.transcript == "Yeah."
+    await col.wait_for("response_resumed")
+    assert "input_committed" not in kinds(col)
+    await conv.close()
+    backend.close()
