@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.fit.examples_file import write_examples
 from bench.fit.overlap_fit import glances
 from bench.fit.stop_words import _look, judge_with_stop
 from bench.sets.duplex import DEV_BACKCHANNELS, DEV_CUTINS, DEV_INTERRUPTIONS
@@ -113,18 +114,13 @@ def main() -> None:
 
 
 def write(ex: list[tuple[str, int, str | None, str]]) -> None:
-    bcs = sorted({t for t, y, _, _ in ex if y == 0})
-    ints = sorted({t for t, y, _, _ in ex if y == 1})
-    body = ['"""Labelled examples the overlap judge\'s meaning reader is fitted on (``words_meaning.py``).',
-            "",
-            "Written by ``python -m bench.fit.meaning_fit --write`` from the dev part of",
-            "``bench/sets/duplex.py`` only: each dev backchannel, interruption and short cut-in as written,",
-            "and what Whisper heard of each whole dev clip (every phrase in every dev voice). Do not edit.",
-            '"""', "", "BACKCHANNELS: tuple[str, ...] = ("]
-    body += [f"    {t!r}," for t in bcs] + [")", "", "INTERRUPTIONS: tuple[str, ...] = ("]
-    body += [f"    {t!r}," for t in ints] + [")", ""]
-    EXAMPLES.write_text("\n".join(body))
-    print(f"wrote {EXAMPLES} ({len(bcs)} backchannels, {len(ints)} interruptions)")
+    write_examples(EXAMPLES, [
+        "Labelled examples the overlap judge's meaning reader is fitted on (``words_meaning.py``).", "",
+        "Written by ``python -m bench.fit.meaning_fit --write`` from the dev part of",
+        "``bench/sets/duplex.py`` only: each dev backchannel, interruption and short cut-in as written,",
+        "and what Whisper heard of each whole dev clip (every phrase in every dev voice). Do not edit."],
+        {"BACKCHANNELS": sorted({t for t, y, _, _ in ex if y == 0}),
+         "INTERRUPTIONS": sorted({t for t, y, _, _ in ex if y == 1})})
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.fit.examples_file import write_examples
 from bench.fit.turn_fit import _load
 from core.cascade import words_meaning as wm
 from core.conversation.end_of_turn import end_of_turn_probability, join_log_odds, strip_trailing_punctuation, wait_ms
@@ -83,19 +84,14 @@ def write(words: list[str], labels: list[int]) -> None:
     for w, y in zip(words, labels):
         if not near_an_eval_item(w):
             kinds.setdefault(w, set()).add(y)
-    complete = sorted(w for w, ys in kinds.items() if ys == {1})
-    open_ = sorted(w for w, ys in kinds.items() if ys == {0})
-    body = ['"""Labelled examples ``semantic_vad``\'s completeness reader is fitted on (``words_meaning.py``).',
-            "",
-            "Written by ``python -m bench.fit.turn_meaning_fit --write`` from ``bench.fit.turn_fit``'s dev rows",
-            "only (the turn set's and the full-duplex set's dev phrases as Whisper heard them at a pause,",
-            "trailing punctuation stripped); a text heard in both kinds, or close to any set's eval item,",
-            "is left out. Do not edit.",
-            '"""', "", "COMPLETE: tuple[str, ...] = ("]
-    body += [f"    {t!r}," for t in complete] + [")", "", "OPEN: tuple[str, ...] = ("]
-    body += [f"    {t!r}," for t in open_] + [")", ""]
-    EXAMPLES.write_text("\n".join(body))
-    print(f"wrote {EXAMPLES} ({len(complete)} complete, {len(open_)} open)")
+    write_examples(EXAMPLES, [
+        "Labelled examples ``semantic_vad``'s completeness reader is fitted on (``words_meaning.py``).", "",
+        "Written by ``python -m bench.fit.turn_meaning_fit --write`` from ``bench.fit.turn_fit``'s dev rows",
+        "only (the turn set's and the full-duplex set's dev phrases as Whisper heard them at a pause,",
+        "trailing punctuation stripped); a text heard in both kinds, or close to any set's eval item,",
+        "is left out. Do not edit."],
+        {"COMPLETE": sorted(w for w, ys in kinds.items() if ys == {1}),
+         "OPEN": sorted(w for w, ys in kinds.items() if ys == {0})})
 
 
 if __name__ == "__main__":
