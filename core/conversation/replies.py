@@ -62,6 +62,7 @@ class Replies:
         self._check = check  # validates a reply's own settings (the conversation's config rules)
         self._response: Response | None = None
         self._past_segments: dict[str, list[Segment]] = {}
+        self._truncated: dict[str, int] = {}  # item -> samples a client (or the gateway) said were heard
         self._idle = asyncio.Event()  # no reply running: display transcripts wait for this
         self._idle.set()
         tools.replies = self
@@ -377,6 +378,11 @@ class Replies:
                 param="audio_end_ms",
             )
         self.rt.playback.stop(item_id, audio_end_ms * OUTPUT_RATE // 1000)
+        # What the listener heard, from the one who played it (on a call, the gateway): a cut reply
+        # resumes from here, not from the play-head clock's estimate (under load the two differ).
+        self._truncated[item_id] = audio_end_ms * OUTPUT_RATE // 1000
+        while len(self._truncated) > 8:
+            self._truncated.pop(next(iter(self._truncated)))
         kept = heard_text(segments, audio_end_ms * OUTPUT_RATE // 1000, item.text).strip()
         if kept:
             item.set_transcript(kept)
@@ -401,7 +407,7 @@ class Replies:
     def resume(self, cut: Response) -> None:
         """Play the rest of a reply cut by a false interruption, as a new response: what was
         made and not heard first, then (while it still generates) what it makes from now on."""
-        heard = cut.cut_samples or 0
+        heard = self._truncated.pop(cut.item_id, cut.cut_samples or 0)
         pcm = b"".join(cut.pcm)[heard * 2:]
         said = heard_text(cut.segments, heard, cut.text).split()
         rest = " ".join(cut.text.split()[len(said):])

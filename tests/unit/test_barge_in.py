@@ -282,3 +282,22 @@ async def test_the_silence_while_a_voice_settles_does_not_count_as_voice():
     assert "input_committed" not in kinds(col)
     await conv.close()
     backend.close()
+
+
+async def test_a_paused_reply_resumes_from_where_the_player_says_it_stopped():
+    """On a call the gateway plays the reply and truncates it to what it played; under load that
+    is behind the conversation's play-head clock. The resumed reply starts at the truncation, so
+    nothing the listener never heard is skipped (a WebRTC test lost 268 ms this way)."""
+    backend, conv, col = await replying(glance="Yeah.", transcript="yeah", step_s=0.15, yield_at_onset=True)
+    voice = asyncio.create_task(feed(conv, tone(0.4) + quiet(0.8)))
+    cut = await col.wait_for("response_done")
+    played_ms = 200  # the player stopped earlier than the clock thinks (~0.5 s in)
+    conv.truncate(cut.item_id, played_ms)
+    await voice
+    resumed = await col.wait_for("response_resumed")
+    assert resumed.audio_start_ms == played_ms
+    done = await col.wait_for("response_done", count=2)
+    heard = conv.item(cut.item_id).text.rstrip("…").split()
+    assert heard + done.text.split() == WORDS, "nothing lost, nothing said twice"
+    await conv.close()
+    backend.close()
