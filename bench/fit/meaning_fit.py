@@ -24,6 +24,7 @@ from bench.fit.examples_file import write_examples
 from bench.fit.overlap_fit import glances
 from bench.fit.stop_words import _look, judge_with_stop
 from bench.sets.duplex import DEV_BACKCHANNELS, DEV_CUTINS, DEV_INTERRUPTIONS
+from core.cascade.llm import CACHE_NAME
 from core.cascade.words_meaning import OVERLAP, WordsReader, fit_logistic, probability
 from core.conversation import overlap as ov
 
@@ -82,7 +83,7 @@ def summary(name: str, verdicts: list[tuple[dict, str, int]]) -> None:
 
 def main() -> None:
     rows = glances(silence_pad="--silence-pad" in sys.argv)
-    reader = WordsReader(Path("data/models/smollm2-135m-instruct"))
+    reader = WordsReader(Path("data/models") / CACHE_NAME)
     cache: dict[str, np.ndarray] = {}
 
     def features(text: str) -> np.ndarray:

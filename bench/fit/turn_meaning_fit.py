@@ -25,6 +25,7 @@ import numpy as np
 from bench.fit.examples_file import write_examples
 from bench.fit.turn_fit import _load
 from core.cascade import words_meaning as wm
+from core.cascade.llm import CACHE_NAME
 from core.conversation.end_of_turn import end_of_turn_probability, join_log_odds, strip_trailing_punctuation, wait_ms
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "core" / "cascade" / "turn_examples.py"
@@ -50,7 +51,7 @@ def main() -> None:
     labels = [y for _, y, _ in rows]
     words = [strip_trailing_punctuation(str(t)) or "..." for t, _, _ in rows]
     shipped = [end_of_turn_probability(t, lm) or 0.0 for t, _, lm in rows]
-    reader = wm.WordsReader(Path("data/models/smollm2-135m-instruct"))
+    reader = wm.WordsReader(Path("data/models") / CACHE_NAME)
     for frame in FRAMES:
         x = np.stack([reader.features(w, frame) for w in words])
         y = np.array(labels, float)
