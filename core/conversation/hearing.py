@@ -165,6 +165,8 @@ class Hearing:
         return td is not None and td.type == "semantic_vad"
 
     def _on_partial_transcript(self, generation: int, fut: concurrent.futures.Future) -> None:
+        if fut.cancelled():  # speech resumed before the pause's words were made (forget_speculation)
+            return
         backend = self.rt.backend
         if self.semantic and backend.reads_completion and fut.exception() is None and (fut.result() or "").strip():
             # read beside the scoring (the LLM's), on the glance thread: joined in _on_turn_score

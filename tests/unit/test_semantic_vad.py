@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import threading
 
 import pytest
 
@@ -355,5 +356,40 @@ async def test_the_words_meaning_joins_the_score(reading, ends_within):
         assert fed is not None and fed < ends_within, fed
     assert backend.read == ["Tell me about dogs"]  # the words, without Whisper's guessed punctuation
     assert conv.stats.last_turn_score == pytest.approx(join_log_odds(end_of_turn_probability(heard), reading))
+    await conv.close()
+    backend.close()
+
+
+class GatedTurnBackend(ReadingTurnBackend):
+    """A test double of a reading backend whose transcription waits for a gate: the pause's words
+    are still being made (or queued behind) when the speech resumes."""
+
+    def __init__(self, transcripts: list[str]) -> None:
+        super().__init__(transcripts, 0.9)
+        self.gate = threading.Event()
+
+    def transcribe_turn(self, audio) -> str:
+        self.gate.wait(5)
+        return super().transcribe_turn(audio)
+
+
+async def test_a_pause_whose_words_were_still_queued_when_speech_resumed_is_dropped_quietly():
+    """Two pauses inside one turn while the recogniser is busy: the second pause's transcription,
+    still queued when the speech resumes, is cancelled; its callback must not raise on the loop
+    (it did: ``Future.exception()`` of a cancelled future), and the turn still ends and is answered."""
+    backend = GatedTurnBackend(["Tell me about dogs."])
+    conv = backend.open_conversation(semantic())
+    col = Collector(conv)
+    loop_errors: list[dict] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: loop_errors.append(context))
+    for _ in range(2):  # speech, a pause the VAD reports, speech again
+        await feed(conv, tone(0.4))
+        await feed(conv, quiet(0.1))
+    await feed(conv, tone(0.4))
+    await asyncio.sleep(0.1)  # the cancelled transcription's callback runs on the loop
+    backend.gate.set()
+    assert await feed_until(conv, col, "speech_stopped", 3.0) is not None
+    assert (await col.wait_for("response_done")).status == "completed"
+    assert loop_errors == [], [str(c.get("exception")) for c in loop_errors]
     await conv.close()
     backend.close()
