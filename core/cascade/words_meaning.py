@@ -124,13 +124,13 @@ def probability(head: Head, features: np.ndarray) -> float:
     return float(1.0 / (1.0 + np.exp(-(((features - mean) / scale) @ weights + bias))))
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray) -> Head:
+def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = L2) -> Head:
     """Ridge logistic regression by gradient descent on standardised features: (mean, scale,
     weights, bias). Small and deterministic; no solver library needed for a few hundred rows."""
     mean, scale = x.mean(0), x.std(0) + 1e-6
     z = (x - mean) / scale
     w, b = np.zeros(z.shape[1]), 0.0
-    lam = L2 / len(y)
+    lam = l2 / len(y)
     for _ in range(STEPS):
         p = 1.0 / (1.0 + np.exp(-(z @ w + b)))
         w -= 0.5 * (z.T @ (p - y) / len(y) + lam * w)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -409,14 +410,13 @@ class Replies:
         made and not heard first, then (while it still generates) what it makes from now on."""
         heard = self._truncated.pop(cut.item_id, cut.cut_samples or 0)
         pcm = b"".join(cut.pcm)[heard * 2:]
-        said = heard_text(cut.segments, heard, cut.text).split()
-        rest = " ".join(cut.text.split()[len(said):])
+        rest = words_after(cut.text, len(heard_text(cut.segments, heard, cut.text).split()))
         resp = Response(new_id("resp"), new_id("item"), True)
         self.open(resp)
         self.rt.emit(ResponseResumed(resp.response_id, resp.item_id, cut.item_id, heard * 1000 // OUTPUT_RATE))
         self.add_segment(resp, Segment(rest))
         if rest:
-            self.emit_text(resp, rest + " " if cut.generating else rest)  # more words may follow
+            self.emit_text(resp, rest)  # as made: what the model makes next follows it with its own spacing
         step = OUTPUT_RATE * self.rt.backend.audio_chunk_ms // 1000 * 2
         for off in range(0, len(pcm), step):
             self.emit_audio(resp, 0, pcm[off:off + step])
@@ -428,3 +428,14 @@ class Replies:
             cut.gate.set()
         else:
             self._finish(resp, "completed", None, resp.text)
+
+
+def words_after(text: str, n: int) -> str:
+    """``text`` after its first ``n`` words, its spacing kept (a word the model is still making
+    stays open, so its next piece joins it as it would have)."""
+    if n <= 0:
+        return text.lstrip()
+    for i, word in enumerate(re.finditer(r"\S+", text)):
+        if i == n - 1:
+            return text[word.end():].lstrip()
+    return ""

@@ -37,13 +37,14 @@ class ScriptedBackend(Backend):
 
     def __init__(self, words: list[str], *, transcript_first: bool = True, step_s: float = 0.0,
                  transcript: str = "hello there", speculative: bool = True, glance: str | None = None,
-                 meaning: float | None = None) -> None:
+                 meaning: float | None = None, leading_spaces: bool = False) -> None:
         super().__init__()
         self.capabilities = ModelCapabilities.of(*Capability, transcript_first=transcript_first,
                                                  speculative_reply=speculative, supports_tools=self.supports_tools)
         self.options = _Options()
         self.words = words
         self.step_s = step_s
+        self.leading_spaces = leading_spaces  # deltas as a real tokenizer makes them: " word", not "word "
         self.transcript = transcript
         self.glance = glance  # what a glance at speech over a reply hears (None: no fast recogniser)
         self.meaning = meaning  # P(interruption) its scripted reader gives any words (None: the word list)
@@ -83,10 +84,10 @@ class ScriptedBackend(Backend):
         return self._say(job, self.words)
 
     def _say(self, job: ReplyJob, words: list[str]) -> ReplyStats:
-        for word in words:
+        for i, word in enumerate(words):
             if job.cancelled:
                 return ReplyStats(stop_reason="cancelled")
-            job.text(word + " ")
+            job.text((" " + word if i else word) if self.leading_spaces else word + " ")
             if job.output_audio:
                 job.begin_segment(word)
                 job.audio(np.full(int(24000 * SEGMENT_S), 0.1, dtype=np.float32), 24000)

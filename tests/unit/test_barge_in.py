@@ -31,12 +31,13 @@ async def feed(conv, pcm: bytes) -> None:
 
 
 async def replying(glance: str | None, transcript: str, step_s: float = 0.02, meaning: float | None = None,
-                   **turn) -> tuple[ScriptedBackend, object, Collector]:
+                   leading_spaces: bool = False, **turn) -> tuple[ScriptedBackend, object, Collector]:
     """A reply being heard; ``step_s`` a word: 0.02 makes it all at once, 0.15 keeps it in the making;
     ``meaning``: the P(interruption) the backend's reader gives the glanced words (None: no reader)."""
     turn.setdefault("yield_at_onset", False)  # the judged mode (the reply plays on while the judge
     # decides) unless a test asks for the default, yielding at the onset (issue 47)
-    backend = ScriptedBackend(WORDS, step_s=step_s, glance=glance, transcript=transcript, meaning=meaning)
+    backend = ScriptedBackend(WORDS, step_s=step_s, glance=glance, transcript=transcript, meaning=meaning,
+                              leading_spaces=leading_spaces)
     conv = backend.open_conversation(ConversationConfig(input_sample_rate=16000,
                                                         turn_detection=TurnDetection(**turn)))
     col = Collector(conv)
@@ -196,7 +197,8 @@ async def test_no_over_a_reply_cuts_it():
 
 
 async def test_yield_at_onset_a_backchannel_pauses_the_reply_and_it_resumes_with_nothing_lost_or_repeated():
-    backend, conv, col = await replying(glance="Yeah.", transcript="yeah", step_s=0.15, yield_at_onset=True)
+    backend, conv, col = await replying(glance="Yeah.", transcript="yeah", step_s=0.15, yield_at_onset=True,
+                                        leading_spaces=True)
     voice = asyncio.create_task(feed(conv, tone(0.4) + quiet(0.8)))
     cut = await col.wait_for("response_done")
     assert not voice.done(), "the reply stopped while the voice was still being heard"
@@ -212,6 +214,8 @@ async def test_yield_at_onset_a_backchannel_pauses_the_reply_and_it_resumes_with
     assert done.status == "completed" and done.item_id == resumed.item_id
     heard = conv.item(cut.item_id).text.rstrip("…").split()
     assert heard + done.text.split() == WORDS, "nothing lost, nothing said twice"
+    streamed = "".join(e.delta for e in col.of("text_delta") if e.item_id == resumed.item_id)
+    assert streamed.strip() == done.text.strip() == " ".join(WORDS[len(heard):]), "the words as spoken, single-spaced"
     seen = kinds(col)
     assert seen.index("speech_started") < seen.index("speech_stopped") < seen.index("backchannel")
     assert "input_committed" not in seen, "a backchannel is not a turn"

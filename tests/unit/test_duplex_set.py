@@ -52,6 +52,20 @@ def test_dev_and_eval_share_no_phrasing_and_no_voice():
     assert sets.DEV_INTERRUPTIONS is sets.PARTS["dev"]["interruption"]
 
 
+def test_the_more_overlap_phrasings_are_dev_and_hold_no_eval_item():
+    """``bench/sets/overlap_phrasings.py`` is fitted on (the overlap judge's meaning): no phrasing
+    may hold an eval item of any set, or a near-copy of one, and none repeats a dev phrase."""
+    from bench.sets import Item, Text, all_sets
+    from bench.sets.overlap_phrasings import DEV_MORE_BACKCHANNELS, DEV_MORE_CUTINS
+
+    more = [*DEV_MORE_BACKCHANNELS, *DEV_MORE_CUTINS]
+    assert len(DEV_MORE_BACKCHANNELS) >= 80 and len(DEV_MORE_CUTINS) >= 80
+    assert len({normalise(t) for t in more}) == len(more)
+    assert not {normalise(t) for t in more} & {normalise(t) for t in sets.texts("dev")}
+    held_out = [Item.of(item) for s in all_sets() for item in s.eval]
+    assert not [t for t in more if any(item.found_in(Text(t)) for item in held_out)]
+
+
 def test_the_fresh_voices_are_in_neither_part_nor_the_turn_sets():
     """Issue 47's last check speaks the eval phrases in voices made only for it."""
     fresh = {x for v, _, _ in sets.FRESH_VOICES for x in _base_and_variant(v) if x}
