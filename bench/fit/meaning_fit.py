@@ -1,20 +1,22 @@
 """The overlap judge's reading by meaning (``core/cascade/words_meaning.py``), on the dev set only.
 
-    python -m bench.fit.meaning_fit            # ~2 min: held-out figures for the shipped settings
+    python -m bench.fit.meaning_fit            # ~10 min the first time (speaks and glances), ~3 min after
     python -m bench.fit.meaning_fit --write    # also rewrite core/cascade/overlap_examples.py
 
-The examples are the dev part of ``bench/sets/duplex.py``: every backchannel, interruption and
-short cut-in as written, and what Whisper heard of each whole dev clip (``bench.fit.overlap_fit``'s
-glances: every phrase in every dev voice), labelled by the clip's kind. The figures below hold
-each clip out **by phrase and by voice**: the head that judges a clip is fitted without its
-phrase (as written or heard in any voice) and without anything heard in its voice, so a phrasing
-or a voice the judge was fitted on never scores itself. Printed: that held-out judge against the
-word-list judge (``bench.fit.stop_words``) on the same glances, and each written phrase held out
-alone.
+The examples are dev only: the dev part of ``bench/sets/duplex.py`` (every backchannel,
+interruption and short cut-in) and ``bench/sets/overlap_phrasings.py`` (more backchannels and
+cut-ins, written apart from eval), each as written and as Whisper heard it in every dev voice
+(``bench.fit.overlap_fit``'s glances), labelled by the clip's kind. The figures below hold each
+clip out **by phrase and by voice**: the head that judges a clip is fitted without its phrase
+group (a fifth of the phrases, as written or heard in any voice) and without anything heard in its
+voice, so a phrasing or a voice the judge was fitted on never scores itself. Printed, for each
+ridge strength tried: that held-out judge against the word-list judge (``bench.fit.stop_words``) on
+the duplex set's glances, and each written phrase held out with its group.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -24,18 +26,45 @@ from bench.fit.examples_file import write_examples
 from bench.fit.overlap_fit import glances
 from bench.fit.stop_words import _look, judge_with_stop
 from bench.sets.duplex import DEV_BACKCHANNELS, DEV_CUTINS, DEV_INTERRUPTIONS
+from bench.sets.overlap_phrasings import DEV_MORE_BACKCHANNELS, DEV_MORE_CUTINS, DEV_MORE_FLOOR_QUESTIONS
 from core.cascade.llm import CACHE_NAME
-from core.cascade.words_meaning import OVERLAP, WordsReader, fit_logistic, probability
+from core.cascade.words_meaning import L2, OVERLAP, WordsReader, fit_logistic, probability
 from core.conversation import overlap as ov
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "core" / "cascade" / "overlap_examples.py"
+MORE_CACHE = Path(__file__).resolve().parents[2] / "data" / "overlap_fit_more.json"
+QUESTIONS_CACHE = MORE_CACHE.with_name("overlap_fit_questions.json")
+FEATURES = Path(__file__).resolve().parents[2] / "data" / "meaning_fit_features.npz"
+GROUPS = 5  # phrase groups held out together
+L2S = (L2 / 3, L2, L2 * 3)  # ridge strengths compared (the shipped one in the middle)
+TAKES_THE_FLOOR = ("interruption", "cutin")
+
+
+def _key() -> str:
+    from core.cascade import words_meaning as wm
+
+    return f"{wm.VERSION}-{wm.LAYER}-{OVERLAP}-{CACHE_NAME}"
+
+
+def more_rows() -> list[dict]:
+    """``bench.fit.overlap_fit``'s glances over the dev cut-ins and the more phrasings (the
+    questions added after the first fit cached apart)."""
+    clips = ([("backchannel", t) for t in DEV_MORE_BACKCHANNELS]
+             + [("cutin", t) for t in [*DEV_CUTINS, *DEV_MORE_CUTINS]])
+    questions = [("cutin", t) for t in DEV_MORE_FLOOR_QUESTIONS]
+    return glances(clips=clips, cache=MORE_CACHE) + glances(clips=questions, cache=QUESTIONS_CACHE)
+
+
+def group_of(phrase: str) -> int:
+    """A phrase's held-out group: stable across runs (not Python's salted ``hash``)."""
+    return int(hashlib.sha1(phrase.encode()).hexdigest(), 16) % GROUPS
 
 
 def written() -> dict[str, int]:
     """Each dev phrase as written: 0 a backchannel, 1 takes the floor."""
-    labels = {t: 0 for t in DEV_BACKCHANNELS}
+    labels = {t: 0 for t in [*DEV_BACKCHANNELS, *DEV_MORE_BACKCHANNELS]}
     labels.update({t: 1 for t, _ in DEV_INTERRUPTIONS})
-    labels.update({t: 1 for t in DEV_CUTINS})
+    labels.update({t: 1 for t in [*DEV_CUTINS, *DEV_MORE_CUTINS, *DEV_MORE_FLOOR_QUESTIONS]})
     return labels
 
 
@@ -43,13 +72,15 @@ def examples(rows: list[dict]) -> tuple[list[tuple[str, int, str | None, str]], 
     """(text, label, voice or None for written, phrase) for every example, and the texts heard in
     both kinds (left out: they say nothing either way)."""
     out = [(t, y, None, t) for t, y in written().items()]
-    out += [(r["whole"].strip(), int(r["kind"] == "interruption"), r["voice"], r["text"])
+    out += [(r["whole"].strip(), int(r["kind"] in TAKES_THE_FLOOR), r["voice"], r["text"])
             for r in rows if ov.words_of(r["whole"])]
     kinds: dict[str, set[int]] = {}
     for t, y, _, _ in out:
         kinds.setdefault(t, set()).add(y)
     both = sorted(t for t, ys in kinds.items() if len(ys) > 1)
-    return [e for e in out if e[0] not in both], both
+    # a text with a stop word is an interruption by the rule before any reading: as an example it
+    # would only teach the head that "no" in "No way!" acknowledges
+    return [e for e in out if e[0] not in both and not ov.says_stop(e[0])], both
 
 
 def judge(r: dict, p) -> tuple[str, int]:
@@ -69,22 +100,29 @@ def judge(r: dict, p) -> tuple[str, int]:
     return o.ended(words, r["ms"], chance), r["ms"]
 
 
-def summary(name: str, verdicts: list[tuple[dict, str, int]]) -> None:
+def summary(name: str, verdicts: list[tuple[dict, str, int]], verbose: bool = True) -> None:
     bcs = [(r, v) for r, v, _ in verdicts if r["kind"] == "backchannel"]
-    ints = [(r, v, ms) for r, v, ms in verdicts if r["kind"] == "interruption"]
+    ints = [(r, v, ms) for r, v, ms in verdicts if r["kind"] in TAKES_THE_FLOOR]
     false = [f"{r['text']!r} ({r['voice']}: {r['whole']!r})" for r, v in bcs if v == "interruption"]
     missed = [f"{r['text']!r} ({r['voice']})" for r, v, _ in ints if v != "interruption"]
     p50 = float(np.median([ms for _, v, ms in ints if v == "interruption"]))
-    print(f"{name}: backchannels taken as interruptions {len(false)}/{len(bcs)}; interruptions missed "
-          f"{len(missed)}/{len(ints)}; voice at the verdict p50 {p50:.0f} ms")
-    for line in false + missed:
+    print(f"{name}: backchannels taken as interruptions {len(false)}/{len(bcs)}; interruptions and cut-ins "
+          f"missed {len(missed)}/{len(ints)}; voice at the verdict p50 {p50:.0f} ms")
+    for line in (false + missed) if verbose else []:
         print("   ", line)
 
 
 def main() -> None:
-    rows = glances(silence_pad="--silence-pad" in sys.argv)
+    duplex_rows = glances(silence_pad="--silence-pad" in sys.argv)
+    rows = duplex_rows + more_rows()
     reader = WordsReader(Path("data/models") / CACHE_NAME)
     cache: dict[str, np.ndarray] = {}
+    if FEATURES.exists():  # the readings of earlier runs (the same model, layer and frame)
+        with np.load(FEATURES) as kept:  # each kept[...] reads the array anew: once each
+            if str(kept["key"]) == _key():
+                xs = kept["x"]
+                cache = {str(t): xs[i] for i, t in enumerate(kept["texts"])}
+    known = len(cache)
 
     def features(text: str) -> np.ndarray:
         text = text.strip()
@@ -92,34 +130,95 @@ def main() -> None:
             cache[text] = reader.features(text, OVERLAP)
         return cache[text]
 
+    def keep() -> None:
+        if len(cache) > known:
+            texts = sorted(cache)
+            np.savez(FEATURES, key=_key(), texts=np.array(texts), x=np.stack([cache[t] for t in texts]))
+
+    if "--shipped" in sys.argv:  # the head of core/cascade/overlap_examples.py's examples on the more phrasings
+        from core.cascade.overlap_examples import BACKCHANNELS, INTERRUPTIONS
+
+        head = fit_logistic(np.stack([features(t) for t in [*BACKCHANNELS, *INTERRUPTIONS]]),
+                            np.array([0.0] * len(BACKCHANNELS) + [1.0] * len(INTERRUPTIONS)))
+        more = rows[len(duplex_rows):]
+        verdicts = [(r, judge(r, lambda w: probability(head, features(w)))[0]) for r in more]
+        bcs = [v for r, v in verdicts if r["kind"] == "backchannel" and not ov.says_stop(r["text"])]
+        floor = [v for r, v in verdicts if r["kind"] in TAKES_THE_FLOOR]
+        keep()
+        print(f"the shipped examples' head on the more phrasings' clips (held out if they predate them): "
+              f"backchannels taken {sum(v == 'interruption' for v in bcs)}/{len(bcs)} (stop-word ones apart); "
+              f"interruptions and cut-ins missed {sum(v != 'interruption' for v in floor)}/{len(floor)}")
+        return
     ex, both = examples(rows)
-    print(f"{len(ex)} examples ({len({e[0] for e in ex})} texts); heard in both kinds, left out: {both}",
+    print(f"{len(ex)} examples ({len({e[0] for e in ex})} texts); heard in both kinds, left out: {len(both)}",
           file=sys.stderr)
-    verdicts = []
-    for r in rows:  # held out by phrase and by voice
-        train = [(t, y) for t, y, voice, phrase in ex if phrase != r["text"] and voice != r["voice"]]
-        head = fit_logistic(np.stack([features(t) for t, _ in train]), np.array([y for _, y in train], float))
-        verdicts.append((r, *judge(r, lambda w, head=head: probability(head, features(w)))))
-    summary("by meaning, held out by phrase and voice", verdicts)
-    summary("word list (shipped before)", [(r, *judge_with_stop(r)) for r in rows])
-    wrong = []
+    x = {t: features(t) for t, _, _, _ in ex}
+    voices = sorted({r["voice"] for r in rows})
     labels = written()
-    for text, y in labels.items():  # each written phrase alone against the other written phrases
-        train = [(t, z) for t, z in labels.items() if t != text]
-        head = fit_logistic(np.stack([features(t) for t, _ in train]), np.array([z for _, z in train], float))
-        if (probability(head, features(text)) >= ov.MEANING_THRESHOLD) != bool(y):
-            wrong.append(text)
-    print(f"written phrases, each held out from the written rest: {len(wrong)}/{len(labels)} wrong {wrong}")
+    in_duplex = {id(r) for r in duplex_rows}
+    if "--sweep" in sys.argv:
+        sweep(rows, ex, x, voices, features, len(rows) - len(duplex_rows))
+        keep()
+        return
+    for l2 in L2S:
+        heads = {}
+        for g in range(GROUPS):  # held out by phrase group and by voice
+            for v in voices:
+                train = [(t, y) for t, y, voice, phrase in ex if group_of(phrase) != g and voice != v]
+                heads[g, v] = fit_logistic(np.stack([x[t] for t, _ in train]), np.array([y for _, y in train], float), l2)
+        verdicts = [(r, *judge(r, lambda w, h=heads[group_of(r["text"]), r["voice"]]: probability(h, features(w))))
+                    for r in rows]
+        shipped = " (shipped)" if l2 == L2 else ""
+        print(f"\nridge {l2:g}{shipped}")
+        summary("by meaning, duplex dev clips", [v for v in verdicts if id(v[0]) in in_duplex], verbose=l2 == L2)
+        summary("by meaning, the more phrasings' clips", [v for v in verdicts if id(v[0]) not in in_duplex],
+                verbose=l2 == L2)
+        wrong = []
+        for g in range(GROUPS):  # each written phrase against a head fitted without its group's phrases
+            train = [(t, z) for t, z in labels.items() if group_of(t) != g]
+            head = fit_logistic(np.stack([features(t) for t, _ in train]), np.array([z for _, z in train], float), l2)
+            wrong += [t for t, z in labels.items()
+                      if group_of(t) == g and (probability(head, features(t)) >= ov.MEANING_THRESHOLD) != bool(z)]
+        print(f"written phrases, each held out with its group: {len(wrong)}/{len(labels)} wrong {wrong}")
+    keep()
+    summary("\nword list (shipped before), duplex dev clips", [(r, *judge_with_stop(r)) for r in duplex_rows])
     if "--write" in sys.argv:
         write(ex)
+
+
+def sweep(rows, ex, x, voices, features, more: int) -> None:
+    """The trade-off by threshold: backchannels taken (those whose phrase says a stop word counted
+    apart: the rule takes them, as the issue asks) and interruptions or cut-ins missed, every clip
+    held out by phrase and voice; on all dev clips and on the ``more`` last ones (the more phrasings)."""
+    heads = {}
+    for g in range(GROUPS):
+        for v in voices:
+            train = [(t, y) for t, y, voice, phrase in ex if group_of(phrase) != g and voice != v]
+            heads[g, v] = fit_logistic(np.stack([x[t] for t, _ in train]), np.array([y for _, y in train], float))
+    for part, of_part in (("all dev clips", rows), ("the more phrasings' clips", rows[len(rows) - more:])):
+        print(f"\n{part}")
+        for threshold in (0.3, 0.4, 0.5, 0.6, 0.7):
+            ov.MEANING_THRESHOLD = threshold
+            verdicts = [(r, judge(r, lambda w, h=heads[group_of(r["text"]), r["voice"]]: probability(h, features(w)))[0])
+                        for r in of_part]
+            bcs = [(r, v) for r, v in verdicts if r["kind"] == "backchannel"]
+            by_rule = [r for r, _ in bcs if ov.says_stop(r["text"])]
+            taken = sum(v == "interruption" for r, v in bcs if not ov.says_stop(r["text"]))
+            floor = [(r, v) for r, v in verdicts if r["kind"] in TAKES_THE_FLOOR]
+            missed = sum(v != "interruption" for _, v in floor)
+            print(f"  threshold {threshold}: backchannels taken {taken}/{len(bcs) - len(by_rule)} "
+                  f"({taken / (len(bcs) - len(by_rule)):.0%}; {len(by_rule)} more say a stop word); "
+                  f"interruptions and cut-ins missed {missed}/{len(floor)} ({missed / len(floor):.0%})")
+        ov.MEANING_THRESHOLD = 0.5
 
 
 def write(ex: list[tuple[str, int, str | None, str]]) -> None:
     write_examples(EXAMPLES, [
         "Labelled examples the overlap judge's meaning reader is fitted on (``words_meaning.py``).", "",
         "Written by ``python -m bench.fit.meaning_fit --write`` from the dev part of",
-        "``bench/sets/duplex.py`` only: each dev backchannel, interruption and short cut-in as written,",
-        "and what Whisper heard of each whole dev clip (every phrase in every dev voice). Do not edit."],
+        "``bench/sets/duplex.py`` and ``bench/sets/overlap_phrasings.py`` only: each dev backchannel,",
+        "interruption and short cut-in as written, and what Whisper heard of each whole dev clip (every",
+        "phrase in every dev voice); a text close to any set's eval item is left out. Do not edit."],
         {"BACKCHANNELS": sorted({t for t, y, _, _ in ex if y == 0}),
          "INTERRUPTIONS": sorted({t for t, y, _, _ in ex if y == 1})})
 

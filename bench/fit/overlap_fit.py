@@ -31,10 +31,14 @@ MAX_FALSE = 0.05
 CACHE = Path(__file__).resolve().parents[2] / "data" / "overlap_fit.json"
 
 
-def glances(silence_pad: bool = False) -> list[dict]:
+def glances(silence_pad: bool = False, clips: list[tuple[str, str]] | None = None,
+            cache: Path | None = None) -> list[dict]:
     """Per dev clip: its kind, length, the glance at each step inside it, and the whole clip's
-    (``silence_pad``: the glances padded as ``WhisperAsr.glance(silence_pad=True)`` pads)."""
-    cache = CACHE.with_name("overlap_fit_silence.json") if silence_pad else CACHE
+    (``silence_pad``: the glances padded as ``WhisperAsr.glance(silence_pad=True)`` pads).
+    ``clips``: (kind, text) to speak in every dev voice instead of the dev backchannels and
+    interruptions, cached in ``cache``."""
+    if cache is None:
+        cache = CACHE.with_name("overlap_fit_silence.json") if silence_pad else CACHE
     if cache.exists():
         return json.loads(cache.read_text())
     from core.cascade.asr import WhisperAsr
@@ -42,7 +46,8 @@ def glances(silence_pad: bool = False) -> list[dict]:
 
     asr = WhisperAsr()
     rows = []
-    clips = [("backchannel", t) for t in DEV_BACKCHANNELS] + [("interruption", t) for t, _ in DEV_INTERRUPTIONS]
+    if clips is None:
+        clips = [("backchannel", t) for t in DEV_BACKCHANNELS] + [("interruption", t) for t, _ in DEV_INTERRUPTIONS]
     for kind, text in clips:
         for voice, speed, pitch in DEV_VOICES:
             pcm = espeak(text, voice, speed, pitch, rate=16000).astype(np.float32) / 32768

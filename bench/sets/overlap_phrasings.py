@@ -2,7 +2,7 @@
 someone who did not read it; the fit (bench.fit.meaning_fit) speaks them in the dev voices. Dev only: never an
 eval part.
 
-Written by a helper that read neither the eval part nor any write-up; 22 of its phrasings were then
+Written by helpers that read neither the eval part nor any write-up; 25 of their phrasings were then
 removed because the leak matcher (``bench.sets.Item``) found an eval item in them (short common
 acknowledgements and cut-ins, which eval holds too); ``tests/unit/test_duplex_set.py`` keeps it so."""
 
@@ -79,4 +79,34 @@ DEV_MORE_CUTINS: list[str] = [
     "Yeah, no, stop.", "Okay, but listen.", "Right, enough of that.", "Yeah, but wait.", "Okay, stop there.",
     "Mm, no.", "Sure, but hang on.", "Right, but actually...", "Alright, alright, enough.",
     "Yeah, okay, moving on.", "Okay, next.",
+]
+
+# Questions and reactions about what the assistant is saying that want an answer now: the listener
+# takes the floor (added after the first fit: the dev cut-ins asked to stop, none asked about the content).
+DEV_MORE_FLOOR_QUESTIONS: list[str] = [
+    # clarification questions
+    "Why is that?", "Who was that?", "Which one?", "How does that work?", "What does that word mean?",
+    "Where is that?", "When was this?", "Who's Marcus again?", "Why would he do that?",
+    "What's a drawbridge?", "How do you spell that?", "Which king was that?", "Where did she go?",
+    "What year was that?", "Why did they leave?", "How does a volcano erupt?",
+    "Who told her that?", "How many were there?",
+    "What does photosynthesis mean?", "Which city are we talking about?",
+    # challenges and complaints
+    "That doesn't sound right.", "I'm bored.", "This is too long.", "I don't understand.",
+    "You're going too fast.", "I don't get it.", "Are you sure about that?",
+    "That can't be true.", "I think you're mistaken.", "This is boring me.", "You've lost me.",
+    "You said the opposite earlier.", "That's way too complicated.", "I'm confused now.",
+    "I've heard this one already.", "Honestly, this is dragging on.",
+    # requests to change the content
+    "Make it shorter.", "Can you explain it simply?", "Give me an example.", "Say it in French.",
+    "Speak louder, please.", "Skip to the end.", "Could you use simpler words?", "Tell it like a joke.",
+    "Can you make it scarier?", "Give me the short version.", "Put it another way, please.",
+    "Could you summarise that for me?", "Can you slow down a bit?", "Make the hero a girl.",
+    "Explain it like I'm five.", "Can you turn it up?", "Do a different voice for him.",
+    # topic questions
+    "Is the dragon friendly?", "How old was she?", "What colour was the boat?", "Does the cat survive?",
+    "Was the princess scared?", "What was the wizard's name?", "Is this a true story?",
+    "Did he ever find his dog?", "Are there any sharks in it?", "How big was the castle?",
+    "Can penguins actually fly?", "Why was the giant so angry?", "Whose house was that?",
+    "Where did the ship sink?",
 ]

@@ -66,6 +66,20 @@ def test_the_more_overlap_phrasings_are_dev_and_hold_no_eval_item():
     assert not [t for t in more if any(item.found_in(Text(t)) for item in held_out)]
 
 
+def test_the_more_turn_phrasings_are_dev_and_apart_from_every_eval_item():
+    """``bench/sets/turn_phrasings.py`` is fitted on (semantic_vad's completeness reading): no
+    phrasing holds an eval item or is found in one (an eval item's opening), and none repeats."""
+    from bench.sets import Item, Text, all_sets
+    from bench.sets.turn_phrasings import DEV_MORE_COMPLETE, DEV_MORE_OPEN
+
+    more = [*DEV_MORE_COMPLETE, *DEV_MORE_OPEN]
+    assert len(DEV_MORE_COMPLETE) >= 80 and len(DEV_MORE_OPEN) >= 80
+    assert len({normalise(t) for t in more}) == len(more)
+    held_out = [item for s in all_sets() for item in s.eval]
+    assert not [t for t in more if any(Item.of(item).found_in(Text(t)) for item in held_out)]
+    assert not [t for t in more if any(Item.of(t).found_in(Text(item)) for item in held_out)]
+
+
 def test_the_fresh_voices_are_in_neither_part_nor_the_turn_sets():
     """Issue 47's last check speaks the eval phrases in voices made only for it."""
     fresh = {x for v, _, _ in sets.FRESH_VOICES for x in _base_and_variant(v) if x}
