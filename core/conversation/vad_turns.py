@@ -40,6 +40,12 @@ from core.ids import new_id
 
 log = logging.getLogger(__name__)
 
+# A voice that starts within this of the end of the user's own turn continues that turn (the
+# assistant answered inside a pause): it takes the floor, not judged as a backchannel. The dev
+# paused items pause 0.6-1.5 s (``bench/sets/duplex.py``); a listener's backchannel comes while an
+# answer has been going on for a while.
+CONTINUES_TURN_MS = 2000
+
 
 class VadTurns:
     """The floor, as the VAD and the overlap judge see it (a ``TurnPolicy``)."""
@@ -50,6 +56,7 @@ class VadTurns:
         self.replies = replies
         self._overlap: Overlap | None = None  # speech over the assistant's audio, being judged
         self._cut: Response | None = None  # a reply cut by an interruption, until its turn has words
+        self._turn_ended_ms: int | None = None  # where the user's last turn ended (the VAD's end)
 
     # ------------------------------------------------------------------ hooks with nothing to do here
 
@@ -101,6 +108,7 @@ class VadTurns:
                 return
             item_id = hearing.take_speech_item()
             self.rt.emit(SpeechStopped(item_id, ms, hearing.now_ms()))
+            self._turn_ended_ms = ms
             if td is None or not td.vad_turns:
                 return  # model_duplex: the model hears everything itself; nothing to commit
             spec = hearing.take_speculation()
@@ -190,15 +198,19 @@ class VadTurns:
 
     # ------------------------------------------------------------------ a voice over the reply
 
-    def _judges_overlap(self) -> bool:
+    def _judges_overlap(self, onset_ms: int) -> bool:
+        """A voice over the assistant is judged (backchannel, noise or interruption), unless it
+        starts so soon after the user's own turn ended that it is that turn going on: the reply
+        came inside the user's pause, and "... Brazil?" must not be taken for a backchannel."""
         td = self.rt.config.turn_detection
+        continues = self._turn_ended_ms is not None and onset_ms - self._turn_ended_ms < CONTINUES_TURN_MS
         return (td is not None and td.vad_turns and td.interrupt_response and td.ignore_backchannels
-                and self.rt.playback.audible)
+                and self.rt.playback.audible and not continues)
 
     async def _speech_began(self, item_id: str, ms: int) -> None:
         """The VAD heard a voice start at ``ms``: judge it first when it is over the assistant."""
         self._overlap = None
-        if self._judges_overlap():
+        if self._judges_overlap(ms):
             ov = self._overlap = Overlap(item_id, ms, self.rt.playback.item_id, time.monotonic())
             if self.rt.config.turn_detection.yield_at_onset:  # stop now; a voice that is no turn resumes it
                 ov.yielded = True

@@ -305,3 +305,24 @@ async def test_a_paused_reply_resumes_from_where_the_player_says_it_stopped():
     assert heard + done.text.split() == WORDS, "nothing lost, nothing said twice"
     await conv.close()
     backend.close()
+
+
+async def test_a_voice_right_after_the_users_own_turn_continues_it_and_is_no_backchannel():
+    """The assistant answered inside the user's pause and the user goes on ("... Brazil?") well
+    within ``CONTINUES_TURN_MS`` of their turn's end: that voice takes the floor as a turn, even
+    when its words sound like an acknowledgement, and the answer to the half turn is not resumed."""
+    backend = ScriptedBackend(WORDS, step_s=0.15, glance="Yeah.", transcript="yeah")
+    conv = backend.open_conversation(ConversationConfig(input_sample_rate=16000, turn_detection=TurnDetection()))
+    col = Collector(conv)
+    await feed(conv, tone(0.6) + quiet(0.6))  # a turn; server_vad ends it after 500 ms of silence
+    await col.wait_for("audio_chunk")  # its answer is being heard
+    await feed(conv, tone(0.4) + quiet(0.9))  # the rest of the user's sentence
+    cut = await col.wait_for("response_done")
+    assert cut.status == "cancelled"
+    await col.wait_for("input_committed", count=2)
+    await col.wait_for("response_started", count=2)
+    seen = kinds(col)
+    assert "backchannel" not in seen and "response_resumed" not in seen, seen
+    assert seen.count("speech_started") == 2
+    await conv.close()
+    backend.close()
