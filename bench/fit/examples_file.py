@@ -24,7 +24,18 @@ def write_examples(path: Path, doc: list[str], groups: dict[str, list[str]]) -> 
         kept = [t for t in texts if not near_an_eval_item(t)]
         left_out += len(texts) - len(kept)
         groups[name] = kept
-        body += [f"{name}: tuple[str, ...] = (", *[f"    {t!r}," for t in kept], ")", ""]
+        body += [f"{name}: tuple[str, ...] = (", *_packed([f"{t!r}," for t in kept]), ")", ""]
     path.write_text("\n".join(body))
     print(f"wrote {path} (" + ", ".join(f"{len(t)} {n.lower()}" for n, t in groups.items())
           + f"; {left_out} close to an eval item left out)")
+
+
+def _packed(items: list[str], width: int = 116) -> list[str]:
+    """Several examples a line (the files stay well under the 600-line limit on product files)."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 1 + len(item) <= width:
+            lines[-1] += " " + item
+        else:
+            lines.append("    " + item)
+    return lines
