@@ -9,6 +9,7 @@ With both, turn-taking runs deterministically and fast, as LiveKit Agents' scrip
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 import time
 
 import numpy as np
@@ -36,8 +37,9 @@ class ScriptedBackend(Backend):
     supports_tools = False
 
     def __init__(self, words: list[str], *, transcript_first: bool = True, step_s: float = 0.0,
-                 transcript: str = "hello there", speculative: bool = True, glance: str | None = None,
-                 meaning: float | None = None, leading_spaces: bool = False) -> None:
+                 transcript: str = "hello there", speculative: bool = True,
+                 glance: str | Callable[[np.ndarray], str] | None = None,
+                 meaning: float | Callable[[str], float] | None = None, leading_spaces: bool = False) -> None:
         super().__init__()
         self.capabilities = ModelCapabilities.of(*Capability, transcript_first=transcript_first,
                                                  speculative_reply=speculative, supports_tools=self.supports_tools)
@@ -46,8 +48,10 @@ class ScriptedBackend(Backend):
         self.step_s = step_s
         self.leading_spaces = leading_spaces  # deltas as a real tokenizer makes them: " word", not "word "
         self.transcript = transcript
-        self.glance = glance  # what a glance at speech over a reply hears (None: no fast recogniser)
-        self.meaning = meaning  # P(interruption) its scripted reader gives any words (None: the word list)
+        # What a glance at speech over a reply hears (None: no fast recogniser); a callable hears the clip.
+        self.glance = glance
+        # P(interruption) its scripted reader gives the words (None: the word list); a callable reads them.
+        self.meaning = meaning
         self.vad_model = EnergyVadModel()
         self.io_pool = self.threads.pool("scripted-io")
         self.model_pool = self.threads.pool("scripted-model")
@@ -69,10 +73,10 @@ class ScriptedBackend(Backend):
         self.released.append(state)
 
     def transcribe_glance(self, audio: np.ndarray) -> str | None:
-        return self.glance
+        return self.glance(audio) if callable(self.glance) else self.glance
 
     def interruption_probability(self, words: str) -> float | None:
-        return self.meaning
+        return self.meaning(words) if callable(self.meaning) else self.meaning
 
     def transcribe_turn(self, audio: np.ndarray) -> str:
         return self.transcript if audio.size and float(np.abs(audio).max()) > 0.05 else ""
