@@ -30,6 +30,7 @@ from gateway.admin.routes import admin_router
 from gateway.admin.sessions import AdminAuth
 from gateway.admin.settings import SettingsStore
 from gateway.admin.token import load_admin_token
+from gateway.live.websocket import live_websocket_route
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.pool.factory import make_pool
 from gateway.pool.health_checker import HealthChecker
@@ -145,6 +146,7 @@ def create_app(config: AppConfig) -> FastAPI:
     bridge = CallBridge(shared.redis, shared.prefix, shared.gateway_id) if shared is not None else None
     calls = app.state.calls = CallRegistry(pool, config, metrics, live, bridge)  # WebRTC calls, in `live` too
     app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live, calls))
+    app.router.routes.append(live_websocket_route(admission, pool, config, metrics, live))
     app.include_router(calls_router(calls, admission, config))
 
     app.include_router(presets_router(Path(config.data_dir)))

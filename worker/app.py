@@ -22,9 +22,10 @@ from core.processors import ModelThreads, create_backend
 from core.processors.base import LoadProgress
 from core.protocol import Dialect, parse_extensions
 from core.session_store import SESSION_ID, new_session_id
-from core.transport import WebSocketChannel
+from core.transport import EventChannel, WebSocketChannel
 from core.worker_auth import INSTANCE_ENV, load_worker_secret
 from worker.auth import WorkerSecretMiddleware
+from worker.live.channel import LiveChannel
 from worker.metrics import WorkerMetrics
 from worker.recorder import RecorderPool
 from worker.rest import rest_router
@@ -110,6 +111,7 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
             await ws.close(1013, "worker has no free slot")
             return
         q = ws.query_params
+        live = q.get("dialect") == "live"  # OpenAI's Live dialect, translated by worker/live/
         beta = q.get("dialect") == "beta" or "realtime=v1" in ws.headers.get("openai-beta", "")
         session_id = q.get("session_id") or ""
         if not SESSION_ID.match(session_id):
@@ -118,13 +120,16 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         recorder = None
         if ws_state.recorders is not None and q.get("record", "true").lower() not in ("false", "0", "off"):
             recorder = ws_state.recorders.open(session_id, {
-                "app": (q.get("app") or "api")[:40], "model": model, "dialect": "beta" if beta else "ga",
+                "app": (q.get("app") or "api")[:40], "model": model, "dialect": "live" if live else "beta" if beta else "ga",
                 "worker_id": ws_state.worker_id, "share_token_sha256": q.get("share_hash") or None,
             })
         # Extension events only for a client that asked (the gateway asks for what its client
         # asked, plus session.metrics for its own figures); unknown names were reported there.
         extensions, _ = parse_extensions(q.get("extensions"))
-        session = RealtimeSession(WebSocketChannel(ws), backend, Dialect(beta), config.limits, model=model, session_id=session_id,
+        channel: EventChannel = WebSocketChannel(ws)
+        if live:
+            channel = LiveChannel(channel, session_id, model, config.limits.max_session_s)
+        session = RealtimeSession(channel, backend, Dialect(beta), config.limits, model=model, session_id=session_id,
                                   recorder=recorder, extensions=extensions,
                                   transcription=q.get("intent") == "transcription", mcp_config=config.tools.mcp)
 

@@ -55,7 +55,7 @@ class RealtimeProxy:
     Slotted, and its outbox and stop event made only when needed: a thousand of these wait in the
     queue at once, and each ``__dict__``, deque and ``Event`` costs about a kilobyte."""
 
-    __slots__ = ("client", "pool", "config", "ticket", "beta", "model", "app_name", "record", "requirements",
+    __slots__ = ("client", "pool", "config", "ticket", "beta", "live", "model", "app_name", "record", "requirements",
                  "extensions", "unknown_extensions", "intent", "_outbox", "_sender", "_assigned_sent", "early",
                  "metrics", "client_ip", "created_at", "state", "session_id", "worker_id", "assigned_at",
                  "_stop", "_stop_reason", "initial_session", "_minted_session_id", "_span", "budget")
@@ -66,6 +66,7 @@ class RealtimeProxy:
         self.config = config
         self.ticket = new_id("ticket")
         self.beta = request.beta
+        self.live = request.live
         self.model = request.model
         self.app_name = request.app
         # Recording: on when the service records, unless this client said record=false.
@@ -163,7 +164,8 @@ class RealtimeProxy:
                 "gen_ai.system": telemetry.GEN_AI_SYSTEM, "gen_ai.operation.name": "realtime",
                 "gen_ai.request.model": self.model, "omniduplex.ticket": self.ticket,
                 "omniduplex.transport": self.client.transport,
-                "omniduplex.app": self.app_name, "omniduplex.dialect": "beta" if self.beta else "ga"})
+                "omniduplex.app": self.app_name,
+                "omniduplex.dialect": "live" if self.live else "beta" if self.beta else "ga"})
         if self.unknown_extensions:
             await self._send(unknown_extensions_error(list(self.unknown_extensions)))
         try:
@@ -285,7 +287,7 @@ class RealtimeProxy:
                 "omniduplex.queue_wait_ms": round(lease.queued_s * 1000, 1), "omniduplex.worker.id": worker.id,
                 "omniduplex.worker.url": worker.url, "omniduplex.session_id": session_id})
             headers = {**headers, **telemetry.trace_headers(self._span)}  # the worker's span is its child
-        params = {"dialect": "beta" if self.beta else "ga", "session_id": session_id, "model": self.model,
+        params = {"dialect": "live" if self.live else "beta" if self.beta else "ga", "session_id": session_id, "model": self.model,
                   "app": self.app_name, "record": "true" if self.record else "false",
                   # session.metrics always: the gateway's own latency figures come from it
                   "extensions": ",".join(sorted(self.extensions | {"session.metrics"}))}
@@ -317,9 +319,12 @@ class RealtimeProxy:
             await self._worker_unavailable(worker.id, f"connect failed: {exc!r}")
             return
         # A worker that accepts the socket but never speaks (hung) must not hold the slot forever.
+        # A Live session's worker speaks first only after the client's session.start (held with
+        # the early events): its relay's pings watch it instead.
         first: str | bytes | None = None
         try:
-            first = await asyncio.wait_for(conn.recv(), wcfg.connect_timeout_s)
+            if not self.live:
+                first = await asyncio.wait_for(conn.recv(), wcfg.connect_timeout_s)
         except TimeoutError:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 1)

@@ -19,6 +19,7 @@ DEFAULT_MODEL = "omniduplex-cascade"
 @dataclass(frozen=True, slots=True)
 class SessionRequest:
     beta: bool = False  # ``OpenAI-Beta: realtime=v1``: the beta dialect
+    live: bool = False  # OpenAI's Live dialect (``/v1/live/sessions``), spoken by the worker's ``worker/live/``
     model: str = DEFAULT_MODEL
     app: str = "api"  # which page or API opened it (operator toggles, recordings)
     record: bool = True  # False when the client said ``record=false``

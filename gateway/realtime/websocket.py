@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+from collections.abc import Callable
 
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
@@ -59,13 +60,19 @@ def realtime_websocket_route(admission: Admission, pool: SessionQueue, config: A
             finally:
                 admitted.close()
             return
-        proxy = RealtimeProxy(channel, session_request(ws, access.client_ip(ws), admitted.grant), pool, config)
-        proxy.metrics = metrics
-        live[proxy.ticket] = proxy
-        try:
-            await proxy.run()
-        finally:
-            live.pop(proxy.ticket, None)
-            admitted.close()
+        request = session_request(ws, access.client_ip(ws), admitted.grant)
+        await run_proxy(RealtimeProxy(channel, request, pool, config), metrics, live, admitted.close)
 
     return WebSocketRoute(PATH, realtime)
+
+
+async def run_proxy(proxy: RealtimeProxy, metrics: GatewayMetrics, live: dict[str, RealtimeProxy],
+                    release: Callable[[], None]) -> None:
+    """Run an admitted session's proxy, listed for the admin page while it runs."""
+    proxy.metrics = metrics
+    live[proxy.ticket] = proxy
+    try:
+        await proxy.run()
+    finally:
+        live.pop(proxy.ticket, None)
+        release()

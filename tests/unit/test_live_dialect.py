@@ -1,0 +1,213 @@
+"""OpenAI's Live dialect (issue 48) on the scripted backend, in memory: every server event of a
+session that exercises each supported event type validates against ``openai.types.live``'s own
+server-event types, and the session does what a Live client expects (the spoken turn is heard and
+answered, a function call is a Responses delegation whose output the model then speaks, appends
+are acknowledged, bad events get the Live ``error`` with the client's event id, close drains)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+from core.config import LimitsConfig
+from core.protocol import Dialect
+from core.transport import ChannelClosed, EventChannel
+from tests.support.scripted_backend import ScriptedToolBackend, quiet, tone
+from worker.live.channel import LiveChannel
+from core.live_events import server_event_error
+from worker.live.pacer import LEAD_MS
+from worker.session import RealtimeSession
+
+RATE = 24000
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city.", "strict": True,
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+class LiveClientChannel(EventChannel):
+    """A Live client in memory: client events in, server events out, each checked against the
+    ``openai`` package's Live types."""
+
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        self.events: list[dict] = []
+        self.times: list[float] = []  # when each event arrived (loop time)
+        self.invalid: list[str] = []
+        self.arrived = asyncio.Event()
+        self.closed_with: int | None = None
+
+    async def receive(self) -> str:
+        message = await self.inbox.get()
+        if message is None:
+            raise ChannelClosed(1000, "client left")
+        return message
+
+    async def send(self, message: str) -> None:
+        event = json.loads(message)
+        why = server_event_error(event)
+        if why:
+            self.invalid.append(f"{event['type']}: {why}")
+        self.events.append(event)
+        self.times.append(asyncio.get_running_loop().time())
+        self.arrived.set()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.closed_with = code
+        self.inbox.put_nowait(None)
+
+    def client(self, kind: str, **fields) -> None:
+        self.inbox.put_nowait(json.dumps({"type": kind, **fields}))
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e["type"] == kind]
+
+    async def until(self, kind: str, count: int = 1, timeout: float = 10.0, **match) -> dict:
+        def found() -> list[dict]:
+            return [e for e in self.of(kind) if all(e.get(k) == v for k, v in match.items())]
+        async with asyncio.timeout(timeout):
+            while len(found()) < count:
+                self.arrived.clear()
+                await self.arrived.wait()
+        return found()[count - 1]
+
+
+async def speak(client: LiveClientChannel, pcm: bytes) -> None:
+    """24 kHz PCM16 in 20 ms appends at real time."""
+    step = RATE * 2 // 50
+    for i in range(0, len(pcm), step):
+        client.client("session.input_audio.append", audio=base64.b64encode(pcm[i:i + step]).decode())
+        await asyncio.sleep(0.02)
+
+
+async def open_session(backend, **session) -> tuple[LiveClientChannel, asyncio.Task]:
+    client = LiveClientChannel()
+    live = LiveChannel(client, "sess_live_test", "omni", max_session_s=600)
+    task = asyncio.create_task(RealtimeSession(live, backend, Dialect(False), LimitsConfig()).run())
+    client.client("session.start", event_id="c_start", session={"model": "gpt-live-1", **session})
+    return client, task
+
+
+async def test_every_server_event_of_a_live_session_validates_and_each_event_type_does_its_job():
+    backend = ScriptedToolBackend(["Sure", "thing."], call=("get_weather", '{"city": "Paris"}'),
+                                  transcript="what is the weather in paris")
+    client, task = await open_session(backend, instructions="Be brief.", input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "Hi, I am in France."}]}],
+        delegation={"type": "responses", "responses": {"model": "omni", "tools": [WEATHER]}})
+    started = await client.until("session.started")
+    assert started["client_event_id"] == "c_start"
+    assert started["session"]["audio"]["format"] == {"type": "audio/pcm", "rate": 24000}
+    assert started["session"]["delegation"]["type"] == "responses"
+
+    # Before anything else: a bad event gets the Live error with the client's own event id.
+    client.client("session.fly", event_id="c_bad")
+    client.client("session.input_audio.append", event_id="c_nob64", audio="***")
+    client.client("session.commentary.append", event_id="c_missing", delegation_id=None)
+    client.client("decision.create", event_id="c_decide")
+    for cid, code in (("c_bad", "unknown_event"), ("c_nob64", "invalid_value"), ("c_missing", "invalid_value"),
+                      ("c_decide", "unsupported_event")):
+        err = await client.until("error", client_event_id=cid)
+        assert err["error"]["code"] == code, err
+
+    # A spoken question: its transcript, then a Responses delegation with the function call.
+    await speak(client, quiet(0.3, RATE) + tone(0.8, RATE) + quiet(1.6, RATE))
+    heard = await client.until("session.input_transcript.delta")
+    assert heard["delta"] == " what is the weather in paris" and 0 < heard["start_ms"] < heard["end_ms"]
+    delegated = await client.until("session.delegation.created")
+    assert delegated["delegation"]["target"] == "responses"
+    dlg = delegated["delegation"]["id"]
+    call = (await client.until("response.event", delegation_id=dlg, count=2))["event"]
+    assert call["type"] == "response.output_item.done" and call["item"]["name"] == "get_weather"
+    completed = (await client.until("response.event", delegation_id=dlg, count=3))["event"]
+    assert completed["type"] == "response.completed"
+    # The client runs the function and continues: the model speaks the result.
+    client.client("response.item.create", item={"type": "function_call_output", "call_id": call["item"]["call_id"],
+                                                "output": "sunny"})
+    client.client("response.create")
+    said = ""
+    async with asyncio.timeout(10):
+        while "sunny" not in said:
+            await client.until("session.output_transcript.delta", count=len(client.of("session.output_transcript.delta")) + 1)
+            said = "".join(e["delta"] for e in client.of("session.output_transcript.delta"))
+    assert client.of("session.output_audio.delta"), "the answer is spoken"
+    # Transcript times run along the session's timeline with the audio.
+    starts = [e["start_ms"] for e in client.of("session.output_transcript.delta")]
+    assert starts == sorted(starts) and starts[0] > heard["end_ms"]
+
+    # Context appends are acknowledged; commentary is spoken.
+    client.client("session.instructions.append", event_id="c_ins", content="Use Celsius.", delegation_id=None)
+    client.client("session.thinking.append", event_id="c_think", content="The user likes sun.", delegation_id=None)
+    for kind, cid in (("session.instructions.appended", "c_ins"), ("session.thinking.appended", "c_think")):
+        ack = await client.until(kind, client_event_id=cid)
+        assert ack["start_ms"] <= ack["end_ms"]
+    client.client("session.input_audio.mute", event_id="c_mute")
+    client.client("session.input_audio.unmute", event_id="c_unmute")
+    await client.until("session.input_audio.muted", client_event_id="c_mute")
+    await client.until("session.input_audio.unmuted", client_event_id="c_unmute")
+    client.client("session.update", event_id="c_upd", session={"delegation": {"type": "responses", "responses": {
+        "tools": [WEATHER, {**WEATHER, "name": "get_time"}]}}})
+    updated = await client.until("session.updated", client_event_id="c_upd")
+    assert len(updated["session"]["delegation"]["responses"]["tools"]) == 2
+    client.client("session.update", event_id="c_type", session={"delegation": {"type": "client"}})
+    assert (await client.until("error", client_event_id="c_type"))["error"]["param"] == "session.delegation.type"
+    await client.until("session.usage.updated")
+
+    client.client("session.close", event_id="c_close")
+    closed = await client.until("session.closed")
+    assert closed["reason"] == "close_requested" and closed["usage"]["seconds"] >= 2.7
+    await asyncio.wait_for(task, 5)
+    assert client.closed_with == 1000
+    backend.close()
+    assert not client.invalid, client.invalid[:5]
+    seen = {e["type"] for e in client.events}
+    assert {"session.started", "session.updated", "session.input_audio.muted", "session.input_audio.unmuted",
+            "session.instructions.appended", "session.thinking.appended", "session.output_audio.delta",
+            "session.input_transcript.delta", "session.output_transcript.delta", "session.delegation.created",
+            "response.event", "session.usage.updated", "session.closed", "error"} <= seen
+
+
+async def test_commentary_is_said_and_the_reply_goes_out_at_real_time_pace():
+    """A client delegation's result comes back as commentary, and the model says it; the audio is
+    paced: no more than the lead ahead of real time, as Live streams it."""
+    backend = ScriptedToolBackend(["one", "two", "three", "four", "five", "six"])
+    client, task = await open_session(backend)
+    await client.until("session.started")
+    client.client("session.commentary.append", event_id="c_say", content="It is sunny.", delegation_id="dlg_1")
+    ack = await client.until("session.commentary.appended", client_event_id="c_say")
+    assert ack["end_ms"] >= ack["start_ms"]
+    await client.until("session.usage.updated")  # after the reply
+    audio = [(t, len(base64.b64decode(e["delta"])) / (RATE * 2))
+             for e, t in zip(client.events, client.times) if e["type"] == "session.output_audio.delta"]
+    assert sum(d for _, d in audio) >= 1.1  # six 0.2 s words
+    first, sent = audio[0][0], 0.0
+    for at, duration in audio:  # each piece goes out no more than the lead ahead of where playback is
+        assert sent <= at - first + LEAD_MS / 1000 + 0.03, (sent, at - first)
+        sent += duration
+    assert audio[-1][0] - first >= sent - duration - LEAD_MS / 1000 - 0.03, "paced, not all at once"
+    system = [i for i in backend.jobs[0].items if i.role == "system"]
+    assert system and "It is sunny." in system[-1].text
+    client.client("session.close")
+    await client.until("session.closed")
+    await asyncio.wait_for(task, 5)
+    backend.close()
+    assert not client.invalid, client.invalid[:5]
+
+
+async def test_events_before_session_started_and_formats_the_server_cannot_speak_get_errors():
+    backend = ScriptedToolBackend(["hi"])
+    client = LiveClientChannel()
+    live = LiveChannel(client, "sess_live_test2", "omni", max_session_s=600)
+    task = asyncio.create_task(RealtimeSession(live, backend, Dialect(False), LimitsConfig()).run())
+    client.client("session.input_audio.append", event_id="c_early", audio="AAAA")
+    assert (await client.until("error", client_event_id="c_early"))["error"]["code"] == "session_not_started"
+    client.client("session.start", event_id="c_16k", session={"model": "m", "audio": {"format": {
+        "type": "audio/pcm", "rate": 16000}}})
+    err = await client.until("error", client_event_id="c_16k")
+    assert err["error"]["param"] == "session.audio.format.rate"
+    client.client("session.start", event_id="c_ok", session={"model": "m"})
+    await client.until("session.started", client_event_id="c_ok")
+    client.client("session.start", event_id="c_again", session={"model": "m"})
+    assert (await client.until("error", client_event_id="c_again"))["error"]["code"] == "session_already_started"
+    client.inbox.put_nowait(None)
+    await asyncio.wait_for(task, 5)
+    backend.close()
+    assert not client.invalid, client.invalid[:5]

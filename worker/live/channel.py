@@ -1,0 +1,465 @@
+"""A Live client as the ``EventChannel`` a ``RealtimeSession`` talks to: the dialect translated both ways.
+
+The Realtime session keeps everything it already does (turn detection with yield and resume,
+backchannels, tools, limits, recording, metrics); this channel only changes the words:
+
+- ``session.start`` / ``session.update`` become a ``session.update`` (semantic turn detection,
+  transcription on, the format and voice, function tools from Responses delegation) and the
+  startup ``input`` items; the next ``session.updated`` answers as ``session.started`` /
+  ``session.updated``;
+- microphone appends become ``input_audio_buffer.append`` (silence while muted);
+- instructions, thinking and commentary appends become system messages (commentary then asks for
+  a reply that says it), acknowledged once the session added them;
+- the user's transcript, the reply's audio and transcript go out as Live deltas with their times
+  on the session's timeline; the reply's audio at real-time pace (``pacer.py``), dropped the
+  moment the user's voice takes the floor;
+- a function call of the model is a delegation to ``responses``: ``session.delegation.created``
+  and the call as ``response.event``s; ``response.item.create`` / ``response.create`` bring the
+  output back and continue;
+- ``session.close`` drains the reply being spoken (at most ``CLOSE_DRAIN_S``), then
+  ``session.closed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import collections
+import contextlib
+import json
+import logging
+import time
+from typing import Any
+
+from core.protocol import EXTENSION_EVENTS, ProtocolError
+from core.ids import new_id
+from core.transport import ChannelClosed, EventChannel, Message
+from core.live_events import (
+    CLOSE_DRAIN_S,
+    DEFAULT_FORMAT,
+    DEFAULT_VOICE,
+    expires_at,
+    live_error,
+    live_event,
+    parse_client_event,
+    session_resource,
+)
+from worker.live.pacer import Pacer
+
+log = logging.getLogger(__name__)
+
+INTERNAL = "live_"  # event ids of the Realtime events this channel makes itself (their errors are logged)
+CLOSE_REASONS = {4003: "expired", 4001: "expired", 4002: "expired"}  # the session's own limits
+SAY_COMMENTARY = "Say this to the user now, briefly and in your own words: "
+SILENT_THINKING = "Context for you (do not read it out): "
+
+
+def _format(fmt: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The Realtime format for a Live one, and its bytes per second."""
+    kind, rate = fmt.get("type"), fmt.get("rate")
+    if kind in ("audio/pcmu", "audio/pcma"):
+        if rate not in (None, 8000):
+            raise ProtocolError(f"session.audio.format: {kind} is 8000 Hz only", code="invalid_value",
+                                param="session.audio.format.rate")
+        return {"type": kind}, 8000
+    if rate != 24000:
+        raise ProtocolError("session.audio.format: this server speaks PCM at 24000 Hz only (input and output share "
+                            "the format)", code="unsupported_value", param="session.audio.format.rate")
+    return {"type": "audio/pcm", "rate": 24000}, 48000
+
+
+def _message(item: dict[str, Any], item_id: str | None = None) -> dict[str, Any]:
+    """A startup ``InitialItem`` as a Realtime message item."""
+    role = item["role"]
+    text = "".join(part.get("text", "") for part in item.get("content") or [])
+    out: dict[str, Any] = {"type": "message", "role": "system" if role == "developer" else role,
+                           "content": [{"type": "output_text" if role == "assistant" else "input_text", "text": text}]}
+    if item_id is not None:
+        out["id"] = item_id
+    return out
+
+
+class LiveChannel(EventChannel):
+    """Live outside, Realtime inside. ``inner`` is the client's channel."""
+
+    def __init__(self, inner: EventChannel, session_id: str, model: str, max_session_s: float) -> None:
+        self.inner = inner
+        self.transport = inner.transport
+        self.session_id = session_id
+        self.model = model
+        self.max_session_s = max_session_s
+        self.origin = time.monotonic()  # the session timeline's zero
+        self.config: dict[str, Any] = {}  # the Live session config, resolved
+        self.started = False
+        self.closed = False
+        self.muted = False
+        self._bytes_per_s = 48000
+        self._input_s = 0.0
+        self._to_session: asyncio.Queue[str | ChannelClosed] = asyncio.Queue()
+        self._reader: asyncio.Task | None = None
+        self._send_lock = asyncio.Lock()
+        self._outbox: collections.deque[dict[str, Any]] = collections.deque()
+        self._writer: asyncio.Task | None = None
+        self._pending: list[tuple[str, str | None, str]] = []  # (start|update, client event id, internal id)
+        self._acks: dict[str, tuple[str, str | None, bool]] = {}  # item id -> (ack type, client id, speak)
+        self._speech: dict[str, list[int]] = {}  # user item id -> [start_ms, end_ms]
+        self._responding: str | None = None
+        self._speak_after = False
+        self._delegations: dict[str, str] = {}  # response id -> delegation id
+        self._closing: asyncio.Task | None = None
+        self.pacer = Pacer(self._emit, self.origin)
+
+    # ------------------------------------------------------------------ EventChannel, the session's side
+
+    async def receive(self) -> Message:
+        if self._reader is None:
+            self._reader = asyncio.create_task(self._read())
+        got = await self._to_session.get()
+        if isinstance(got, ChannelClosed):
+            self._to_session.put_nowait(got)  # every later receive raises too
+            raise got
+        return got
+
+    async def send(self, message: Message) -> None:
+        if isinstance(message, bytes) or self.closed:
+            return
+        self._from_session(json.loads(message))
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        if self.closed:
+            return
+        if self.started:
+            await self._flush_direct()
+            await self._send_closed(CLOSE_REASONS.get(code, "close_requested" if code == 1000 else "connection_lost"))
+        await self._shut(code, reason)
+
+    async def _shut(self, code: int, reason: str) -> None:
+        self.closed = True
+        self.pacer.stop()
+        if self._reader is not None:
+            self._reader.cancel()
+        self._to_session.put_nowait(ChannelClosed(code, reason))
+        await self.inner.close(code, reason)
+
+    # ------------------------------------------------------------------ out to the client
+
+    async def _emit(self, event: dict[str, Any]) -> None:
+        async with self._send_lock:
+            with contextlib.suppress(ChannelClosed):
+                await self.inner.send(json.dumps(event, separators=(",", ":")))
+
+    def _now_ms(self) -> int:
+        return round((time.monotonic() - self.origin) * 1000)
+
+    def _direct(self, event: dict[str, Any]) -> None:
+        """Not tied to the reply's audio: out now, in order with the other such events, through one
+        short-lived writer (not a task per event)."""
+        self._outbox.append(event)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write())
+
+    async def _flush_direct(self) -> None:
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                await self._writer
+
+    async def _write(self) -> None:
+        while self._outbox:
+            await self._emit(self._outbox.popleft())
+
+    def _resource(self) -> dict[str, Any]:
+        return session_resource(self.session_id, self.model, self.config, expires_at(self.max_session_s))
+
+    async def _send_closed(self, reason: str) -> None:
+        await self._emit(live_event("session.closed", reason=reason, session=self._resource(),
+                                    usage={"seconds": round(self._input_s, 3)}))
+
+    # ------------------------------------------------------------------ in from the client
+
+    def _push(self, event: dict[str, Any]) -> None:
+        self._to_session.put_nowait(json.dumps(event, separators=(",", ":")))
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                message = await self.inner.receive()
+            except ChannelClosed as exc:
+                self._to_session.put_nowait(exc)
+                return
+            client_id = None
+            try:
+                if not isinstance(message, str):
+                    raise ProtocolError("Live events are JSON text frames", code="invalid_json")
+                try:
+                    event = json.loads(message)
+                except ValueError:
+                    raise ProtocolError("the message is not valid JSON", code="invalid_json") from None
+                if isinstance(event, dict) and isinstance(event.get("event_id"), str):
+                    client_id = event["event_id"]
+                self._handle(parse_client_event(event), client_id)
+            except ProtocolError as exc:
+                self._direct(live_error(exc.message, exc.code, exc.param, client_id))
+
+    def _handle(self, ev: dict[str, Any], cid: str | None) -> None:
+        kind = ev["type"]
+        if self._closing is not None:
+            raise ProtocolError("the session is closing", code="session_closing")
+        if kind == "session.start":
+            if self.started or self._pending:
+                raise ProtocolError("the session has already started", code="session_already_started")
+            self._start(ev["session"], cid)
+            return
+        if not self.started:
+            raise ProtocolError(f"send session.start and wait for session.started before {kind}",
+                                code="session_not_started")
+        if kind == "session.input_audio.append":
+            self._append(ev["audio"])
+        elif kind in ("session.input_audio.mute", "session.input_audio.unmute"):
+            self.muted = kind.endswith(".mute")
+            self._direct(live_event("session.input_audio.muted" if self.muted else "session.input_audio.unmuted", cid))
+        elif kind in ("session.instructions.append", "session.thinking.append", "session.commentary.append"):
+            self._context(kind, ev, cid)
+        elif kind == "session.update":
+            self._update(ev["session"], cid)
+        elif kind == "response.item.create":
+            self._response_item(ev["item"], cid)
+        elif kind == "response.create":
+            if (self.config.get("delegation") or {}).get("type") != "responses":
+                raise ProtocolError("response.create needs Responses delegation (session.delegation.type "
+                                    "'responses')", code="delegation_not_responses")
+            self._push({"type": "response.create", "event_id": cid or new_id(INTERNAL)})
+        elif kind == "session.close":
+            self._closing = asyncio.get_running_loop().create_task(self._drain_and_close(cid))
+        else:  # decisions, output audio fixtures
+            raise ProtocolError(f"{kind} is not supported by this server yet", code="unsupported_event", param="type")
+
+    # ------------------------------------------------------------------ client events, one by one
+
+    def _realtime_session(self, s: dict[str, Any], startup: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "realtime"}
+        delegation = s.get("delegation")
+        if delegation is not None:
+            if delegation.get("type") == "decisions":
+                raise ProtocolError("Decisions delegation is not supported by this server yet",
+                                    code="unsupported_value", param="session.delegation.type")
+            responses = delegation.get("responses") or {}
+            tools = []
+            for tool in responses.get("tools") or []:
+                if tool.get("type") not in ("function", "mcp"):
+                    raise ProtocolError(f"tool type {tool.get('type')!r} is not supported by this server; use "
+                                        "'function' or 'mcp'", code="unsupported_value",
+                                        param="session.delegation.responses.tools")
+                tools.append({k: v for k, v in tool.items() if k != "strict"})
+            if tools or not startup:
+                out["tools"] = tools
+            if responses.get("tool_choice") is not None:
+                out["tool_choice"] = responses["tool_choice"]
+        if startup:
+            audio = s.get("audio") or {}
+            fmt = audio.get("format") or DEFAULT_FORMAT
+            realtime_fmt, self._bytes_per_s = _format(fmt)
+            voice = (audio.get("output") or {}).get("voice") or DEFAULT_VOICE
+            out["audio"] = {
+                "input": {"format": realtime_fmt, "transcription": {"model": "whisper-1"},
+                          "turn_detection": {"type": "semantic_vad"}},
+                "output": {"format": realtime_fmt, "voice": voice},
+            }
+            if s.get("instructions"):
+                out["instructions"] = s["instructions"]
+        return out
+
+    def _start(self, s: dict[str, Any], cid: str | None) -> None:
+        update = self._realtime_session(s, startup=True)
+        voice = update["audio"]["output"]["voice"]
+        self.config = {"format": s.get("audio", {}).get("format") or DEFAULT_FORMAT, "voice": voice,
+                       "delegation": s.get("delegation"), "instructions": s.get("instructions"),
+                       "input": s.get("input"), "store": s.get("store")}
+        internal = new_id(INTERNAL)
+        self._pending.append(("start", cid, internal))
+        self._push({"type": "session.update", "event_id": internal, "session": update})
+        for item in s.get("input") or []:
+            self._push({"type": "conversation.item.create", "event_id": new_id(INTERNAL), "item": _message(item)})
+
+    def _update(self, s: dict[str, Any], cid: str | None) -> None:
+        if s.get("triggers"):
+            raise ProtocolError("Decisions triggers are not supported by this server yet", code="unsupported_value",
+                                param="session.triggers")
+        delegation = s.get("delegation")
+        current = (self.config.get("delegation") or {"type": "client"}).get("type")
+        if delegation is not None and delegation.get("type") != current:
+            raise ProtocolError("the delegation type cannot change", code="invalid_value",
+                                param="session.delegation.type")
+        internal = new_id(INTERNAL)
+        self._pending.append(("update", cid, internal))
+        self._push({"type": "session.update", "event_id": internal, "session": self._realtime_session(s, False)})
+        if delegation is not None:
+            merged = dict(self.config.get("delegation") or {})
+            for key, value in delegation.items():
+                merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+            self.config["delegation"] = merged
+
+    def _append(self, audio: str) -> None:
+        try:
+            size = len(base64.b64decode(audio, validate=True))
+        except (binascii.Error, ValueError):
+            raise ProtocolError("session.input_audio.append: audio is not valid base64", code="invalid_value",
+                                param="audio") from None
+        self._input_s += size / self._bytes_per_s
+        if self.muted:  # the model hears silence: the timeline goes on
+            silence = b"\xff" if self._bytes_per_s == 8000 else b"\x00"  # mu-law/A-law 0xff/0xd5 ~ quiet
+            audio = base64.b64encode(silence * size).decode()
+        self._push({"type": "input_audio_buffer.append", "event_id": new_id(INTERNAL), "audio": audio})
+
+    def _context(self, kind: str, ev: dict[str, Any], cid: str | None) -> None:
+        delegation = (self.config.get("delegation") or {"type": "client"}).get("type")
+        if ev.get("delegation_id") is not None and delegation == "responses":
+            raise ProtocolError("delegation_id is not accepted with Responses delegation", code="invalid_value",
+                                param="delegation_id")
+        text = ev["content"]
+        speak = kind == "session.commentary.append"
+        if speak:
+            text = SAY_COMMENTARY + text
+        elif kind == "session.thinking.append":
+            text = SILENT_THINKING + text
+        item_id = new_id("item")
+        self._acks[item_id] = (kind.removesuffix("append") + "appended", cid, speak)
+        self._push({"type": "conversation.item.create", "event_id": cid or new_id(INTERNAL),
+                    "item": {"id": item_id, "type": "message", "role": "system",
+                             "content": [{"type": "input_text", "text": text}]}})
+
+    def _response_item(self, item: dict[str, Any], cid: str | None) -> None:
+        kind = item.get("type")
+        if kind == "function_call_output":
+            output = item.get("output")
+            if not isinstance(output, str):
+                output = json.dumps(output)
+            created = {"type": "function_call_output", "call_id": item.get("call_id"), "output": output}
+        elif kind in (None, "message") and item.get("role") in ("user", "system", "developer"):
+            content = item.get("content")
+            text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content or [])
+            created = _message({"role": item["role"], "content": [{"text": text}]})
+        else:
+            raise ProtocolError(f"response.item.create: item type {kind!r} is not supported by this server; use "
+                                "'function_call_output' or a message", code="unsupported_value", param="item.type")
+        self._push({"type": "conversation.item.create", "event_id": cid or new_id(INTERNAL), "item": created})
+
+    async def _drain_and_close(self, cid: str | None) -> None:
+        """Let the reply being spoken finish (at most ``CLOSE_DRAIN_S``), then ``session.closed``."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_DRAIN_S):
+                while self._responding is not None:
+                    await asyncio.sleep(0.05)
+                await self.pacer.idle()
+        await self._flush_direct()
+        if self.closed:
+            return
+        await self._emit(live_event("session.closed", cid, reason="close_requested", session=self._resource(),
+                                    usage={"seconds": round(self._input_s, 3)}))
+        await self._shut(1000, "session closed")
+
+    # ------------------------------------------------------------------ in from the session
+
+    def _from_session(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("type")
+        if kind in EXTENSION_EVENTS or kind == "session.metrics":  # asked for by the gateway or the client
+            self._direct(ev)
+        elif kind == "session.updated":
+            self._updated()
+        elif kind == "error":
+            self._error(ev["error"])
+        elif kind == "conversation.item.added":
+            self._added(ev["item"])
+        elif kind == "input_audio_buffer.speech_started":
+            self.pacer.flush()  # the user's voice has the floor: what is not sent is not heard
+            self._speech[ev["item_id"]] = [ev.get("audio_start_ms", self._now_ms()), self._now_ms()]
+        elif kind == "input_audio_buffer.speech_stopped":
+            self._speech.setdefault(ev["item_id"], [self._now_ms(), 0])[1] = ev.get("audio_end_ms", self._now_ms())
+        elif kind == "conversation.item.input_audio_transcription.completed":
+            text = (ev.get("transcript") or "").strip()
+            start, end = self._speech.pop(ev["item_id"], [self._now_ms(), self._now_ms()])
+            if text:
+                self._direct(live_event("session.input_transcript.delta", delta=" " + text, start_ms=int(start),
+                                        end_ms=int(max(start, end))))
+        elif kind == "response.created":
+            self._responding = ev["response"]["id"]
+        elif kind == "response.output_audio.delta":
+            size = len(ev["delta"]) * 3 // 4
+            self.pacer.audio({"type": "session.output_audio.delta", "delta": ev["delta"]},
+                             size * 1000 / self._bytes_per_s)
+        elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
+            if ev.get("delta"):
+                self.pacer.timed(live_event("session.output_transcript.delta", delta=ev["delta"]))
+        elif kind == "response.output_item.done" and ev["item"].get("type") == "function_call":
+            self._delegate(ev["response_id"], ev["item"])
+        elif kind == "response.done":
+            self._response_done(ev["response"])
+
+    def _updated(self) -> None:
+        if not self._pending:
+            return
+        what, cid, _ = self._pending.pop(0)
+        if what == "start":
+            self.started = True
+            self._direct(live_event("session.started", cid, session=self._resource()))
+        else:
+            self._direct(live_event("session.updated", cid, session=self._resource()))
+
+    def _error(self, error: dict[str, Any]) -> None:
+        about = error.get("event_id")
+        failed = next((p for p in self._pending if p[2] == about), None)
+        if failed is not None:  # a start or update the session refused: the client's own event
+            self._pending.remove(failed)
+            about = failed[1]
+        elif isinstance(about, str) and about.startswith(INTERNAL):
+            log.warning("the session refused an event this channel made: %s", error.get("message"))
+            return
+        self._direct(live_error(error.get("message") or "error", error.get("code") or "error", error.get("param"),
+                                about, error.get("type") or "invalid_request_error"))
+
+    def _added(self, item: dict[str, Any]) -> None:
+        ack = self._acks.pop(item.get("id"), None)
+        if ack is None:
+            return
+        kind, cid, speak = ack
+        now = self._now_ms()
+        self._direct(live_event(kind, cid, start_ms=now, end_ms=now))
+        if speak:
+            if self._responding is None:
+                self._push({"type": "response.create", "event_id": new_id(INTERNAL)})
+            else:
+                self._speak_after = True
+
+    def _delegate(self, response_id: str, item: dict[str, Any]) -> None:
+        delegation = self._delegations.get(response_id)
+        if delegation is None:
+            delegation = self._delegations[response_id] = new_id("dlg")
+            self.pacer.event(live_event("session.delegation.created", offset_ms=self._now_ms(), delegation={
+                "id": delegation, "type": "delegation", "target": "responses", "response_id": response_id}))
+            self.pacer.event(live_event("response.event", delegation_id=delegation, event={
+                "type": "response.created", "response": {"id": response_id, "object": "response",
+                                                         "status": "in_progress", "output": []}}))
+        call = {"type": "function_call", "id": item.get("id"), "status": "completed", "call_id": item.get("call_id"),
+                "name": item.get("name"), "arguments": item.get("arguments") or ""}
+        self.pacer.event(live_event("response.event", delegation_id=delegation,
+                                    event={"type": "response.output_item.done", "item": call}))
+
+    def _response_done(self, response: dict[str, Any]) -> None:
+        self._responding = None
+        delegation = self._delegations.pop(response.get("id"), None)
+        if delegation is not None:
+            status = response.get("status")
+            kind = {"completed": "response.completed", "failed": "response.failed"}.get(status, "response.incomplete")
+            usage = response.get("usage") or {}
+            self.pacer.event(live_event("response.event", delegation_id=delegation, event={
+                "type": kind, "response": {
+                    "id": response.get("id"), "object": "response", "status": status, "output": [],
+                    "usage": {"input_tokens": usage.get("input_tokens", 0),
+                              "output_tokens": usage.get("output_tokens", 0),
+                              "total_tokens": usage.get("total_tokens", 0),
+                              "input_tokens_details": {"cached_tokens": 0},
+                              "output_tokens_details": {"reasoning_tokens": 0}}}}))
+        self.pacer.event(live_event("session.usage.updated", usage={"seconds": round(self._input_s, 3)}))
+        if self._speak_after and self._closing is None:
+            self._speak_after = False
+            self._push({"type": "response.create", "event_id": new_id(INTERNAL)})

@@ -1,0 +1,92 @@
+"""The reply's audio at real-time pace, as Live streams it.
+
+A Live client never clears its player: the model stops by not sending. So the worker's audio goes
+out no more than ``LEAD_MS`` ahead of real time, and when the user's voice takes the floor the
+audio not yet sent is dropped (``flush``): the listener hears the reply stop within that lead.
+The worker's play-head clock assumes a client that plays what it is sent from its first delta at
+real time, which is what this pace is. Events tied to the reply (its transcript, a delegation)
+keep their place in the same queue, so a transcript delta goes out with its audio; its
+``start_ms`` is where that audio sits on the session's timeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+LEAD_MS = 200  # audio sent ahead of real time: a jitter buffer's worth, and the most heard after a yield
+
+
+class Pacer:
+    def __init__(self, send: Callable[[dict[str, Any]], Awaitable[None]], origin: float,
+                 lead_ms: int = LEAD_MS) -> None:
+        self._send = send
+        self._origin = origin  # monotonic time of the session timeline's zero
+        self.lead_ms = lead_ms
+        self._queue: collections.deque[tuple[str, Any, float]] = collections.deque()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.position_ms = 0.0  # where the audio sent so far ends on the session timeline
+        self._task: asyncio.Task | None = None
+
+    def now_ms(self) -> float:
+        return (time.monotonic() - self._origin) * 1000
+
+    def audio(self, event: dict[str, Any], duration_ms: float) -> None:
+        self._put("audio", event, duration_ms)
+
+    def timed(self, event: dict[str, Any]) -> None:
+        """An event that carries ``start_ms``/``end_ms``: stamped where the audio before it ends."""
+        self._put("timed", event, 0.0)
+
+    def event(self, event: dict[str, Any]) -> None:
+        """An event sent in its place in the queue, unchanged."""
+        self._put("event", event, 0.0)
+
+    def _put(self, kind: str, event: dict[str, Any], duration_ms: float) -> None:
+        self._queue.append((kind, event, duration_ms))
+        self._idle.clear()
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
+
+    def flush(self) -> int:
+        """Drop the audio (and its transcript) not yet sent; returns the ms dropped."""
+        dropped = sum(d for k, _, d in self._queue if k == "audio")
+        self._queue = collections.deque(q for q in self._queue if q[0] == "event")
+        if not self._queue:
+            self._idle.set()
+        return round(dropped)
+
+    async def idle(self) -> None:
+        await self._idle.wait()
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            if not self._queue:
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            kind, event, duration = self._queue[0]
+            if kind == "audio":
+                now = self.now_ms()
+                self.position_ms = max(self.position_ms, now)  # after a silence the audio starts now
+                ahead = self.position_ms - now - self.lead_ms
+                if ahead > 0:
+                    await asyncio.sleep(ahead / 1000)
+                    continue  # a flush may have dropped it meanwhile
+                self.position_ms += duration
+            elif kind == "timed":
+                at = round(max(self.position_ms, self.now_ms()) if not event.get("start_ms") else event["start_ms"])
+                event["start_ms"], event["end_ms"] = at, max(at, round(event.get("end_ms") or at))
+            self._queue.popleft()
+            await self._send(event)
