@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import websockets
 
-from bench.duplex.common import CHUNK, CHUNK_MS
+from bench.duplex.common import CHUNK, CHUNK_MS, LIVE_GAP_S
 from bench.duplex_set import RATE
 
 
@@ -22,8 +22,9 @@ class Mic:
     is queued. ``say`` queues a clip; ``marks`` gets the send time of the chunk holding each
     marked sample (named offsets into the clip)."""
 
-    def __init__(self, ws) -> None:
+    def __init__(self, ws, append: str = "input_audio_buffer.append") -> None:
         self.ws = ws
+        self.append = append  # the event that carries a chunk (Live: session.input_audio.append)
         self.queue = np.zeros(0, np.int16)
         self.sent = 0  # samples sent
         self.wanted: dict[str, int] = {}
@@ -56,7 +57,7 @@ class Mic:
             for name, at in self.wanted.items():
                 if name not in self.marks and self.sent <= at < self.sent + CHUNK:
                     self.marks[name] = now
-            await self.ws.send(json.dumps({"type": "input_audio_buffer.append",
+            await self.ws.send(json.dumps({"type": self.append,
                                            "audio": base64.b64encode(chunk.astype("<i2").tobytes()).decode()}))
             self.sent += CHUNK
             n += 1
@@ -105,8 +106,10 @@ class Player:
 class Trial:
     """One session's events, timed; the listener's playback and truncates."""
 
-    def __init__(self, ws, mic: Mic) -> None:
+    def __init__(self, ws, mic: Mic, live: bool = False) -> None:
         self.ws, self.mic = ws, mic
+        self.live = live  # the Live dialect: no response ids, replies told apart by silences
+        self._live_reply = 0
         self.t0 = time.monotonic()
         self.player = Player()
         self.created: dict[str, float] = {}
@@ -141,6 +144,13 @@ class Trial:
             self.handle(ev, time.monotonic())
 
     def handle(self, ev: dict[str, Any], now: float) -> None:
+        if self.live:
+            ev = self._as_realtime(ev, now)
+            if ev is None:
+                return
+        self._handle(ev, now)
+
+    def _handle(self, ev: dict[str, Any], now: float) -> None:
         kind = ev["type"]
         if kind == "response.output_audio.delta":
             rid = ev.get("response_id", "?")
@@ -193,6 +203,26 @@ class Trial:
         elif kind == "error":
             self.errors.append(ev["error"].get("message", ""))
 
+    def _as_realtime(self, ev: dict[str, Any], now: float) -> dict[str, Any] | None:
+        """A Live event as the Realtime event the trial reads: audio and transcripts of the reply
+        heard now (a new one after ``LIVE_GAP_S`` of silence, its first audio its creation), the
+        user's transcript, errors."""
+        kind = ev["type"]
+        if kind in ("session.output_audio.delta", "session.output_transcript.delta"):
+            if kind == "session.output_audio.delta" and (not self.player.segments or now > self.player.end + LIVE_GAP_S):
+                self._live_reply += 1
+                self._handle({"type": "response.created", "response": {"id": f"live_{self._live_reply}"}}, now)
+            rid = f"live_{self._live_reply}"
+            realtime = ("response.output_audio.delta" if kind == "session.output_audio.delta"
+                        else "response.output_audio_transcript.delta")
+            return {"type": realtime, "response_id": rid, "item_id": rid, "delta": ev.get("delta", "")}
+        if kind == "session.input_transcript.delta":
+            return {"type": "conversation.item.input_audio_transcription.completed",
+                    "transcript": ev.get("delta", "").strip()}
+        if kind == "error":
+            return ev
+        return None
+
     def rel_ms(self, t: float | None, origin: float | None) -> float | None:
         return None if t is None or origin is None else round((t - origin) * 1000, 1)
 
@@ -202,7 +232,8 @@ class Trial:
     async def close(self) -> None:
         self.mic.stop()
         try:
-            await self.ws.send(json.dumps({"type": "response.cancel"}))
+            if not self.live:
+                await self.ws.send(json.dumps({"type": "response.cancel"}))
         except websockets.ConnectionClosed:
             pass
         await self.ws.close()

@@ -41,8 +41,15 @@ MODES: dict[str, dict[str, Any]] = {
     # Issue 47 made yielding at the onset the default (server_vad and semantic_vad above yield);
     # this is the judged mode before it: the reply plays on while the judge decides.
     "no_yield": {**_SEMANTIC, "yield_at_onset": False},
+    # The same semantic_vad session over OpenAI's Live dialect (/v1/live/sessions, issue 48): the
+    # worker's Live translation and real-time pacing, measured beside Realtime GA's semantic_vad.
+    "live": _SEMANTIC,
 }
 OVERLAP_ONLY = {"no_backchannel_rule", "no_yield"}  # modes run on the trials over a long reply only
+TURN_ONLY = {"live"}  # modes run on the complete and paused trials only
+LIVE = "live"
+LIVE_GAP_S = 0.3  # Live has no response ids: audio after this long a silence is a new reply
+GOAL_LIVE_MS = 30.0  # Live's turn latency p50 within this of Realtime GA's (semantic_vad)
 
 # Published Full-Duplex-Bench v1 figures (Lin et al., 2025): pause takeover rate, smooth turn-taking
 # latency, user-interruption latency (s).

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.duplex.common import (ANCHORS, GOAL_BACKCHANNEL, GOAL_CUTIN, GOAL_P90_MS, GOAL_RATIO, GOAL_SEEN_MS,
-                                 GOAL_STORY_LOST, GOAL_TAKEOVER)
+from bench.duplex.common import (ANCHORS, GOAL_BACKCHANNEL, GOAL_CUTIN, GOAL_LIVE_MS, GOAL_P90_MS, GOAL_RATIO,
+                                 GOAL_SEEN_MS, GOAL_STORY_LOST, GOAL_TAKEOVER, LIVE)
 from bench.stats import goal_mark, median_by_mode, summary
 
 
@@ -121,6 +121,12 @@ def goals(median: dict[str, Any]) -> list[dict[str, Any]]:
         v = value("semantic_vad", "pause_takeover")
         out.append({"goal": f"semantic_vad: pause takeover <= {GOAL_TAKEOVER}", "value": v,
                     "mark": goal_mark(v, GOAL_TAKEOVER), "shown": None if v is None else f"{v:.2f}"})
+    if median.get(LIVE, {}).get("complete") and median.get("semantic_vad", {}).get("complete"):
+        live, sem = value(LIVE, "turn_p50_ms"), value("semantic_vad", "turn_p50_ms")
+        diff = round(live - sem, 1) if live is not None and sem is not None else None
+        out.append({"goal": f"Live: turn latency p50 within {GOAL_LIVE_MS:.0f} ms of Realtime GA's (semantic_vad)",
+                    "value": diff, "mark": goal_mark(None if diff is None else abs(diff), GOAL_LIVE_MS),
+                    "shown": None if diff is None else f"{diff:+.0f} ms"})
     if median.get("semantic_vad", {}).get("complete"):
         sem, base = value("semantic_vad", "turn_p50_ms"), value("server_vad", "turn_p50_ms")
         ratio = round(sem / base, 3) if sem is not None and base else None

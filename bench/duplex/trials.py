@@ -3,16 +3,18 @@ long reply (``overlap_trial``), and all of them per mode, interleaved (``run_all
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
 
 import numpy as np
+import websockets
 
 from bench.duplex.client import Mic, Trial
-from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LEAD_S, LONG_INSTRUCTIONS, LONG_TOKENS, MODES,
-                                 NEXT_AUDIO_S, NEXT_WAIT_S, OVERLAP_ONLY, PLAYED_S, REPLY_WAIT_S, STORY_BACK_S, WAIT_S,
-                                 mentions)
+from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LEAD_S, LIVE, LONG_INSTRUCTIONS, LONG_TOKENS,
+                                 MODES, NEXT_AUDIO_S, NEXT_WAIT_S, OVERLAP_ONLY, PLAYED_S, REPLY_WAIT_S, STORY_BACK_S,
+                                 TURN_ONLY, WAIT_S, mentions)
 from bench.duplex_set import OVERLAP_KINDS, RATE, Clip, prompts
 from bench.turns import Refused, open_session  # one GA session setup for both turn benches
 
@@ -21,9 +23,10 @@ async def turn_trial(url: str, mode: str, clip: Clip) -> dict[str, Any]:
     """A complete or paused clip after LEAD_S of silence: latency, or a takeover in the pause."""
     it = clip.item
     r: dict[str, Any] = {"mode": mode, "item": it.id, "kind": it.kind, "text": it.text, "voice": it.voice}
-    ws = await open_session(url, MODES[mode])
-    mic = Mic(ws).start()
-    tr = Trial(ws, mic)
+    live = mode == LIVE
+    ws = await (open_live_session(url) if live else open_session(url, MODES[mode]))
+    mic = Mic(ws, "session.input_audio.append" if live else "input_audio_buffer.append").start()
+    tr = Trial(ws, mic, live=live)
     marks = {"last_voiced": clip.last_voiced}
     if clip.pause_start is not None:
         marks.update(pause_start=clip.pause_start, resume=clip.resume)
@@ -187,7 +190,29 @@ def _next_reply(tr: Trial, reply: str | None, onset: float | None) -> str | None
 
 
 def modes_for(kind: str, modes: list[str]) -> list[str]:
-    return [m for m in modes if kind in OVERLAP_KINDS or m not in OVERLAP_ONLY]
+    if kind in OVERLAP_KINDS:
+        return [m for m in modes if m not in TURN_ONLY]
+    return [m for m in modes if m not in OVERLAP_ONLY]
+
+
+async def open_live_session(url: str):
+    """A Live session (``/v1/live/sessions``) on the same gateway as the Realtime ``url``: started,
+    with the server's defaults (semantic turn detection), or ``Refused``."""
+    base = url.split("/v1/realtime", 1)[0]
+    query = url.split("?", 1)[1] if "?" in url else ""
+    ws = await websockets.connect(f"{base}/v1/live/sessions?{query}", max_size=None, compression=None,
+                                  ping_interval=None, open_timeout=600)
+    try:
+        await ws.send(json.dumps({"type": "session.start", "session": {"model": "omniduplex-cascade"}}))
+        while True:
+            ev = json.loads(await asyncio.wait_for(ws.recv(), 600))
+            if ev["type"] == "session.started":
+                return ws
+            if ev["type"] == "error":
+                raise Refused(ev["error"].get("message") or json.dumps(ev["error"]))
+    except BaseException:
+        await ws.close()
+        raise
 
 
 async def run_all(url: str, part: str, modes: list[str], clips: list[Clip], log) -> tuple[list[dict], dict[str, str]]:
