@@ -128,7 +128,10 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         extensions, _ = parse_extensions(q.get("extensions"))
         channel: EventChannel = WebSocketChannel(ws)
         if live:
-            channel = LiveChannel(channel, session_id, model, config.limits.max_session_s)
+            # The channel reads the resumes itself (a resumed reply's transcript); it passes on
+            # only the extension events asked for.
+            channel = LiveChannel(channel, session_id, model, config.limits.max_session_s, client_extensions=extensions)
+            extensions = extensions | {"response.resumed"}
         session = RealtimeSession(channel, backend, Dialect(beta), config.limits, model=model, session_id=session_id,
                                   recorder=recorder, extensions=extensions,
                                   transcription=q.get("intent") == "transcription", mcp_config=config.tools.mcp)

@@ -82,7 +82,8 @@ async def speak(client: LiveClientChannel, pcm: bytes) -> None:
 async def open_session(backend, **session) -> tuple[LiveClientChannel, asyncio.Task]:
     client = LiveClientChannel()
     live = LiveChannel(client, "sess_live_test", "omni", max_session_s=600)
-    task = asyncio.create_task(RealtimeSession(live, backend, Dialect(False), LimitsConfig()).run())
+    task = asyncio.create_task(RealtimeSession(live, backend, Dialect(False), LimitsConfig(),
+                                               extensions=frozenset({"response.resumed"})).run())  # as worker/app.py
     client.client("session.start", event_id="c_start", session={"model": "gpt-live-1", **session})
     return client, task
 
@@ -208,6 +209,37 @@ async def test_events_before_session_started_and_formats_the_server_cannot_speak
     client.client("session.start", event_id="c_again", session={"model": "m"})
     assert (await client.until("error", client_event_id="c_again"))["error"]["code"] == "session_already_started"
     client.inbox.put_nowait(None)
+    await asyncio.wait_for(task, 5)
+    backend.close()
+    assert not client.invalid, client.invalid[:5]
+
+
+async def test_a_backchannel_over_a_live_reply_stops_it_at_once_and_it_comes_back_with_nothing_lost_or_repeated():
+    """A Live client cannot clear its player: the server stops sending when the voice begins (the
+    paced lead is all that still plays) and truncates the reply where the sent audio ends, so the
+    reply that resumes after "yeah" starts exactly there."""
+    words = ["one", "two", "three", "four", "five"] * 4  # 4 s of audio, made at once
+    backend = ScriptedToolBackend(words, glance="Yeah.", transcript="yeah")
+    client, task = await open_session(backend)
+    await client.until("session.started")
+    client.client("session.commentary.append", content="Count to twenty.", delegation_id=None)
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(10):
+        while sum(len(e["delta"]) for e in client.of("session.output_audio.delta")) * 3 // 4 < RATE * 2:
+            await client.until("session.output_audio.delta", count=len(client.of("session.output_audio.delta")) + 1)
+    onset = loop.time()
+    await speak(client, tone(0.4, RATE) + quiet(1.2, RATE))
+    await client.until("session.usage.updated", count=2, timeout=15)  # the cut reply and the resumed one are over
+    audio = [(t, len(base64.b64decode(e["delta"])) / (RATE * 2))
+             for e, t in zip(client.events, client.times) if e["type"] == "session.output_audio.delta"]
+    late = [t - onset for t, _ in audio if onset + LEAD_MS / 1000 + 0.15 < t < onset + 0.4]
+    assert not late, f"audio still sent {late} s after the voice began"
+    heard = sum(d for _, d in audio)
+    assert abs(heard - 4.0) <= 0.02, f"{heard:.3f} s of the 4 s reply reached the listener"
+    said = "".join(e["delta"] for e in client.of("session.output_transcript.delta")).split()
+    assert said == words, " ".join(said)
+    client.client("session.close")
+    await client.until("session.closed")
     await asyncio.wait_for(task, 5)
     backend.close()
     assert not client.invalid, client.invalid[:5]

@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from core.protocol import EXTENSION_EVENTS, ProtocolError
+from core.conversation.replies import words_after
 from core.ids import new_id
 from core.transport import ChannelClosed, EventChannel, Message
 from core.live_events import (
@@ -83,8 +84,10 @@ def _message(item: dict[str, Any], item_id: str | None = None) -> dict[str, Any]
 class LiveChannel(EventChannel):
     """Live outside, Realtime inside. ``inner`` is the client's channel."""
 
-    def __init__(self, inner: EventChannel, session_id: str, model: str, max_session_s: float) -> None:
+    def __init__(self, inner: EventChannel, session_id: str, model: str, max_session_s: float,
+                 client_extensions: frozenset[str] = frozenset()) -> None:
         self.inner = inner
+        self.client_extensions = client_extensions  # extension events the client (or gateway) asked for
         self.transport = inner.transport
         self.session_id = session_id
         self.model = model
@@ -107,6 +110,8 @@ class LiveChannel(EventChannel):
         self._responding: str | None = None
         self._speak_after = False
         self._delegations: dict[str, str] = {}  # response id -> delegation id
+        self._made: dict[str, str] = {}  # item id -> its transcript as made (sent or not)
+        self._resuming: dict[str, str] = {}  # a resumed reply's item id -> the cut item it goes on with
         self._closing: asyncio.Task | None = None
         self.pacer = Pacer(self._emit, self.origin)
 
@@ -362,8 +367,11 @@ class LiveChannel(EventChannel):
 
     def _from_session(self, ev: dict[str, Any]) -> None:
         kind = ev.get("type")
-        if kind in EXTENSION_EVENTS or kind == "session.metrics":  # asked for by the gateway or the client
-            self._direct(ev)
+        if kind in EXTENSION_EVENTS:
+            if kind == "response.resumed":
+                self._resuming[ev["item_id"]] = ev["resumed_item_id"]
+            if kind in self.client_extensions:  # asked for by the client (or the gateway, for its figures)
+                self._direct(ev)
         elif kind == "session.updated":
             self._updated()
         elif kind == "error":
@@ -371,7 +379,15 @@ class LiveChannel(EventChannel):
         elif kind == "conversation.item.added":
             self._added(ev["item"])
         elif kind == "input_audio_buffer.speech_started":
-            self.pacer.flush()  # the user's voice has the floor: what is not sent is not heard
+            # The user's voice has the floor: what is not sent is not heard, and what was sent is
+            # (a Live client plays all it gets), so the cut item is truncated there: a reply that
+            # resumes after a backchannel starts where the listener's audio ended.
+            playing = self.pacer.still_playing()
+            dropped = self.pacer.flush()
+            item = playing or (self.pacer.last_item if dropped else None)
+            if item:
+                self._push({"type": "conversation.item.truncate", "event_id": new_id(INTERNAL), "item_id": item,
+                            "content_index": 0, "audio_end_ms": int(self.pacer.sent_ms.get(item, 0))})
             self._speech[ev["item_id"]] = [ev.get("audio_start_ms", self._now_ms()), self._now_ms()]
         elif kind == "input_audio_buffer.speech_stopped":
             self._speech.setdefault(ev["item_id"], [self._now_ms(), 0])[1] = ev.get("audio_end_ms", self._now_ms())
@@ -386,14 +402,28 @@ class LiveChannel(EventChannel):
         elif kind == "response.output_audio.delta":
             size = len(ev["delta"]) * 3 // 4
             self.pacer.audio({"type": "session.output_audio.delta", "delta": ev["delta"]},
-                             size * 1000 / self._bytes_per_s)
+                             size * 1000 / self._bytes_per_s, ev.get("item_id", ""))
         elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
-            if ev.get("delta"):
-                self.pacer.timed(live_event("session.output_transcript.delta", delta=ev["delta"]))
+            self._transcript(ev.get("item_id", ""), ev.get("delta") or "")
         elif kind == "response.output_item.done" and ev["item"].get("type") == "function_call":
             self._delegate(ev["response_id"], ev["item"])
         elif kind == "response.done":
             self._response_done(ev["response"])
+
+    def _transcript(self, item: str, delta: str) -> None:
+        """A transcript delta of the reply, out with its audio. A reply that resumes a cut one
+        starts with the word the cut fell in, whose text the listener already got with its
+        first sound: those words are not sent twice."""
+        self._made[item] = self._made.get(item, "") + delta
+        cut = self._resuming.pop(item, None)
+        if cut is not None:
+            heard = len(self._made.get(cut, "").split()) - len(delta.split())  # words the worker says were heard
+            extra = len(self.pacer.sent_text.get(cut, "").split()) - heard
+            if extra > 0:
+                delta = words_after(delta, extra)
+                delta = " " + delta if delta else ""
+        if delta:
+            self.pacer.timed(live_event("session.output_transcript.delta", delta=delta), item)
 
     def _updated(self) -> None:
         if not self._pending:

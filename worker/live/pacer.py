@@ -31,17 +31,21 @@ class Pacer:
         self._idle = asyncio.Event()
         self._idle.set()
         self.position_ms = 0.0  # where the audio sent so far ends on the session timeline
+        self.sent_ms: dict[str, float] = {}  # item id -> its audio sent (the client plays all of it)
+        self.last_item = ""  # the item of the audio sent last
+        self.sent_text: dict[str, str] = {}  # item id -> its transcript sent
         self._task: asyncio.Task | None = None
 
     def now_ms(self) -> float:
         return (time.monotonic() - self._origin) * 1000
 
-    def audio(self, event: dict[str, Any], duration_ms: float) -> None:
-        self._put("audio", event, duration_ms)
+    def audio(self, event: dict[str, Any], duration_ms: float, item_id: str = "") -> None:
+        self._put("audio", (event, item_id), duration_ms)
 
-    def timed(self, event: dict[str, Any]) -> None:
-        """An event that carries ``start_ms``/``end_ms``: stamped where the audio before it ends."""
-        self._put("timed", event, 0.0)
+    def timed(self, event: dict[str, Any], item_id: str = "") -> None:
+        """A transcript delta of ``item_id``'s: stamped (``start_ms``/``end_ms``) where the audio
+        before it ends; its text counts as sent (``sent_text``) once it is."""
+        self._put("timed", (event, item_id), 0.0)
 
     def event(self, event: dict[str, Any]) -> None:
         """An event sent in its place in the queue, unchanged."""
@@ -53,6 +57,10 @@ class Pacer:
         self._wake.set()
         if self._task is None:
             self._task = asyncio.create_task(self._run())
+
+    def still_playing(self) -> str | None:
+        """The item whose audio the client is still playing (sent, not yet played out), if any."""
+        return self.last_item or None if self.position_ms > self.now_ms() else None
 
     def flush(self) -> int:
         """Drop the audio (and its transcript) not yet sent; returns the ms dropped."""
@@ -84,9 +92,14 @@ class Pacer:
                 if ahead > 0:
                     await asyncio.sleep(ahead / 1000)
                     continue  # a flush may have dropped it meanwhile
+                event, item = event
                 self.position_ms += duration
+                self.sent_ms[item] = self.sent_ms.get(item, 0.0) + duration
+                self.last_item = item
             elif kind == "timed":
-                at = round(max(self.position_ms, self.now_ms()) if not event.get("start_ms") else event["start_ms"])
-                event["start_ms"], event["end_ms"] = at, max(at, round(event.get("end_ms") or at))
+                event, item = event
+                at = round(max(self.position_ms, self.now_ms()))
+                event["start_ms"] = event["end_ms"] = at
+                self.sent_text[item] = self.sent_text.get(item, "") + event["delta"]
             self._queue.popleft()
             await self._send(event)
