@@ -30,6 +30,7 @@ from gateway.admin.routes import admin_router
 from gateway.admin.sessions import AdminAuth
 from gateway.admin.settings import SettingsStore
 from gateway.admin.token import load_admin_token
+from gateway.live.webrtc import live_calls_router
 from gateway.live.websocket import live_websocket_route
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.pool.factory import make_pool
@@ -148,6 +149,7 @@ def create_app(config: AppConfig) -> FastAPI:
     app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live, calls))
     app.router.routes.append(live_websocket_route(admission, pool, config, metrics, live))
     app.include_router(calls_router(calls, admission, config))
+    app.include_router(live_calls_router(calls, admission, config))
 
     app.include_router(presets_router(Path(config.data_dir)))
     app.include_router(shares_router(config, access, admin_auth))

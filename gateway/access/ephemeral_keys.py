@@ -45,7 +45,7 @@ MINTER_MAX_KEYS = MAX_KEYS // 16
 MINTER_MAX_BYTES = MAX_BYTES // 16
 # HTTP routes where an ephemeral key stands for the API key (the route redeems it): a browser's
 # WebRTC offer. The WebSocket ``/v1/realtime`` redeems in ``gateway/realtime/admission.py``.
-EPHEMERAL_KEY_PATHS = frozenset({"/v1/realtime/calls"})
+EPHEMERAL_KEY_PATHS = frozenset({"/v1/realtime/calls", "/v1/live/sessions"})  # WebRTC offers
 
 
 def is_ephemeral(key: str | None) -> bool:

@@ -156,6 +156,13 @@ class WebRTCChannel(EventChannel):
         elif self._gone is None:
             self._early_audio.append(append)
 
+    def start_media(self) -> None:
+        """The worker's session has started: the microphone flows to it, its last seconds first."""
+        self.live = True
+        early, self._early_audio = list(self._early_audio), collections.deque()
+        for append in early:
+            self.deliver(append)
+
     def _from_data_channel(self, message: Message) -> None:
         """The browser's event; a browser that sends faster than the session takes ends the call
         (1008, with an ``error`` event saying why) rather than growing the inbox."""
@@ -253,11 +260,8 @@ class WebRTCChannel(EventChannel):
         """Act on a watched event; the text to pass on, or None to keep it from the client."""
         event = json.loads(text)
         if kind == "session.created":
-            self.live = True
             self.interrupts = interrupts(event.get("session"), self.beta)
-            early, self._early_audio = list(self._early_audio), collections.deque()
-            for append in early:
-                self.deliver(append)
+            self.start_media()
         elif kind == "session.updated":
             self.interrupts = interrupts(event.get("session"), self.beta)
         elif kind == "response.done":

@@ -81,7 +81,7 @@ def calls_router(registry: CallRegistry, admission: Admission, config: AppConfig
     return router
 
 
-async def _media() -> Any:
+async def load_media() -> Any:
     """``call.py`` and what it imports (aiortc, ~35 MB), loaded with the first call, in a thread: a
     gateway that never gets a call stays as lean as before."""
     return await asyncio.to_thread(importlib.import_module, "gateway.realtime.webrtc.call")
@@ -140,7 +140,7 @@ async def _create(request: Request, registry: CallRegistry, admission: Admission
         req = replace(req, initial_session=pin_update(req.initial_session, req.beta))
 
     call_id = new_id("rtc")
-    media = await _media()
+    media = await load_media()
     channel = media.WebRTCChannel(beta=req.beta, budget=InboundBudget(config.limits.queued_bytes))
     call = media.Call(call_id, channel, config.limits.max_frame_rate, config.webrtc)
     try:

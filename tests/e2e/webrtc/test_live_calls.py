@@ -1,0 +1,104 @@
+"""A Live session over WebRTC (issue 48): the ``openai`` SDK's ``client.live.create`` with an
+ephemeral key posts a real ``aiortc`` peer's offer to ``/v1/live/sessions``; the session starts
+on creation (``session.started`` on the data channel), the microphone track asks a question, and
+the answer plays on the call's audio track with its Live transcript. Every event on the data
+channel validates against ``openai.types.live``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from aiortc import RTCSessionDescription
+from openai import AsyncOpenAI, BadRequestError
+
+from core.live_events import server_event_error
+from tests.support.stack import Stack
+from tests.support.webrtc_client import RATE, CallClient
+
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = Stack(tmp_path_factory.mktemp("live-webrtc"), workers=1).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def question():
+    from core.cascade.tts import PiperTts
+
+    pcm = b"".join(PiperTts().synthesize(QUESTION, deterministic=True))
+    return bytes(int(RATE * 0.3) * 2) + pcm + bytes(int(RATE * 1.5) * 2)
+
+
+def mint(stack) -> str:
+    return httpx.post(f"{stack.url}/v1/realtime/client_secrets", timeout=10,
+                      json={"session": {"type": "realtime"}}).json()["value"]
+
+
+async def test_an_ephemeral_key_opens_a_live_call_and_the_spoken_question_is_answered_on_the_track(stack, question):
+    key = mint(stack)
+    c = CallClient(stack.url)
+    try:
+        sdk = AsyncOpenAI(api_key=key, base_url=f"{stack.url}/v1")
+        created = await sdk.live.create(session={"model": "omniduplex-cascade", "instructions": "Answer in one sentence."},
+                                        transport={"type": "webrtc", "sdp": await c.offer()})
+        assert created.session.id.startswith("sess_") and created.transport.type == "webrtc"
+        await c.pc.setRemoteDescription(RTCSessionDescription(sdp=created.transport.sdp, type="answer"))
+        started = await c.until("session.started", timeout=60)
+        assert started["session"]["id"] == created.session.id
+        asked = time.monotonic()
+        c.mic.say(question)
+        said = ""
+        async with asyncio.timeout(60):
+            while "paris" not in said.lower():
+                await c.until("session.output_transcript.delta", count=len(c.of("session.output_transcript.delta")) + 1)
+                said = "".join(e["delta"] for e in c.of("session.output_transcript.delta"))
+        await c.until("session.usage.updated", timeout=30)  # the answer is over
+        await asyncio.sleep(0.5)  # its last frames on the track
+        heard = "".join(e["delta"] for e in c.of("session.input_transcript.delta")).lower()
+        assert "capital" in heard and "france" in heard, heard
+        assert c.loud_ms(since=asked) >= 500, "the answer plays on the call's audio track"
+        assert not c.of("session.output_audio.delta"), "audio rides the track, not the data channel"
+        invalid = [f"{e['type']}: {why}" for e in c.events
+                   if (why := server_event_error({k: v for k, v in e.items() if k != "_t"}))]
+        assert not invalid, invalid[:3]
+        # The key opened one session: a second offer with it is refused before any call is made.
+        again = CallClient(stack.url)
+        try:
+            with pytest.raises(Exception) as refused:
+                await AsyncOpenAI(api_key=key, base_url=f"{stack.url}/v1").live.create(
+                    session={"model": "omniduplex-cascade"}, transport={"type": "webrtc", "sdp": await again.offer()})
+            assert "already used" in str(refused.value)
+        finally:
+            await again.close()
+    finally:
+        await c.close()
+    async with asyncio.timeout(10):  # the peer closed: the call ends and its slot is free
+        while stack.health()["slots_busy"]:
+            await asyncio.sleep(0.05)
+
+
+async def test_a_bad_live_offer_is_a_400_with_the_reason(stack):
+    """Refused before any key is spent or call made, each with its reason and parameter."""
+    sdk = AsyncOpenAI(api_key="unused", base_url=f"{stack.url}/v1")
+    offer = await CallClient(stack.url).offer()
+    cases = [
+        ({"session": {"model": "omniduplex-cascade"}, "transport": {"type": "webrtc", "sdp": "v=0"}}, "invalid_offer"),
+        ({"transport": {"type": "webrtc", "sdp": offer}}, "session"),
+        ({"session": {"model": "omniduplex-cascade"}, "transport": {"type": "sip"}}, "transport"),
+        ({"session": {"model": "omniduplex-cascade", "audio": {"format": {"type": "audio/pcm", "rate": 24000}}},
+          "transport": {"type": "webrtc", "sdp": offer}}, "session.audio.format"),
+        ({"session": {"instructions": "no model"}, "transport": {"type": "webrtc", "sdp": offer}}, "session.model"),
+    ]
+    for body, expected in cases:
+        with pytest.raises(BadRequestError) as bad:
+            await sdk.post("/live/sessions", cast_to=object, body=body)
+        error = bad.value.body if isinstance(bad.value.body, dict) else {}
+        assert expected in (error.get("code"), error.get("param")), (body, error)
+    assert stack.health()["slots_busy"] == 0
