@@ -31,7 +31,7 @@ from gateway.admin.sessions import AdminAuth
 from gateway.admin.settings import SettingsStore
 from gateway.admin.token import load_admin_token
 from gateway.live.webrtc import live_calls_router
-from gateway.live.websocket import live_websocket_route
+from gateway.live.websocket import live_attach_route, live_websocket_route
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.pool.factory import make_pool
 from gateway.pool.health_checker import HealthChecker
@@ -148,6 +148,7 @@ def create_app(config: AppConfig) -> FastAPI:
     calls = app.state.calls = CallRegistry(pool, config, metrics, live, bridge)  # WebRTC calls, in `live` too
     app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live, calls))
     app.router.routes.append(live_websocket_route(admission, pool, config, metrics, live))
+    app.router.routes.append(live_attach_route(admission, calls))
     app.include_router(calls_router(calls, admission, config))
     app.include_router(live_calls_router(calls, admission, config))
 

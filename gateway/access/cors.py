@@ -1,7 +1,7 @@
 """CORS for the routes a page on another origin calls directly, as it calls OpenAI's: minting an
 ephemeral key (``/v1/realtime/client_secrets``, beta ``/v1/realtime/sessions``) and WebRTC calls
-(``/v1/realtime/calls``, ``/v1/realtime/calls/{id}``, ``.../hangup``), and a Live session's offer
-(``POST /v1/live/sessions``).
+(``/v1/realtime/calls``, ``/v1/realtime/calls/{id}``, ``.../hangup``), and a Live session's offer and
+hangup (``POST /v1/live/sessions``, ``.../{id}/hangup``).
 
 Which origins: the gateway's own, those in ``auth.allowed_origins`` (``"*"`` = any), and on an
 open service (no ``auth.api_keys``) any origin: such a service lets anyone in anyway. The same
@@ -28,7 +28,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.access.policy import Access
 
 CORS_PATHS = re.compile(
-    r"^/v1/(realtime/(client_secrets|sessions|calls(/[A-Za-z0-9_.-]{1,128}(/hangup)?)?)|live/sessions)/?$")
+    r"^/v1/(realtime/(client_secrets|sessions|calls(/[A-Za-z0-9_.-]{1,128}(/hangup)?)?)"
+    r"|live/sessions(/[A-Za-z0-9_.-]{1,128}/hangup)?)/?$")
 ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
 # X-OpenAI-Agents-SDK: the Agents SDK for JavaScript puts it on its WebRTC offer (a browser refuses the
 # POST unless the preflight allows it).

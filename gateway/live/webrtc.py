@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import logging
 from dataclasses import replace
@@ -28,7 +29,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from core.config import AppConfig
-from core.ids import new_id
 from core.live_events import parse_client_event, server_types
 from core.protocol import ProtocolError
 from core.session_store import new_session_id
@@ -103,6 +103,17 @@ def live_calls_router(registry: CallRegistry, admission: Admission, config: AppC
         except ApiError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
 
+    @router.post(PATH + "/{session_id}/hangup", response_class=Response)
+    async def hangup(session_id: str, request: Request) -> Response:
+        """End a Live call: its connection closes and its slot is free when this answers. Only the
+        key it belongs to (or the admin token) may; another key's session is not found."""
+        may = functools.partial(admission.access.owns, request)
+        if not registry.owned(session_id, may) or not await registry.hangup(session_id):
+            err = ApiError(404, f"no Live call {session_id[:80]!r} (unknown, or already ended)", "session_not_found",
+                           "session_id")
+            return JSONResponse(err.body(), status_code=404)
+        return Response(status_code=200)
+
     return router
 
 
@@ -140,10 +151,10 @@ async def _create(request: Request, registry: CallRegistry, admission: Admission
     if isinstance(admitted, Refusal):
         kind = "permission_error" if admitted.http_status == 403 else None
         raise ApiError(admitted.http_status, admitted.message, admitted.code, kind=kind)
-    session_id = new_session_id()
+    session_id = new_session_id()  # also the call's id: attach and hangup name the session
     req = replace(session_request(request, admission.access.client_ip(request), admitted.grant), live=True,
                   beta=False, initial_session=None, model=session["model"], session_id=session_id)
-    call_id = new_id("rtc")
+    call_id = session_id
     media = await load_media()
     channel = live_call_channel(media, InboundBudget(config.limits.queued_bytes))
     channel.deliver(json.dumps({"type": "session.start", "session": session}, separators=(",", ":")))  # first

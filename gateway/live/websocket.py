@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 
 from starlette.routing import WebSocketRoute
@@ -20,9 +21,13 @@ from core.config import AppConfig
 from core.transport import WebSocketChannel
 from gateway.metrics import GatewayMetrics
 from gateway.pool.interface import SessionQueue
-from gateway.realtime.admission import Admission, Refusal
+from gateway.access.ephemeral_keys import is_ephemeral
+from gateway.access.policy import presented_key
+from gateway.realtime.admission import CLOSE_POLICY, Admission, Refusal
 from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.request import session_request
+from gateway.realtime.webrtc.registry import CallRegistry
+from gateway.realtime.webrtc.sideband import serve_sideband
 from gateway.realtime.websocket import run_proxy
 from core.live_events import live_error
 
@@ -36,12 +41,43 @@ def live_websocket_route(admission: Admission, pool: SessionQueue, config: AppCo
         channel = WebSocketChannel(ws)
         admitted = await admission.admit(ws)
         if isinstance(admitted, Refusal):
-            with contextlib.suppress(Exception):
-                await channel.send(json.dumps(live_error(admitted.message, admitted.code), separators=(",", ":")))
-            await channel.close(admitted.close_code, admitted.message)
+            await _refuse(channel, admitted.message, admitted.code, admitted.close_code)
             return
         request = session_request(ws, admission.access.client_ip(ws), admitted.grant)
         request = dataclasses.replace(request, live=True, beta=False, initial_session=None)
         await run_proxy(RealtimeProxy(channel, request, pool, config), metrics, live, admitted.close)
 
     return WebSocketRoute(PATH, live_session)
+
+
+def live_attach_route(admission: Admission, calls: CallRegistry) -> WebSocketRoute:
+    """``wss /v1/live/sessions/{id}/attach``: an app server's sideband on a Live WebRTC call. It
+    gets the events the call's data channel gets and its events go to the session (no
+    ``session.start``: the session has started), as the Realtime sideband does; the service's key
+    (or the call's own), never an ephemeral one."""
+
+    async def attach(ws: WebSocket) -> None:
+        await ws.accept()
+        channel = WebSocketChannel(ws)
+        session_id = ws.path_params["session_id"]
+        if is_ephemeral(presented_key(ws)):
+            message = "a sideband needs the service's API key, not an ephemeral key"
+            await _refuse(channel, message, "invalid_api_key", CLOSE_POLICY)
+            return
+        admitted = await admission.admit(ws)
+        if isinstance(admitted, Refusal):
+            await _refuse(channel, admitted.message, admitted.code, admitted.close_code)
+            return
+        may = functools.partial(admission.access.owns, ws)
+        try:
+            await serve_sideband(channel, session_id, calls.channel_of(session_id, may), calls.bridge, may)
+        finally:
+            admitted.close()
+
+    return WebSocketRoute(PATH + "/{session_id}/attach", attach)
+
+
+async def _refuse(channel: WebSocketChannel, message: str, code: str, close_code: int) -> None:
+    with contextlib.suppress(Exception):
+        await channel.send(json.dumps(live_error(message, code), separators=(",", ":")))
+    await channel.close(close_code, message[:120])

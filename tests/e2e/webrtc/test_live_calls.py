@@ -7,10 +7,12 @@ channel validates against ``openai.types.live``."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
 import pytest
+import websockets
 from aiortc import RTCSessionDescription
 from openai import AsyncOpenAI, BadRequestError
 
@@ -68,6 +70,21 @@ async def test_an_ephemeral_key_opens_a_live_call_and_the_spoken_question_is_ans
         invalid = [f"{e['type']}: {why}" for e in c.events
                    if (why := server_event_error({k: v for k, v in e.items() if k != "_t"}))]
         assert not invalid, invalid[:3]
+        # An app server's sideband attaches to the running session: it gets the call's events,
+        # and its own events reach the session.
+        attach = f"ws://127.0.0.1:{stack.port}/v1/live/sessions/{created.session.id}/attach"
+        async with websockets.connect(attach) as side:
+            await side.send(json.dumps({"type": "session.instructions.append", "event_id": "sb_1",
+                                        "content": "Speak slowly.", "delegation_id": None}))
+            async with asyncio.timeout(10):
+                while True:
+                    ev = json.loads(await side.recv())
+                    assert server_event_error(ev) is None, ev
+                    if ev["type"] == "session.instructions.appended" and ev.get("client_event_id") == "sb_1":
+                        break
+        async with websockets.connect(f"ws://127.0.0.1:{stack.port}/v1/live/sessions/sess_nope/attach") as nope:
+            refused = json.loads(await nope.recv())
+            assert refused["type"] == "error" and refused["error"]["code"] == "call_not_found", refused
         # The key opened one session: a second offer with it is refused before any call is made.
         again = CallClient(stack.url)
         try:
@@ -77,11 +94,13 @@ async def test_an_ephemeral_key_opens_a_live_call_and_the_spoken_question_is_ans
             assert "already used" in str(refused.value)
         finally:
             await again.close()
+        hung = httpx.post(f"{stack.url}/v1/live/sessions/{created.session.id}/hangup", timeout=10)
+        assert hung.status_code == 200, hung.text
+        assert stack.health()["slots_busy"] == 0, "the slot is free when the hangup answers"
+        again = httpx.post(f"{stack.url}/v1/live/sessions/{created.session.id}/hangup", timeout=10)
+        assert again.status_code == 404 and again.json()["error"]["code"] == "session_not_found"
     finally:
         await c.close()
-    async with asyncio.timeout(10):  # the peer closed: the call ends and its slot is free
-        while stack.health()["slots_busy"]:
-            await asyncio.sleep(0.05)
 
 
 async def test_a_bad_live_offer_is_a_400_with_the_reason(stack):
