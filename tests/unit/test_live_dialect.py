@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 
 from core.config import LimitsConfig
 from core.protocol import Dialect
@@ -16,7 +17,7 @@ from core.transport import ChannelClosed, EventChannel
 from tests.support.scripted_backend import ScriptedToolBackend, quiet, tone
 from worker.live.channel import LiveChannel
 from core.live_events import server_event_error
-from worker.live.pacer import LEAD_MS
+from worker.live.pacer import LEAD_MS, TRANSCRIPT_GAP_MS, Pacer
 from worker.session import RealtimeSession
 
 RATE = 24000
@@ -243,3 +244,42 @@ async def test_a_backchannel_over_a_live_reply_stops_it_at_once_and_it_comes_bac
     await asyncio.wait_for(task, 5)
     backend.close()
     assert not client.invalid, client.invalid[:5]
+
+
+async def test_a_transcript_delta_behind_a_long_run_of_audio_keeps_the_turn_going():
+    """The reply's text comes ahead of its audio, a phrase at a time: a delta queued behind 3 s of
+    audio (the sentence's last "." came after the phrase's audio was made) must not wait it out.
+    Pipecat ends the assistant's turn after 0.8 s without a transcript delta (seen in
+    tests/e2e/test_live_frameworks.py: "... is sunny" and "." as two turns). It goes out within
+    ``TRANSCRIPT_GAP_MS``, stamped where the audio before it ends; the audio keeps its pace."""
+    sent: list[tuple[float, dict]] = []
+    arrived = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def send(event: dict) -> None:
+        sent.append((loop.time(), event))
+        arrived.set()
+
+    def transcripts() -> list[tuple[float, dict]]:
+        return [(t, e) for t, e in sent if e["type"] == "session.output_transcript.delta"]
+
+    pacer = Pacer(send, time.monotonic())
+    second = b"\x00\x00" * RATE
+    pacer.timed({"type": "session.output_transcript.delta", "delta": " It is sunny"}, "item_1")
+    for _ in range(3):
+        pacer.audio({"type": "session.output_audio.delta", "delta": base64.b64encode(second).decode()}, 1000.0,
+                    "item_1")
+    pacer.timed({"type": "session.output_transcript.delta", "delta": "."}, "item_1")
+    async with asyncio.timeout(5):
+        while len(transcripts()) < 2:
+            arrived.clear()
+            await arrived.wait()
+    (t_first, first), (t_dot, dot) = transcripts()
+    assert t_dot - t_first < 0.8, f"{t_dot - t_first:.2f} s without a transcript delta: Pipecat ends the turn"
+    assert t_dot - t_first <= (TRANSCRIPT_GAP_MS + 100) / 1000
+    assert abs(dot["start_ms"] - first["start_ms"] - 3000) <= 20, (first, dot)  # where the 3 s of audio end
+    assert pacer.sent_text["item_1"] == " It is sunny."
+    audio = [t for t, e in sent if e["type"] == "session.output_audio.delta"]
+    assert len(audio) < 3, "the audio keeps its pace: the last second is not sent yet"
+    assert pacer.flush() > 0
+    pacer.stop()

@@ -6,7 +6,11 @@ audio not yet sent is dropped (``flush``): the listener hears the reply stop wit
 The worker's play-head clock assumes a client that plays what it is sent from its first delta at
 real time, which is what this pace is. Events tied to the reply (its transcript, a delegation)
 keep their place in the same queue, so a transcript delta goes out with its audio; its
-``start_ms`` is where that audio sits on the session's timeline.
+``start_ms`` is where that audio sits on the session's timeline. The reply's text comes ahead of
+its audio, a phrase at a time, so a delta queued behind a long run of audio would wait it out;
+instead it goes out at most ``TRANSCRIPT_GAP_MS`` after the last one (still stamped where it sits):
+Live's transcript fragments come every ~200 ms while the model speaks, and a client reads a
+longer silence in them as the end of the turn (Pipecat after 0.8 s).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 LEAD_MS = 200  # audio sent ahead of real time: a jitter buffer's worth, and the most heard after a yield
+TRANSCRIPT_GAP_MS = 400  # the longest a queued transcript delta waits after the last one went out
 
 
 class Pacer:
@@ -34,6 +39,7 @@ class Pacer:
         self.sent_ms: dict[str, float] = {}  # item id -> its audio sent (the client plays all of it)
         self.last_item = ""  # the item of the audio sent last
         self.sent_text: dict[str, str] = {}  # item id -> its transcript sent
+        self._text_at = float("-inf")  # when the last transcript delta went out (now_ms)
         self._task: asyncio.Task | None = None
 
     def now_ms(self) -> float:
@@ -90,16 +96,40 @@ class Pacer:
                 self.position_ms = max(self.position_ms, now)  # after a silence the audio starts now
                 ahead = self.position_ms - now - self.lead_ms
                 if ahead > 0:
-                    await asyncio.sleep(ahead / 1000)
-                    continue  # a flush may have dropped it meanwhile
+                    text = self._text_behind_audio()
+                    wait = min(ahead, self._text_at + TRANSCRIPT_GAP_MS - now) if text else ahead
+                    if wait > 0:
+                        await asyncio.sleep(wait / 1000)
+                        continue  # a flush may have dropped it meanwhile
+                    index, at = text  # the transcript keeps flowing while the audio before it plays
+                    event = self._queue[index][1]
+                    del self._queue[index]
+                    await self._send(self._stamp(event, at))
+                    continue
                 event, item = event
                 self.position_ms += duration
                 self.sent_ms[item] = self.sent_ms.get(item, 0.0) + duration
                 self.last_item = item
             elif kind == "timed":
-                event, item = event
-                at = round(max(self.position_ms, self.now_ms()))
-                event["start_ms"] = event["end_ms"] = at
-                self.sent_text[item] = self.sent_text.get(item, "") + event["delta"]
+                event = self._stamp(event, max(self.position_ms, self.now_ms()))
             self._queue.popleft()
             await self._send(event)
+
+    def _text_behind_audio(self) -> tuple[int, float] | None:
+        """The first transcript delta with only audio before it: its index, and where that audio ends."""
+        at = self.position_ms
+        for index, (kind, _, duration) in enumerate(self._queue):
+            if kind == "timed":
+                return index, at
+            if kind != "audio":
+                return None
+            at += duration
+        return None
+
+    def _stamp(self, timed: tuple[dict[str, Any], str], at: float) -> dict[str, Any]:
+        """A transcript delta as it goes out: stamped ``at``, its text counted as sent."""
+        event, item = timed
+        event["start_ms"] = event["end_ms"] = round(at)
+        self.sent_text[item] = self.sent_text.get(item, "") + event["delta"]
+        self._text_at = self.now_ms()
+        return event
