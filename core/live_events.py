@@ -21,7 +21,10 @@ from core.protocol import ProtocolError, event_id
 
 DEFAULT_FORMAT = {"type": "audio/pcm", "rate": 24000}  # what Pipecat assumes: it never sends a format
 DEFAULT_VOICE = "marin"
-CLOSE_DRAIN_S = 10.0  # the longest a close waits for the reply being spoken, as Live drains
+# The longest a close waits for the reply being spoken. Live drains "for at most 10 seconds", and
+# clients wait just that long for session.closed (Pipecat's SESSION_CLOSE_TIMEOUT_SECS is 10 s): a
+# full 10 s drain answers after the client gave up, so it stops a second short.
+CLOSE_DRAIN_S = 9.0
 
 
 def _members(union: Any) -> dict[str, type]:

@@ -283,3 +283,26 @@ async def test_a_transcript_delta_behind_a_long_run_of_audio_keeps_the_turn_goin
     assert len(audio) < 3, "the audio keeps its pace: the last second is not sent yet"
     assert pacer.flush() > 0
     pacer.stop()
+
+
+async def test_a_close_during_a_long_reply_is_answered_within_the_ten_seconds_a_client_waits():
+    """Live drains "for at most 10 seconds" after session.close, and Pipecat waits exactly 10 s
+    for session.closed (SESSION_CLOSE_TIMEOUT_SECS): a drain that ran its full 10 s answered
+    too late, and Pipecat gave up ("timed out waiting for session.closed"; seen with a rambling
+    reply against the cascade). The drain stops short of it."""
+    backend = ScriptedToolBackend(["one", "two", "three", "four", "five"] * 12)  # 12 s of audio, made at once
+    client, task = await open_session(backend)
+    await client.until("session.started")
+    client.client("session.commentary.append", content="Count to sixty.", delegation_id=None)
+    await client.until("session.output_audio.delta")
+    loop = asyncio.get_running_loop()
+    asked = loop.time()
+    client.client("session.close", event_id="c_close")
+    closed = await client.until("session.closed", client_event_id="c_close", timeout=15)
+    waited = loop.time() - asked
+    assert closed["reason"] == "close_requested"
+    assert 5 < waited < 9.5, f"session.closed {waited:.2f} s after session.close (Pipecat waits 10 s)"
+    await asyncio.wait_for(task, 5)
+    backend.close()
+    assert client.closed_with == 1000
+    assert not client.invalid, client.invalid[:5]
