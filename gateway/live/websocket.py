@@ -22,7 +22,7 @@ from core.transport import WebSocketChannel
 from gateway.metrics import GatewayMetrics
 from gateway.pool.interface import SessionQueue
 from gateway.access.ephemeral_keys import is_ephemeral
-from gateway.access.policy import presented_key
+from gateway.access.policy import chosen_subprotocol, presented_key
 from gateway.realtime.admission import CLOSE_POLICY, Admission, Refusal
 from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.request import session_request
@@ -37,7 +37,7 @@ PATH = "/v1/live/sessions"
 def live_websocket_route(admission: Admission, pool: SessionQueue, config: AppConfig, metrics: GatewayMetrics,
                          live: dict[str, RealtimeProxy]) -> WebSocketRoute:
     async def live_session(ws: WebSocket) -> None:
-        await ws.accept()
+        await ws.accept(subprotocol=chosen_subprotocol(ws))  # a browser's key protocol, as /v1/realtime
         channel = WebSocketChannel(ws)
         admitted = await admission.admit(ws)
         if isinstance(admitted, Refusal):

@@ -246,6 +246,50 @@ async def test_a_backchannel_over_a_live_reply_stops_it_at_once_and_it_comes_bac
     assert not client.invalid, client.invalid[:5]
 
 
+async def test_microphone_audio_after_session_close_is_dropped_without_an_error():
+    """The microphone goes on between session.close and session.closed (a WebRTC call's track
+    always does, and the gateway turns it into appends the client never sent): that audio is not
+    heard and gets no error; any other event while closing does."""
+    backend = ScriptedToolBackend(["one", "two", "three"])
+    client, task = await open_session(backend)
+    await client.until("session.started")
+    client.client("session.commentary.append", content="Count to three.")
+    await client.until("session.output_audio.delta")  # a reply drains: session.closed comes after it
+    client.client("session.close", event_id="c_close")
+    mic = base64.b64encode(quiet(0.02, RATE)).decode()
+    client.client("session.input_audio.append", event_id="c_mic", audio=mic)
+    client.client("session.input_audio.mute", event_id="c_mute")
+    await client.until("session.closed", client_event_id="c_close")
+    await asyncio.wait_for(task, 5)
+    backend.close()
+    assert (await client.until("error", client_event_id="c_mute"))["error"]["code"] == "session_closing"
+    assert not [e for e in client.of("error") if e.get("client_event_id") == "c_mic"], client.of("error")
+    assert not client.invalid, client.invalid[:5]
+
+
+def test_a_browser_opens_a_live_websocket_with_its_key_as_a_subprotocol(tmp_path):
+    """A browser cannot set headers on a WebSocket: it offers ``openai-insecure-api-key.<key>``
+    (with ``realtime``), as on ``/v1/realtime``, and fails a handshake that offered protocols and
+    got none back; so the Live socket answers with one (the duplex page's Live dialect)."""
+    from fastapi.testclient import TestClient
+
+    from core.config import AppConfig
+    from gateway.app import create_app
+
+    key = "sk-live-browser-0123"
+    config = AppConfig.model_validate({"data_dir": str(tmp_path), "workers": {"count": 0},
+                                       "gateway": {"allowed_hosts": ["testserver"]}, "admin": {"token": "a" * 24},
+                                       "auth": {"api_keys": [key]}})
+    with TestClient(create_app(config)) as c:
+        with c.websocket_connect("/v1/live/sessions?extensions=queue",
+                                 subprotocols=["realtime", f"openai-insecure-api-key.{key}"]) as ws:
+            assert ws.accepted_subprotocol == "realtime"
+            assert ws.receive_json()["type"] == "queue.position"  # admitted with the key (no worker here)
+        with c.websocket_connect("/v1/live/sessions") as ws:  # the SDK's way: no subprotocol, none back
+            assert ws.accepted_subprotocol is None
+            assert ws.receive_json()["error"]["code"] == "invalid_api_key"
+
+
 async def test_a_transcript_delta_behind_a_long_run_of_audio_keeps_the_turn_going():
     """The reply's text comes ahead of its audio, a phrase at a time: a delta queued behind 3 s of
     audio (the sentence's last "." came after the phrase's audio was made) must not wait it out.

@@ -209,6 +209,8 @@ class LiveChannel(EventChannel):
     def _handle(self, ev: dict[str, Any], cid: str | None) -> None:
         kind = ev["type"]
         if self._closing is not None:
+            if kind == "session.input_audio.append":
+                return  # the microphone goes on while the reply drains (a call's track does): unheard
             raise ProtocolError("the session is closing", code="session_closing")
         if kind == "session.start":
             if self.started or self._pending:
