@@ -21,7 +21,7 @@
       let protos = protocols === undefined ? [] : [].concat(protocols);
       try {
         const u = new URL(url, location.href);
-        if (u.host === location.host && u.pathname === "/v1/realtime") {
+        if (u.host === location.host && (u.pathname === "/v1/realtime" || u.pathname === "/v1/live/sessions")) {
           if (!u.searchParams.has("app") && appId !== "home") u.searchParams.set("app", appId);
           const key = storedKey();
           if (key && !protos.some((p) => p.startsWith("openai-insecure-api-key."))) {

@@ -92,8 +92,9 @@ export class BargeIn {
     if (this._loudRun++ === 0) this._onsetAt = now - FRAME_MS;
     // Speech that began in a pause of the reply overlaps it only from when the reply resumed.
     // On a call the gateway plays the reply and stops it on the server's speech_started (a local
-    // hold would make it count as heard what the user never heard), so nothing is held here.
-    if (this.transport === "websocket" && this._loudRun >= ONSET_FRAMES && audible && !this._hold) {
+    // hold would make it count as heard what the user never heard), so nothing is held here; nor
+    // in Live, where the server stops sending and the page plays all it got.
+    if (this.transport === "websocket" && this.dialect !== "live" && this._loudRun >= ONSET_FRAMES && audible && !this._hold) {
       this._holdPlayback(this._overlapStart());
     }
   }

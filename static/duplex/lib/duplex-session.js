@@ -8,14 +8,17 @@
 // UI-free: it emits events and keeps its state in plain fields so the page (and tests, through
 // window.omni) can read them.
 // Its methods are in files by job: the audio graph (microphone, worklets, mixer, meters) in
-// duplex-audio.js; the echo guard, local barge-in and the stop stopwatch in barge-in.js.
+// duplex-audio.js; the echo guard, local barge-in and the stop stopwatch in barge-in.js; the
+// Live dialect (/v1/live/sessions, `dialect: "live"`) in live-dialect.js.
 import { onEvents } from "../../shared/wire.js";
 import { addMethods } from "../../shared/mixin.js";
 import { BargeIn } from "./barge-in.js";
 import { DuplexAudio, RATE } from "./duplex-audio.js";
+import { LiveDialect } from "./live-dialect.js";
 import { CallError, RealtimeCall } from "./realtime-call.js";
 
 export const TRANSPORTS = ["webrtc", "websocket"];
+export const DIALECTS = ["realtime", "live"];
 
 /** The `turn_detection` object for a mode: "semantic_vad" (a wait that follows an end-of-turn
  * score of what was said; `eagerness` low/medium/high/auto) or "server_vad" (a fixed silence). */
@@ -45,15 +48,23 @@ export class MicError extends Error {
 export class DuplexSession extends EventTarget {
   constructor({ url, model = "omniduplex-cascade", turnDetection = "semantic_vad", eagerness = "auto",
                 silenceMs = 500, chimes = true, app = "audio_duplex", record = true, transport = "webrtc",
-                audio = null, videoTrack = null } = {}) {
+                audio = null, videoTrack = null, dialect = "realtime", instructions = "" } = {}) {
     super();
     this.chimesEnabled = chimes;
     this.transport = transport === "websocket" ? "websocket" : "webrtc";
+    this.dialect = dialect === "live" ? "live" : "realtime";
+    this.model = model;
+    this.instructions = instructions; // Live: sent in session.start
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     // extensions=all: queue position, the recording's share link, metrics, pause acks.
     const query = new URLSearchParams({ model, app, record: record ? "true" : "false", extensions: "all" });
-    this.url = url || (this.transport === "webrtc" ? `/v1/realtime/calls?${query}`
-      : `${proto}//${location.host}/v1/realtime?${query}`);
+    if (this.dialect === "live") query.delete("model"); // Live names it in session.start
+    const path = this.dialect === "live" ? "/v1/live/sessions"
+      : this.transport === "webrtc" ? "/v1/realtime/calls" : "/v1/realtime";
+    this.url = url || (this.transport === "webrtc" ? `${path}?${query}` : `${proto}//${location.host}${path}?${query}`);
+    this.liveDropped = {}; // Live: client event type -> how many were not sent (no Live form)
+    this.liveClosed = null; // Live: session.closed's reason
+    this._liveItems = 0;
     this.audio = audio; // webrtc: the <audio> element that plays the reply (one is made if null)
     this.videoTrack = videoTrack; // webrtc: the camera's track, sent on the call
     this.call = null; // webrtc: the RealtimeCall
@@ -185,6 +196,7 @@ export class DuplexSession extends EventTarget {
   }
 
   _send(event) {
+    if (this.dialect === "live" && !(event = this._liveOut(event))) return false;
     let sent = false;
     if (this.call) sent = this.call.send(event);
     else if (this.ws && this.ws.readyState === WebSocket.OPEN) {
@@ -208,8 +220,9 @@ export class DuplexSession extends EventTarget {
     this.audio.volume = this.mixer.outputLevel;
     const call = (this.call = new RealtimeCall({
       url: this.url, micTrack: this.micOut.stream.getAudioTracks()[0], videoTrack: this.videoTrack, audio: this.audio,
+      liveSession: this.dialect === "live" ? this._liveConfig() : null,
     }));
-    call.addEventListener("event", (e) => this._onEvent(e.detail));
+    call.addEventListener("event", (e) => this._receive(e.detail));
     call.addEventListener("remote", (e) => this._meterRemote(e.detail.stream));
     call.addEventListener("stats", () => this._emit("progress", {}));
     call.addEventListener("log", (e) => this._emit("log", e.detail));
@@ -246,9 +259,15 @@ export class DuplexSession extends EventTarget {
   _connect() {
     this._set("connecting");
     const ws = (this.ws = new WebSocket(this.url));
-    onEvents(ws, (ev) => this._onEvent(ev));
+    if (this.dialect === "live") ws.onopen = () => this._liveStart();
+    onEvents(ws, (ev) => this._receive(ev));
     ws.onclose = (e) => this._closed(e.code, closeReason(e.code, e.reason));
     ws.onerror = () => this._emit("log", { level: "error", text: "WebSocket error" });
+  }
+
+  _receive(ev) {
+    if (this.dialect === "live") this._onLiveEvent(ev);
+    else this._onEvent(ev);
   }
 
   _onEvent(ev) {
@@ -442,6 +461,7 @@ export class DuplexSession extends EventTarget {
   }
 
   stop() {
+    if (this.dialect === "live" && this._liveClose()) return; // session.close first, then as below
     if (this.call) {
       if (!this.call.ended) this.call.hangup();
       else this._stopAudio();
@@ -450,8 +470,8 @@ export class DuplexSession extends EventTarget {
   }
 }
 
-// The audio graph (duplex-audio.js), the echo guard and barge-in (barge-in.js).
-addMethods(DuplexSession, DuplexAudio, BargeIn);
+// The audio graph (duplex-audio.js), the echo guard and barge-in (barge-in.js), Live (live-dialect.js).
+addMethods(DuplexSession, DuplexAudio, BargeIn, LiveDialect);
 
 function closeReason(code, reason) {
   const known = {

@@ -3,6 +3,8 @@
 // remote track (played by an <audio> element, so the browser's echo canceller hears it), and the
 // same JSON events as the WebSocket on a data channel named "oai-events". The offer is POSTed to
 // /v1/realtime/calls; the answer says where the call lives (Location), which is where Stop hangs up.
+// A Live call (`liveSession`: its session config) posts JSON to /v1/live/sessions instead,
+// {session, transport: {type: "webrtc", sdp}}, answered {session: {id}, transport: {sdp}}.
 //
 // Keys: with API keys configured, this browser's stored key (the one the WebSocket sends as a
 // subprotocol, shared/app-gate.js) goes in `Authorization: Bearer`, as Save & share sends it; on
@@ -46,11 +48,12 @@ export class RealtimeCall extends EventTarget {
   /**
    * `url`: the calls URL with its query (model, app, record, extensions); `micTrack`: what is sent
    * as the microphone; `videoTrack`: the camera, or null; `audio`: the <audio> element that plays
-   * the reply.
+   * the reply; `liveSession`: a Live call's session (the offer goes as JSON, see above).
    */
-  constructor({ url, micTrack, videoTrack = null, audio }) {
+  constructor({ url, micTrack, videoTrack = null, audio, liveSession = null }) {
     super();
     this.url = url;
+    this.liveSession = liveSession;
     this.micTrack = micTrack;
     this.videoTrack = videoTrack;
     this.audio = audio;
@@ -116,23 +119,35 @@ export class RealtimeCall extends EventTarget {
     await pc.setLocalDescription(await pc.createOffer());
     await gathered(pc, GATHER_MAX_MS);
     if (this.ended) return; // stopped before the offer left
-    const headers = { "Content-Type": "application/sdp", ...(this.key ? { Authorization: `Bearer ${this.key}` } : {}) };
+    const live = this.liveSession;
+    const headers = { "Content-Type": live ? "application/json" : "application/sdp",
+      ...(this.key ? { Authorization: `Bearer ${this.key}` } : {}) };
+    const body = live ? JSON.stringify({ session: live, transport: { type: "webrtc", sdp: pc.localDescription.sdp } })
+      : pc.localDescription.sdp;
     let r;
     try {
-      r = await fetch(this.url, { method: "POST", headers, body: pc.localDescription.sdp });
+      r = await fetch(this.url, { method: "POST", headers, body });
     } catch {
       this._fail();
       throw new CallError(0, "unreachable", "The server could not be reached. Check the connection and press Start again.");
     }
-    if (r.status !== 201) {
+    if (r.status !== (live ? 200 : 201)) {
       let error = null;
       try { error = (await r.json()).error; } catch { /* not JSON */ }
       this._fail();
       throw new CallError(r.status, (error && error.code) || `http_${r.status}`, refusal(r.status, error));
     }
-    this.location = r.headers.get("Location");
-    this.callId = this.location ? this.location.split("/").pop() : null;
-    const answer = await r.text();
+    let answer;
+    if (live) {
+      const created = await r.json();
+      this.callId = created.session.id;
+      this.location = `${new URL(this.url, location.href).pathname}/${this.callId}`;
+      answer = created.transport.sdp;
+    } else {
+      this.location = r.headers.get("Location");
+      this.callId = this.location ? this.location.split("/").pop() : null;
+      answer = await r.text();
+    }
     if (this.ended) {
       // Stopped while the offer was on its way: the call exists at the gateway now; end it.
       if (this.location) this._hangupRequest();

@@ -3,7 +3,7 @@
 // `window.omni` exposes read-only views of the live session for the browser tests.
 import { renderNav } from "../../shared/app-nav.js";
 import { Camera, CameraError, FrameSender } from "../lib/camera.js";
-import { DuplexSession, MicError, TRANSPORTS } from "../lib/duplex-session.js";
+import { DIALECTS, DuplexSession, MicError, TRANSPORTS } from "../lib/duplex-session.js";
 import { rememberSession } from "../lib/recent-sessions.js";
 import { LevelMeters } from "./level-meters.js";
 import { MetricsPanel } from "./metrics-panel.js";
@@ -42,6 +42,20 @@ function savedTransport() {
   }
 }
 
+// The "Dialect" choice: OpenAI Realtime (the default) or Live (the model decides when to talk and
+// stop; /v1/live/sessions), kept per browser; applies from the next Start.
+const DIALECT_KEY = "omniduplex.dialect";
+const DIALECT_DEFAULT = "realtime";
+
+function savedDialect() {
+  try {
+    const v = localStorage.getItem(DIALECT_KEY);
+    return DIALECTS.includes(v) ? v : DIALECT_DEFAULT;
+  } catch {
+    return DIALECT_DEFAULT;
+  }
+}
+
 function turnOptions(mode) {
   return { eagerness: "auto", silenceMs: SILENCE_MS, ...(TURN_MODES[mode] || TURN_MODES[TURN_DEFAULT]) };
 }
@@ -57,6 +71,7 @@ const LABELS = {
   thinking: () => "Thinking…",
   speaking: () => "Speaking",
   paused: () => "Paused",
+  closing: () => "Ending the session…",
   closed: (d) => d.reason || "Closed",
   error: (d) => d.reason || "Error",
 };
@@ -99,6 +114,9 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
     get turnDetection() { return session ? session.serverTurnDetection : null; },
     get transport() { return session ? session.transport : (transportSelect ? transportSelect.value : TRANSPORT_DEFAULT); },
     get callId() { return session ? session.callId : null; },
+    get dialect() { return session ? session.dialect : (dialectSelect ? dialectSelect.value : DIALECT_DEFAULT); },
+    get liveDropped() { return session ? { ...session.liveDropped } : {}; },
+    get liveClosed() { return session ? session.liveClosed : null; },
     get sentEvents() { return session ? { ...session.sentEvents } : {}; },
     // What the browser applied to the microphone (echoCancellation, noiseSuppression, autoGainControl, ...).
     get micSettings() {
@@ -126,6 +144,21 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
         log(`turn detection: ${turnSelect.selectedOptions[0].textContent}`);
       }
     });
+  }
+
+  // Dialect: Realtime or Live, for the next session (locked during one). In Live the model decides
+  // the turns itself: the turn detection choice does not apply.
+  const dialectSelect = $("dialect");
+  const dialectChanged = () => {
+    if (turnSelect) turnSelect.disabled = dialectSelect.value === "live";
+  };
+  if (dialectSelect) {
+    dialectSelect.value = savedDialect();
+    dialectSelect.addEventListener("change", () => {
+      try { localStorage.setItem(DIALECT_KEY, dialectSelect.value); } catch { /* private mode: not kept */ }
+      dialectChanged();
+    });
+    dialectChanged();
   }
 
   function setStatus(state, detail = {}) {
@@ -173,6 +206,7 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
   function setRunning(running) {
     $("start").disabled = running;
     if (transportSelect) transportSelect.disabled = running;
+    if (dialectSelect) dialectSelect.disabled = running;
     $("pause").disabled = !running;
     $("stop").disabled = !running;
     $("pause").textContent = "Pause";
@@ -210,8 +244,9 @@ export function mountDuplexPage({ app, appId, withCamera = false }) {
       chimes: !$("chimes") || $("chimes").checked, app: appId, record: !$("record") || $("record").checked,
       ...turnOptions(turnSelect ? turnSelect.value : TURN_DEFAULT),
       transport: transportSelect ? transportSelect.value : TRANSPORT_DEFAULT, audio: $("reply-audio"),
+      dialect: dialectSelect ? dialectSelect.value : DIALECT_DEFAULT,
     }));
-    log(`connecting over ${s.transport === "webrtc" ? "WebRTC" : "WebSocket"}`);
+    log(`connecting over ${s.transport === "webrtc" ? "WebRTC" : "WebSocket"}${s.dialect === "live" ? " (Live)" : ""}`);
     $("replay").hidden = true;
     s.addEventListener("recording", (e) => {
       const a = $("replay-link");
