@@ -350,3 +350,56 @@ async def test_a_close_during_a_long_reply_is_answered_within_the_ten_seconds_a_
     backend.close()
     assert client.closed_with == 1000
     assert not client.invalid, client.invalid[:5]
+
+
+async def test_a_delegation_is_acknowledged_aloud_needs_every_output_and_is_continued_under_its_id():
+    backend = ScriptedToolBackend(["Sure", "thing."], call=("get_weather", '{"city": "Paris"}'))
+    client, task = await open_session(backend, delegation={"type": "responses", "responses": {
+        "model": "omni", "tools": [WEATHER]}})
+    await client.until("session.started")
+    client.client("response.create", event_id="c_go")  # no delegation pending: a plain reply, which calls
+    delegated = await client.until("session.delegation.created")
+    dlg = delegated["delegation"]["id"]
+    call = (await client.until("response.event", delegation_id=dlg, count=2))["event"]["item"]
+    await client.until("response.event", delegation_id=dlg, count=3)  # response.completed
+    # No output yet: the model says it is on it (acknowledgement_delay_ms 0), outside the conversation.
+    await client.until("session.output_transcript.delta")
+    assert backend.jobs[1].tools == [] and "acknowledgement" in backend.jobs[1].system
+    client.client("response.create", event_id="c_early")
+    assert (await client.until("error", client_event_id="c_early"))["error"]["code"] == "function_call_outputs_required"
+    client.client("response.item.create", item={"type": "function_call_output", "call_id": call["call_id"],
+                                                "output": "sunny"})
+    client.client("response.create", event_id="c_go_on")
+    created = (await client.until("response.event", delegation_id=dlg, count=4))["event"]
+    assert created["type"] == "response.created"
+    completed = (await client.until("response.event", delegation_id=dlg, count=5))["event"]
+    assert completed["type"] == "response.completed" and completed["response"]["id"] == created["response"]["id"]
+    said = "".join(e["delta"] for e in client.of("session.output_transcript.delta"))
+    assert "sunny" in said, said
+    client.client("session.close")
+    await client.until("session.closed")
+    await asyncio.wait_for(task, 5)
+    backend.close()
+    assert not client.invalid, client.invalid[:5]
+
+
+async def test_an_output_before_the_acknowledgement_delay_leaves_it_unsaid():
+    backend = ScriptedToolBackend(["Sure", "thing."], call=("get_weather", '{"city": "Paris"}'))
+    client, task = await open_session(backend, delegation={"type": "responses", "acknowledgement_delay_ms": 1500,
+                                                           "responses": {"model": "omni", "tools": [WEATHER]}})
+    await client.until("session.started")
+    client.client("response.create")
+    dlg = (await client.until("session.delegation.created"))["delegation"]["id"]
+    call = (await client.until("response.event", delegation_id=dlg, count=2))["event"]["item"]
+    await client.until("response.event", delegation_id=dlg, count=3)
+    client.client("response.item.create", item={"type": "function_call_output", "call_id": call["call_id"],
+                                                "output": "sunny"})
+    client.client("response.create")
+    await client.until("response.event", delegation_id=dlg, count=5)
+    await asyncio.sleep(1.8)  # past the delay
+    assert len(backend.jobs) == 2, [j.system for j in backend.jobs]  # the call and the answer: no acknowledgement
+    client.client("session.close")
+    await client.until("session.closed")
+    await asyncio.wait_for(task, 5)
+    backend.close()
+    assert not client.invalid, client.invalid[:5]

@@ -46,6 +46,7 @@ from core.live_events import (
     parse_client_event,
     session_resource,
 )
+from worker.live.delegation import ACKNOWLEDGE, Delegations
 from worker.live.pacer import Pacer
 
 log = logging.getLogger(__name__)
@@ -108,12 +109,15 @@ class LiveChannel(EventChannel):
         self._acks: dict[str, tuple[str, str | None, bool]] = {}  # item id -> (ack type, client id, speak)
         self._speech: dict[str, list[int]] = {}  # user item id -> [start_ms, end_ms]
         self._responding: str | None = None
-        self._speak_after = False
-        self._delegations: dict[str, str] = {}  # response id -> delegation id
+        # Response requests go one at a time: the one sent (its event id, the delegation it
+        # continues) until its response.created, the others after the reply being made.
+        self._creating: tuple[str, str | None] | None = None
+        self._waiting: list[tuple[dict[str, Any], str | None]] = []
         self._made: dict[str, str] = {}  # item id -> its transcript as made (sent or not)
         self._resuming: dict[str, str] = {}  # a resumed reply's item id -> the cut item it goes on with
         self._closing: asyncio.Task | None = None
         self.pacer = Pacer(self._emit, self.origin)
+        self.delegations = Delegations(self.pacer.event, self._acknowledge, self._now_ms)
 
     # ------------------------------------------------------------------ EventChannel, the session's side
 
@@ -141,6 +145,7 @@ class LiveChannel(EventChannel):
 
     async def _shut(self, code: int, reason: str) -> None:
         self.closed = True
+        self.delegations.cancel_acknowledgement()
         self.pacer.stop()
         if self._reader is not None:
             self._reader.cancel()
@@ -235,7 +240,8 @@ class LiveChannel(EventChannel):
             if (self.config.get("delegation") or {}).get("type") != "responses":
                 raise ProtocolError("response.create needs Responses delegation (session.delegation.type "
                                     "'responses')", code="delegation_not_responses")
-            self._push({"type": "response.create", "event_id": cid or new_id(INTERNAL)})
+            delegation = self.delegations.continues()
+            self._request_response({"type": "response.create", "event_id": cid or new_id(INTERNAL)}, delegation)
         elif kind == "session.close":
             self._closing = asyncio.get_running_loop().create_task(self._drain_and_close(cid))
         else:  # decisions, output audio fixtures
@@ -324,6 +330,7 @@ class LiveChannel(EventChannel):
             raise ProtocolError("delegation_id is not accepted with Responses delegation", code="invalid_value",
                                 param="delegation_id")
         text = ev["content"]
+        self.delegations.cancel_acknowledgement()  # any commentary or thinking cancels it, as Live
         speak = kind == "session.commentary.append"
         if speak:
             text = SAY_COMMENTARY + text
@@ -338,6 +345,7 @@ class LiveChannel(EventChannel):
     def _response_item(self, item: dict[str, Any], cid: str | None) -> None:
         kind = item.get("type")
         if kind == "function_call_output":
+            self.delegations.output(item.get("call_id"))
             output = item.get("output")
             if not isinstance(output, str):
                 output = json.dumps(output)
@@ -401,6 +409,9 @@ class LiveChannel(EventChannel):
                                         end_ms=int(max(start, end))))
         elif kind == "response.created":
             self._responding = ev["response"]["id"]
+            creating, self._creating = self._creating, None
+            if creating is not None and creating[1] is not None:
+                self.delegations.created(self._responding, creating[1])
         elif kind == "response.output_audio.delta":
             size = len(ev["delta"]) * 3 // 4
             self.pacer.audio({"type": "session.output_audio.delta", "delta": ev["delta"]},
@@ -408,7 +419,7 @@ class LiveChannel(EventChannel):
         elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
             self._transcript(ev.get("item_id", ""), ev.get("delta") or "")
         elif kind == "response.output_item.done" and ev["item"].get("type") == "function_call":
-            self._delegate(ev["response_id"], ev["item"])
+            self.delegations.called(ev["response_id"], ev["item"])
         elif kind == "response.done":
             self._response_done(ev["response"])
 
@@ -439,6 +450,9 @@ class LiveChannel(EventChannel):
 
     def _error(self, error: dict[str, Any]) -> None:
         about = error.get("event_id")
+        if self._creating is not None and about == self._creating[0]:  # the response was refused
+            self._creating = None
+            self._next_response()
         failed = next((p for p in self._pending if p[2] == about), None)
         if failed is not None:  # a start or update the session refused: the client's own event
             self._pending.remove(failed)
@@ -457,41 +471,28 @@ class LiveChannel(EventChannel):
         now = self._now_ms()
         self._direct(live_event(kind, cid, start_ms=now, end_ms=now))
         if speak:
-            if self._responding is None:
-                self._push({"type": "response.create", "event_id": new_id(INTERNAL)})
-            else:
-                self._speak_after = True
+            self._request_response({"type": "response.create", "event_id": new_id(INTERNAL)})
 
-    def _delegate(self, response_id: str, item: dict[str, Any]) -> None:
-        delegation = self._delegations.get(response_id)
-        if delegation is None:
-            delegation = self._delegations[response_id] = new_id("dlg")
-            self.pacer.event(live_event("session.delegation.created", offset_ms=self._now_ms(), delegation={
-                "id": delegation, "type": "delegation", "target": "responses", "response_id": response_id}))
-            self.pacer.event(live_event("response.event", delegation_id=delegation, event={
-                "type": "response.created", "response": {"id": response_id, "object": "response",
-                                                         "status": "in_progress", "output": []}}))
-        call = {"type": "function_call", "id": item.get("id"), "status": "completed", "call_id": item.get("call_id"),
-                "name": item.get("name"), "arguments": item.get("arguments") or ""}
-        self.pacer.event(live_event("response.event", delegation_id=delegation,
-                                    event={"type": "response.output_item.done", "item": call}))
+    def _request_response(self, event: dict[str, Any], delegation: str | None = None) -> None:
+        """Ask the session for a response now, or after the one being made."""
+        if self._responding is None and self._creating is None:
+            self._creating = (event["event_id"], delegation)
+            self._push(event)
+        else:
+            self._waiting.append((event, delegation))
+
+    def _next_response(self) -> None:
+        if self._waiting and self._closing is None and self._responding is None and self._creating is None:
+            self._request_response(*self._waiting.pop(0))
+
+    def _acknowledge(self) -> None:
+        """A delegation's spoken acknowledgement: a reply of its own, outside the conversation."""
+        self._request_response({"type": "response.create", "event_id": new_id(INTERNAL), "response": {
+            "conversation": "none", "instructions": ACKNOWLEDGE, "tool_choice": "none"}})
 
     def _response_done(self, response: dict[str, Any]) -> None:
         self._responding = None
-        delegation = self._delegations.pop(response.get("id"), None)
-        if delegation is not None:
-            status = response.get("status")
-            kind = {"completed": "response.completed", "failed": "response.failed"}.get(status, "response.incomplete")
-            usage = response.get("usage") or {}
-            self.pacer.event(live_event("response.event", delegation_id=delegation, event={
-                "type": kind, "response": {
-                    "id": response.get("id"), "object": "response", "status": status, "output": [],
-                    "usage": {"input_tokens": usage.get("input_tokens", 0),
-                              "output_tokens": usage.get("output_tokens", 0),
-                              "total_tokens": usage.get("total_tokens", 0),
-                              "input_tokens_details": {"cached_tokens": 0},
-                              "output_tokens_details": {"reasoning_tokens": 0}}}}))
+        delay = (self.config.get("delegation") or {}).get("acknowledgement_delay_ms") or 0
+        self.delegations.done(response, delay)
         self.pacer.event(live_event("session.usage.updated", usage={"seconds": round(self._input_s, 3)}))
-        if self._speak_after and self._closing is None:
-            self._speak_after = False
-            self._push({"type": "response.create", "event_id": new_id(INTERNAL)})
+        self._next_response()
