@@ -103,15 +103,20 @@ async def open_session(url: str, turn_detection: dict[str, Any]):
         await ws.send(json.dumps({"type": "session.update", "session": {
             "type": "realtime", "max_output_tokens": MAX_TOKENS,
             "audio": {"input": {"turn_detection": turn_detection}}}}))
-        while True:
-            ev = json.loads(await asyncio.wait_for(ws.recv(), 30))
-            if ev["type"] == "session.updated":
-                return ws
-            if ev["type"] == "error":
-                raise Refused(ev["error"].get("message") or json.dumps(ev["error"]))
+        return await until_ready(ws, "session.updated", 30)
     except BaseException:
         await ws.close()
         raise
+
+
+async def until_ready(ws, ready: str, timeout: float):
+    """``ws`` once ``ready`` arrives; ``Refused`` with the server's reason on an ``error`` first."""
+    while True:
+        ev = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+        if ev["type"] == ready:
+            return ws
+        if ev["type"] == "error":
+            raise Refused(ev["error"].get("message") or json.dumps(ev["error"]))
 
 
 async def one_run(url: str, mode: str, clip: Clip) -> dict[str, Any]:

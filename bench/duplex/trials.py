@@ -3,7 +3,6 @@ long reply (``overlap_trial``), and all of them per mode, interleaved (``run_all
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any
@@ -16,7 +15,7 @@ from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LEAD_S, 
                                  MODES, NEXT_AUDIO_S, NEXT_WAIT_S, OVERLAP_ONLY, PLAYED_S, REPLY_WAIT_S, STORY_BACK_S,
                                  TURN_ONLY, WAIT_S, mentions)
 from bench.duplex_set import OVERLAP_KINDS, RATE, Clip, prompts
-from bench.turns import Refused, open_session  # one GA session setup for both turn benches
+from bench.turns import Refused, open_session, until_ready  # one GA session setup for both turn benches
 
 
 async def turn_trial(url: str, mode: str, clip: Clip) -> dict[str, Any]:
@@ -204,12 +203,7 @@ async def open_live_session(url: str):
                                   ping_interval=None, open_timeout=600)
     try:
         await ws.send(json.dumps({"type": "session.start", "session": {"model": "omniduplex-cascade"}}))
-        while True:
-            ev = json.loads(await asyncio.wait_for(ws.recv(), 600))
-            if ev["type"] == "session.started":
-                return ws
-            if ev["type"] == "error":
-                raise Refused(ev["error"].get("message") or json.dumps(ev["error"]))
+        return await until_ready(ws, "session.started", 600)
     except BaseException:
         await ws.close()
         raise

@@ -16,9 +16,7 @@ reach the data channel (the Realtime call's ``output_audio_buffer.*`` do not).
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import functools
 import json
 import logging
@@ -33,11 +31,11 @@ from core.live_events import parse_client_event, server_types
 from core.protocol import ProtocolError
 from core.session_store import new_session_id
 from core.transport import Message
-from gateway.realtime.admission import Admission, Refusal
+from gateway.realtime.admission import Admission
 from gateway.realtime.budget import InboundBudget
 from gateway.realtime.request import session_request
-from gateway.realtime.webrtc.registry import SETTLE_S, CallRegistry
-from gateway.realtime.webrtc.routes import QUEUE_STATUS, load_media
+from gateway.realtime.webrtc.registry import CallRegistry
+from gateway.realtime.webrtc.routes import admit_offer, load_media, place_call
 from gateway.realtime.webrtc.sdp import MAX_SDP_BYTES, check_offer
 from gateway.rest.body import read_body
 from gateway.rest.models import ApiError
@@ -147,33 +145,14 @@ async def _body(request: Request) -> tuple[dict[str, Any], str]:
 async def _create(request: Request, registry: CallRegistry, admission: Admission, config: AppConfig) -> Response:
     session, sdp = await _body(request)
     offer = await check_offer(sdp)
-    admitted = await admission.admit(request)  # redeems an ephemeral key: last of the checks
-    if isinstance(admitted, Refusal):
-        kind = "permission_error" if admitted.http_status == 403 else None
-        raise ApiError(admitted.http_status, admitted.message, admitted.code, kind=kind)
+    admitted = await admit_offer(admission, request)
     session_id = new_session_id()  # also the call's id: attach and hangup name the session
     req = replace(session_request(request, admission.access.client_ip(request), admitted.grant), live=True,
                   beta=False, initial_session=None, model=session["model"], session_id=session_id)
-    call_id = session_id
     media = await load_media()
     channel = live_call_channel(media, InboundBudget(config.limits.queued_bytes))
     channel.deliver(json.dumps({"type": "session.start", "session": session}, separators=(",", ":")))  # first
-    call = media.Call(call_id, channel, config.limits.max_frame_rate, config.webrtc)
-    try:
-        answer = await call.answer(offer)
-    except BaseException:
-        await call.close()
-        admitted.close()
-        raise
-    proxy = registry.start(call, req, admitted)
-    refusal = None
-    with contextlib.suppress(TimeoutError):
-        refusal = await asyncio.wait_for(asyncio.shield(proxy.placed), SETTLE_S)
-    if refusal is not None:
-        await registry.finished(call_id)
-        error = refusal.get("error") or {}
-        code = error.get("code") or "call_ended"
-        status, kind = QUEUE_STATUS.get(code, (503, None))
-        raise ApiError(status, error.get("message") or "the session could not be queued", code, kind=kind)
+    call_id = session_id
+    answer = await place_call(media, registry, call_id, channel, offer, req, admitted, config)
     log.info("live call %s answered (session %s%s)", call_id, session_id, ", camera" if offer.video else "")
     return JSONResponse({"session": {"id": session_id}, "transport": {"type": "webrtc", "sdp": answer}})

@@ -19,8 +19,12 @@ class SessionChannel(EventChannel):
         self.beta = beta
         self.inbox: asyncio.Queue[str | None] = asyncio.Queue()
         self.events: list[dict] = []
+        self.times: list[float] = []  # when each event arrived (loop time)
         self.invalid: list[str] = []
         self.arrived = asyncio.Event()
+
+    def validation_error(self, event: dict) -> str | None:
+        return validation_error(event, self.beta)
 
     async def receive(self) -> str:
         message = await self.inbox.get()
@@ -30,10 +34,11 @@ class SessionChannel(EventChannel):
 
     async def send(self, message: str) -> None:
         event = json.loads(message)
-        why = validation_error(event, self.beta)
+        why = self.validation_error(event)
         if why:
             self.invalid.append(f"{event['type']}: {why}")
         self.events.append(event)
+        self.times.append(asyncio.get_running_loop().time())
         self.arrived.set()
 
     async def close(self, code: int = 1000, reason: str = "") -> None:

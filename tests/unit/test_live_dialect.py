@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import time
 
 from core.config import LimitsConfig
-from core.protocol import Dialect
-from core.transport import ChannelClosed, EventChannel
-from tests.support.scripted_backend import ScriptedToolBackend, quiet, tone
-from worker.live.channel import LiveChannel
 from core.live_events import server_event_error
+from core.protocol import Dialect
+from tests.support.scripted_backend import ScriptedToolBackend, quiet, tone
+from tests.support.session_channel import SessionChannel
+from worker.live.channel import LiveChannel
 from worker.live.pacer import LEAD_MS, TRANSCRIPT_GAP_MS, Pacer
 from worker.session import RealtimeSession
 
@@ -25,44 +24,23 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "The weathe
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
 
-class LiveClientChannel(EventChannel):
+class LiveClientChannel(SessionChannel):
     """A Live client in memory: client events in, server events out, each checked against the
     ``openai`` package's Live types."""
 
     def __init__(self) -> None:
-        self.inbox: asyncio.Queue[str | None] = asyncio.Queue()
-        self.events: list[dict] = []
-        self.times: list[float] = []  # when each event arrived (loop time)
-        self.invalid: list[str] = []
-        self.arrived = asyncio.Event()
+        super().__init__()
         self.closed_with: int | None = None
 
-    async def receive(self) -> str:
-        message = await self.inbox.get()
-        if message is None:
-            raise ChannelClosed(1000, "client left")
-        return message
-
-    async def send(self, message: str) -> None:
-        event = json.loads(message)
-        why = server_event_error(event)
-        if why:
-            self.invalid.append(f"{event['type']}: {why}")
-        self.events.append(event)
-        self.times.append(asyncio.get_running_loop().time())
-        self.arrived.set()
+    def validation_error(self, event: dict) -> str | None:
+        return server_event_error(event)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         self.closed_with = code
         self.inbox.put_nowait(None)
 
-    def client(self, kind: str, **fields) -> None:
-        self.inbox.put_nowait(json.dumps({"type": kind, **fields}))
-
-    def of(self, kind: str) -> list[dict]:
-        return [e for e in self.events if e["type"] == kind]
-
     async def until(self, kind: str, count: int = 1, timeout: float = 10.0, **match) -> dict:
+        """The ``count``-th event of ``kind`` whose fields equal ``match``."""
         def found() -> list[dict]:
             return [e for e in self.of(kind) if all(e.get(k) == v for k, v in match.items())]
         async with asyncio.timeout(timeout):

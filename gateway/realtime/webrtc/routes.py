@@ -38,10 +38,10 @@ from core.config import AppConfig
 from core.ids import new_id
 from gateway.access.ephemeral_keys import is_ephemeral
 from gateway.access.policy import presented_key
-from gateway.realtime.admission import Admission, Refusal
+from gateway.realtime.admission import Admission, Admitted, Refusal
 from gateway.realtime.budget import InboundBudget
 from gateway.realtime.minted_session import SessionConfigError, check_session
-from gateway.realtime.request import session_request
+from gateway.realtime.request import SessionRequest, session_request
 from gateway.realtime.webrtc.registry import SETTLE_S, CallRegistry
 from gateway.realtime.webrtc.sdp import MAX_SDP_BYTES, Offer, check_offer
 from gateway.realtime.webrtc.session import initial_update, pin_update
@@ -113,6 +113,40 @@ async def _offer(request: Request) -> tuple[Offer, dict[str, Any] | None]:
     return offer, session
 
 
+async def admit_offer(admission: Admission, request: Request) -> Admitted:
+    """The offer's admission (an ephemeral key is redeemed here: the last of the checks), or the
+    refusal as an ``ApiError``."""
+    admitted = await admission.admit(request)
+    if isinstance(admitted, Refusal):
+        kind = "permission_error" if admitted.http_status == 403 else None
+        raise ApiError(admitted.http_status, admitted.message, admitted.code, kind=kind)
+    return admitted
+
+
+async def place_call(media: Any, registry: CallRegistry, call_id: str, channel: Any, offer: Offer,
+                     request: SessionRequest, admitted: Admitted, config: AppConfig) -> str:
+    """Answer ``offer`` on a new call and queue its session; the answer SDP, or an ``ApiError``
+    when the queue refused it (the call, its slot and its ticket are gone by then)."""
+    call = media.Call(call_id, channel, config.limits.max_frame_rate, config.webrtc)
+    try:
+        answer = await call.answer(offer)
+    except BaseException:
+        await call.close()
+        admitted.close()
+        raise
+    proxy = registry.start(call, request, admitted)
+    refusal = None
+    with contextlib.suppress(TimeoutError):
+        refusal = await asyncio.wait_for(asyncio.shield(proxy.placed), SETTLE_S)
+    if refusal is not None:
+        await registry.finished(call_id)
+        error = refusal.get("error") or {}
+        code = error.get("code") or "call_ended"
+        status, kind = QUEUE_STATUS.get(code, (503, None))
+        raise ApiError(status, error.get("message") or "the session could not be queued", code, kind=kind)
+    return answer
+
+
 async def _create(request: Request, registry: CallRegistry, admission: Admission, config: AppConfig) -> Response:
     offer, session = await _offer(request)
     if session is not None and is_ephemeral(presented_key(request)):
@@ -128,10 +162,7 @@ async def _create(request: Request, registry: CallRegistry, admission: Admission
             session, model = check_session(session, beta=beta, param="session")
         except SessionConfigError as exc:
             raise ApiError(400, exc.message, exc.code, exc.param) from None
-    admitted = await admission.admit(request)  # redeems an ephemeral key: last of the checks
-    if isinstance(admitted, Refusal):
-        kind = "permission_error" if admitted.http_status == 403 else None
-        raise ApiError(admitted.http_status, admitted.message, admitted.code, kind=kind)
+    admitted = await admit_offer(admission, request)
     req = session_request(request, admission.access.client_ip(request), admitted.grant)
     if session is not None:
         req = replace(req, model=model or req.model, initial_session=initial_update(session, req.beta),
@@ -142,23 +173,7 @@ async def _create(request: Request, registry: CallRegistry, admission: Admission
     call_id = new_id("rtc")
     media = await load_media()
     channel = media.WebRTCChannel(beta=req.beta, budget=InboundBudget(config.limits.queued_bytes))
-    call = media.Call(call_id, channel, config.limits.max_frame_rate, config.webrtc)
-    try:
-        answer = await call.answer(offer)
-    except BaseException:
-        await call.close()
-        admitted.close()
-        raise
-    proxy = registry.start(call, req, admitted)
-    refusal = None
-    with contextlib.suppress(TimeoutError):
-        refusal = await asyncio.wait_for(asyncio.shield(proxy.placed), SETTLE_S)
-    if refusal is not None:
-        await registry.finished(call_id)
-        error = refusal.get("error") or {}
-        code = error.get("code") or "call_ended"
-        status, kind = QUEUE_STATUS.get(code, (503, None))
-        raise ApiError(status, error.get("message") or "the call could not be queued", code, kind=kind)
+    answer = await place_call(media, registry, call_id, channel, offer, req, admitted, config)
     log.info("call %s answered (%s%s)", call_id, "multipart" if session is not None else "sdp",
              ", camera" if offer.video else "")
     return Response(answer, status_code=201, media_type="application/sdp",
