@@ -201,10 +201,15 @@ function startOf(events, responseId, fallback) {
   return first ? first.t : fallback;
 }
 
+// How the client spoke (the worker's recording says): a Live session is recorded as the Realtime
+// events its worker translated, so the timeline reads the same.
+const DIALECTS = { ga: "Realtime", beta: "Realtime (beta)", live: "Live (/v1/live/sessions)" };
+
 function renderMeta(meta, recording) {
   const counts = meta.counts || {};
   const rows = [
     ["App", meta.app || "api"],
+    ["Dialect", DIALECTS[meta.dialect] || "Realtime"],
     ["Started", meta.started_at ? new Date(meta.started_at).toLocaleString() : "–"],
     ["Length", meta.duration_s != null ? `${meta.duration_s.toFixed(1)} s` : "–"],
     ["Status", meta.status === "finished" ? `finished (${(meta.end_reason || "").replaceAll("_", " ")})`
