@@ -110,6 +110,7 @@ class Trial:
         self.ws, self.mic = ws, mic
         self.live = live  # the Live dialect: no response ids, replies told apart by silences
         self._live_reply = 0
+        self._live_resumes = False
         self.t0 = time.monotonic()
         self.player = Player()
         self.created: dict[str, float] = {}
@@ -212,16 +213,36 @@ class Trial:
             if kind == "session.output_audio.delta" and (not self.player.segments or now > self.player.end + LIVE_GAP_S):
                 self._live_reply += 1
                 self._handle({"type": "response.created", "response": {"id": f"live_{self._live_reply}"}}, now)
+                if self._live_resumes:  # our extension event said the reply that comes next resumes one
+                    self._live_resumes = False
+                    self.resumed.add(f"live_{self._live_reply}")
             rid = f"live_{self._live_reply}"
             realtime = ("response.output_audio.delta" if kind == "session.output_audio.delta"
                         else "response.output_audio_transcript.delta")
             return {"type": realtime, "response_id": rid, "item_id": rid, "delta": ev.get("delta", "")}
+        if kind == "session.usage.updated" and self._live_reply:  # after each response.done
+            return {"type": "response.done", "response": {"id": f"live_{self._live_reply}", "status": "completed"}}
+        if kind == "response.resumed":
+            self._live_resumes = True
+            return None
+        if kind == "input_audio_buffer.backchannel":
+            return ev
         if kind == "session.input_transcript.delta":
             return {"type": "conversation.item.input_audio_transcription.completed",
                     "transcript": ev.get("delta", "").strip()}
         if kind == "error":
             return ev
         return None
+
+    def ran_dry_after(self, t0: float) -> float | None:
+        """Live: when the listener's player first ran dry after ``t0`` (its audio stopped, none
+        within ``LIVE_GAP_S``): a Live client hears the reply stop there, it has no speech_started."""
+        end = None
+        for s, e in sorted((s, e) for _, _, s, e in self.player.segments):
+            if end is not None and end >= t0 and s - end > LIVE_GAP_S:
+                return end
+            end = e if end is None else max(end, e)
+        return end if end is not None and end >= t0 else None
 
     def rel_ms(self, t: float | None, origin: float | None) -> float | None:
         return None if t is None or origin is None else round((t - origin) * 1000, 1)

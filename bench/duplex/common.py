@@ -46,7 +46,7 @@ MODES: dict[str, dict[str, Any]] = {
     "live": _SEMANTIC,
 }
 OVERLAP_ONLY = {"no_backchannel_rule", "no_yield"}  # modes run on the trials over a long reply only
-TURN_ONLY = {"live"}  # modes run on the complete and paused trials only
+TURN_ONLY: set[str] = set()  # modes run on the complete and paused trials only
 LIVE = "live"
 LIVE_GAP_S = 0.3  # Live has no response ids: audio after this long a silence is a new reply
 GOAL_LIVE_MS = 30.0  # Live's turn latency p50 within this of Realtime GA's (semantic_vad)

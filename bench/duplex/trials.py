@@ -74,13 +74,21 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
     it = clip.item
     r: dict[str, Any] = {"mode": mode, "item": it.id, "kind": it.kind, "text": it.text, "voice": it.voice,
                          "prompt": prompt, "played_before_s": played_s}
-    ws = await open_session(url, MODES[mode])
-    mic = Mic(ws).start()
-    tr = Trial(ws, mic)
-    await ws.send(json.dumps({"type": "conversation.item.create", "item": {
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}}))
-    await ws.send(json.dumps({"type": "response.create", "response": {
-        "instructions": LONG_INSTRUCTIONS, "max_output_tokens": LONG_TOKENS}}))
+    live = mode == LIVE
+    if live:  # the long reply asked for as a Live client can: the prompt and a response, delegated
+        ws = await open_live_session(url, {"instructions": LONG_INSTRUCTIONS, "delegation": {
+            "type": "responses", "responses": {"model": "omniduplex-cascade", "max_output_tokens": LONG_TOKENS}}})
+        await ws.send(json.dumps({"type": "response.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}}))
+        await ws.send(json.dumps({"type": "response.create"}))
+    else:
+        ws = await open_session(url, MODES[mode])
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}}))
+        await ws.send(json.dumps({"type": "response.create", "response": {
+            "instructions": LONG_INSTRUCTIONS, "max_output_tokens": LONG_TOKENS}}))
+    mic = Mic(ws, "session.input_audio.append" if live else "input_audio_buffer.append").start()
+    tr = Trial(ws, mic, live=live)
     asked = time.monotonic()
     reply: str | None = None  # the long reply's response id
     said = False
@@ -131,6 +139,9 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
     if not said:
         return r
     onset, lv = mic.marks.get("onset"), mic.marks.get("last_voiced")
+    if live:  # no speech_started in Live: the reply stopped where the listener's player ran dry
+        dry = tr.ran_dry_after(onset)
+        tr.speech_started = [dry] if dry is not None else []
     reply_end = tr.player.end if reply not in tr.cut else None  # when the uncut reply stops playing
     r["reply_gaps_s"] = round(tr.player.gaps_s, 2)
     r["reply_audio_s"] = round(sum(e - s for i, _, s, e in tr.player.segments if i == tr.items.get(reply)), 2)
@@ -194,15 +205,15 @@ def modes_for(kind: str, modes: list[str]) -> list[str]:
     return [m for m in modes if m not in OVERLAP_ONLY]
 
 
-async def open_live_session(url: str):
+async def open_live_session(url: str, session: dict[str, Any] | None = None):
     """A Live session (``/v1/live/sessions``) on the same gateway as the Realtime ``url``: started,
-    with the server's defaults (semantic turn detection), or ``Refused``."""
+    with the server's defaults (semantic turn detection) and ``session``'s fields, or ``Refused``."""
     base = url.split("/v1/realtime", 1)[0]
     query = url.split("?", 1)[1] if "?" in url else ""
     ws = await websockets.connect(f"{base}/v1/live/sessions?{query}", max_size=None, compression=None,
                                   ping_interval=None, open_timeout=600)
     try:
-        await ws.send(json.dumps({"type": "session.start", "session": {"model": "omniduplex-cascade"}}))
+        await ws.send(json.dumps({"type": "session.start", "session": {"model": "omniduplex-cascade", **(session or {})}}))
         return await until_ready(ws, "session.started", 600)
     except BaseException:
         await ws.close()

@@ -13,6 +13,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from core.live_events import server_event_error
+from tests.support.reliability import wait_meta
 from tests.support.stack import Stack
 
 RATE = 24000
@@ -112,3 +113,6 @@ async def test_the_sdk_live_client_hears_a_spoken_question_and_the_answer_is_spo
     async with asyncio.timeout(5):
         while stack.health()["slots_busy"]:
             await asyncio.sleep(0.05)
+    # recorded as any session, saying its dialect: the user's turn and the spoken answer
+    meta = await wait_meta(stack, started.session.id)
+    assert meta["dialect"] == "live" and meta["counts"]["user_audio"] >= 1 and meta["counts"]["ai_audio"] >= 1, meta

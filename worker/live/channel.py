@@ -268,6 +268,8 @@ class LiveChannel(EventChannel):
                 out["tools"] = tools
             if responses.get("tool_choice") is not None:
                 out["tool_choice"] = responses["tool_choice"]
+            if responses.get("max_output_tokens") is not None:
+                out["max_output_tokens"] = responses["max_output_tokens"]
         if startup:
             audio = s.get("audio") or {}
             fmt = audio.get("format") or DEFAULT_FORMAT
