@@ -130,7 +130,8 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         if live:
             # The channel reads the resumes itself (a resumed reply's transcript); it passes on
             # only the extension events asked for.
-            channel = LiveChannel(channel, session_id, model, config.limits.max_session_s, client_extensions=extensions)
+            channel = LiveChannel(channel, session_id, model, config.limits.max_session_s, client_extensions=extensions,
+                                  turn_types=backend.capabilities.turn_detection_types)
             extensions = extensions | {"response.resumed"}
         session = RealtimeSession(channel, backend, Dialect(beta), config.limits, model=model, session_id=session_id,
                                   recorder=recorder, extensions=extensions,

@@ -111,6 +111,7 @@ class Trial:
         self.live = live  # the Live dialect: no response ids, replies told apart by silences
         self._live_reply = 0
         self._live_resumes = False
+        self._live_text = ""  # transcript that came while no audio played: the next reply's first words
         self.t0 = time.monotonic()
         self.player = Player()
         self.created: dict[str, float] = {}
@@ -210,12 +211,22 @@ class Trial:
         user's transcript, errors."""
         kind = ev["type"]
         if kind in ("session.output_audio.delta", "session.output_transcript.delta"):
-            if kind == "session.output_audio.delta" and (not self.player.segments or now > self.player.end + LIVE_GAP_S):
+            idle = not self.player.segments or now > self.player.end + LIVE_GAP_S
+            if kind == "session.output_transcript.delta" and idle:
+                # The next reply's first words come before its audio: they are its text.
+                self._live_text += ev.get("delta", "")
+                return None
+            if kind == "session.output_audio.delta" and idle:
                 self._live_reply += 1
-                self._handle({"type": "response.created", "response": {"id": f"live_{self._live_reply}"}}, now)
+                rid = f"live_{self._live_reply}"
+                self._handle({"type": "response.created", "response": {"id": rid}}, now)
                 if self._live_resumes:  # our extension event said the reply that comes next resumes one
                     self._live_resumes = False
-                    self.resumed.add(f"live_{self._live_reply}")
+                    self.resumed.add(rid)
+                if self._live_text:
+                    self._handle({"type": "response.output_audio_transcript.delta", "response_id": rid,
+                                  "item_id": rid, "delta": self._live_text}, now)
+                    self._live_text = ""
             rid = f"live_{self._live_reply}"
             realtime = ("response.output_audio.delta" if kind == "session.output_audio.delta"
                         else "response.output_audio_transcript.delta")

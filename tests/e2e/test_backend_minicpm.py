@@ -257,3 +257,32 @@ async def test_model_duplex_the_model_decides_when_to_speak(mini_stack, double_d
     assert units and all(u["samples"] == 16000 for u in units)  # one second at 16 kHz per unit
     assert units[0]["frames"] == 1 and all(u["frames"] == 0 for u in units[1:])  # each frame goes in once
     assert any(c["method"] == "duplex_stop" for c in log)
+
+
+async def test_a_live_session_on_minicpm_o_is_driven_by_the_models_own_duplex(mini_stack, double_dir, tts):
+    """Issue 48: a backend that decides turns itself drives a Live session natively (its
+    ``model_duplex``), not the semantic turn policy; every server event validates as Live."""
+    from core.live_events import server_event_error
+
+    speech = b"".join(tts.synthesize("Hello, can you hear me?", deterministic=True))  # 24 kHz
+    live_url = f"ws://127.0.0.1:{mini_stack.port}/v1/live/sessions"
+    async with websockets.connect(live_url, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "session.start", "session": {"model": "omniduplex-minicpm_o"}}))
+        events = [json.loads(await ws.recv())]
+        assert events[0]["type"] == "session.started", events
+        stream = b"\x00\x00" * 12000 + speech + b"\x00\x00" * 24000 * 3
+        step = 24000 * 2 // 10
+        for i in range(0, len(stream), step):
+            await ws.send(json.dumps({"type": "session.input_audio.append", "audio": b64(stream[i:i + step])}))
+            await asyncio.sleep(0.01)
+        async with asyncio.timeout(60):
+            while events[-1]["type"] != "session.usage.updated":  # after the reply
+                events.append(json.loads(await ws.recv()))
+    said = "".join(e["delta"] for e in events if e["type"] == "session.output_transcript.delta")
+    assert said == "Hi! Hello there.", [e["type"] for e in events]
+    audio = sum(len(base64.b64decode(e["delta"])) for e in events if e["type"] == "session.output_audio.delta")
+    assert audio // 2 == 2 * 24000  # the model's two spoken units of one second
+    assert not [e for e in events if e["type"] == "error"]
+    invalid = [f"{e['type']}: {why}" for e in events if (why := server_event_error(e))]
+    assert not invalid, invalid[:3]
+    assert any(c["method"] == "duplex_prepare" for c in calls(double_dir)), "the model's own duplex mode ran"

@@ -86,8 +86,12 @@ class LiveChannel(EventChannel):
     """Live outside, Realtime inside. ``inner`` is the client's channel."""
 
     def __init__(self, inner: EventChannel, session_id: str, model: str, max_session_s: float,
-                 client_extensions: frozenset[str] = frozenset()) -> None:
+                 client_extensions: frozenset[str] = frozenset(),
+                 turn_types: tuple[str, ...] = ("server_vad", "semantic_vad")) -> None:
         self.inner = inner
+        # Who decides turns: a backend that does it itself (MiniCPM-o's duplex mode) natively,
+        # any other by the semantic turn policy (end of turn, backchannels, barge-in with resume).
+        self.turn_detection = {"type": "model_duplex" if "model_duplex" in turn_types else "semantic_vad"}
         self.client_extensions = client_extensions  # extension events the client (or gateway) asked for
         self.transport = inner.transport
         self.session_id = session_id
@@ -277,7 +281,7 @@ class LiveChannel(EventChannel):
             voice = (audio.get("output") or {}).get("voice") or DEFAULT_VOICE
             out["audio"] = {
                 "input": {"format": realtime_fmt, "transcription": {"model": "whisper-1"},
-                          "turn_detection": {"type": "semantic_vad"}},
+                          "turn_detection": self.turn_detection},
                 "output": {"format": realtime_fmt, "voice": voice},
             }
             if s.get("instructions"):
