@@ -332,8 +332,8 @@ async def test_a_close_during_a_long_reply_is_answered_within_the_ten_seconds_a_
 
 async def test_a_delegation_is_acknowledged_aloud_needs_every_output_and_is_continued_under_its_id():
     backend = ScriptedToolBackend(["Sure", "thing."], call=("get_weather", '{"city": "Paris"}'))
-    client, task = await open_session(backend, delegation={"type": "responses", "responses": {
-        "model": "omni", "tools": [WEATHER]}})
+    client, task = await open_session(backend, delegation={"type": "responses", "acknowledgement_delay_ms": 0,
+                                                           "responses": {"model": "omni", "tools": [WEATHER]}})
     await client.until("session.started")
     client.client("response.create", event_id="c_go")  # no delegation pending: a plain reply, which calls
     delegated = await client.until("session.delegation.created")
@@ -341,6 +341,7 @@ async def test_a_delegation_is_acknowledged_aloud_needs_every_output_and_is_cont
     call = (await client.until("response.event", delegation_id=dlg, count=2))["event"]["item"]
     await client.until("response.event", delegation_id=dlg, count=3)  # response.completed
     # No output yet: the model says it is on it (acknowledgement_delay_ms 0), outside the conversation.
+    # (Without the setting it is not said: the first test's delegation has no acknowledgement.)
     await client.until("session.output_transcript.delta")
     assert backend.jobs[1].tools == [] and "acknowledgement" in backend.jobs[1].system
     client.client("response.create", event_id="c_early")

@@ -498,7 +498,10 @@ class LiveChannel(EventChannel):
 
     def _response_done(self, response: dict[str, Any]) -> None:
         self._responding = None
-        delay = (self.config.get("delegation") or {}).get("acknowledgement_delay_ms") or 0
+        # Said only when the session asks for it (acknowledgement_delay_ms set): told to just say
+        # "One moment.", the cascade's small model invented the answer instead (seen with Pipecat:
+        # "The weather in London today is quite exceptional..." before the function's result).
+        delay = (self.config.get("delegation") or {}).get("acknowledgement_delay_ms")
         self.delegations.done(response, delay)
         self.pacer.event(live_event("session.usage.updated", usage={"seconds": round(self._input_s, 3)}))
         self._next_response()

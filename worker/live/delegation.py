@@ -7,8 +7,9 @@ The client runs the function, adds its output (``response.item.create``) and con
 (``response.create``, refused with ``function_call_outputs_required`` while a call has no
 output); the reply that follows is the same delegation's next response, with its own
 ``response.created`` / ``response.completed``. Meanwhile the model acknowledges the delegation
-aloud ("One moment."), ``acknowledgement_delay_ms`` after the call (0 by default, as Live), unless
-commentary, thinking or the output came first.
+aloud ("One moment."), ``acknowledgement_delay_ms`` after the call, unless commentary, thinking or
+the output came first; only when the session sets the delay (Live says it immediately by
+default; a small model asked for an acknowledgement answers the question instead).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from core.ids import new_id
 from core.live_events import live_event
 from core.protocol import ProtocolError
 
-ACKNOWLEDGE = ("Say only a very short acknowledgement that you are looking into it, such as \"One moment.\" "
-               "or \"Let me check.\", and nothing else.")
+ACKNOWLEDGE = ("Do not answer yet: the answer is being looked up. Say only a very short acknowledgement, "
+               "such as \"One moment.\" or \"Let me check.\", and nothing else.")
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -74,16 +75,17 @@ class Delegations:
         self._by_response[response_id] = delegation
         self._emit(self._lifecycle(delegation, "response.created", response_id, "in_progress"))
 
-    def done(self, response: dict[str, Any], acknowledgement_delay_ms: int) -> None:
+    def done(self, response: dict[str, Any], acknowledgement_delay_ms: int | None) -> None:
         """A response ended: a delegation's gets its last ``response.event``; one that called a
-        function is acknowledged aloud after the delay, unless the output comes first."""
+        function is acknowledged aloud after the delay (None: not at all), unless the output
+        comes first."""
         delegation = self._by_response.pop(response.get("id"), None)
         if delegation is None:
             return
         status = response.get("status") or "completed"
         kind = {"completed": "response.completed", "failed": "response.failed"}.get(status, "response.incomplete")
         self._emit(self._lifecycle(delegation, kind, response.get("id"), status, response.get("usage") or {}))
-        if self._calls.get(delegation):
+        if self._calls.get(delegation) and acknowledgement_delay_ms is not None:
             self.cancel_acknowledgement()
             self._timer = asyncio.get_running_loop().call_later(acknowledgement_delay_ms / 1000, self._acknowledge)
 
