@@ -32,20 +32,20 @@ import logging
 import time
 from typing import Any
 
-from core.protocol import EXTENSION_EVENTS, ProtocolError
 from core.conversation.replies import words_after
 from core.ids import new_id
-from core.transport import ChannelClosed, EventChannel, Message
 from core.live_events import (
     CLOSE_DRAIN_S,
     DEFAULT_FORMAT,
-    DEFAULT_VOICE,
     expires_at,
     live_error,
     live_event,
     parse_client_event,
     session_resource,
 )
+from core.protocol import EXTENSION_EVENTS, ProtocolError
+from core.transport import ChannelClosed, EventChannel, Message
+from worker.live.config import initial_message, realtime_update
 from worker.live.delegation import ACKNOWLEDGE, Delegations
 from worker.live.pacer import Pacer
 
@@ -55,31 +55,7 @@ INTERNAL = "live_"  # event ids of the Realtime events this channel makes itself
 CLOSE_REASONS = {4003: "expired", 4001: "expired", 4002: "expired"}  # the session's own limits
 SAY_COMMENTARY = "Say this to the user now, briefly and in your own words: "
 SILENT_THINKING = "Context for you (do not read it out): "
-
-
-def _format(fmt: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """The Realtime format for a Live one, and its bytes per second."""
-    kind, rate = fmt.get("type"), fmt.get("rate")
-    if kind in ("audio/pcmu", "audio/pcma"):
-        if rate not in (None, 8000):
-            raise ProtocolError(f"session.audio.format: {kind} is 8000 Hz only", code="invalid_value",
-                                param="session.audio.format.rate")
-        return {"type": kind}, 8000
-    if rate != 24000:
-        raise ProtocolError("session.audio.format: this server speaks PCM at 24000 Hz only (input and output share "
-                            "the format)", code="unsupported_value", param="session.audio.format.rate")
-    return {"type": "audio/pcm", "rate": 24000}, 48000
-
-
-def _message(item: dict[str, Any], item_id: str | None = None) -> dict[str, Any]:
-    """A startup ``InitialItem`` as a Realtime message item."""
-    role = item["role"]
-    text = "".join(part.get("text", "") for part in item.get("content") or [])
-    out: dict[str, Any] = {"type": "message", "role": "system" if role == "developer" else role,
-                           "content": [{"type": "output_text" if role == "assistant" else "input_text", "text": text}]}
-    if item_id is not None:
-        out["id"] = item_id
-    return out
+SILENCE = {"audio/pcmu": b"\xff", "audio/pcma": b"\xd5"}  # one sample of silence; PCM16's is zero bytes
 
 
 class LiveChannel(EventChannel):
@@ -253,43 +229,8 @@ class LiveChannel(EventChannel):
 
     # ------------------------------------------------------------------ client events, one by one
 
-    def _realtime_session(self, s: dict[str, Any], startup: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "realtime"}
-        delegation = s.get("delegation")
-        if delegation is not None:
-            if delegation.get("type") == "decisions":
-                raise ProtocolError("Decisions delegation is not supported by this server yet",
-                                    code="unsupported_value", param="session.delegation.type")
-            responses = delegation.get("responses") or {}
-            tools = []
-            for tool in responses.get("tools") or []:
-                if tool.get("type") not in ("function", "mcp"):
-                    raise ProtocolError(f"tool type {tool.get('type')!r} is not supported by this server; use "
-                                        "'function' or 'mcp'", code="unsupported_value",
-                                        param="session.delegation.responses.tools")
-                tools.append({k: v for k, v in tool.items() if k != "strict"})
-            if tools or not startup:
-                out["tools"] = tools
-            if responses.get("tool_choice") is not None:
-                out["tool_choice"] = responses["tool_choice"]
-            if responses.get("max_output_tokens") is not None:
-                out["max_output_tokens"] = responses["max_output_tokens"]
-        if startup:
-            audio = s.get("audio") or {}
-            fmt = audio.get("format") or DEFAULT_FORMAT
-            realtime_fmt, self._bytes_per_s = _format(fmt)
-            voice = (audio.get("output") or {}).get("voice") or DEFAULT_VOICE
-            out["audio"] = {
-                "input": {"format": realtime_fmt, "transcription": {"model": "whisper-1"},
-                          "turn_detection": self.turn_detection},
-                "output": {"format": realtime_fmt, "voice": voice},
-            }
-            if s.get("instructions"):
-                out["instructions"] = s["instructions"]
-        return out
-
     def _start(self, s: dict[str, Any], cid: str | None) -> None:
-        update = self._realtime_session(s, startup=True)
+        update, self._bytes_per_s = realtime_update(s, self.turn_detection)
         voice = update["audio"]["output"]["voice"]
         self.config = {"format": s.get("audio", {}).get("format") or DEFAULT_FORMAT, "voice": voice,
                        "delegation": s.get("delegation"), "instructions": s.get("instructions"),
@@ -298,7 +239,7 @@ class LiveChannel(EventChannel):
         self._pending.append(("start", cid, internal))
         self._push({"type": "session.update", "event_id": internal, "session": update})
         for item in s.get("input") or []:
-            self._push({"type": "conversation.item.create", "event_id": new_id(INTERNAL), "item": _message(item)})
+            self._push({"type": "conversation.item.create", "event_id": new_id(INTERNAL), "item": initial_message(item)})
 
     def _update(self, s: dict[str, Any], cid: str | None) -> None:
         if s.get("triggers"):
@@ -311,7 +252,7 @@ class LiveChannel(EventChannel):
                                 param="session.delegation.type")
         internal = new_id(INTERNAL)
         self._pending.append(("update", cid, internal))
-        self._push({"type": "session.update", "event_id": internal, "session": self._realtime_session(s, False)})
+        self._push({"type": "session.update", "event_id": internal, "session": realtime_update(s)[0]})
         if delegation is not None:
             merged = dict(self.config.get("delegation") or {})
             for key, value in delegation.items():
@@ -326,7 +267,7 @@ class LiveChannel(EventChannel):
                                 param="audio") from None
         self._input_s += size / self._bytes_per_s
         if self.muted:  # the model hears silence: the timeline goes on
-            silence = b"\xff" if self._bytes_per_s == 8000 else b"\x00"  # mu-law/A-law 0xff/0xd5 ~ quiet
+            silence = SILENCE.get(self.config["format"].get("type"), b"\x00")
             audio = base64.b64encode(silence * size).decode()
         self._push({"type": "input_audio_buffer.append", "event_id": new_id(INTERNAL), "audio": audio})
 
@@ -359,7 +300,7 @@ class LiveChannel(EventChannel):
         elif kind in (None, "message") and item.get("role") in ("user", "system", "developer"):
             content = item.get("content")
             text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content or [])
-            created = _message({"role": item["role"], "content": [{"text": text}]})
+            created = initial_message({"role": item["role"], "content": [{"text": text}]})
         else:
             raise ProtocolError(f"response.item.create: item type {kind!r} is not supported by this server; use "
                                 "'function_call_output' or a message", code="unsupported_value", param="item.type")
