@@ -263,7 +263,7 @@ class VadTurns:
         interruption is one as soon as its words say so; a backchannel or noise only once the
         silence has lasted ``SETTLE_MS`` (a pause inside one utterance must not split it: if the
         voice comes back, the next pause judges the longer clip). A clip shorter than the first
-        glance (``GLANCE_FIRST_MS``) is a fragment ("Got" of "Gotcha."): its reading settles only a
+        glance (``GLANCE_FIRST_MS``) is a fragment ("in" of "Interesting."): its reading settles only a
         stop word at once; anything else it says waits out the settle like a backchannel (on dev,
         69 of 391 backchannel clips with such a pause read as taking the floor from the fragment,
         ``python -m bench.fit.fragments``)."""

@@ -53,6 +53,7 @@ def live_call_channel(media: Any, budget: InboundBudget) -> Any:
 
     class LiveCallChannel(media.WebRTCChannel):
         audio_delta_kind = "session.output_audio.delta"
+        realtime_client = False  # Live events pass to the worker as they are
 
         def __init__(self) -> None:
             super().__init__(beta=False, budget=budget)
@@ -60,14 +61,6 @@ def live_call_channel(media: Any, budget: InboundBudget) -> Any:
 
         def deliver_microphone(self, append: str) -> None:
             super().deliver_microphone(append.replace(_MIC, '"session.input_audio.append"', 1))
-
-        def _from_client(self, message: Message) -> bool:
-            if self._gone is not None:
-                return True
-            if not self.budget.take(message):
-                return False
-            self._inbox.put_nowait(message)
-            return True
 
         def _to_client(self, event: dict[str, Any]) -> None:
             if event.get("type") in server_types():  # not the Realtime call's output_audio_buffer.*

@@ -273,24 +273,25 @@ async def test_a_pause_inside_one_voice_does_not_split_it_into_two_judgements():
 
 
 async def test_a_fragment_read_at_a_pause_before_the_first_glance_does_not_cut_the_reply_for_good():
-    """ "Gotcha." paused after "Got" (130 ms of voice) and the fragment, read as taking the floor,
-    was called an interruption at once: the story never came back (issue 47). A clip shorter than
+    """ "Interesting." paused after "In" (about 200 ms of voice: a dev clip heard as "in", P 0.96)
+    and the fragment, read as taking the floor, was called an interruption at once: the story
+    never came back (issue 47). A clip shorter than
     the first glance settles only a stop word at once; the voice that comes back is one voice,
     judged on its whole clip."""
     fragment_s = 0.2
     assert fragment_s * 1000 < GLANCE_FIRST_MS
 
     def heard(clip) -> str:
-        return "Got" if clip.size < GLANCE_FIRST_MS * 16 else "Gotcha."
+        return "in" if clip.size < GLANCE_FIRST_MS * 16 else "Interesting."
 
-    backend, conv, col = await replying(glance=heard, transcript="gotcha", step_s=0.15, yield_at_onset=True,
-                                        meaning=lambda words: 0.9 if words == "Got" else 0.1)
+    backend, conv, col = await replying(glance=heard, transcript="interesting", step_s=0.15, yield_at_onset=True,
+                                        meaning=lambda words: 0.96 if words == "in" else 0.1)
     await feed(conv, tone(fragment_s) + quiet(0.15) + tone(0.4) + quiet(0.9))
     bc = await col.wait_for("backchannel")
     await col.wait_for("response_resumed")
     await asyncio.sleep(0.3)
     seen = kinds(col)
-    assert bc.transcript == "Gotcha.", bc
+    assert bc.transcript == "Interesting.", bc
     assert seen.count("speech_started") == 1 and seen.count("backchannel") == 1, seen
     assert "input_committed" not in seen, seen
     await conv.close()

@@ -68,6 +68,9 @@ class WebRTCChannel(EventChannel):
     """One call's events and audio, as the realtime proxy sees a client."""
 
     transport = "webrtc"
+    # The client speaks Realtime: its clear, cancel and session.update are read here (a Live
+    # call's client sends none of them; its events go to the worker as they are).
+    realtime_client = True
 
     def __init__(self, beta: bool = False, framer: OpusFramer | None = None,
                  budget: InboundBudget | None = None) -> None:
@@ -178,7 +181,7 @@ class WebRTCChannel(EventChannel):
         """Queue a client event for the worker; False if it does not fit the session's budget."""
         if self._gone is not None:
             return True
-        if isinstance(message, str) and any(marker in message for marker in _CLIENT_MARKERS):
+        if isinstance(message, str) and self.realtime_client and any(marker in message for marker in _CLIENT_MARKERS):
             kind = event_type(message)
             if kind == "output_audio_buffer.clear":
                 self.playback.clear(barge_in=False)
