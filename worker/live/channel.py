@@ -161,8 +161,8 @@ class LiveChannel(EventChannel):
     def _resource(self) -> dict[str, Any]:
         return session_resource(self.session_id, self.model, self.config, expires_at(self.max_session_s))
 
-    async def _send_closed(self, reason: str) -> None:
-        await self._emit(live_event("session.closed", reason=reason, session=self._resource(),
+    async def _send_closed(self, reason: str, cid: str | None = None) -> None:
+        await self._emit(live_event("session.closed", cid, reason=reason, session=self._resource(),
                                     usage={"seconds": round(self._input_s, 3)}))
 
     # ------------------------------------------------------------------ in from the client
@@ -316,8 +316,7 @@ class LiveChannel(EventChannel):
         await self._flush_direct()
         if self.closed:
             return
-        await self._emit(live_event("session.closed", cid, reason="close_requested", session=self._resource(),
-                                    usage={"seconds": round(self._input_s, 3)}))
+        await self._send_closed("close_requested", cid)
         await self._shut(1000, "session closed")
 
     # ------------------------------------------------------------------ in from the session
