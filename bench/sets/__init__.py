@@ -2,6 +2,7 @@
 
 - ``answers`` (``bench/sets/answers.py``): simple questions with accepted key words.
 - ``tools`` (``bench/sets/tools.py``): prompts that need a function call, and decoys.
+- ``delegation`` (``bench/sets/delegation.py``): requests a Live session hands to the client, and ones it answers.
 - ``turns`` (``bench/sets/turns.py``): spoken complete turns, and turns paused mid-sentence.
 - ``duplex`` (``bench/sets/duplex.py``): spoken turns, pauses, backchannels, interruptions and
   long-answer prompts for ``python -m bench duplex``, with their own voices per part.
@@ -284,11 +285,12 @@ def near_copies(a: str, b: str) -> bool:
 
 
 def all_sets() -> list[EvalSet]:
-    from bench.sets import answers, duplex, tools, turns
+    from bench.sets import answers, delegation, duplex, tools, turns
 
     return [
         EvalSet("answers", tuple(x.text for x in answers.DEV), tuple(x.text for x in answers.EVAL)),
         EvalSet("tools", tuple(c[0] for c in tools.DEV), tuple(c[0] for c in tools.EVAL)),
+        EvalSet("delegation", tuple(c[0] for c in delegation.DEV), tuple(c[0] for c in delegation.EVAL)),
         EvalSet("turns", tuple(turns.DEV_COMPLETE + turns.DEV_OPEN),
                 # a paused item's opening (the words before the pause) and its whole text
                 tuple(turns.EVAL_COMPLETE + [text for before, _, after in turns.EVAL_PAUSED

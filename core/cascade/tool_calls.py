@@ -91,6 +91,21 @@ def parse_choice(text: str) -> tuple[str, str] | None:
 # each in a four-tool and a one-tool session (``python -m bench.fit.tool_fit``: +0.75 is the single
 # best, 80 %); ``python -m bench tools`` reports it on EVAL (docs/benchmarks.md).
 ANSWER_BIAS = 0.75
+
+# A Live session with client delegation offers the model one hidden function: calling it hands the
+# request to the client's application (``worker/live/delegation.py``). Its name, description and
+# its own lean towards calling (added to its score; the answer keeps ANSWER_BIAS) are chosen on the
+# DEV part of ``bench/sets/delegation.py`` with the ``tools`` set's DEV prompts
+# (``python -m bench.fit.delegate_fit``: +2.25 is the middle of the best run, 25 of 27);
+# ``--eval`` reports it on EVAL (docs/benchmarks.md). A general "ask someone else" function is
+# far less likely to a 135M model than a named one (without the lean it never wins).
+DELEGATION_TOOL = {
+    "type": "function", "name": "use_app",
+    "description": ("Live or personal information (weather, time, news, prices, the user's messages or orders) "
+                    "or an action in the world."),
+    "parameters": {"type": "object", "properties": {}},
+}
+DELEGATION_CALL_BIAS = 2.25
 _calibration: dict[tuple[int, ...], torch.Tensor] = {}
 _prefix_kv: dict[tuple[int, ...], Any] = {}
 
@@ -155,12 +170,22 @@ def choice_scores(llm: Any, messages: list[dict[str, str]], tools: list,
     return scores - _calibration[key], cache, prompt
 
 
-def decide(scores: torch.Tensor, tools: list, answer_bias: float = ANSWER_BIAS) -> str | None:
-    """The likeliest candidate once ``ANSWER`` has its bias: a tool's name, or None to answer."""
+def decide(scores: torch.Tensor, tools: list, answer_bias: float = ANSWER_BIAS,
+           delegation_bias: float = DELEGATION_CALL_BIAS) -> str | None:
+    """The likeliest candidate once ``ANSWER`` (and the hidden delegation function) has its
+    bias: a tool's name, or None to answer."""
     biased = scores.clone()
     biased[0] += answer_bias
+    for i, tool in enumerate(tools, 1):
+        if is_delegation(tool):
+            biased[i] += delegation_bias
     best = int(torch.argmax(biased))
     return None if best == 0 else tools[best - 1].name
+
+
+def is_delegation(tool: Any) -> bool:
+    """The hidden delegation function (its name and description both), not a client's own tool."""
+    return tool.name == DELEGATION_TOOL["name"] and tool.description == DELEGATION_TOOL["description"]
 
 
 def choose_tool(llm: Any, messages: list[dict[str, str]], tools: list,

@@ -1,7 +1,8 @@
 """Pipecat's ``OpenAILiveLLMService`` (OpenAI's Live dialect, ``/v1/live/sessions``) against the real
 gateway and cascade worker (issue 48): a spoken question is heard, transcribed and answered aloud,
-and a spoken question that needs a function goes out as a Responses delegation whose call
-Pipecat runs with its registered handler; the model then says the result.
+a spoken question that needs a function goes out as a Responses delegation whose call
+Pipecat runs with its registered handler, and as a client delegation whose backend worker runs it;
+the model then says the result.
 
 The client is ``tests/support/frameworks/pipecat_live.py`` in ``.venv-frameworks`` (as in
 ``test_frameworks.py``); the question is Piper speech (the same source ``test_frameworks.py``
@@ -32,7 +33,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("live_frameworks_stack"), workers=1, auth={"api_keys": [KEY]})
+    # Two workers: a client delegation's backend (Chat Completions) runs beside the Live session.
+    s = Stack(tmp_path_factory.mktemp("live_frameworks_stack"), workers=2, auth={"api_keys": [KEY]})
     try:
         yield s.start()
     finally:  # also when start() fails: no gateway left behind
@@ -57,6 +59,7 @@ def speech(tmp_path_factory):
 def run_live(stack: Stack, mode: str, audio: str, timeout: float) -> dict:
     wait_idle(stack)
     s = run_client("pipecat_live.py", "--base-url", f"ws://127.0.0.1:{stack.port}/v1/live/sessions",
+                   "--rest-url", f"http://127.0.0.1:{stack.port}/v1",
                    "--api-key", KEY, "--mode", mode, "--audio", audio, "--timeout", str(timeout),
                    timeout=timeout + 60)
     assert not (s["error_frames"] or s["log_errors"] or s["log_warnings"] or s["problems"]), (
@@ -99,4 +102,21 @@ def test_pipecat_live_responses_delegation_runs_the_registered_function_and_says
     after = [t for t in s["assistant_turns"] if t["start"] > s["results_at"][0]]
     assert len(after) == 1 and after[0]["end"] is not None, show(s)
     said = after[0]["text"].lower()
+    assert "sunny" in said or "21" in said, show(s)
+
+
+def test_pipecat_live_client_delegation_runs_the_applications_function_and_says_the_result(stack, speech):
+    """Client delegation: the Live model hands the spoken weather question to the application
+    (``session.delegation.created``, target ``client``); Pipecat's ``BackendLLMWorker`` reads the
+    transcript, its LLM (the server's Chat Completions) calls the registered ``get_weather``, and
+    what it writes comes back as commentary under the delegation's id, which the Live model says."""
+    s = run_live(stack, "client", speech("What's the weather like in London today?"), timeout=90)
+    assert "weather" in s["user_transcripts"][0]["text"].lower(), show(s)
+    assert [d["target"] for d in s["delegations"]] == ["client"], show(s)
+    assert not s["response_events"], show(s)
+    assert [c["name"] for c in s["calls"]] == ["get_weather"], show(s)
+    assert s["calls"][0]["arguments"].get("city", "").lower() == "london", show(s)
+    after = [t for t in s["assistant_turns"] if t["start"] > s["results_at"][0]]
+    assert after and after[-1]["end"] is not None, show(s)
+    said = " ".join(t["text"] for t in after).lower()
     assert "sunny" in said or "21" in said, show(s)

@@ -1,7 +1,8 @@
 """OpenAI's Live dialect (issue 48) on the scripted backend, in memory: every server event of a
 session that exercises each supported event type validates against ``openai.types.live``'s own
 server-event types, and the session does what a Live client expects (the spoken turn is heard and
-answered, a function call is a Responses delegation whose output the model then speaks, appends
+answered, a function call is a Responses delegation whose output the model then speaks, a client
+delegation waits for the application's commentary and says it, appends
 are acknowledged, bad events get the Live ``error`` with the client's event id, close drains)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import asyncio
 import base64
 import time
 
+from core.cascade.tool_calls import DELEGATION_TOOL
 from core.config import LimitsConfig
 from core.live_events import server_event_error
 from core.protocol import Dialect
@@ -146,12 +148,12 @@ async def test_every_server_event_of_a_live_session_validates_and_each_event_typ
 
 
 async def test_commentary_is_said_and_the_reply_goes_out_at_real_time_pace():
-    """A client delegation's result comes back as commentary, and the model says it; the audio is
-    paced: no more than the lead ahead of real time, as Live streams it."""
+    """Commentary is said by the model; the audio is paced: no more than the lead ahead of real
+    time, as Live streams it."""
     backend = ScriptedToolBackend(["one", "two", "three", "four", "five", "six"])
     client, task = await open_session(backend)
     await client.until("session.started")
-    client.client("session.commentary.append", event_id="c_say", content="It is sunny.", delegation_id="dlg_1")
+    client.client("session.commentary.append", event_id="c_say", content="It is sunny.", delegation_id=None)
     ack = await client.until("session.commentary.appended", client_event_id="c_say")
     assert ack["end_ms"] >= ack["start_ms"]
     await client.until("session.usage.updated")  # after the reply
@@ -165,6 +167,43 @@ async def test_commentary_is_said_and_the_reply_goes_out_at_real_time_pace():
     assert audio[-1][0] - first >= sent - duration - LEAD_MS / 1000 - 0.03, "paced, not all at once"
     system = [i for i in backend.jobs[0].items if i.role == "system"]
     assert system and "It is sunny." in system[-1].text
+    client.client("session.close")
+    await client.until("session.closed")
+    await asyncio.wait_for(task, 5)
+    backend.close()
+    assert not client.invalid, client.invalid[:5]
+
+
+async def test_client_delegation_hands_the_request_to_the_application_and_says_its_answer():
+    """With ``delegation.type`` ``client`` the model is offered the hidden delegation function;
+    its call is ``session.delegation.created`` (target ``client``, no Responses events), the call is
+    answered inside the session and no reply follows until the application's commentary, under
+    that delegation's id, which the model then says (and does not delegate again)."""
+    backend = ScriptedToolBackend(["Right."], call=(DELEGATION_TOOL["name"], "{}"),
+                                  transcript="is my flight on time")
+    client, task = await open_session(backend, delegation={"type": "client"})
+    started = await client.until("session.started")
+    assert started["session"]["delegation"]["type"] == "client"
+    client.client("session.commentary.append", event_id="c_stale", content="Late.", delegation_id="dlg_unknown")
+    assert (await client.until("error", client_event_id="c_stale"))["error"]["param"] == "delegation_id"
+
+    await speak(client, quiet(0.3, RATE) + tone(0.8, RATE) + quiet(1.6, RATE))
+    delegated = await client.until("session.delegation.created")
+    assert delegated["delegation"]["target"] == "client" and "response_id" not in delegated["delegation"]
+    dlg = delegated["delegation"]["id"]
+    assert [t.name for t in backend.jobs[0].tools] == [DELEGATION_TOOL["name"]]
+    await asyncio.sleep(0.5)  # the call is answered inside the session; nothing is said meanwhile
+    assert not client.of("response.event") and not client.of("session.output_audio.delta")
+    assert len(backend.jobs) == 1
+
+    client.client("session.commentary.append", event_id="c_result", content="It lands at noon.", delegation_id=dlg)
+    await client.until("session.commentary.appended", client_event_id="c_result")
+    await client.until("session.usage.updated", count=2)  # after the reply that says it
+    assert client.of("session.output_audio.delta") and client.of("session.output_transcript.delta")
+    assert "It lands at noon." in [i for i in backend.jobs[1].items if i.role == "system"][-1].text
+    assert backend.jobs[1].tools == [], "the application's answer is said, not delegated again"
+    outputs = [i for i in backend.jobs[1].items if i.type == "function_call_output"]
+    assert len(outputs) == 1
     client.client("session.close")
     await client.until("session.closed")
     await asyncio.wait_for(task, 5)

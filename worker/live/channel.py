@@ -15,7 +15,8 @@ backchannels, tools, limits, recording, metrics); this channel only changes the 
   moment the user's voice takes the floor;
 - a function call of the model is a delegation to ``responses``: ``session.delegation.created``
   and the call as ``response.event``s; ``response.item.create`` / ``response.create`` bring the
-  output back and continue;
+  output back and continue; with client delegation, a call of the hidden delegation function is
+  a delegation to ``client`` (``delegation.py``);
 - ``session.close`` drains the reply being spoken (at most ``CLOSE_DRAIN_S``), then
   ``session.closed``.
 """
@@ -32,6 +33,7 @@ import logging
 import time
 from typing import Any
 
+from core.cascade.tool_calls import DELEGATION_TOOL
 from core.conversation.replies import words_after
 from core.ids import new_id
 from core.live_events import (
@@ -55,6 +57,8 @@ INTERNAL = "live_"  # event ids of the Realtime events this channel makes itself
 CLOSE_REASONS = {4003: "expired", 4001: "expired", 4002: "expired"}  # the session's own limits
 SAY_COMMENTARY = "Say this to the user now, briefly and in your own words: "
 SILENT_THINKING = "Context for you (do not read it out): "
+# The output of the hidden delegation function's call: the request is with the application.
+HANDED_OVER = "Handed to the application; its answer will come as a message to say."
 SILENCE = {"audio/pcmu": b"\xff", "audio/pcma": b"\xd5"}  # one sample of silence; PCM16's is zero bytes
 
 
@@ -271,10 +275,16 @@ class LiveChannel(EventChannel):
             audio = base64.b64encode(silence * size).decode()
         self._push({"type": "input_audio_buffer.append", "event_id": new_id(INTERNAL), "audio": audio})
 
+    def _delegates_to_client(self) -> bool:
+        return (self.config.get("delegation") or {}).get("type") == "client"
+
     def _context(self, kind: str, ev: dict[str, Any], cid: str | None) -> None:
         delegation = (self.config.get("delegation") or {"type": "client"}).get("type")
         if ev.get("delegation_id") is not None and delegation == "responses":
             raise ProtocolError("delegation_id is not accepted with Responses delegation", code="invalid_value",
+                                param="delegation_id")
+        if ev.get("delegation_id") is not None and ev["delegation_id"] not in self.delegations.known:
+            raise ProtocolError(f"no delegation {ev['delegation_id']!r} in this session", code="invalid_value",
                                 param="delegation_id")
         text = ev["content"]
         self.delegations.cancel_acknowledgement()  # any commentary or thinking cancels it, as Live
@@ -365,7 +375,12 @@ class LiveChannel(EventChannel):
         elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
             self._transcript(ev.get("item_id", ""), ev.get("delta") or "")
         elif kind == "response.output_item.done" and ev["item"].get("type") == "function_call":
-            self.delegations.called(ev["response_id"], ev["item"])
+            if ev["item"].get("name") == DELEGATION_TOOL["name"] and self._delegates_to_client():
+                self.delegations.to_client(ev["response_id"])
+                self._push({"type": "conversation.item.create", "event_id": new_id(INTERNAL), "item": {
+                    "type": "function_call_output", "call_id": ev["item"].get("call_id"), "output": HANDED_OVER}})
+            else:
+                self.delegations.called(ev["response_id"], ev["item"])
         elif kind == "response.done":
             self._response_done(ev["response"])
 
@@ -416,8 +431,9 @@ class LiveChannel(EventChannel):
         kind, cid, speak = ack
         now = self._now_ms()
         self._direct(live_event(kind, cid, start_ms=now, end_ms=now))
-        if speak:
-            self._request_response({"type": "response.create", "event_id": new_id(INTERNAL)})
+        if speak:  # said, never a call (a delegation's result must not be delegated again)
+            self._request_response({"type": "response.create", "event_id": new_id(INTERNAL),
+                                    "response": {"tool_choice": "none"}})
 
     def _request_response(self, event: dict[str, Any], delegation: str | None = None) -> None:
         """Ask the session for a response now, or after the one being made."""

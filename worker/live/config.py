@@ -5,17 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.cascade.tool_calls import DELEGATION_TOOL
 from core.live_events import DEFAULT_FORMAT, DEFAULT_VOICE
 from core.protocol import ProtocolError
 
 
 def realtime_update(s: dict[str, Any], turn_detection: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
     """The Realtime ``session.update`` body for a Live session config, and the audio's bytes per
-    second. ``turn_detection``: at startup (None: an update, which cannot change the audio)."""
+    second. ``turn_detection``: at startup (None: an update, which cannot change the audio).
+    Client delegation, asked for explicitly, offers the model the hidden delegation function; a
+    session that names no delegation has the model answer everything itself."""
     out: dict[str, Any] = {"type": "realtime"}
     startup = turn_detection is not None
     delegation = s.get("delegation")
-    if delegation is not None:
+    if delegation is not None and delegation.get("type") == "client":
+        if startup:  # the model may hand a request to the client's application (worker/live/delegation.py)
+            out["tools"] = [DELEGATION_TOOL]
+    elif delegation is not None:
         if delegation.get("type") == "decisions":
             raise ProtocolError("Decisions delegation is not supported by this server yet",
                                 code="unsupported_value", param="session.delegation.type")

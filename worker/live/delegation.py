@@ -1,4 +1,11 @@
-"""Responses delegation as a Live client sees it.
+"""Delegation as a Live client sees it: to the client's application, or Responses delegation.
+
+Client delegation (``delegation.type`` ``client``): the model is offered one hidden function
+(``tool_calls.DELEGATION_TOOL``); calling it hands the request over: ``session.delegation.created``
+with target ``client`` and no task text (Live's delegations carry none: the client reads the
+transcript). The call gets an output at once, so the conversation stays whole, and no reply
+follows: the application answers with commentary (``delegation_id`` set), which the model says,
+or thinking, which it keeps.
 
 The session's own model is the "backend": when it calls a function, the call is a delegation
 (``session.delegation.created``, target ``responses``) and streams as ``response.event``s
@@ -36,13 +43,27 @@ class Delegations:
         self._by_response: dict[str, str] = {}  # response id -> delegation id
         self._calls: dict[str, set[str]] = {}  # delegation id -> call ids still without an output
         self.latest: str | None = None
+        self._client: dict[str, str] = {}  # response id -> its delegation to the client
+        self.known: set[str] = set()  # every delegation of the session (what delegation_id may name)
         self._timer: asyncio.TimerHandle | None = None
+
+    def to_client(self, response_id: str) -> str:
+        """The model called the hidden delegation function in ``response_id``: a delegation to the
+        client (once per response); its id."""
+        delegation = self._client.get(response_id)
+        if delegation is None:
+            delegation = self._client[response_id] = new_id("dlg")
+            self.known.add(delegation)
+            self._emit(live_event("session.delegation.created", offset_ms=self._now_ms(), delegation={
+                "id": delegation, "type": "delegation", "target": "client"}))
+        return delegation
 
     def called(self, response_id: str, item: dict[str, Any]) -> None:
         """The model called a function in ``response_id``: a delegation (its first call) and the call."""
         delegation = self._by_response.get(response_id)
         if delegation is None:
             delegation = self._by_response[response_id] = self.latest = new_id("dlg")
+            self.known.add(delegation)
             self._emit(live_event("session.delegation.created", offset_ms=self._now_ms(), delegation={
                 "id": delegation, "type": "delegation", "target": "responses", "response_id": response_id}))
             self._emit(self._lifecycle(delegation, "response.created", response_id, "in_progress"))
@@ -79,15 +100,22 @@ class Delegations:
         """A response ended: a delegation's gets its last ``response.event``; one that called a
         function is acknowledged aloud after the delay (None: not at all), unless the output
         comes first."""
+        to_client = self._client.pop(response.get("id"), None)
+        if to_client is not None:
+            self._acknowledge_after(acknowledgement_delay_ms)
         delegation = self._by_response.pop(response.get("id"), None)
         if delegation is None:
             return
         status = response.get("status") or "completed"
         kind = {"completed": "response.completed", "failed": "response.failed"}.get(status, "response.incomplete")
         self._emit(self._lifecycle(delegation, kind, response.get("id"), status, response.get("usage") or {}))
-        if self._calls.get(delegation) and acknowledgement_delay_ms is not None:
+        if self._calls.get(delegation):
+            self._acknowledge_after(acknowledgement_delay_ms)
+
+    def _acknowledge_after(self, delay_ms: int | None) -> None:
+        if delay_ms is not None:
             self.cancel_acknowledgement()
-            self._timer = asyncio.get_running_loop().call_later(acknowledgement_delay_ms / 1000, self._acknowledge)
+            self._timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._acknowledge)
 
     def cancel_acknowledgement(self) -> None:
         """Commentary, thinking or a call's output came: the acknowledgement is not said."""

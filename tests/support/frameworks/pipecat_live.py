@@ -12,7 +12,9 @@ reply's ``SpeechOutputAudioRawFrame``s and text frames). The session starts on t
 ``--mode speech``: no delegation; done when the user's turn is transcribed and an assistant turn
 has ended. ``--mode tools``: Responses delegation with a ``get_weather`` function registered with
 ``register_function``; done when an assistant turn that began after the function's result has
-ended. Then an ``EndFrame`` ends the pipeline the graceful way (``session.close``, which the
+ended. ``--mode client``: client delegation to a ``BackendLLMWorker`` whose ``OpenAILLMService``
+(on ``--rest-url``, the server's Chat Completions) calls the registered ``get_weather``, whose
+result the app sends back as a spoken output; done the same way. Then an ``EndFrame`` ends the pipeline the graceful way (``session.close``, which the
 server answers with ``session.closed``).
 
 Everything that went wrong is kept: every ``ErrorFrame``, every error or warning Pipecat logs (a
@@ -31,6 +33,7 @@ from collections import Counter
 from pipecat.adapters.schemas.function_schema import FunctionSchema
 from pipecat.adapters.schemas.tools_schema import ToolsSchema
 from pipecat.frames.frames import (
+    FunctionCallResultProperties,
     EndFrame,
     InputAudioRawFrame,
     InterimTranscriptionFrame,
@@ -48,7 +51,9 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.openai.live.llm import OpenAILiveLLMService
+from pipecat.services.openai.llm import OpenAILLMService
 from pipecat.services.openai.responses.llm import OpenAIResponsesLLMService
+from pipecat.workers.llm.backend_llm_worker import BackendLLMWorker, BackendOutput
 from pipecat.workers.runner import WorkerRunner
 
 from pipecat_text import ErrorFrames, capture_logs  # same folder
@@ -128,6 +133,12 @@ class RecordingLive(OpenAILiveLLMService):
         self.server_events: Counter[str] = Counter()
         self.response_events: list[str] = []
         self.closed_reason: str | None = None
+        self.appended: list[dict] = []  # the commentary and thinking the service sent
+
+    async def send_client_event(self, event) -> None:
+        if event.type in ("session.commentary.append", "session.thinking.append"):
+            self.appended.append({"type": event.type, "delegation_id": event.delegation_id, "content": event.content})
+        await super().send_client_event(event)
 
     async def _handle_server_event(self, evt) -> None:
         self.server_events[evt.type] += 1
@@ -138,18 +149,10 @@ class RecordingLive(OpenAILiveLLMService):
         await super()._handle_server_event(evt)
 
 
-async def run(base_url: str, api_key: str, mode: str, pcm: bytes, timeout: float) -> dict:
+async def run(base_url: str, api_key: str, mode: str, pcm: bytes, timeout: float, rest_url: str | None) -> dict:
     logged = capture_logs()
     clock = Clock()
-    tools = mode == "tools"
-    llm = RecordingLive(
-        api_key=api_key,
-        base_url=base_url,
-        # No instructions: the server's own voice prompt, made for its small model (a Live
-        # session's omitted instructions "use server defaults").
-        delegation=OpenAILiveLLMService.ResponsesDelegation(
-            settings=OpenAIResponsesLLMService.Settings(model="omni")) if tools else None,
-    )
+    tools = mode in ("tools", "client")
     calls: list[dict] = []
     results_at: list[float] = []
 
@@ -158,6 +161,46 @@ async def run(base_url: str, api_key: str, mode: str, pcm: bytes, timeout: float
         result = {**WEATHER_RESULT, "city": params.arguments.get("city")}
         results_at.append(clock.now())
         await params.result_callback(result)
+
+    weather = FunctionSchema(name="get_weather", description="Get the current weather in a city.",
+                             properties={"city": {"type": "string", "description": "The city"}},
+                             required=["city"])
+    if mode == "tools":
+        delegation = OpenAILiveLLMService.ResponsesDelegation(settings=OpenAIResponsesLLMService.Settings(model="omni"))
+    elif mode == "client":
+        # The application's own backend: a Pipecat LLM service with the function registered, on
+        # the server's Chat Completions (another worker of the same gateway).
+        backend_llm = OpenAILLMService(api_key=api_key, base_url=rest_url,
+                                       settings=OpenAILLMService.Settings(model="omniduplex-cascade"))
+
+        async def look_up_weather(params) -> None:
+            # This backend exists to look the weather up: its model's one step is the call
+            # (tool_choice required: under Pipecat's long transcript request the 135M model
+            # answers instead), and the app tells the user the result itself (send_output, no
+            # second model step: that model, given the result, wrote "as a chatbot, I don't
+            # have the ability to access real-world data").
+            calls.append({"name": params.function_name, "arguments": dict(params.arguments), "t": clock.now()})
+            city = params.arguments.get("city")
+            results_at.append(clock.now())
+            await backend.send_output(BackendOutput(
+                text=f"In {city} it is {WEATHER_RESULT['sky']} and {WEATHER_RESULT['temperature_c']} degrees."))
+            await params.result_callback({**WEATHER_RESULT, "city": city},
+                                         properties=FunctionCallResultProperties(run_llm=False))
+
+        backend_llm.register_function("get_weather", look_up_weather)
+        backend = BackendLLMWorker(
+            llm=backend_llm, context=LLMContext(tools=ToolsSchema(standard_tools=[weather]), tool_choice="required"),
+            name="weather-backend")
+        delegation = OpenAILiveLLMService.ClientDelegation(backend=backend, timeout_secs=timeout)
+    else:
+        delegation = None
+    llm = RecordingLive(
+        api_key=api_key,
+        base_url=base_url,
+        # No instructions: the server's own voice prompt, made for its small model (a Live
+        # session's omitted instructions "use server defaults").
+        delegation=delegation,
+    )
 
     started: list[dict] = []
     delegations: list[dict] = []
@@ -172,11 +215,8 @@ async def run(base_url: str, api_key: str, mode: str, pcm: bytes, timeout: float
     async def on_delegation_created(_service, delegation) -> None:
         delegations.append({"id": delegation.id, "target": delegation.target, "t": clock.now()})
 
-    if tools:
+    if mode == "tools":
         llm.register_function("get_weather", get_weather)
-        weather = FunctionSchema(name="get_weather", description="Get the current weather in a city.",
-                                 properties={"city": {"type": "string", "description": "The city"}},
-                                 required=["city"])
         context = LLMContext(tools=ToolsSchema(standard_tools=[weather]))
     else:
         context = LLMContext()
@@ -258,6 +298,7 @@ async def run(base_url: str, api_key: str, mode: str, pcm: bytes, timeout: float
         "delegations": delegations,
         "server_event_types": dict(llm.server_events),
         "response_events": llm.response_events,
+        "appended": llm.appended,
         "closed_reason": llm.closed_reason,
         "close_s": close_s,
         "error_frames": observer.errors,
@@ -273,13 +314,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base-url", required=True, help="ws://HOST:PORT/v1/live/sessions")
     parser.add_argument("--api-key", required=True)
-    parser.add_argument("--mode", choices=("speech", "tools"), default="speech")
+    parser.add_argument("--mode", choices=("speech", "tools", "client"), default="speech")
+    parser.add_argument("--rest-url", help="http://HOST:PORT/v1: the client delegation backend's Chat Completions")
     parser.add_argument("--audio", required=True, help="raw PCM16 24 kHz mono speech (silence before it included)")
     parser.add_argument("--timeout", type=float, default=40.0)
     args = parser.parse_args()
     with open(args.audio, "rb") as f:
         pcm = f.read()
-    summary = asyncio.run(run(args.base_url, args.api_key, args.mode, pcm, args.timeout))
+    summary = asyncio.run(run(args.base_url, args.api_key, args.mode, pcm, args.timeout, args.rest_url))
     print(json.dumps(summary), flush=True)
 
 
