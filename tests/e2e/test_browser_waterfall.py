@@ -18,13 +18,24 @@ import time
 
 import httpx
 import numpy as np
+import pytest
 from PIL import Image
 
 from core.session_store import new_share_token, token_hash
 from tests.support.browser import dump_console, require_browser, screenshot_both, silence_wav, wait_until
 from tests.support.realtime_client import Client
+from tests.support.stack import Stack
 
 require_browser()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """A stack of its own, not the browser modules' shared one: the admin page's stage times are
+    the last hour's, and this module's test asserts exactly its own three turns."""
+    s = Stack(tmp_path_factory.mktemp("waterfall_stack"), workers=1).start()
+    yield s
+    s.stop()
 
 # static/viewer/waterfall.css: each stage's colour, looked for in the screenshot
 COLOURS = {"end_of_turn": (0xF0, 0xA0, 0x20), "asr": (0xB0, 0x7C, 0xFF), "llm": (0x4F, 0x8C, 0xFF),

@@ -1,6 +1,6 @@
 """Soak: mixed sessions with random disconnects, for a while (docs/reliability.md).
 
-Short form (CI): 60 s of load. Long form: ``OMNIDUPLEX_SOAK_S=1800``. Three client loops share
+Short form (CI): 30 s of load. Long form: ``OMNIDUPLEX_SOAK_S=1800``. Three client loops share
 one worker with two slots, so the queue is used too. Each loop picks a scenario at random
 (seeded, printed on failure): typed or spoken turns heard to the end, a cancel, a pause, bad
 events, or a disconnect (clean close or TCP abort) while queued, right after assignment or
@@ -41,7 +41,7 @@ say,
 from tests.support.stack import ROOT
 
 
-SOAK_S = float(os.environ.get("OMNIDUPLEX_SOAK_S", "60"))
+SOAK_S = float(os.environ.get("OMNIDUPLEX_SOAK_S", "30"))
 CLIENTS = 3
 WARMUP_S = min(20.0, SOAK_S / 3)
 # After warm-up. The worker's models keep per-shape state that settles at a few hundred MB

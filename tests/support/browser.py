@@ -43,8 +43,12 @@ def require_browser() -> None:
         )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack(tmp_path_factory):
+    """One default stack for every browser module (a module that needs another defines its own
+    ``stack``): each start costs ~11 s of the suite. A module that changes it puts it back (the
+    admin page's drain enables the worker again; the worker-failure test, last in its module,
+    starts the killed worker again and waits for it)."""
     s = Stack(tmp_path_factory.mktemp("browser_stack"), workers=1).start()
     yield s
     s.stop()

@@ -424,3 +424,49 @@ async def test_an_output_before_the_acknowledgement_delay_leaves_it_unsaid():
     await asyncio.wait_for(task, 5)
     backend.close()
     assert not client.invalid, client.invalid[:5]
+
+
+async def test_a_client_that_sends_faster_than_the_session_takes_is_held_back_not_buffered():
+    """A flood of microphone appends while the session is busy: the channel stops reading the
+    client at ``MAX_PENDING`` untaken events (its socket then holds the client back), and reads
+    on as the session takes them."""
+    import json
+
+    from worker.live.channel import MAX_PENDING
+
+    class FloodingClient:
+        transport = "websocket"
+
+        def __init__(self) -> None:
+            self.read = 0
+            self.flood = asyncio.Event()
+
+        async def receive(self) -> str:
+            self.read += 1
+            if self.read == 1:
+                return json.dumps({"type": "session.start", "session": {"model": "gpt-live-1"}})
+            await self.flood.wait()
+            return json.dumps({"type": "session.input_audio.append",
+                               "audio": base64.b64encode(b"\x00\x00" * 480).decode()})
+
+        async def send(self, message) -> None:
+            pass
+
+        async def close(self, code: int = 1000, reason: str = "") -> None:
+            pass
+
+    client = FloodingClient()
+    live = LiveChannel(client, "sess_flood", "omni", max_session_s=600)
+    update = json.loads(await live.receive())
+    assert update["type"] == "session.update"
+    await live.send(json.dumps({"type": "session.updated", "session": {}}))
+    assert live.started
+    client.flood.set()
+    await asyncio.sleep(0.3)
+    held = client.read
+    assert held <= MAX_PENDING + 3, held  # not thousands
+    for _ in range(50):
+        await live.receive()
+    await asyncio.sleep(0.1)
+    assert held < client.read <= held + 51 + 1
+    await live.close()

@@ -53,6 +53,9 @@ from worker.live.pacer import Pacer
 
 log = logging.getLogger(__name__)
 
+# Events for the session not taken yet: past this the reader waits, so a client that sends faster
+# than the session takes (a flood of appends) is held back by its socket, not buffered here.
+MAX_PENDING = 256
 INTERNAL = "live_"  # event ids of the Realtime events this channel makes itself (their errors are logged)
 CLOSE_REASONS = {4003: "expired", 4001: "expired", 4002: "expired"}  # the session's own limits
 SAY_COMMENTARY = "Say this to the user now, briefly and in your own words: "
@@ -85,6 +88,7 @@ class LiveChannel(EventChannel):
         self._bytes_per_s = 48000
         self._input_s = 0.0
         self._to_session: asyncio.Queue[str | ChannelClosed] = asyncio.Queue()
+        self._taken = asyncio.Event()  # the session took an event (room for the reader)
         self._reader: asyncio.Task | None = None
         self._send_lock = asyncio.Lock()
         self._outbox: collections.deque[dict[str, Any]] = collections.deque()
@@ -109,6 +113,7 @@ class LiveChannel(EventChannel):
         if self._reader is None:
             self._reader = asyncio.create_task(self._read())
         got = await self._to_session.get()
+        self._taken.set()
         if isinstance(got, ChannelClosed):
             self._to_session.put_nowait(got)  # every later receive raises too
             raise got
@@ -194,6 +199,9 @@ class LiveChannel(EventChannel):
                 self._handle(parse_client_event(event), client_id)
             except ProtocolError as exc:
                 self._direct(live_error(exc.message, exc.code, exc.param, client_id))
+            while self._to_session.qsize() >= MAX_PENDING:  # the session is behind: stop reading
+                self._taken.clear()  # (the socket's own buffers then hold the client back)
+                await self._taken.wait()
 
     def _handle(self, ev: dict[str, Any], cid: str | None) -> None:
         kind = ev["type"]
