@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-pytest_plugins = ("tests.support.browser",)  # stack / tts / launch fixtures for the browser tests
+pytest_plugins = ("tests.support.browser",)  # tts / launch fixtures for the browser tests
 
 TESTS = Path(__file__).resolve().parent
 
@@ -22,6 +22,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
         if folder in ("unit", "e2e"):
             item.add_marker(getattr(pytest.mark, folder))
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory):
+    """One default stack (one cascade worker) for every module that needs nothing else; a module
+    that does defines its own ``stack``. Each start costs ~11 s of the suite. A test that changes
+    it puts it back (the admin page's drain enables the worker again; the worker-failure test
+    starts the killed worker again and waits for it), and tests find their sessions by id."""
+    from tests.support.stack import Stack
+
+    s = Stack(tmp_path_factory.mktemp("shared_stack"), workers=1).start()
+    yield s
+    s.stop()
 
 
 @pytest.fixture(scope="session")

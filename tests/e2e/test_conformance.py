@@ -19,17 +19,12 @@ import pytest
 from core.protocol import EXTENSION_EVENTS
 from tests.support.realtime_client import Client, close_leftovers
 from tests.support.reliability import wait_meta
-from tests.support.stack import Stack
 
 
 QUESTION = "What is the capital of France?"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("conformance"), workers=1).start()
-    yield s
-    s.stop()
+# ``stack``: the suite's shared default stack (``tests/conftest.py``).
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,6 @@ import jsonschema
 import pytest
 
 from tests.support.realtime_client import Client, close_leftovers
-from tests.support.stack import Stack
 
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city.",
@@ -22,11 +21,7 @@ CLOCK = {"type": "function", "name": "get_time", "description": "The current tim
          "parameters": {"type": "object", "properties": {}}}
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("tools"), workers=1).start()
-    yield s
-    s.stop()
+# ``stack``: the suite's shared default stack (``tests/conftest.py``).
 
 
 @pytest.fixture(autouse=True)

@@ -14,17 +14,12 @@ from openai import AsyncOpenAI
 
 from core.live_events import server_event_error
 from tests.support.reliability import wait_meta
-from tests.support.stack import Stack
 
 RATE = 24000
 QUESTION = "What is the capital of France?"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("live"), workers=1).start()
-    yield s
-    s.stop()
+# ``stack``: the suite's shared default stack (``tests/conftest.py``).
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 
 from devtools.browser_call import (  # noqa: F401 - re-exported for the browser tests
     CHROMEDRIVER, CHROMIUM, DESKTOP, WAV_RATE, chromium, silence_wav, speech_48k, spoken_wav, write_wav)
-from tests.support.stack import ROOT, Stack
+from tests.support.stack import ROOT
 
 PHONE = (390, 844)
 # Run before a page's scripts: getUserMedia without the echo canceller. A fake user speaks straight
@@ -41,17 +41,6 @@ def require_browser() -> None:
             f"browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver; pip install selenium)",
             allow_module_level=True,
         )
-
-
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory):
-    """One default stack for every browser module (a module that needs another defines its own
-    ``stack``): each start costs ~11 s of the suite. A module that changes it puts it back (the
-    admin page's drain enables the worker again; the worker-failure test, last in its module,
-    starts the killed worker again and waits for it)."""
-    s = Stack(tmp_path_factory.mktemp("browser_stack"), workers=1).start()
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="session")

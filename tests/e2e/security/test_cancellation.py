@@ -20,17 +20,12 @@ import pytest
 import websockets
 
 from tests.support.realtime_client import recv_until
-from tests.support.stack import Stack
 
 BIG_TEXT = ("lorem ipsum dolor sit amet " * 800)[:20_000]  # the per-message cap
 LONG_REPLY = "Write a very long story about a dragon, a knight and a city, with many chapters."
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("cancellation"), workers=1).start()
-    yield s
-    s.stop()
+# ``stack``: the suite's shared default stack (``tests/conftest.py``).
 
 
 def _chat(messages, **extra) -> dict:

@@ -17,17 +17,12 @@ from aiortc import RTCSessionDescription
 from openai import AsyncOpenAI, BadRequestError
 
 from core.live_events import server_event_error
-from tests.support.stack import Stack
 from tests.support.webrtc_client import RATE, CallClient
 
 QUESTION = "What is the capital of France?"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("live-webrtc"), workers=1).start()
-    yield s
-    s.stop()
+# ``stack``: the suite's shared default stack (``tests/conftest.py``).
 
 
 @pytest.fixture(scope="module")
