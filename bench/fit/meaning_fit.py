@@ -2,6 +2,7 @@
 
     python -m bench.fit.meaning_fit            # ~10 min the first time (speaks and glances), ~3 min after
     python -m bench.fit.meaning_fit --write    # also rewrite core/cascade/overlap_examples.py
+    python -m bench.fit.meaning_fit --second-look  # a second reading of the whole turn, before answering
 
 The examples are dev only: the dev part of ``bench/sets/duplex.py`` (every backchannel,
 interruption and short cut-in) and ``bench/sets/overlap_phrasings.py`` (more backchannels and
@@ -160,6 +161,10 @@ def main() -> None:
         sweep(rows, ex, x, voices, features, len(rows) - len(duplex_rows))
         keep()
         return
+    if "--second-look" in sys.argv:
+        second_look(rows, ex, x, voices, features)
+        keep()
+        return
     for l2 in L2S:
         heads = {}
         for g in range(GROUPS):  # held out by phrase group and by voice
@@ -184,6 +189,38 @@ def main() -> None:
     summary("\nword list (shipped before), duplex dev clips", [(r, *judge_with_stop(r)) for r in duplex_rows])
     if "--write" in sys.argv:
         write(ex)
+
+
+def second_look(rows, ex, x, voices, features) -> None:
+    """What a second look at the whole turn's transcript would do before answering a voice the
+    glances called an interruption: resume the reply when the whole clip reads as a backchannel
+    (below ``t``, no stop word). Per threshold: backchannels it would win back, and clips that take
+    the floor it would wrongly resume (an ignored cut-in), each clip judged by heads fitted
+    without its phrase group and its voice (the glances' and the second look's alike)."""
+    heads = {}
+    for g in range(GROUPS):
+        for v in voices:
+            train = [(t, y) for t, y, voice, phrase in ex if group_of(phrase) != g and voice != v]
+            heads[g, v] = fit_logistic(np.stack([x[t] for t, _ in train]), np.array([y for _, y in train], float))
+    called = []  # (row, P(floor) of the whole clip, or None when a stop word or no words decide)
+    for r in rows:
+        head = heads[group_of(r["text"]), r["voice"]]
+        verdict, _ = judge(r, lambda w, h=head: probability(h, features(w)))
+        if verdict != "interruption":
+            continue
+        whole = r["whole"]
+        p = probability(head, features(whole)) if ov.words_of(whole) and not ov.says_stop(whole) else None
+        called.append((r, p))
+    bcs = [(r, p) for r, p in called if r["kind"] == "backchannel"]
+    floor = [(r, p) for r, p in called if r["kind"] in TAKES_THE_FLOOR]
+    print(f"called interruptions by the glances: {len(bcs)} backchannels, {len(floor)} that take the floor")
+    print("| second look below | backchannels won back | floor-takers wrongly resumed |\n|---|---|---|")
+    for t in (0.05, 0.1, 0.2, 0.3, 0.4, 0.5):
+        won = [r for r, p in bcs if p is not None and p < t]
+        lost = [r for r, p in floor if p is not None and p < t]
+        print(f"| {t:.2f} | {len(won)}/{len(bcs)} | {len(lost)}/{len(floor)} |")
+        if t == 0.2:
+            print("    wrongly resumed at 0.20:", [f"{r['text']!r} heard {r['whole']!r}" for r in lost][:15])
 
 
 def sweep(rows, ex, x, voices, features, more: int) -> None:
