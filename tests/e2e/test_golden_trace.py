@@ -48,10 +48,9 @@ _results: dict[str, dict[str, list[str]]] = {}
 
 
 @pytest.fixture(scope="module")
-def cascade_stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("golden_cascade"), workers=1).start()
-    yield s
-    s.stop()
+def cascade_stack(stack):
+    """The suite's shared default stack (``tests/conftest.py``)."""
+    return stack
 
 
 @pytest.fixture(scope="module")

@@ -19,16 +19,12 @@ import time
 import pytest
 
 from tests.support.realtime_client import Client, close_leftovers
-from tests.support.stack import ROOT, Stack
+from tests.support.stack import ROOT
 
 IDLE_MS = 5000  # the protocol's shortest
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("idle_truncation"), workers=1).start()
-    yield s
-    s.stop()
+# ``stack``: the suite's shared default stack (``tests/conftest.py``).
 
 
 @pytest.fixture(autouse=True)
