@@ -229,7 +229,7 @@ class LiveChannel(EventChannel):
         elif kind == "response.item.create":
             self._response_item(ev["item"], cid)
         elif kind == "response.create":
-            if (self.config.get("delegation") or {}).get("type") != "responses":
+            if self._delegation_type() != "responses":
                 raise ProtocolError("response.create needs Responses delegation (session.delegation.type "
                                     "'responses')", code="delegation_not_responses")
             delegation = self.delegations.continues()
@@ -258,7 +258,7 @@ class LiveChannel(EventChannel):
             raise ProtocolError("Decisions triggers are not supported by this server yet", code="unsupported_value",
                                 param="session.triggers")
         delegation = s.get("delegation")
-        current = (self.config.get("delegation") or {"type": "client"}).get("type")
+        current = self._delegation_type() or "client"
         if delegation is not None and delegation.get("type") != current:
             raise ProtocolError("the delegation type cannot change", code="invalid_value",
                                 param="session.delegation.type")
@@ -283,12 +283,12 @@ class LiveChannel(EventChannel):
             audio = base64.b64encode(silence * size).decode()
         self._push({"type": "input_audio_buffer.append", "event_id": new_id(INTERNAL), "audio": audio})
 
-    def _delegates_to_client(self) -> bool:
-        return (self.config.get("delegation") or {}).get("type") == "client"
+    def _delegation_type(self) -> str | None:
+        """``client`` or ``responses`` as the session set it; None: no delegation named."""
+        return (self.config.get("delegation") or {}).get("type")
 
     def _context(self, kind: str, ev: dict[str, Any], cid: str | None) -> None:
-        delegation = (self.config.get("delegation") or {"type": "client"}).get("type")
-        if ev.get("delegation_id") is not None and delegation == "responses":
+        if ev.get("delegation_id") is not None and self._delegation_type() == "responses":
             raise ProtocolError("delegation_id is not accepted with Responses delegation", code="invalid_value",
                                 param="delegation_id")
         if ev.get("delegation_id") is not None and ev["delegation_id"] not in self.delegations.known:
@@ -383,7 +383,7 @@ class LiveChannel(EventChannel):
         elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
             self._transcript(ev.get("item_id", ""), ev.get("delta") or "")
         elif kind == "response.output_item.done" and ev["item"].get("type") == "function_call":
-            if ev["item"].get("name") == DELEGATION_TOOL["name"] and self._delegates_to_client():
+            if ev["item"].get("name") == DELEGATION_TOOL["name"] and self._delegation_type() == "client":
                 self.delegations.to_client(ev["response_id"])
                 self._push({"type": "conversation.item.create", "event_id": new_id(INTERNAL), "item": {
                     "type": "function_call_output", "call_id": ev["item"].get("call_id"), "output": HANDED_OVER}})
