@@ -1,0 +1,167 @@
+"""Can the sound of a voice over the reply tell a backchannel from a floor-taker where the words
+fail? (issue 47, dev only)
+
+    python -m bench.fit.sound_fit      # ~6 min the first time (speaks and encodes), seconds after
+
+The overlap judge reads what Whisper heard in its glances; most of its errors are mishearings
+("Good point." heard "checkpoint"). Whisper's encoder has heard the sound before any word is
+chosen, and a glance computes it anyway. This fits a logistic head on the encoder's states over
+the voiced frames (their mean and their maximum) and joins it with the words' reading
+(``words_meaning``) as a weighted mean of log-odds, every dev clip judged by heads fitted
+without its phrase group and its voice (as ``bench.fit.meaning_fit`` holds out), and prints,
+by weight and threshold, backchannels taken and floor-takers missed. A second pass holds out
+the phrase group and a whole base voice (en-us or en-gb), closer to meeting an unheard accent.
+``--l2=X``: the sound head's ridge (the words' head keeps its own).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from bench.fit.meaning_fit import (
+    FEATURES, GROUPS, TAKES_THE_FLOOR, _key, examples, group_of, more_rows,
+)
+from bench.fit.overlap_fit import TAIL, glances
+from bench.fit.stop_words import _look
+from bench.sets.duplex import DEV_VOICES
+from core.cascade.words_meaning import L2, fit_logistic, probability
+from core.conversation import overlap as ov
+from core.conversation.end_of_turn import join_log_odds
+
+SOUNDS = Path(__file__).resolve().parents[2] / "data" / "sound_fit_features.npz"
+GLANCES_MS = tuple(range(ov.GLANCE_FIRST_MS, ov.LONGEST_BACKCHANNEL_MS, ov.GLANCE_EVERY_MS))
+FRAME_MS = 20  # one encoder state per 20 ms
+
+
+def pooled(states: np.ndarray, voice_ms: int) -> np.ndarray:
+    """The mean and the maximum of the encoder's states over the voiced frames."""
+    n = max(1, min(states.shape[0], -(-voice_ms // FRAME_MS)))
+    voiced = states[:n]
+    return np.concatenate([voiced.mean(0), voiced.max(0)])
+
+
+def sound_features(rows: list[dict]) -> dict[tuple[str, str, str], np.ndarray]:
+    """(text, voice, glance ms or "whole") -> pooled encoder states, cached in ``SOUNDS``."""
+    if SOUNDS.exists():
+        with np.load(SOUNDS, allow_pickle=False) as kept:
+            keys, xs = kept["keys"], kept["x"]
+            return {tuple(k): xs[i] for i, k in enumerate(keys)}
+    import ctranslate2
+
+    from core.cascade.asr import GLANCE_FRAMES, WhisperAsr
+    from devtools.espeak import espeak
+
+    asr = WhisperAsr()
+    voices = {v: (v, s, p) for v, s, p in DEV_VOICES}
+    out: dict[tuple[str, str, str], np.ndarray] = {}
+    pad = np.zeros(TAIL, np.float32)
+
+    def encode(samples: np.ndarray) -> np.ndarray:
+        mel = asr._mel(samples[: 2 * 16000], min_frames=GLANCE_FRAMES, silence_pad=False)
+        states = asr._model.encode(ctranslate2.StorageView.from_array(mel[None]), to_cpu=True)
+        return np.array(states)[0]
+
+    for i, r in enumerate(rows):
+        v, speed, pitch = voices[r["voice"]]
+        pcm = espeak(r["text"], v, speed, pitch, rate=16000).astype(np.float32) / 32768
+        for ms in GLANCES_MS:
+            if ms * 16 < pcm.size:
+                out[r["text"], r["voice"], str(ms)] = pooled(encode(np.concatenate([pcm[: ms * 16], pad])), ms)
+        out[r["text"], r["voice"], "whole"] = pooled(encode(np.concatenate([pcm, pad, pad])), pcm.size // 16)
+        if i % 100 == 0:
+            print(f"encoded {i}/{len(rows)}", file=sys.stderr, flush=True)
+    keys = sorted(out)
+    SOUNDS.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(SOUNDS, keys=np.array(keys), x=np.stack([out[k] for k in keys]))
+    return out
+
+
+def judge(r: dict, p_words, p_sound, weight: float, threshold: float) -> str:
+    """The shipped Overlap judge over a clip, its words' chance joined with the sound's."""
+    ov.MEANING_THRESHOLD = threshold
+
+    def chance(words: str, at: str) -> float | None:
+        if not ov.words_of(words) or ov.says_stop(words):
+            return None
+        return joined(p_words(words), p_sound(at), weight)
+
+    o = ov.Overlap("item", 0, None, 0.0)
+    for ms in GLANCES_MS:
+        if ms >= r["ms"]:
+            break
+        words = _look(r, ms)
+        if o.glanced(words, ms, chance(words, str(ms))) is not None:
+            return o.verdict
+    if r["ms"] >= ov.LONGEST_BACKCHANNEL_MS:
+        return "interruption"
+    return o.ended(r["whole"], r["ms"], chance(r["whole"], "whole"))
+
+
+def joined(p: float, q: float, weight: float) -> float:
+    """Log-odds mixed ``1 - weight`` of the words' and ``weight`` of the sound's."""
+    if weight <= 0.0:
+        return p
+    if weight >= 1.0:
+        return q
+    lp = np.log(max(p, 1e-6) / max(1 - p, 1e-6))
+    lq = np.log(max(q, 1e-6) / max(1 - q, 1e-6))
+    return float(1.0 / (1.0 + np.exp(-((1 - weight) * lp + weight * lq))))
+
+
+def main() -> None:
+    rows = glances() + more_rows()
+    sounds = sound_features(rows)
+    with np.load(FEATURES) as kept:
+        assert str(kept["key"]) == _key(), "run python -m bench.fit.meaning_fit first"
+        xs = kept["x"]  # each kept[...] reads the array anew: once
+        words_x = {str(t): xs[i] for i, t in enumerate(kept["texts"])}
+    ex, _ = examples(rows)
+    base = {v: v.split("+")[0] for v, _, _ in DEV_VOICES}
+
+    def fold_of(r_voice: str, phrase: str, by_base: bool) -> tuple:
+        return (group_of(phrase), base[r_voice]) if by_base else (group_of(phrase), r_voice)
+
+    sound_l2 = float(next((a.split("=")[1] for a in sys.argv if a.startswith("--l2=")), L2))
+    for by_base in (False, True):
+        folds = sorted({fold_of(r["voice"], r["text"], by_base) for r in rows})
+        word_heads, sound_heads = {}, {}
+        for f in folds:
+            def out(voice, phrase):
+                if by_base:
+                    return group_of(phrase) == f[0] or (voice is not None and base[voice] == f[1])
+                return group_of(phrase) == f[0] or voice == f[1]
+            train = [(t, y) for t, y, voice, phrase in ex if not out(voice, phrase)]
+            word_heads[f] = fit_logistic(np.stack([words_x[t] for t, _ in train]), np.array([y for _, y in train], float))
+            # the sound head: every glance and whole clip of the clips left in, labelled by kind
+            sx, sy = [], []
+            for r in rows:
+                if out(r["voice"], r["text"]) or ov.says_stop(r["text"]):
+                    continue
+                y = float(r["kind"] in TAKES_THE_FLOOR)
+                for k in [*(str(ms) for ms in GLANCES_MS), "whole"]:
+                    if (r["text"], r["voice"], k) in sounds:
+                        sx.append(sounds[r["text"], r["voice"], k])
+                        sy.append(y)
+            sound_heads[f] = fit_logistic(np.stack(sx), np.array(sy), sound_l2)
+        print(f"\nheld out by {'phrase group and base voice (en-us / en-gb)' if by_base else 'phrase group and voice'}:")
+        print("| sound weight | threshold | backchannels taken | floor-takers missed |\n|---|---|---|---|")
+        bcs = [r for r in rows if r["kind"] == "backchannel" and not ov.says_stop(r["text"])]
+        floor = [r for r in rows if r["kind"] in TAKES_THE_FLOOR]
+        for weight in (0.0, 0.25, 0.5, 0.75, 1.0):
+            for threshold in (0.5, 0.6, 0.7):
+                def verdict(r):
+                    f = fold_of(r["voice"], r["text"], by_base)
+                    wh, sh = word_heads[f], sound_heads[f]
+                    return judge(r, lambda w: probability(wh, words_x[w.strip()]) if w.strip() in words_x else 0.5,
+                                 lambda k: probability(sh, sounds[r["text"], r["voice"], k]), weight, threshold)
+                taken = sum(verdict(r) == "interruption" for r in bcs)
+                missed = sum(verdict(r) != "interruption" for r in floor)
+                print(f"| {weight:.2f} | {threshold:.1f} | {taken}/{len(bcs)} ({taken / len(bcs):.0%}) "
+                      f"| {missed}/{len(floor)} ({missed / len(floor):.0%}) |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
