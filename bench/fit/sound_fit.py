@@ -22,14 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from bench.fit.meaning_fit import (
-    FEATURES, GROUPS, TAKES_THE_FLOOR, _key, examples, group_of, more_rows,
+    FEATURES, TAKES_THE_FLOOR, _key, examples, group_of, more_rows,
 )
 from bench.fit.overlap_fit import TAIL, glances
 from bench.fit.stop_words import _look
 from bench.sets.duplex import DEV_VOICES
 from core.cascade.words_meaning import L2, fit_logistic, probability
 from core.conversation import overlap as ov
-from core.conversation.end_of_turn import join_log_odds
 
 SOUNDS = Path(__file__).resolve().parents[2] / "data" / "sound_fit_features.npz"
 GLANCES_MS = tuple(range(ov.GLANCE_FIRST_MS, ov.LONGEST_BACKCHANNEL_MS, ov.GLANCE_EVERY_MS))
