@@ -3,6 +3,7 @@
     python -m bench.fit.asr_padding                          # ~4 min: the dev questions, cut 8 ways
     python -m bench.fit.asr_padding --sessions DIR [DIR...]  # + recorded sessions' user audio
     python -m bench.fit.asr_padding --espeak                 # the turn fit's dev clips instead (espeak-ng)
+    python -m bench.fit.asr_padding --espeak --min-frames 1000 500 300   # a turn's shortest window
 
 The cascade encodes a short clip over its length + 2 s (at least 10 s), not Whisper's 30 s. Those
 frames were zeros; the log-mel of silence at the clip's own level is what Whisper saw in training
@@ -91,6 +92,8 @@ def main() -> None:
     parser.add_argument("--sessions", nargs="*", default=[], help="recorded session folders (the first dev question)")
     parser.add_argument("--beam", type=int, default=1, help="beam size (the cascade decodes greedily: 1)")
     parser.add_argument("--espeak", action="store_true", help="the turn fit's espeak-ng dev clips instead")
+    parser.add_argument("--min-frames", type=int, nargs="+",
+                        help="compare the shipped padding over these shortest windows (mel frames) instead")
     args = parser.parse_args()
     from core.cascade.asr import WhisperAsr, repeats
     from core.cascade.tts import PiperTts
@@ -112,7 +115,11 @@ def main() -> None:
         "silence": lambda samples: decode(samples, True),
         "silence, a loop decoded again over zeros (shipped)": None,
     }
+    if args.min_frames:
+        variants = {f"shortest window {n} frames": n for n in args.min_frames}
     for name, window in variants.items():
+        if args.min_frames:
+            asr.min_frames, window = window, None
         asr._transcribe_window = window or type(asr)._transcribe_window.__get__(asr)
         t0 = time.perf_counter()
         wrong: dict[str, int] = {}

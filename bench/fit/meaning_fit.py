@@ -47,13 +47,19 @@ def _key() -> str:
     return f"{wm.VERSION}-{wm.LAYER}-{OVERLAP}-{CACHE_NAME}"
 
 
-def more_rows() -> list[dict]:
+def more_rows(silence_pad: bool = False) -> list[dict]:
     """``bench.fit.overlap_fit``'s glances over the dev cut-ins and the more phrasings (the
-    questions added after the first fit cached apart)."""
+    questions added after the first fit cached apart; ``silence_pad``: padded with the log-mel of
+    silence, cached apart too)."""
+    more, questions_cache = MORE_CACHE, QUESTIONS_CACHE
+    if silence_pad:
+        more = more.with_name(more.stem + "_silence.json")
+        questions_cache = questions_cache.with_name(questions_cache.stem + "_silence.json")
     clips = ([("backchannel", t) for t in DEV_MORE_BACKCHANNELS]
              + [("cutin", t) for t in [*DEV_CUTINS, *DEV_MORE_CUTINS]])
     questions = [("cutin", t) for t in DEV_MORE_FLOOR_QUESTIONS]
-    return glances(clips=clips, cache=MORE_CACHE) + glances(clips=questions, cache=QUESTIONS_CACHE)
+    return (glances(silence_pad, clips=clips, cache=more)
+            + glances(silence_pad, clips=questions, cache=questions_cache))
 
 
 def group_of(phrase: str) -> int:
@@ -114,8 +120,9 @@ def summary(name: str, verdicts: list[tuple[dict, str, int]], verbose: bool = Tr
 
 
 def main() -> None:
-    duplex_rows = glances(silence_pad="--silence-pad" in sys.argv)
-    rows = duplex_rows + more_rows()
+    silence_pad = "--silence-pad" in sys.argv
+    duplex_rows = glances(silence_pad=silence_pad)
+    rows = duplex_rows + more_rows(silence_pad)
     reader = WordsReader(Path("data/models") / CACHE_NAME)
     cache: dict[str, np.ndarray] = {}
     if FEATURES.exists():  # the readings of earlier runs (the same model, layer and frame)

@@ -11,7 +11,9 @@ the voiced frames (their mean and their maximum) and joins it with the words' re
 without its phrase group and its voice (as ``bench.fit.meaning_fit`` holds out), and prints,
 by weight and threshold, backchannels taken and floor-takers missed. A second pass holds out
 the phrase group and a whole base voice (en-us or en-gb), closer to meeting an unheard accent.
-``--l2=X``: the sound head's ridge (the words' head keeps its own).
+``--l2=X``: the sound head's ridge (the words' head keeps its own). ``--piper``: the sound head
+fitted instead on the dev phrases as the bundled Piper voice says them (what a worker could do at
+start), judged on the espeak-ng dev clips.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from core.cascade.words_meaning import L2, fit_logistic, probability
 from core.conversation import overlap as ov
 
 SOUNDS = Path(__file__).resolve().parents[2] / "data" / "sound_fit_features.npz"
+PIPER_SOUNDS = SOUNDS.with_name("sound_fit_piper.npz")
+PIPER_SPEEDS = (0.9, 1.0, 1.15)
 GLANCES_MS = tuple(range(ov.GLANCE_FIRST_MS, ov.LONGEST_BACKCHANNEL_MS, ov.GLANCE_EVERY_MS))
 FRAME_MS = 20  # one encoder state per 20 ms
 
@@ -75,6 +79,45 @@ def sound_features(rows: list[dict]) -> dict[tuple[str, str, str], np.ndarray]:
     keys = sorted(out)
     SOUNDS.parent.mkdir(parents=True, exist_ok=True)
     np.savez(SOUNDS, keys=np.array(keys), x=np.stack([out[k] for k in keys]))
+    return out
+
+
+def piper_features(phrases: list[str]) -> dict[tuple[str, str, str], np.ndarray]:
+    """(phrase, speed, glance ms or "whole") -> pooled encoder states of the phrase spoken by the
+    bundled Piper voice (deterministic, trimmed to its voiced span), cached in ``PIPER_SOUNDS``:
+    a sound head a worker could fit at start, with no fitted numbers shipped."""
+    if PIPER_SOUNDS.exists():
+        with np.load(PIPER_SOUNDS, allow_pickle=False) as kept:
+            keys, xs = kept["keys"], kept["x"]
+            return {tuple(k): xs[i] for i, k in enumerate(keys)}
+    import ctranslate2
+
+    from core.audio import resample
+    from core.cascade.asr import GLANCE_FRAMES, WhisperAsr
+    from core.cascade.tts import PiperTts
+
+    asr, tts = WhisperAsr(), PiperTts()
+    pad = np.zeros(TAIL, np.float32)
+    out: dict[tuple[str, str, str], np.ndarray] = {}
+
+    def encode(samples: np.ndarray) -> np.ndarray:
+        mel = asr._mel(samples[: 2 * 16000], min_frames=GLANCE_FRAMES, silence_pad=False)
+        return np.array(asr._model.encode(ctranslate2.StorageView.from_array(mel[None]), to_cpu=True))[0]
+
+    for i, phrase in enumerate(phrases):
+        for speed in PIPER_SPEEDS:
+            pcm = np.frombuffer(b"".join(tts.synthesize(phrase, speed, deterministic=True)), "<i2")
+            pcm = resample(pcm.astype(np.float32) / 32768, 24000, 16000)
+            loud = np.flatnonzero(np.abs(pcm) > 0.02 * np.abs(pcm).max())
+            pcm = pcm[loud[0]: loud[-1] + 1]
+            for ms in GLANCES_MS:
+                if ms * 16 < pcm.size:
+                    out[phrase, str(speed), str(ms)] = pooled(encode(np.concatenate([pcm[: ms * 16], pad])), ms)
+            out[phrase, str(speed), "whole"] = pooled(encode(np.concatenate([pcm, pad, pad])), pcm.size // 16)
+        if i % 50 == 0:
+            print(f"piper {i}/{len(phrases)}", file=sys.stderr, flush=True)
+    keys = sorted(out)
+    np.savez(PIPER_SOUNDS, keys=np.array(keys), x=np.stack([out[k] for k in keys]))
     return out
 
 
@@ -123,6 +166,9 @@ def main() -> None:
     def fold_of(r_voice: str, phrase: str, by_base: bool) -> tuple:
         return (group_of(phrase), base[r_voice]) if by_base else (group_of(phrase), r_voice)
 
+    if "--piper" in sys.argv:
+        piper(rows, sounds, words_x, ex)
+        return
     sound_l2 = float(next((a.split("=")[1] for a in sys.argv if a.startswith("--l2=")), L2))
     for by_base in (False, True):
         folds = sorted({fold_of(r["voice"], r["text"], by_base) for r in rows})
@@ -160,6 +206,40 @@ def main() -> None:
                 missed = sum(verdict(r) != "interruption" for r in floor)
                 print(f"| {weight:.2f} | {threshold:.1f} | {taken}/{len(bcs)} ({taken / len(bcs):.0%}) "
                       f"| {missed}/{len(floor)} ({missed / len(floor):.0%}) |", flush=True)
+
+
+def piper(rows, sounds, words_x, ex) -> None:
+    """The sound head fitted on the dev phrases as the bundled Piper voice says them, judged on the
+    espeak-ng dev clips (no dev voice in its fit), each held out by phrase group; the words' head
+    as in ``main`` (held out by phrase group and voice)."""
+    from bench.fit.meaning_fit import written
+
+    labels = {t: y for t, y in written().items() if not ov.says_stop(t)}
+    sp = piper_features(sorted(labels))
+    voices = sorted({r["voice"] for r in rows})
+    word_heads, sound_heads = {}, {}
+    for g in range(5):
+        sx = [(x, labels[k[0]]) for k, x in sp.items() if group_of(k[0]) != g]
+        sound_heads[g] = fit_logistic(np.stack([x for x, _ in sx]), np.array([y for _, y in sx], float))
+        for v in voices:
+            train = [(t, y) for t, y, voice, phrase in ex if group_of(phrase) != g and voice != v]
+            word_heads[g, v] = fit_logistic(np.stack([words_x[t] for t, _ in train]),
+                                            np.array([y for _, y in train], float))
+    bcs = [r for r in rows if r["kind"] == "backchannel" and not ov.says_stop(r["text"])]
+    floor = [r for r in rows if r["kind"] in TAKES_THE_FLOOR]
+    print("\nthe sound head fitted on Piper's speech of the dev phrases, held out by phrase group:")
+    print("| sound weight | threshold | backchannels taken | floor-takers missed |\n|---|---|---|---|")
+    for weight in (0.0, 0.25, 0.5, 0.75, 1.0):
+        for threshold in (0.5, 0.6, 0.7):
+            def verdict(r):
+                g = group_of(r["text"])
+                wh, sh = word_heads[g, r["voice"]], sound_heads[g]
+                return judge(r, lambda w: probability(wh, words_x[w.strip()]) if w.strip() in words_x else 0.5,
+                             lambda k: probability(sh, sounds[r["text"], r["voice"], k]), weight, threshold)
+            taken = sum(verdict(r) == "interruption" for r in bcs)
+            missed = sum(verdict(r) != "interruption" for r in floor)
+            print(f"| {weight:.2f} | {threshold:.1f} | {taken}/{len(bcs)} ({taken / len(bcs):.0%}) "
+                  f"| {missed}/{len(floor)} ({missed / len(floor):.0%}) |", flush=True)
 
 
 if __name__ == "__main__":

@@ -101,6 +101,7 @@ class WhisperAsr:
         self._start_of_prev = tok("<|startofprev|>")
         self._tok = tok
         self._lock = threading.Lock()  # one CTranslate2 call at a time keeps cores predictable
+        self.min_frames = MIN_FRAMES  # a turn's shortest encoder window (mel frames)
 
     @property
     def multilingual(self) -> bool:
@@ -151,7 +152,8 @@ class WhisperAsr:
             )[0]
         return self._tokenizer.decode([t for t in result.sequences_ids[0] if t < self._sot]).strip()
 
-    def _mel(self, samples: np.ndarray, min_frames: int = MIN_FRAMES, silence_pad: bool = True) -> np.ndarray:
+    def _mel(self, samples: np.ndarray, min_frames: int | None = None, silence_pad: bool = True) -> np.ndarray:
+        min_frames = self.min_frames if min_frames is None else min_frames
         feats = self._features(samples)  # (n_mels, frames), log10 clamped at max - 8, then (x + 4) / 4
         frames = feats.shape[1]
         n = min(MAX_FRAMES, max(min_frames, ((frames + 200 + 99) // 100) * 100))
