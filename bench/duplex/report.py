@@ -37,6 +37,8 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
         cut_all = [r for r in mine if r["kind"] == "cutin"]
         cutins = [r for r in cut_all if r.get("status") == "ok"]
         lat = summary([r["latency_ms"] for r in comp if r["latency_ms"] is not None])
+        stopped = summary([r["stopped_ms"] for r in comp if r.get("stopped_ms") is not None])
+        audio_after = summary([r["audio_after_stop_ms"] for r in comp if r.get("audio_after_stop_ms") is not None])
         seen = summary([r["seen_ms"] for r in ints if r["seen_ms"] is not None])
         stop = summary([r["stop_ms"] for r in ints if r["stop_ms"] is not None])
         answer = summary([r["answer_ms"] for r in ints if r["answer_ms"] is not None])
@@ -51,6 +53,7 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
         out[mode] = {
             "complete": len(comp), "turn_p50_ms": _nan_none(lat["p50"]), "turn_p90_ms": _nan_none(lat["p90"]),
             "no_answer": sum(not r["answered"] for r in comp),
+            "stopped_p50_ms": _nan_none(stopped["p50"]), "audio_after_stop_p50_ms": _nan_none(audio_after["p50"]),
             "paused": len(paused), "takeovers": takeovers, "pause_takeover": _share(takeovers, len(paused)),
             "backchannels": len(bc), "bc_not_trials": len(bc_all) - len(bc), "bc_false": false,
             "bc_false_rate": _share(false, len(bc)), "bc_lost": lost, "bc_lost_rate": _share(lost, len(bc)),
@@ -76,7 +79,7 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
 MEDIAN_KEYS = ("pause_takeover", "takeovers", "turn_p50_ms", "turn_p90_ms", "ratio_to_server_vad", "no_answer",
                "detected_share", "seen_p50_ms", "seen_p90_ms", "stop_p50_ms", "answer_p50_ms", "relevance",
                "bc_false_rate", "bc_false", "bc_lost_rate", "bc_back_p50_ms", "cutin_taken_share", "cutin_seen_p50_ms",
-               "errors")
+               "errors", "stopped_p50_ms", "audio_after_stop_p50_ms")
 COUNT_KEYS = ("complete", "paused", "backchannels", "interruptions", "cutins", "bc_not_trials", "int_not_trials",
               "cutin_not_trials")
 
@@ -182,6 +185,14 @@ def report(r: dict[str, Any]) -> str:
             f"{_cell(s, 'detected_share', 'interruptions', _pct)} | {seen} | "
             f"{_cell(s, 'stop_p50_ms', 'interruptions', _ms)} | {_cell(s, 'answer_p50_ms', 'interruptions', _ms)} | "
             f"{_cell(s, 'relevance', 'interruptions', _pct)} | {_cell(s, 'bc_false_rate', 'backchannels', _pct)} |")
+    if any("refused" not in s and s["complete"] for s in r["median"].values()):
+        lines += ["", "Where a complete turn's time goes: the turn's end (speech_stopped) after the last voiced "
+                  "sample, then the first audio after it (0 when the held reply was ready):", "",
+                  "| mode | speech_stopped after the voice p50 ms | first audio after speech_stopped p50 ms |",
+                  "|---|---|---|"]
+        lines += [f"| {mode} | {_cell(s, 'stopped_p50_ms', 'complete', _ms)} | "
+                  f"{_cell(s, 'audio_after_stop_p50_ms', 'complete', _ms)} |"
+                  for mode, s in r["median"].items() if "refused" not in s and s["complete"]]
     lines += ["", "What the listener notices (issue 47): the reply's silence after an interruption's onset (over "
               "WebSocket the client clears its playback at speech_started), short cut-ins taken as turns, "
               "backchannels after which the story did not come back within 1 s (or that got an answer):", "",

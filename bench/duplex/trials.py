@@ -55,6 +55,12 @@ async def turn_trial(url: str, mode: str, clip: Clip) -> dict[str, Any]:
     if it.kind == "complete":
         r["latency_ms"] = tr.rel_ms(min(after), lv) if after else None
         r["answered"] = bool(after)
+        # where that time went: the turn's end (speech_stopped) after the last voiced sample, and
+        # the first audio after the turn's end (0 when the held reply was ready)
+        stops = [t for t, k in tr.events if k == "input_audio_buffer.speech_stopped"
+                 and lv is not None and t >= lv and (not after or t <= min(after))]
+        r["stopped_ms"] = tr.rel_ms(stops[-1], lv) if stops else None
+        r["audio_after_stop_ms"] = tr.rel_ms(min(after), stops[-1]) if stops and after else None
         r["early_audio"] = any(lv is None or t < lv for t in tr.first_audio.values())
     else:
         pause, resume = mic.marks.get("pause_start"), mic.marks.get("resume")

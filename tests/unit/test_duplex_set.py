@@ -153,7 +153,8 @@ def test_report_marks_each_goal_from_synthetic_trials():
 
     def rows(mode: str, latency: list[float], takeovers: int, false: int, seen: list[float],
              cutins_taken: int) -> list[dict]:
-        out = [{"mode": mode, "kind": "complete", "latency_ms": v, "answered": True} for v in latency]
+        out = [{"mode": mode, "kind": "complete", "latency_ms": v, "answered": True, "stopped_ms": v - 150,
+                "audio_after_stop_ms": 150.0} for v in latency]
         out += [{"mode": mode, "kind": "paused", "takeover": i < takeovers} for i in range(10)]
         out += [{"mode": mode, "kind": "backchannel", "status": "ok", "false_interruption": i < false,
                  "story_lost": i < false, "story_back_ms": None} for i in range(10)]
@@ -172,6 +173,7 @@ def test_report_marks_each_goal_from_synthetic_trials():
     assert sem["pause_takeover"] == 0.1 and sem["bc_false_rate"] == 0.1 and sem["backchannels"] == 10
     assert sem["bc_not_trials"] == 1 and sem["seen_p50_ms"] == 220 and sem["relevance"] == 1.0
     assert sem["ratio_to_server_vad"] == round(430 / 610, 3)
+    assert sem["stopped_p50_ms"] == 280 and sem["audio_after_stop_p50_ms"] == 150
     median = median_modes([per, per])
     marks = {g["goal"]: g["mark"] for g in goals(median)}
     assert marks["server_vad: backchannels taken as interruptions <= 10%"] == "**missed**"
@@ -190,3 +192,4 @@ def test_report_marks_each_goal_from_synthetic_trials():
     row = next(line for line in text.splitlines() if line.startswith("| no_backchannel_rule"))
     assert row.count("n/a") == 8  # nothing run in that mode: every column n/a (the ratio "-")
     assert "| semantic_vad | 10 % | 430 / 1112 | 0.70 | 100 % | 220 / 236 |" in text
+    assert "| semantic_vad | 280 | 150 |" in text  # where the turn's time went
