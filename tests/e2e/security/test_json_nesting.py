@@ -1,28 +1,20 @@
 """Issue 32 item 4: JSON nesting is bounded before parsing. A deeply nested realtime event used
 to end the session (RecursionError, close 1011); now it gets an ``error`` event and the session
-goes on. The REST API answers 400 with the same reason."""
+goes on. The REST API answers 400 with the same reason. On the shared default stack
+(``tests/conftest.py``)."""
 
 from __future__ import annotations
 
 import json
 
 import httpx
-import pytest
 import websockets
 
 from core.json_limits import MAX_DEPTH
 from tests.support.realtime_client import recv_until
 from tests.support.reliability import ws_url
-from tests.support.stack import Stack
 
 DEEP = 100_000  # far past Python's recursion limit
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("nesting"), workers=1, recording={"enabled": False}).start()
-    yield s
-    s.stop()
 
 
 def nested_event(depth: int) -> str:
