@@ -4,7 +4,7 @@ fail? (issue 47, dev only)
     python -m bench.fit.sound_fit      # ~6 min the first time (speaks and encodes), seconds after
 
 The overlap judge reads what Whisper heard in its glances; most of its errors are mishearings
-("Good point." heard "checkpoint"). Whisper's encoder has heard the sound before any word is
+("Definitely." heard as "in the" in a dev voice). Whisper's encoder has heard the sound before any word is
 chosen, and a glance computes it anyway. This fits a logistic head on the encoder's states over
 the voiced frames (their mean and their maximum) and joins it with the words' reading
 (``words_meaning``) as a weighted mean of log-odds, every dev clip judged by heads fitted
@@ -29,7 +29,7 @@ from bench.fit.meaning_fit import (
 from bench.fit.overlap_fit import TAIL, glances
 from bench.fit.stop_words import _look
 from bench.sets.duplex import DEV_VOICES
-from core.cascade.words_meaning import L2, fit_logistic, probability
+from core.cascade.words_meaning import L2, OVERLAP, fit_logistic, probability
 from core.conversation import overlap as ov
 
 SOUNDS = Path(__file__).resolve().parents[2] / "data" / "sound_fit_features.npz"
@@ -153,13 +153,40 @@ def joined(p: float, q: float, weight: float) -> float:
     return float(1.0 / (1.0 + np.exp(-((1 - weight) * lp + weight * lq))))
 
 
+class WordsFeatures(dict):
+    """SmolLM2's readings of words (``words_meaning``), as ``bench.fit.meaning_fit`` caches them in
+    ``FEATURES``; a text no earlier run read (a glance the words-only judge never reached) is read
+    now and kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        if FEATURES.exists():
+            with np.load(FEATURES) as kept:
+                if str(kept["key"]) == _key():
+                    xs = kept["x"]  # each kept[...] reads the array anew: once
+                    self.update({str(t): xs[i] for i, t in enumerate(kept["texts"])})
+        self._known = len(self)
+        self._reader = None
+
+    def __missing__(self, text: str) -> np.ndarray:
+        if self._reader is None:
+            from core.cascade.llm import CACHE_NAME
+            from core.cascade.words_meaning import WordsReader
+
+            self._reader = WordsReader(Path("data/models") / CACHE_NAME)
+        self[text] = self._reader.features(text, OVERLAP)
+        return self[text]
+
+    def keep(self) -> None:
+        if len(self) > self._known:
+            texts = sorted(self)
+            np.savez(FEATURES, key=_key(), texts=np.array(texts), x=np.stack([self[t] for t in texts]))
+
+
 def main() -> None:
     rows = glances() + more_rows()
     sounds = sound_features(rows)
-    with np.load(FEATURES) as kept:
-        assert str(kept["key"]) == _key(), "run python -m bench.fit.meaning_fit first"
-        xs = kept["x"]  # each kept[...] reads the array anew: once
-        words_x = {str(t): xs[i] for i, t in enumerate(kept["texts"])}
+    words_x = WordsFeatures()
     ex, _ = examples(rows)
     base = {v: v.split("+")[0] for v, _, _ in DEV_VOICES}
 
@@ -168,6 +195,7 @@ def main() -> None:
 
     if "--piper" in sys.argv:
         piper(rows, sounds, words_x, ex)
+        words_x.keep()
         return
     sound_l2 = float(next((a.split("=")[1] for a in sys.argv if a.startswith("--l2=")), L2))
     for by_base in (False, True):
@@ -192,20 +220,28 @@ def main() -> None:
                         sy.append(y)
             sound_heads[f] = fit_logistic(np.stack(sx), np.array(sy), sound_l2)
         print(f"\nheld out by {'phrase group and base voice (en-us / en-gb)' if by_base else 'phrase group and voice'}:")
-        print("| sound weight | threshold | backchannels taken | floor-takers missed |\n|---|---|---|---|")
-        bcs = [r for r in rows if r["kind"] == "backchannel" and not ov.says_stop(r["text"])]
-        floor = [r for r in rows if r["kind"] in TAKES_THE_FLOOR]
-        for weight in (0.0, 0.25, 0.5, 0.75, 1.0):
-            for threshold in (0.5, 0.6, 0.7):
-                def verdict(r):
-                    f = fold_of(r["voice"], r["text"], by_base)
-                    wh, sh = word_heads[f], sound_heads[f]
-                    return judge(r, lambda w: probability(wh, words_x[w.strip()]) if w.strip() in words_x else 0.5,
-                                 lambda k: probability(sh, sounds[r["text"], r["voice"], k]), weight, threshold)
-                taken = sum(verdict(r) == "interruption" for r in bcs)
-                missed = sum(verdict(r) != "interruption" for r in floor)
-                print(f"| {weight:.2f} | {threshold:.1f} | {taken}/{len(bcs)} ({taken / len(bcs):.0%}) "
-                      f"| {missed}/{len(floor)} ({missed / len(floor):.0%}) |", flush=True)
+        table(rows, words_x, sounds,
+              lambda r, by_base=by_base, wh=word_heads, sh=sound_heads: (wh[fold_of(r["voice"], r["text"], by_base)],
+                                                                          sh[fold_of(r["voice"], r["text"], by_base)]))
+    words_x.keep()
+
+
+def table(rows, words_x, sounds, heads) -> None:
+    """Backchannels taken and floor-takers missed by the sound's weight and the threshold, each
+    clip judged by ``heads(row)``: its (words' head, sound head)."""
+    print("| sound weight | threshold | backchannels taken | floor-takers missed |\n|---|---|---|---|")
+    bcs = [r for r in rows if r["kind"] == "backchannel" and not ov.says_stop(r["text"])]
+    floor = [r for r in rows if r["kind"] in TAKES_THE_FLOOR]
+    for weight in (0.0, 0.25, 0.5, 0.75, 1.0):
+        for threshold in (0.5, 0.6, 0.7):
+            def verdict(r):
+                wh, sh = heads(r)
+                return judge(r, lambda w: probability(wh, words_x[w.strip()]),
+                             lambda k: probability(sh, sounds[r["text"], r["voice"], k]), weight, threshold)
+            taken = sum(verdict(r) == "interruption" for r in bcs)
+            missed = sum(verdict(r) != "interruption" for r in floor)
+            print(f"| {weight:.2f} | {threshold:.1f} | {taken}/{len(bcs)} ({taken / len(bcs):.0%}) "
+                  f"| {missed}/{len(floor)} ({missed / len(floor):.0%}) |", flush=True)
 
 
 def piper(rows, sounds, words_x, ex) -> None:
@@ -225,21 +261,8 @@ def piper(rows, sounds, words_x, ex) -> None:
             train = [(t, y) for t, y, voice, phrase in ex if group_of(phrase) != g and voice != v]
             word_heads[g, v] = fit_logistic(np.stack([words_x[t] for t, _ in train]),
                                             np.array([y for _, y in train], float))
-    bcs = [r for r in rows if r["kind"] == "backchannel" and not ov.says_stop(r["text"])]
-    floor = [r for r in rows if r["kind"] in TAKES_THE_FLOOR]
     print("\nthe sound head fitted on Piper's speech of the dev phrases, held out by phrase group:")
-    print("| sound weight | threshold | backchannels taken | floor-takers missed |\n|---|---|---|---|")
-    for weight in (0.0, 0.25, 0.5, 0.75, 1.0):
-        for threshold in (0.5, 0.6, 0.7):
-            def verdict(r):
-                g = group_of(r["text"])
-                wh, sh = word_heads[g, r["voice"]], sound_heads[g]
-                return judge(r, lambda w: probability(wh, words_x[w.strip()]) if w.strip() in words_x else 0.5,
-                             lambda k: probability(sh, sounds[r["text"], r["voice"], k]), weight, threshold)
-            taken = sum(verdict(r) == "interruption" for r in bcs)
-            missed = sum(verdict(r) != "interruption" for r in floor)
-            print(f"| {weight:.2f} | {threshold:.1f} | {taken}/{len(bcs)} ({taken / len(bcs):.0%}) "
-                  f"| {missed}/{len(floor)} ({missed / len(floor):.0%}) |", flush=True)
+    table(rows, words_x, sounds, lambda r: (word_heads[group_of(r["text"]), r["voice"]], sound_heads[group_of(r["text"])]))
 
 
 if __name__ == "__main__":
