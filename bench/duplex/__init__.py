@@ -17,7 +17,9 @@ milliseconds played (as the Agents SDK does). The set is ``bench/sets/duplex.py`
 Trials, per mode:
 
 - complete: the clip after 0.5 s of silence. Turn latency = first audio delta minus the send time
-  of the chunk holding the last voiced sample; no audio within 10 s is "no answer".
+  of the chunk holding the last voiced sample; no audio within 10 s is "no answer". Split in two:
+  ``speech_stopped`` after that sample (the turn decided) and the first audio after ``speech_stopped``
+  (0 when the held reply was ready).
 - paused: a takeover is a response created, or audio arriving, inside the pause (before the chunk
   where the speech resumes was sent).
 - backchannel: a long-answer prompt as text (``conversation.item.create`` + ``response.create``
