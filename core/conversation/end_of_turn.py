@@ -132,13 +132,13 @@ def end_of_turn_probability(
     return join_log_odds(p, meaning)
 
 
-def join_log_odds(p: float, q: float) -> float:
-    """The mean of two probabilities' log-odds, as a probability."""
+def join_log_odds(p: float, q: float, weight: float = 0.5) -> float:
+    """The mean of two probabilities' log-odds, as a probability (``weight``: ``q``'s share)."""
     def logit(x: float) -> float:
         x = min(max(x, 1e-6), 1.0 - 1e-6)
         return math.log(x / (1.0 - x))
 
-    return 1.0 / (1.0 + math.exp(-(logit(p) + logit(q)) / 2.0))
+    return 1.0 / (1.0 + math.exp(-((1.0 - weight) * logit(p) + weight * logit(q))))
 
 
 def _score(text: str, lm: MessageEnd | float | None, confidence: float | None) -> float | None:
