@@ -185,14 +185,14 @@ def report(r: dict[str, Any]) -> str:
             f"{_cell(s, 'detected_share', 'interruptions', _pct)} | {seen} | "
             f"{_cell(s, 'stop_p50_ms', 'interruptions', _ms)} | {_cell(s, 'answer_p50_ms', 'interruptions', _ms)} | "
             f"{_cell(s, 'relevance', 'interruptions', _pct)} | {_cell(s, 'bc_false_rate', 'backchannels', _pct)} |")
-    if any("refused" not in s and s["complete"] for s in r["median"].values()):
+    with_turns = {mode: s for mode, s in r["median"].items() if "refused" not in s and s["complete"]}
+    if with_turns:
         lines += ["", "Where a complete turn's time goes: the turn's end (speech_stopped) after the last voiced "
                   "sample, then the first audio after it (0 when the held reply was ready):", "",
                   "| mode | speech_stopped after the voice p50 ms | first audio after speech_stopped p50 ms |",
                   "|---|---|---|"]
-        lines += [f"| {mode} | {_cell(s, 'stopped_p50_ms', 'complete', _ms)} | "
-                  f"{_cell(s, 'audio_after_stop_p50_ms', 'complete', _ms)} |"
-                  for mode, s in r["median"].items() if "refused" not in s and s["complete"]]
+        lines += [f"| {mode} | {_ms(s['stopped_p50_ms'])} | {_ms(s['audio_after_stop_p50_ms'])} |"
+                  for mode, s in with_turns.items()]
     lines += ["", "What the listener notices (issue 47): the reply's silence after an interruption's onset (over "
               "WebSocket the client clears its playback at speech_started), short cut-ins taken as turns, "
               "backchannels after which the story did not come back within 1 s (or that got an answer):", "",

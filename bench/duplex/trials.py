@@ -57,10 +57,11 @@ async def turn_trial(url: str, mode: str, clip: Clip) -> dict[str, Any]:
         r["answered"] = bool(after)
         # where that time went: the turn's end (speech_stopped) after the last voiced sample, and
         # the first audio after the turn's end (0 when the held reply was ready)
+        first = min(after) if after else None
         stops = [t for t, k in tr.events if k == "input_audio_buffer.speech_stopped"
-                 and lv is not None and t >= lv and (not after or t <= min(after))]
+                 and lv is not None and lv <= t <= (first or float("inf"))]
         r["stopped_ms"] = tr.rel_ms(stops[-1], lv) if stops else None
-        r["audio_after_stop_ms"] = tr.rel_ms(min(after), stops[-1]) if stops and after else None
+        r["audio_after_stop_ms"] = tr.rel_ms(first, stops[-1]) if stops and first is not None else None
         r["early_audio"] = any(lv is None or t < lv for t in tr.first_audio.values())
     else:
         pause, resume = mic.marks.get("pause_start"), mic.marks.get("resume")

@@ -115,11 +115,11 @@ def main() -> None:
         "silence": lambda samples: decode(samples, True),
         "silence, a loop decoded again over zeros (shipped)": None,
     }
-    if args.min_frames:
-        variants = {f"shortest window {n} frames": n for n in args.min_frames}
-    for name, window in variants.items():
-        if args.min_frames:
-            asr.min_frames, window = window, None
+    windows = {name: (window, asr.min_frames) for name, window in variants.items()}
+    if args.min_frames:  # the shipped padding, over each shortest window
+        windows = {f"shortest window {n} frames": (None, n) for n in args.min_frames}
+    for name, (window, min_frames) in windows.items():
+        asr.min_frames = min_frames
         asr._transcribe_window = window or type(asr)._transcribe_window.__get__(asr)
         t0 = time.perf_counter()
         wrong: dict[str, int] = {}

@@ -32,7 +32,7 @@ def main(turns: int = 8) -> None:
     backend.load()
     voice, speed, pitch = DEV_VOICES[0]
     heard, scored = [], []
-    for text in [c if isinstance(c, str) else c[0] for c in DEV_COMPLETE][:turns]:
+    for text in DEV_COMPLETE[:turns]:
         pcm = espeak(text, voice, speed, pitch, rate=16000).astype(np.float32) / 32768
         pcm = np.concatenate([pcm, np.zeros(1600, np.float32)])
         backend.asr.transcribe(pcm)  # the second call is timed: the first warms this length's window
@@ -50,6 +50,7 @@ def main(turns: int = 8) -> None:
             for _pcm in backend.tts.synthesize(piece, 1.0):
                 pass
             spoken.append(_ms(t0))
+    backend.close()
     print(f"p50: transcript {statistics.median(heard):.0f} ms, end of message {statistics.median(scored):.0f} ms, "
           f"three-word first piece {statistics.median(spoken):.0f} ms")
 
