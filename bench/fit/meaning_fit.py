@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +66,61 @@ def more_rows(silence_pad: bool = False) -> list[dict]:
 def group_of(phrase: str) -> int:
     """A phrase's held-out group: stable across runs (not Python's salted ``hash``)."""
     return int(hashlib.sha1(phrase.encode()).hexdigest(), 16) % GROUPS
+
+
+class WordsFeatures(dict):
+    """SmolLM2's readings of words (``words_meaning``), cached in ``FEATURES`` across runs (the same
+    model, layer and frame); a text no earlier run read is read when first asked for. Called with a
+    text, the reading of its stripped words; ``keep()`` saves what is new."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        if FEATURES.exists():
+            with np.load(FEATURES) as kept:
+                if str(kept["key"]) == _key():
+                    xs = kept["x"]  # each kept[...] reads the array anew: once
+                    self.update({str(t): xs[i] for i, t in enumerate(kept["texts"])})
+        self._known = len(self)
+        self._reader: WordsReader | None = None
+
+    def __missing__(self, text: str) -> np.ndarray:
+        if self._reader is None:
+            self._reader = WordsReader(Path("data/models") / CACHE_NAME)
+        self[text] = self._reader.features(text, OVERLAP)
+        return self[text]
+
+    def __call__(self, text: str) -> np.ndarray:
+        return self[text.strip()]
+
+    def keep(self) -> None:
+        if len(self) > self._known:
+            texts = sorted(self)
+            np.savez(FEATURES, key=_key(), texts=np.array(texts), x=np.stack([self[t] for t in texts]))
+
+
+def fit_heads(ex, x, folds, left_out, l2: float = L2) -> dict:
+    """A words' head per fold, each fitted without the examples ``left_out(fold, voice, phrase)``."""
+    heads = {}
+    for f in folds:
+        train = [(t, y) for t, y, voice, phrase in ex if not left_out(f, voice, phrase)]
+        heads[f] = fit_logistic(np.stack([x[t] for t, _ in train]), np.array([y for _, y in train], float), l2)
+    return heads
+
+
+def held_out_heads(ex, x, voices, l2: float = L2) -> dict:
+    """A head per (phrase group, voice), fitted without that group's phrases and that voice."""
+    return fit_heads(ex, x, [(g, v) for g in range(GROUPS) for v in voices],
+                     lambda f, voice, phrase: group_of(phrase) == f[0] or voice == f[1], l2)
+
+
+@contextmanager
+def meaning_threshold(threshold: float):
+    """The judge's ``MEANING_THRESHOLD`` at ``threshold`` for a while, then the shipped one again."""
+    shipped, ov.MEANING_THRESHOLD = ov.MEANING_THRESHOLD, threshold
+    try:
+        yield
+    finally:
+        ov.MEANING_THRESHOLD = shipped
 
 
 def written() -> dict[str, int]:
@@ -123,26 +179,8 @@ def main() -> None:
     silence_pad = "--silence-pad" in sys.argv
     duplex_rows = glances(silence_pad=silence_pad)
     rows = duplex_rows + more_rows(silence_pad)
-    reader = WordsReader(Path("data/models") / CACHE_NAME)
-    cache: dict[str, np.ndarray] = {}
-    if FEATURES.exists():  # the readings of earlier runs (the same model, layer and frame)
-        with np.load(FEATURES) as kept:  # each kept[...] reads the array anew: once each
-            if str(kept["key"]) == _key():
-                xs = kept["x"]
-                cache = {str(t): xs[i] for i, t in enumerate(kept["texts"])}
-    known = len(cache)
-
-    def features(text: str) -> np.ndarray:
-        text = text.strip()
-        if text not in cache:
-            cache[text] = reader.features(text, OVERLAP)
-        return cache[text]
-
-    def keep() -> None:
-        if len(cache) > known:
-            texts = sorted(cache)
-            np.savez(FEATURES, key=_key(), texts=np.array(texts), x=np.stack([cache[t] for t in texts]))
-
+    features = WordsFeatures()
+    keep = features.keep
     if "--shipped" in sys.argv:  # the head of core/cascade/overlap_examples.py's examples on the more phrasings
         from core.cascade.overlap_examples import BACKCHANNELS, INTERRUPTIONS
 
@@ -173,11 +211,7 @@ def main() -> None:
         keep()
         return
     for l2 in L2S:
-        heads = {}
-        for g in range(GROUPS):  # held out by phrase group and by voice
-            for v in voices:
-                train = [(t, y) for t, y, voice, phrase in ex if group_of(phrase) != g and voice != v]
-                heads[g, v] = fit_logistic(np.stack([x[t] for t, _ in train]), np.array([y for _, y in train], float), l2)
+        heads = held_out_heads(ex, x, voices, l2)
         verdicts = [(r, *judge(r, lambda w, h=heads[group_of(r["text"]), r["voice"]]: probability(h, features(w))))
                     for r in rows]
         shipped = " (shipped)" if l2 == L2 else ""
@@ -204,11 +238,7 @@ def second_look(rows, ex, x, voices, features) -> None:
     (below ``t``, no stop word). Per threshold: backchannels it would win back, and clips that take
     the floor it would wrongly resume (an ignored cut-in), each clip judged by heads fitted
     without its phrase group and its voice (the glances' and the second look's alike)."""
-    heads = {}
-    for g in range(GROUPS):
-        for v in voices:
-            train = [(t, y) for t, y, voice, phrase in ex if group_of(phrase) != g and voice != v]
-            heads[g, v] = fit_logistic(np.stack([x[t] for t, _ in train]), np.array([y for _, y in train], float))
+    heads = held_out_heads(ex, x, voices)
     called = []  # (row, P(floor) of the whole clip, or None when a stop word or no words decide)
     for r in rows:
         head = heads[group_of(r["text"]), r["voice"]]
@@ -234,17 +264,13 @@ def sweep(rows, ex, x, voices, features, more: int) -> None:
     """The trade-off by threshold: backchannels taken (those whose phrase says a stop word counted
     apart: the rule takes them, as the issue asks) and interruptions or cut-ins missed, every clip
     held out by phrase and voice; on all dev clips and on the ``more`` last ones (the more phrasings)."""
-    heads = {}
-    for g in range(GROUPS):
-        for v in voices:
-            train = [(t, y) for t, y, voice, phrase in ex if group_of(phrase) != g and voice != v]
-            heads[g, v] = fit_logistic(np.stack([x[t] for t, _ in train]), np.array([y for _, y in train], float))
+    heads = held_out_heads(ex, x, voices)
     for part, of_part in (("all dev clips", rows), ("the more phrasings' clips", rows[len(rows) - more:])):
         print(f"\n{part}")
         for threshold in (0.3, 0.4, 0.5, 0.6, 0.7):
-            ov.MEANING_THRESHOLD = threshold
-            verdicts = [(r, judge(r, lambda w, h=heads[group_of(r["text"]), r["voice"]]: probability(h, features(w)))[0])
-                        for r in of_part]
+            with meaning_threshold(threshold):
+                verdicts = [(r, judge(r, lambda w, h=heads[group_of(r["text"]), r["voice"]]: probability(h, features(w)))[0])
+                            for r in of_part]
             bcs = [(r, v) for r, v in verdicts if r["kind"] == "backchannel"]
             by_rule = [r for r, _ in bcs if ov.says_stop(r["text"])]
             taken = sum(v == "interruption" for r, v in bcs if not ov.says_stop(r["text"]))
@@ -253,7 +279,6 @@ def sweep(rows, ex, x, voices, features, more: int) -> None:
             print(f"  threshold {threshold}: backchannels taken {taken}/{len(bcs) - len(by_rule)} "
                   f"({taken / (len(bcs) - len(by_rule)):.0%}; {len(by_rule)} more say a stop word); "
                   f"interruptions and cut-ins missed {missed}/{len(floor)} ({missed / len(floor):.0%})")
-        ov.MEANING_THRESHOLD = 0.5
 
 
 def write(ex: list[tuple[str, int, str | None, str]]) -> None:

@@ -24,12 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from bench.fit.meaning_fit import (
-    FEATURES, TAKES_THE_FLOOR, _key, examples, group_of, more_rows,
+    GROUPS, TAKES_THE_FLOOR, WordsFeatures, examples, fit_heads, group_of, held_out_heads, meaning_threshold, more_rows,
+    written,
 )
 from bench.fit.overlap_fit import TAIL, glances
 from bench.fit.stop_words import _look
 from bench.sets.duplex import DEV_VOICES
-from core.cascade.words_meaning import L2, OVERLAP, fit_logistic, probability
+from core.cascade.words_meaning import L2, fit_logistic, probability
+from core.conversation.end_of_turn import join_log_odds
 from core.conversation import overlap as ov
 
 SOUNDS = Path(__file__).resolve().parents[2] / "data" / "sound_fit_features.npz"
@@ -46,89 +48,88 @@ def pooled(states: np.ndarray, voice_ms: int) -> np.ndarray:
     return np.concatenate([voiced.mean(0), voiced.max(0)])
 
 
-def sound_features(rows: list[dict]) -> dict[tuple[str, str, str], np.ndarray]:
-    """(text, voice, glance ms or "whole") -> pooled encoder states, cached in ``SOUNDS``."""
-    if SOUNDS.exists():
-        with np.load(SOUNDS, allow_pickle=False) as kept:
+class SoundEncoder:
+    """Whisper's encoder states of a clip's glances and of the whole clip, pooled (``pooled``)."""
+
+    def __init__(self) -> None:
+        import ctranslate2
+
+        from core.cascade.asr import GLANCE_FRAMES, WhisperAsr
+
+        self._storage, self._frames, self._asr = ctranslate2.StorageView, GLANCE_FRAMES, WhisperAsr()
+        self._pad = np.zeros(TAIL, np.float32)
+
+    def _encode(self, samples: np.ndarray) -> np.ndarray:
+        mel = self._asr._mel(samples[: 2 * 16000], min_frames=self._frames, silence_pad=False)
+        return np.array(self._asr._model.encode(self._storage.from_array(mel[None]), to_cpu=True))[0]
+
+    def clip(self, pcm: np.ndarray) -> dict[str, np.ndarray]:
+        """Glance ms (as text) or "whole" -> pooled states, padded as the judge pads its glances."""
+        out = {str(ms): pooled(self._encode(np.concatenate([pcm[: ms * 16], self._pad])), ms)
+               for ms in GLANCES_MS if ms * 16 < pcm.size}
+        out["whole"] = pooled(self._encode(np.concatenate([pcm, self._pad, self._pad])), pcm.size // 16)
+        return out
+
+
+def cached(path: Path, make) -> dict[tuple[str, str, str], np.ndarray]:
+    """``make()``'s features, kept in ``path`` (keys are string triples)."""
+    if path.exists():
+        with np.load(path, allow_pickle=False) as kept:
             keys, xs = kept["keys"], kept["x"]
             return {tuple(k): xs[i] for i, k in enumerate(keys)}
-    import ctranslate2
-
-    from core.cascade.asr import GLANCE_FRAMES, WhisperAsr
-    from devtools.espeak import espeak
-
-    asr = WhisperAsr()
-    voices = {v: (v, s, p) for v, s, p in DEV_VOICES}
-    out: dict[tuple[str, str, str], np.ndarray] = {}
-    pad = np.zeros(TAIL, np.float32)
-
-    def encode(samples: np.ndarray) -> np.ndarray:
-        mel = asr._mel(samples[: 2 * 16000], min_frames=GLANCE_FRAMES, silence_pad=False)
-        states = asr._model.encode(ctranslate2.StorageView.from_array(mel[None]), to_cpu=True)
-        return np.array(states)[0]
-
-    for i, r in enumerate(rows):
-        v, speed, pitch = voices[r["voice"]]
-        pcm = espeak(r["text"], v, speed, pitch, rate=16000).astype(np.float32) / 32768
-        for ms in GLANCES_MS:
-            if ms * 16 < pcm.size:
-                out[r["text"], r["voice"], str(ms)] = pooled(encode(np.concatenate([pcm[: ms * 16], pad])), ms)
-        out[r["text"], r["voice"], "whole"] = pooled(encode(np.concatenate([pcm, pad, pad])), pcm.size // 16)
-        if i % 100 == 0:
-            print(f"encoded {i}/{len(rows)}", file=sys.stderr, flush=True)
+    out = make()
     keys = sorted(out)
-    SOUNDS.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(SOUNDS, keys=np.array(keys), x=np.stack([out[k] for k in keys]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, keys=np.array(keys), x=np.stack([out[k] for k in keys]))
     return out
+
+
+def sound_features(rows: list[dict]) -> dict[tuple[str, str, str], np.ndarray]:
+    """(text, voice, glance ms or "whole") -> pooled encoder states of every dev clip (espeak-ng)."""
+    def make():
+        from devtools.espeak import espeak
+
+        encoder, out = SoundEncoder(), {}
+        voices = {v: (v, s, p) for v, s, p in DEV_VOICES}
+        for i, r in enumerate(rows):
+            pcm = espeak(r["text"], *voices[r["voice"]], rate=16000).astype(np.float32) / 32768
+            out.update({(r["text"], r["voice"], k): x for k, x in encoder.clip(pcm).items()})
+            if i % 100 == 0:
+                print(f"encoded {i}/{len(rows)}", file=sys.stderr, flush=True)
+        return out
+
+    return cached(SOUNDS, make)
 
 
 def piper_features(phrases: list[str]) -> dict[tuple[str, str, str], np.ndarray]:
     """(phrase, speed, glance ms or "whole") -> pooled encoder states of the phrase spoken by the
-    bundled Piper voice (deterministic, trimmed to its voiced span), cached in ``PIPER_SOUNDS``:
-    a sound head a worker could fit at start, with no fitted numbers shipped."""
-    if PIPER_SOUNDS.exists():
-        with np.load(PIPER_SOUNDS, allow_pickle=False) as kept:
-            keys, xs = kept["keys"], kept["x"]
-            return {tuple(k): xs[i] for i, k in enumerate(keys)}
-    import ctranslate2
+    bundled Piper voice (deterministic, trimmed to its voiced span): a sound head a worker could
+    fit at start, with no fitted numbers shipped."""
+    def make():
+        from core.audio import resample
+        from core.cascade.tts import PiperTts
 
-    from core.audio import resample
-    from core.cascade.asr import GLANCE_FRAMES, WhisperAsr
-    from core.cascade.tts import PiperTts
+        encoder, tts, out = SoundEncoder(), PiperTts(), {}
+        for i, phrase in enumerate(phrases):
+            for speed in PIPER_SPEEDS:
+                pcm = np.frombuffer(b"".join(tts.synthesize(phrase, speed, deterministic=True)), "<i2")
+                pcm = resample(pcm.astype(np.float32) / 32768, 24000, 16000)
+                loud = np.flatnonzero(np.abs(pcm) > 0.02 * np.abs(pcm).max())
+                pcm = pcm[loud[0]: loud[-1] + 1]
+                out.update({(phrase, str(speed), k): x for k, x in encoder.clip(pcm).items()})
+            if i % 50 == 0:
+                print(f"piper {i}/{len(phrases)}", file=sys.stderr, flush=True)
+        return out
 
-    asr, tts = WhisperAsr(), PiperTts()
-    pad = np.zeros(TAIL, np.float32)
-    out: dict[tuple[str, str, str], np.ndarray] = {}
-
-    def encode(samples: np.ndarray) -> np.ndarray:
-        mel = asr._mel(samples[: 2 * 16000], min_frames=GLANCE_FRAMES, silence_pad=False)
-        return np.array(asr._model.encode(ctranslate2.StorageView.from_array(mel[None]), to_cpu=True))[0]
-
-    for i, phrase in enumerate(phrases):
-        for speed in PIPER_SPEEDS:
-            pcm = np.frombuffer(b"".join(tts.synthesize(phrase, speed, deterministic=True)), "<i2")
-            pcm = resample(pcm.astype(np.float32) / 32768, 24000, 16000)
-            loud = np.flatnonzero(np.abs(pcm) > 0.02 * np.abs(pcm).max())
-            pcm = pcm[loud[0]: loud[-1] + 1]
-            for ms in GLANCES_MS:
-                if ms * 16 < pcm.size:
-                    out[phrase, str(speed), str(ms)] = pooled(encode(np.concatenate([pcm[: ms * 16], pad])), ms)
-            out[phrase, str(speed), "whole"] = pooled(encode(np.concatenate([pcm, pad, pad])), pcm.size // 16)
-        if i % 50 == 0:
-            print(f"piper {i}/{len(phrases)}", file=sys.stderr, flush=True)
-    keys = sorted(out)
-    np.savez(PIPER_SOUNDS, keys=np.array(keys), x=np.stack([out[k] for k in keys]))
-    return out
+    return cached(PIPER_SOUNDS, make)
 
 
-def judge(r: dict, p_words, p_sound, weight: float, threshold: float) -> str:
+def judge(r: dict, p_words, p_sound, weight: float) -> str:
     """The shipped Overlap judge over a clip, its words' chance joined with the sound's."""
-    ov.MEANING_THRESHOLD = threshold
-
     def chance(words: str, at: str) -> float | None:
         if not ov.words_of(words) or ov.says_stop(words):
             return None
-        return joined(p_words(words), p_sound(at), weight)
+        return join_log_odds(p_words(words), p_sound(at), weight)
 
     o = ov.Overlap("item", 0, None, 0.0)
     for ms in GLANCES_MS:
@@ -140,47 +141,6 @@ def judge(r: dict, p_words, p_sound, weight: float, threshold: float) -> str:
     if r["ms"] >= ov.LONGEST_BACKCHANNEL_MS:
         return "interruption"
     return o.ended(r["whole"], r["ms"], chance(r["whole"], "whole"))
-
-
-def joined(p: float, q: float, weight: float) -> float:
-    """Log-odds mixed ``1 - weight`` of the words' and ``weight`` of the sound's."""
-    if weight <= 0.0:
-        return p
-    if weight >= 1.0:
-        return q
-    lp = np.log(max(p, 1e-6) / max(1 - p, 1e-6))
-    lq = np.log(max(q, 1e-6) / max(1 - q, 1e-6))
-    return float(1.0 / (1.0 + np.exp(-((1 - weight) * lp + weight * lq))))
-
-
-class WordsFeatures(dict):
-    """SmolLM2's readings of words (``words_meaning``), as ``bench.fit.meaning_fit`` caches them in
-    ``FEATURES``; a text no earlier run read (a glance the words-only judge never reached) is read
-    now and kept."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        if FEATURES.exists():
-            with np.load(FEATURES) as kept:
-                if str(kept["key"]) == _key():
-                    xs = kept["x"]  # each kept[...] reads the array anew: once
-                    self.update({str(t): xs[i] for i, t in enumerate(kept["texts"])})
-        self._known = len(self)
-        self._reader = None
-
-    def __missing__(self, text: str) -> np.ndarray:
-        if self._reader is None:
-            from core.cascade.llm import CACHE_NAME
-            from core.cascade.words_meaning import WordsReader
-
-            self._reader = WordsReader(Path("data/models") / CACHE_NAME)
-        self[text] = self._reader.features(text, OVERLAP)
-        return self[text]
-
-    def keep(self) -> None:
-        if len(self) > self._known:
-            texts = sorted(self)
-            np.savez(FEATURES, key=_key(), texts=np.array(texts), x=np.stack([self[t] for t in texts]))
 
 
 def main() -> None:
@@ -200,24 +160,23 @@ def main() -> None:
     sound_l2 = float(next((a.split("=")[1] for a in sys.argv if a.startswith("--l2=")), L2))
     for by_base in (False, True):
         folds = sorted({fold_of(r["voice"], r["text"], by_base) for r in rows})
-        word_heads, sound_heads = {}, {}
-        for f in folds:
-            def out(voice, phrase):
-                if by_base:
-                    return group_of(phrase) == f[0] or (voice is not None and base[voice] == f[1])
-                return group_of(phrase) == f[0] or voice == f[1]
-            train = [(t, y) for t, y, voice, phrase in ex if not out(voice, phrase)]
-            word_heads[f] = fit_logistic(np.stack([words_x[t] for t, _ in train]), np.array([y for _, y in train], float))
-            # the sound head: every glance and whole clip of the clips left in, labelled by kind
+
+        def left_out(f, voice, phrase, by_base=by_base):
+            if by_base:
+                return group_of(phrase) == f[0] or (voice is not None and base[voice] == f[1])
+            return group_of(phrase) == f[0] or voice == f[1]
+
+        word_heads = fit_heads(ex, words_x, folds, left_out)
+        sound_heads = {}
+        for f in folds:  # every glance and whole clip of the clips left in, labelled by kind
             sx, sy = [], []
             for r in rows:
-                if out(r["voice"], r["text"]) or ov.says_stop(r["text"]):
+                if left_out(f, r["voice"], r["text"]) or ov.says_stop(r["text"]):
                     continue
-                y = float(r["kind"] in TAKES_THE_FLOOR)
                 for k in [*(str(ms) for ms in GLANCES_MS), "whole"]:
                     if (r["text"], r["voice"], k) in sounds:
                         sx.append(sounds[r["text"], r["voice"], k])
-                        sy.append(y)
+                        sy.append(float(r["kind"] in TAKES_THE_FLOOR))
             sound_heads[f] = fit_logistic(np.stack(sx), np.array(sy), sound_l2)
         print(f"\nheld out by {'phrase group and base voice (en-us / en-gb)' if by_base else 'phrase group and voice'}:")
         table(rows, words_x, sounds,
@@ -236,10 +195,11 @@ def table(rows, words_x, sounds, heads) -> None:
         for threshold in (0.5, 0.6, 0.7):
             def verdict(r):
                 wh, sh = heads(r)
-                return judge(r, lambda w: probability(wh, words_x[w.strip()]),
-                             lambda k: probability(sh, sounds[r["text"], r["voice"], k]), weight, threshold)
-            taken = sum(verdict(r) == "interruption" for r in bcs)
-            missed = sum(verdict(r) != "interruption" for r in floor)
+                return judge(r, lambda w: probability(wh, words_x(w)),
+                             lambda k: probability(sh, sounds[r["text"], r["voice"], k]), weight)
+            with meaning_threshold(threshold):
+                taken = sum(verdict(r) == "interruption" for r in bcs)
+                missed = sum(verdict(r) != "interruption" for r in floor)
             print(f"| {weight:.2f} | {threshold:.1f} | {taken}/{len(bcs)} ({taken / len(bcs):.0%}) "
                   f"| {missed}/{len(floor)} ({missed / len(floor):.0%}) |", flush=True)
 
@@ -248,19 +208,13 @@ def piper(rows, sounds, words_x, ex) -> None:
     """The sound head fitted on the dev phrases as the bundled Piper voice says them, judged on the
     espeak-ng dev clips (no dev voice in its fit), each held out by phrase group; the words' head
     as in ``main`` (held out by phrase group and voice)."""
-    from bench.fit.meaning_fit import written
-
     labels = {t: y for t, y in written().items() if not ov.says_stop(t)}
     sp = piper_features(sorted(labels))
-    voices = sorted({r["voice"] for r in rows})
-    word_heads, sound_heads = {}, {}
-    for g in range(5):
+    word_heads = held_out_heads(ex, words_x, sorted({r["voice"] for r in rows}))
+    sound_heads = {}
+    for g in range(GROUPS):
         sx = [(x, labels[k[0]]) for k, x in sp.items() if group_of(k[0]) != g]
         sound_heads[g] = fit_logistic(np.stack([x for x, _ in sx]), np.array([y for _, y in sx], float))
-        for v in voices:
-            train = [(t, y) for t, y, voice, phrase in ex if group_of(phrase) != g and voice != v]
-            word_heads[g, v] = fit_logistic(np.stack([words_x[t] for t, _ in train]),
-                                            np.array([y for _, y in train], float))
     print("\nthe sound head fitted on Piper's speech of the dev phrases, held out by phrase group:")
     table(rows, words_x, sounds, lambda r: (word_heads[group_of(r["text"]), r["voice"]], sound_heads[group_of(r["text"])]))
 
