@@ -51,12 +51,12 @@ def first_fragment(model: SileroModel, pcm: np.ndarray) -> tuple[int, np.ndarray
 
 def main() -> None:
     from core.cascade.asr import WhisperAsr
-    from core.cascade.llm import CACHE_NAME
+    from core.cascade.llm import converted_model
     from core.cascade.words_meaning import WordsReader, overlap_head
 
     model, asr = SileroModel(), WhisperAsr()
     models = Path("data/models")
-    head = overlap_head(WordsReader(models / CACHE_NAME), models)
+    head = overlap_head(WordsReader(converted_model()), models)
     kinds = {"backchannel": DEV_BACKCHANNELS + DEV_MORE_BACKCHANNELS, "cut-in": DEV_CUTINS + DEV_MORE_CUTINS}
     for kind, texts in kinds.items():
         clips = floor = back = short = 0

@@ -3,6 +3,7 @@
     python -m bench.fit.meaning_fit            # ~10 min the first time (speaks and glances), ~3 min after
     python -m bench.fit.meaning_fit --write    # also rewrite core/cascade/overlap_examples.py
     python -m bench.fit.meaning_fit --second-look  # a second reading of the whole turn, before answering
+    python -m bench.fit.meaning_fit --sweep --glance-prompt="..."  # glances decoded after a prompt
 
 The examples are dev only: the dev part of ``bench/sets/duplex.py`` (every backchannel,
 interruption and short cut-in) and ``bench/sets/overlap_phrasings.py`` (more backchannels and
@@ -25,11 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from bench.fit.examples_file import write_examples
-from bench.fit.overlap_fit import glances
+from bench.fit.overlap_fit import glances, prompt_key
 from bench.fit.stop_words import _look, judge_with_stop
 from bench.sets.duplex import DEV_BACKCHANNELS, DEV_CUTINS, DEV_INTERRUPTIONS
 from bench.sets.overlap_phrasings import DEV_MORE_BACKCHANNELS, DEV_MORE_CUTINS, DEV_MORE_FLOOR_QUESTIONS
-from core.cascade.llm import CACHE_NAME
+from core.cascade.llm import CACHE_NAME, converted_model
 from core.cascade.words_meaning import L2, OVERLAP, WordsReader, fit_logistic, probability
 from core.conversation import overlap as ov
 
@@ -48,19 +49,22 @@ def _key() -> str:
     return f"{wm.VERSION}-{wm.LAYER}-{OVERLAP}-{CACHE_NAME}"
 
 
-def more_rows(silence_pad: bool = False) -> list[dict]:
+def more_rows(silence_pad: bool = False, prompt: str | None = None) -> list[dict]:
     """``bench.fit.overlap_fit``'s glances over the dev cut-ins and the more phrasings (the
     questions added after the first fit cached apart; ``silence_pad``: padded with the log-mel of
-    silence, cached apart too)."""
+    silence, cached apart too; ``prompt``: glanced after that previous text, cached apart)."""
     more, questions_cache = MORE_CACHE, QUESTIONS_CACHE
     if silence_pad:
         more = more.with_name(more.stem + "_silence.json")
         questions_cache = questions_cache.with_name(questions_cache.stem + "_silence.json")
+    if prompt:
+        more = more.with_name(f"{more.stem}_prompt{prompt_key(prompt)}.json")
+        questions_cache = questions_cache.with_name(f"{questions_cache.stem}_prompt{prompt_key(prompt)}.json")
     clips = ([("backchannel", t) for t in DEV_MORE_BACKCHANNELS]
              + [("cutin", t) for t in [*DEV_CUTINS, *DEV_MORE_CUTINS]])
     questions = [("cutin", t) for t in DEV_MORE_FLOOR_QUESTIONS]
-    return (glances(silence_pad, clips=clips, cache=more)
-            + glances(silence_pad, clips=questions, cache=questions_cache))
+    return (glances(silence_pad, clips=clips, cache=more, prompt=prompt)
+            + glances(silence_pad, clips=questions, cache=questions_cache, prompt=prompt))
 
 
 def group_of(phrase: str) -> int:
@@ -85,7 +89,7 @@ class WordsFeatures(dict):
 
     def __missing__(self, text: str) -> np.ndarray:
         if self._reader is None:
-            self._reader = WordsReader(Path("data/models") / CACHE_NAME)
+            self._reader = WordsReader(converted_model())
         self[text] = self._reader.features(text, OVERLAP)
         return self[text]
 
@@ -177,8 +181,9 @@ def summary(name: str, verdicts: list[tuple[dict, str, int]], verbose: bool = Tr
 
 def main() -> None:
     silence_pad = "--silence-pad" in sys.argv
-    duplex_rows = glances(silence_pad=silence_pad)
-    rows = duplex_rows + more_rows(silence_pad)
+    prompt = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--glance-prompt=")), None)
+    duplex_rows = glances(silence_pad=silence_pad, prompt=prompt)
+    rows = duplex_rows + more_rows(silence_pad, prompt)
     features = WordsFeatures()
     keep = features.keep
     if "--shipped" in sys.argv:  # the head of core/cascade/overlap_examples.py's examples on the more phrasings

@@ -32,13 +32,16 @@ CACHE = Path(__file__).resolve().parents[2] / "data" / "overlap_fit.json"
 
 
 def glances(silence_pad: bool = False, clips: list[tuple[str, str]] | None = None,
-            cache: Path | None = None) -> list[dict]:
+            cache: Path | None = None, prompt: str | None = None) -> list[dict]:
     """Per dev clip: its kind, length, the glance at each step inside it, and the whole clip's
     (``silence_pad``: the glances padded as ``WhisperAsr.glance(silence_pad=True)`` pads).
     ``clips``: (kind, text) to speak in every dev voice instead of the dev backchannels and
-    interruptions, cached in ``cache``."""
+    interruptions, cached in ``cache``. ``prompt``: glanced after that previous text
+    (``WhisperAsr.glance(prompt=...)``), cached apart (the caller names ``cache`` for it)."""
     if cache is None:
         cache = CACHE.with_name("overlap_fit_silence.json") if silence_pad else CACHE
+        if prompt:
+            cache = cache.with_name(f"{cache.stem}_prompt{prompt_key(prompt)}.json")
     if cache.exists():
         return json.loads(cache.read_text())
     from core.cascade.asr import WhisperAsr
@@ -52,15 +55,22 @@ def glances(silence_pad: bool = False, clips: list[tuple[str, str]] | None = Non
         for voice, speed, pitch in DEV_VOICES:
             pcm = espeak(text, voice, speed, pitch, rate=16000).astype(np.float32) / 32768
             pad = np.zeros(TAIL, np.float32)
-            looks = {ms: asr.glance(np.concatenate([pcm[: ms * 16], pad]), silence_pad)
+            looks = {ms: asr.glance(np.concatenate([pcm[: ms * 16], pad]), silence_pad, prompt)
                      for ms in STEPS_MS if ms * 16 < pcm.size}
-            whole = asr.glance(np.concatenate([pcm, pad, pad]), silence_pad)
+            whole = asr.glance(np.concatenate([pcm, pad, pad]), silence_pad, prompt)
             rows.append({"kind": kind, "text": text, "voice": voice, "ms": pcm.size // 16, "looks": looks,
                          "whole": whole})
             print(kind, voice, rows[-1]["ms"], repr(text), looks, repr(whole), file=sys.stderr, flush=True)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(rows))
     return rows
+
+
+def prompt_key(prompt: str) -> str:
+    """A short stable name for a glance prompt's cache files."""
+    import hashlib
+
+    return hashlib.sha256(prompt.encode()).hexdigest()[:8]
 
 
 def word_list(rows: list[dict], min_clips: int = 1) -> frozenset[str]:

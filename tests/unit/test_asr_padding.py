@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.cascade.asr import MIN_FRAMES, Transcript, WhisperAsr, repeats
+from core.cascade.asr import MIN_FRAMES, Transcript, WhisperAsr, repeats, without_repeats
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,16 @@ def test_three_words_twice_is_a_loop():
     assert not repeats("What is the capital of France?")
     assert not repeats("Right, right.") and not repeats("Yeah yeah yeah.")  # a word said again is speech
     assert not repeats("")
+
+
+def test_a_glance_that_loops_after_its_prompt_keeps_each_run_of_words_once():
+    assert without_repeats("Okay. Okay. Okay. Okay. Okay. Okay") == "Okay."
+    assert without_repeats("Sure... Sure... Sure... Sure") == "Sure..."
+    assert without_repeats("Yeah, yeah. Yeah, Yeah Yeah Yeah") == "Yeah,"
+    assert without_repeats("No, stop. No, stop. No") == "No, stop. No"
+    assert without_repeats("Hold on, what is a") == "Hold on, what is a"
+    assert without_repeats("What is the name of the name of the name") == "What is the name of the name"
+    assert without_repeats("") == ""
 
 
 def test_a_looping_transcript_is_decoded_again_over_zeros(asr, monkeypatch):
