@@ -34,6 +34,10 @@ MAX_FRAMES = 3000
 # two cores instead of ~80 ms, and the first word or two come out the same.
 GLANCE_FRAMES = 300
 GLANCE_TOKENS = 10
+# The previous text a glance is decoded after: words a listener says over a speaker, so Whisper
+# expects a short interjection or a stop rather than the start of a long sentence (issue 47,
+# chosen on dev: ``python -m bench.fit.meaning_fit --sweep --glance-prompt=...``).
+GLANCE_PROMPT = "Yeah. Okay. Hmm. No, wait."
 # An unsure last word (below this confidence) is aligned to the audio: Whisper invents an ending
 # at a pause ("a timer for" -> "a timer for it?") and places it where the voice had stopped.
 ALIGN_BELOW_CONFIDENCE = 0.9

@@ -138,7 +138,9 @@ class OmniBackendBase(Backend):
         return self._glance_pool or self.transcribe_pool
 
     def transcribe_glance(self, audio: Any) -> str | None:
-        return None if self._glancer is None else self._glancer.glance(audio)
+        from core.cascade.asr import GLANCE_PROMPT  # loaded with the recogniser
+
+        return None if self._glancer is None else self._glancer.glance(audio, prompt=GLANCE_PROMPT)
 
     def interruption_probability(self, words: str) -> float | None:
         return None if self._meaning is None else self._meaning.probability(words)
