@@ -4,6 +4,7 @@
     python -m bench.fit.recognisers               # every dev clip, every recogniser (~9 min on 2 cores)
     python -m bench.fit.recognisers --limit 60    # an even subset: 60 turns, 60 glance clips
     python -m bench.fit.recognisers --only tiny   # recognisers whose name holds "tiny"
+    python -m bench.fit.recognisers --only tiny --glances-only --prompt "Yeah. Okay."  # glances after a prompt
 
 Dev parts only (never eval), spoken by espeak-ng:
 
@@ -199,24 +200,6 @@ def silence_glance(asr, samples: np.ndarray) -> str:
     return asr._tokenizer.decode([t for t in result.sequences_ids[0] if t < asr._sot]).strip()
 
 
-def prompted_glance(asr, prompt: str, samples: np.ndarray, no_repeat: int = 0) -> str:
-    """``WhisperAsr.glance`` with ``prompt`` as the previous text (``<|startofprev|>``): Whisper
-    conditions its words on it, as on the text before a window in a long transcription."""
-    from core.cascade import asr as asr_module
-
-    prev = asr._tokenizer.encode(" " + prompt.strip(), add_special_tokens=False).ids
-    tokens = [asr._start_of_prev, *prev, *asr._prompt]
-    mel = asr._mel(samples[: 2 * RATE], min_frames=asr_module.GLANCE_FRAMES, silence_pad=False)
-    with asr._lock:
-        result = asr._model.generate(
-            asr_module.ctranslate2.StorageView.from_array(mel[None]), [tokens], beam_size=1,
-            max_length=len(tokens) + asr_module.GLANCE_TOKENS, suppress_blank=True,
-            no_repeat_ngram_size=no_repeat,
-        )[0]
-    ids = result.sequences_ids[0]
-    return asr._tokenizer.decode([t for t in ids if t < asr._sot]).strip()
-
-
 def measure_turns(asr, turns: list[tuple[str, np.ndarray]]) -> dict:
     asr.transcribe(turns[0][1])  # warm-up
     rows: list[dict] = []
@@ -298,7 +281,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="recognisers whose name holds this")
     parser.add_argument("--threads", type=int, default=1, help="CTranslate2 threads (the glancer has 1)")
     parser.add_argument("--prompt", action="append", default=[],
-                        help="also glance with this previous text (repeatable); glances only")
+                        help="also glance after this previous text (repeatable), as WhisperAsr.glance(prompt=)")
     parser.add_argument("--glances-only", action="store_true", help="skip the whole turns")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "recognisers.json"))
     args = parser.parse_args()
@@ -329,7 +312,7 @@ def main() -> None:
                             **measure_glances(functools.partial(silence_glance, asr), glances)})
         for prompt in args.prompt:
             results.append({"name": f"{name}, glance after {prompt!r}", "pins": pins, "load_s": load_s,
-                            **measure_glances(functools.partial(prompted_glance, asr, prompt), glances)})
+                            **measure_glances(functools.partial(asr.glance, prompt=prompt), glances)})
         print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         del asr
     out = Path(args.out)
