@@ -5,6 +5,7 @@
     python -m bench.fit.meaning_fit --second-look  # a second reading of the whole turn, before answering
     python -m bench.fit.meaning_fit --sweep --glance-prompt="..."  # glances after another prompt ("": none)
     python -m bench.fit.meaning_fit --sweep --fit-on=prompted  # the head fitted on prompted glances (or "both")
+    python -m bench.fit.meaning_fit --sweep --fit-on=both --written-copies=3  # written phrasings weighed 3x
 
 The examples are dev only: the dev part of ``bench/sets/duplex.py`` (every backchannel,
 interruption and short cut-in) and ``bench/sets/overlap_phrasings.py`` (more backchannels and
@@ -214,6 +215,8 @@ def main() -> None:
         unprompted = glances(silence_pad=silence_pad) + more_rows(silence_pad)
         heard = unprompted if fit_on == "unprompted" else rows + unprompted
     ex, both = examples(heard)
+    copies = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--written-copies=")), 1))
+    ex += [e for e in ex if e[2] is None] * (copies - 1)  # written phrasings weighed above heard ones
     print(f"{len(ex)} examples ({len({e[0] for e in ex})} texts); heard in both kinds, left out: {len(both)}",
           file=sys.stderr)
     x = {t: features(t) for t, _, _, _ in ex}

@@ -36,7 +36,9 @@ def spoken(text: str) -> str:
 
     if espeak_path() is None:
         pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
-    return base64.b64encode(float_to_pcm16(espeak(text, *VOICE, rate=24000))).decode("ascii")
+    # espeak gives int16 samples: scaled to floats first (fed as they were, float_to_pcm16 clipped
+    # them to a square wave, which Whisper heard as "What is the matter ..." on some machines)
+    return base64.b64encode(float_to_pcm16(espeak(text, *VOICE, rate=24000) / 32768)).decode("ascii")
 
 
 async def test_a_spoken_question_is_answered_from_the_mcp_tools_result(stack, mcp_server):
