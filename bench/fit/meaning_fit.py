@@ -184,12 +184,17 @@ def summary(name: str, verdicts: list[tuple[dict, str, int]], verbose: bool = Tr
         print("   ", line)
 
 
+def _option(name: str, default: str) -> str:
+    """The value of ``name=VALUE`` on the command line, else ``default``."""
+    return next((a.split("=", 1)[1] for a in sys.argv if a.startswith(name + "=")), default)
+
+
 def main() -> None:
     silence_pad = "--silence-pad" in sys.argv
     from core.cascade.asr import GLANCE_PROMPT
 
     # the shipped glances by default; --glance-prompt= (empty) for glances without a prompt
-    prompt = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--glance-prompt=")), GLANCE_PROMPT)
+    prompt = _option("--glance-prompt", GLANCE_PROMPT)
     duplex_rows = glances(silence_pad=silence_pad, prompt=prompt)
     rows = duplex_rows + more_rows(silence_pad, prompt)
     features = WordsFeatures()
@@ -209,13 +214,13 @@ def main() -> None:
               f"interruptions and cut-ins missed {sum(v != 'interruption' for v in floor)}/{len(floor)}")
         return
     # The head is fitted on what glances heard without the prompt (shipped), with it, or both.
-    fit_on = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--fit-on=")), "unprompted")
+    fit_on = _option("--fit-on", "unprompted")
     heard = rows
     if prompt and fit_on != "prompted":
         unprompted = glances(silence_pad=silence_pad) + more_rows(silence_pad)
         heard = unprompted if fit_on == "unprompted" else rows + unprompted
     ex, both = examples(heard)
-    copies = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--written-copies=")), 1))
+    copies = int(_option("--written-copies", "1"))
     ex += [e for e in ex if e[2] is None] * (copies - 1)  # written phrasings weighed above heard ones
     print(f"{len(ex)} examples ({len({e[0] for e in ex})} texts); heard in both kinds, left out: {len(both)}",
           file=sys.stderr)

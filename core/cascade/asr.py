@@ -126,6 +126,7 @@ class WhisperAsr:
         self._tok = tok
         self._lock = threading.Lock()  # one CTranslate2 call at a time keeps cores predictable
         self.min_frames = MIN_FRAMES  # a turn's shortest encoder window (mel frames)
+        self._after_prompt: dict[str, list[int]] = {}  # glance prompt -> decoder start
 
     @property
     def multilingual(self) -> bool:
@@ -168,10 +169,7 @@ class WhisperAsr:
 
     def _glance(self, samples: np.ndarray, silence_pad: bool, prompt: str | None = None) -> str:
         mel = self._mel(samples[: 2 * RATE], min_frames=GLANCE_FRAMES, silence_pad=silence_pad)
-        tokens = self._prompt
-        if prompt:
-            prev = self._tokenizer.encode(" " + prompt.strip(), add_special_tokens=False).ids
-            tokens = [self._start_of_prev, *prev, *self._prompt]
+        tokens = self._prompt_tokens(prompt) if prompt else self._prompt
         with self._lock:
             result = self._model.generate(
                 ctranslate2.StorageView.from_array(mel[None]),
@@ -182,6 +180,15 @@ class WhisperAsr:
             )[0]
         heard = self._tokenizer.decode([t for t in result.sequences_ids[0] if t < self._sot]).strip()
         return without_repeats(heard) if prompt else heard
+
+    def _prompt_tokens(self, prompt: str) -> list[int]:
+        """The decoder's start after ``prompt`` as previous text, tokenised once per prompt (every
+        glance of a session uses the same one)."""
+        tokens = self._after_prompt.get(prompt)
+        if tokens is None:
+            prev = self._tokenizer.encode(" " + prompt.strip(), add_special_tokens=False).ids
+            tokens = self._after_prompt[prompt] = [self._start_of_prev, *prev, *self._prompt]
+        return tokens
 
     def _mel(self, samples: np.ndarray, min_frames: int | None = None, silence_pad: bool = True) -> np.ndarray:
         min_frames = self.min_frames if min_frames is None else min_frames

@@ -121,14 +121,12 @@ class OmniBackendBase(Backend):
     def _load_meaning(self) -> None:
         """The cascade's meaning reader for the glanced words, on the bundled SmolLM2 (CPU)."""
         try:
-            from core.cascade.llm import CACHE_MARKER, CACHE_NAME, convert_gguf
+            from core.cascade.llm import converted_model
             from core.cascade.words_meaning import WordsReader, overlap_head
 
             t0 = time.perf_counter()
-            models = Path(self.options.data_dir) / "models"
-            if not (models / CACHE_NAME / CACHE_MARKER).exists():
-                convert_gguf(models / CACHE_NAME)
-            self._meaning = overlap_head(WordsReader(models / CACHE_NAME), models)
+            model = converted_model(Path(self.options.data_dir))
+            self._meaning = overlap_head(WordsReader(model), model.parent)
             self.load_seconds["overlap_meaning"] = time.perf_counter() - t0
         except Exception as exc:  # the judge then uses its word list
             log.warning("no meaning reader for speech over a reply (%s): the judge's word list decides", exc)

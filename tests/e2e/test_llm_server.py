@@ -21,7 +21,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from core.cascade.llm import CACHE_MARKER, CACHE_NAME, convert_gguf
+from core.cascade.llm import converted_model
 from tests.support.engine_double import REPLY, OmniEngineDouble
 from tests.support.realtime_client import Client, close_leftovers
 from tests.support.stack import ROOT, Stack, free_port
@@ -78,10 +78,7 @@ class TransformersServe:
 @pytest.fixture(scope="module")
 def smollm_dir() -> Path:
     """The bundled SmolLM2 as a plain transformers directory (converted once, as the cascade does)."""
-    path = Path(os.environ.get("OMNIDUPLEX_DATA_DIR", ROOT / "data")) / "models" / CACHE_NAME
-    if not (path / CACHE_MARKER).exists():
-        convert_gguf(path)
-    return path
+    return converted_model(Path(os.environ.get("OMNIDUPLEX_DATA_DIR", ROOT / "data")))
 
 
 @pytest.fixture(scope="module")

@@ -28,12 +28,10 @@ REQUESTS = ["What do you mean by that?", "Can you skip ahead?", "Tell me about t
 
 @pytest.fixture(scope="module")
 def meaning() -> MeaningHead:
-    from core.cascade.llm import CACHE_MARKER, CACHE_NAME, convert_gguf
+    from core.cascade.llm import converted_model
 
-    models = ROOT / "data" / "models"
-    if not (models / CACHE_NAME / CACHE_MARKER).exists():  # a fresh clone whose cascade never started
-        convert_gguf(models / CACHE_NAME)
-    return overlap_head(WordsReader(models / CACHE_NAME), models)  # the head cached beside the model
+    model = converted_model(ROOT / "data")  # converted here in a fresh clone whose cascade never started
+    return overlap_head(WordsReader(model), model.parent)  # the head cached beside the model
 
 
 def test_the_phrases_are_not_examples_it_was_fitted_on():
