@@ -25,7 +25,7 @@ from core.conversation.end_of_turn import (MessageEnd, end_of_turn_probability, 
 from core.conversation.end_of_turn import wait_ms as end_of_turn_wait_ms
 from core.conversation.events import ConversationError, InputCommitted, InputTranscript
 from core.conversation.items import Item, Part
-from core.conversation.overlap import Glance, says_stop, words_of
+from core.conversation.overlap import Glance, only_hums, says_stop, words_of
 from core.conversation.reply import Response
 from core.conversation.runtime import Runtime
 from core.conversation.turn_policy import TurnPolicy
@@ -306,9 +306,9 @@ class Hearing:
 
     def _read(self, clip: np.ndarray) -> Glance:
         """The clip's words and, when the backend reads meaning, how likely they take the floor (a
-        stop word settles it without asking). Blocking: on the glance thread."""
+        stop word or a hum settles it without asking). Blocking: on the glance thread."""
         backend = self.rt.backend
         words = backend.transcribe_glance(clip)
-        if words is None or not words_of(words) or says_stop(words):
+        if words is None or not words_of(words) or says_stop(words) or only_hums(words):
             return Glance(words)
         return Glance(words, backend.interruption_probability(words))

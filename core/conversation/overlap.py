@@ -8,6 +8,7 @@ holds back ``speech_started`` and this judge decides from:
   ``GLANCE_EVERY_MS``: words that take the floor, ``CONFIRM`` glances in a row -> an interruption;
 - the whole clip once the voice pauses: words that do not take the floor -> a backchannel, no
   words -> noise, anything else -> an interruption.
+- a hum (``only_hums``: "Mm-hmm" spelled in m's and h's) never takes the floor by itself;
 - a negation or a request to stop (``STOP_WORDS``, ``STOP_PHRASES``) in any glance or the clip ->
   an interruption at once, whatever the voice's length (issue 47: "No." must never be ignored).
 
@@ -68,6 +69,22 @@ STOP_WORDS: frozenset[str] = frozenset({"no", "nope", "not", "never", "stop", "w
 STOP_PHRASES: tuple[tuple[str, str], ...] = (("hold", "on"), ("hang", "on"), ("excuse", "me"))
 
 
+# A hum ("mm-hmm", "hmm", "mm") has no words for a meaning reader to read: Whisper spells it in
+# m's and h's ("Mm-mm-mm.", "M.", "M H M", "Mmmmmmmmmmm"), which SmolLM2's reading can take for
+# the start of something (P 0.73-0.96 in a live eval run). Words made only of those letters never take the floor by
+# themselves; a stop word after them still does ("Mm, no."). Only m and h: "Uh" and "Um" begin
+# dev cut-ins ("Um, actually..."). On dev, every clip held out by phrase and voice: 3 fewer of 510
+# backchannels taken (141 -> 138), no more of 925 floor-takers missed; with u too, 132 taken but
+# one cut-in missed (``python -m bench.fit.meaning_fit --sweep``, issue 47, eighth stop).
+HUM = re.compile(r"[mh]+")
+
+
+def only_hums(text: str) -> bool:
+    """``text`` has words and every one is a hum ("Mm-hmm", "M H M", "Hmm")."""
+    words = words_of(text)
+    return bool(words) and all(HUM.fullmatch(w) for w in words)
+
+
 def says_stop(text: str) -> bool:
     """``text`` holds a negation or asks the speaker to stop."""
     words = words_of(text)
@@ -86,8 +103,8 @@ def unexpected_letters(text: str, known: frozenset[str] = BACKCHANNEL_WORDS) -> 
 
 def takes_the_floor(words: str, interruption: float | None) -> bool:
     """The words read as an interruption: by their meaning's probability when there is one, else
-    by letters outside ``BACKCHANNEL_WORDS`` (a backend without a meaning reader)."""
-    if not words_of(words):
+    by letters outside ``BACKCHANNEL_WORDS`` (a backend without a meaning reader). A hum never does."""
+    if not words_of(words) or only_hums(words):
         return False
     if interruption is not None:
         return interruption >= MEANING_THRESHOLD

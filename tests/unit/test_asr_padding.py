@@ -61,3 +61,27 @@ def test_a_looping_transcript_is_decoded_again_over_zeros(asr, monkeypatch):
                         Transcript("What is the capital of France?", 0.0, -0.1))
     assert asr.transcribe(np.zeros(16000, np.float32)).text == "What is the capital of France?"
     assert decoded == [True]  # no loop: one decode
+
+
+class GlanceRecorder:
+    """Test double for ``WhisperAsr``: records the prompt a glance is decoded after."""
+
+    prompt: str | None = "never glanced"
+
+    def glance(self, samples, silence_pad=False, prompt=None):
+        self.prompt = prompt
+        return "Yeah."
+
+
+def test_the_cascade_and_the_omni_backends_glance_after_the_listener_prompt():
+    from core.cascade.asr import GLANCE_PROMPT
+    from core.processors.cascade import CascadeBackend
+    from core.processors.omni_base import OmniBackendBase
+
+    cascade = CascadeBackend.__new__(CascadeBackend)
+    cascade.asr = GlanceRecorder()
+    omni = OmniBackendBase.__new__(OmniBackendBase)
+    omni._glancer = GlanceRecorder()
+    for backend, recorder in ((cascade, cascade.asr), (omni, omni._glancer)):
+        assert backend.transcribe_glance(np.zeros(8000, np.float32)) == "Yeah."
+        assert recorder.prompt == GLANCE_PROMPT

@@ -224,6 +224,34 @@ async def test_yield_at_onset_a_backchannel_pauses_the_reply_and_it_resumes_with
     backend.close()
 
 
+async def test_a_hum_read_as_taking_the_floor_by_meaning_still_resumes_the_reply():
+    """"Mm-hmm" glanced as "Mm-mm-mm." (a dev voice's glance) has no words to read: even a reader
+    that says P 0.9 does not make a hum an interruption; the paused reply comes back."""
+    backend, conv, col = await replying(glance="Mm-mm-mm.", transcript="mm mm mm", step_s=0.15, meaning=0.9,
+                                        yield_at_onset=True)
+    await feed(conv, tone(0.6) + quiet(0.8))
+    cut = await col.wait_for("response_done")
+    bc = await col.wait_for("backchannel")
+    assert bc.transcript == "Mm-mm-mm."
+    resumed = await col.wait_for("response_resumed")
+    assert resumed.resumed_item_id == cut.item_id
+    assert "input_committed" not in kinds(col), "a hum is not a turn"
+    await conv.close()
+    backend.close()
+
+
+async def test_a_hum_then_no_cuts_the_reply():
+    backend, conv, col = await replying(glance="Mm, no.", transcript="mm no", step_s=0.15, meaning=0.1,
+                                        yield_at_onset=True)
+    await feed(conv, tone(0.6) + quiet(0.8))
+    done = await col.wait_for("response_done")
+    assert done.status == "cancelled" and done.reason == "turn_detected"
+    await col.wait_for("response_started", count=2)  # answered, not resumed
+    assert not col.of("backchannel") and not col.of("response_resumed")
+    await conv.close()
+    backend.close()
+
+
 async def test_yield_at_onset_a_cough_resumes_the_reply():
     backend, conv, col = await replying(glance="", transcript="", step_s=0.15, yield_at_onset=True)
     await feed(conv, tone(0.3) + quiet(0.8))
