@@ -1,5 +1,5 @@
-"""Writes a module of labelled examples (tuples of strings) that a meaning head is fitted on
-(``core/cascade/words_meaning.py``): the fit scripts' ``--write``."""
+"""Writes a module of labelled examples (tuples of strings, or of (string, count) pairs) that a
+meaning head is fitted on (``core/cascade/words_meaning.py``): the fit scripts' ``--write``."""
 
 from __future__ import annotations
 
@@ -15,16 +15,17 @@ def near_an_eval_item(text: str) -> bool:
     return any(Item.of(item).found_in(t) for s in all_sets() for item in s.eval)
 
 
-def write_examples(path: Path, doc: list[str], groups: dict[str, list[str]]) -> None:
-    """``doc``: the module docstring's lines; ``groups``: tuple name -> its texts, in order. A text
-    close to an eval item is left out."""
+def write_examples(path: Path, doc: list[str], groups: dict[str, list[str] | list[tuple[str, int]]]) -> None:
+    """``doc``: the module docstring's lines; ``groups``: tuple name -> its texts (or (text, count)
+    pairs), in order. A text close to an eval item is left out."""
     body = ['"""' + doc[0], *doc[1:], '"""', ""]
     left_out = 0
     for name, texts in groups.items():
-        kept = [t for t in texts if not near_an_eval_item(t)]
+        kept = [t for t in texts if not near_an_eval_item(t if isinstance(t, str) else t[0])]
         left_out += len(texts) - len(kept)
         groups[name] = kept
-        body += [f"{name}: tuple[str, ...] = (", *_packed([f"{t!r}," for t in kept]), ")", ""]
+        kind = "str" if all(isinstance(t, str) for t in kept) else "tuple[str, int]"
+        body += [f"{name}: tuple[{kind}, ...] = (", *_packed([f"{t!r}," for t in kept]), ")", ""]
     path.write_text("\n".join(body))
     print(f"wrote {path} (" + ", ".join(f"{len(t)} {n.lower()}" for n, t in groups.items())
           + f"; {left_out} close to an eval item left out)")

@@ -43,6 +43,17 @@ STEPS = 300  # gradient steps of the fit (deterministic, converged at this size)
 VERSION = 1  # bump when the features change: the cached heads are keyed by it
 
 Head = tuple[np.ndarray, np.ndarray, np.ndarray, float]  # mean, scale, weights, bias
+Example = str | tuple[str, int]  # a text, or a text and how many times it counts in the fit
+
+
+def counted(example: Example) -> tuple[str, int]:
+    return (example, 1) if isinstance(example, str) else (example[0], int(example[1]))
+
+
+def _key_part(examples: list[tuple[str, int]]) -> list:
+    """The examples as the cache key has always named them: a bare text when it counts once
+    (the turn head's cached files keep their names)."""
+    return [t if n == 1 else [t, n] for t, n in examples]
 
 
 class WordsReader:
@@ -78,21 +89,25 @@ class WordsReader:
 
 class MeaningHead:
     """P(label 1) for words in ``frame``: the reader and a logistic head fitted on ``examples``
-    (label-0 texts, label-1 texts), cached in ``cache_dir`` as ``<name>-<hash>.npz``."""
+    (label-0 examples, label-1 examples; each a text, or a text and how many times it counts),
+    cached in ``cache_dir`` as ``<name>-<hash>.npz``."""
 
     def __init__(self, reader: WordsReader, name: str, frame: tuple[str, str],
-                 examples: tuple[Sequence[str], Sequence[str]], cache_dir: Path | None = None) -> None:
+                 examples: tuple[Sequence[Example], Sequence[Example]], cache_dir: Path | None = None) -> None:
         self.reader, self.frame = reader, frame
-        zeros, ones = examples
+        zeros, ones = ([counted(e) for e in part] for part in examples)
         key = hashlib.sha256(json.dumps([VERSION, LAYER, frame, L2, STEPS, reader.name,
-                                         list(zeros), list(ones)]).encode()).hexdigest()[:16]
+                                         _key_part(zeros), _key_part(ones)]).encode()).hexdigest()[:16]
         cached = cache_dir / f"{name}-{key}.npz" if cache_dir is not None else None
         if cached is not None and cached.exists():
             head = np.load(cached)
             self.head: Head = (head["mean"], head["scale"], head["weights"], float(head["bias"]))
             return
-        features = np.stack([reader.features(t, frame) for t in [*zeros, *ones]])
-        self.head = fit_logistic(features, np.array([0.0] * len(zeros) + [1.0] * len(ones)))
+        every = [*zeros, *ones]
+        read = np.stack([reader.features(t, frame) for t, _ in every])  # each text read once
+        times = [n for _, n in every]
+        labels = np.repeat(np.array([0.0] * len(zeros) + [1.0] * len(ones)), times)
+        self.head = fit_logistic(np.repeat(read, times, axis=0), labels)
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_name(f"{cached.stem}.{os.getpid()}.tmp.npz")
