@@ -174,12 +174,15 @@ class Launched:
 def cascade_realtime_url(**sections) -> Iterator[str]:
     """A fresh gateway + one cascade worker (no recording, no per-client limits) for the duration;
     yields the realtime URL a bench session connects to. ``sections``: more config (``tools=...``).
-    ``OMNIDUPLEX_BENCH_LOGS=DIR`` keeps the processes' logs and configs in DIR after the run."""
+    ``OMNIDUPLEX_BENCH_LOGS=DIR`` keeps the processes' logs and configs after the run, each stack's
+    in its own folder under DIR (a run of several stacks overwrites none)."""
     with contextlib.ExitStack() as stack:
         kept = os.environ.get("OMNIDUPLEX_BENCH_LOGS")
         if kept:
             Path(kept).mkdir(parents=True, exist_ok=True)
-        tmp = kept or stack.enter_context(tempfile.TemporaryDirectory(prefix="omniduplex-bench-"))
+            tmp = tempfile.mkdtemp(prefix="stack-", dir=kept)
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="omniduplex-bench-"))
         with Launched(Path(tmp), workers=1, recording={"enabled": False},
                       auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}, **sections) as launched:
             launched.wait_ready()

@@ -13,9 +13,11 @@ cut-ins, written apart from eval), each as written and as Whisper heard it in ev
 (``bench.fit.overlap_fit``'s glances without a prompt), labelled by the clip's kind. The judge
 is measured on glances decoded after the shipped ``asr.GLANCE_PROMPT``, as the product glances:
 a head fitted on those instead (``--fit-on``) read clean written phrasings worse
-(``tests/unit/test_words_meaning.py``: "Good idea." 0.84; with both, "Say that again?" below 0.5). The figures below hold each
-clip out **by phrase and by voice**: the head that judges a clip is fitted without its phrase
-group (a fifth of the phrases, as written or heard in any voice) and without anything heard in its
+(``tests/unit/test_words_meaning.py``: "Good idea." 0.84; with both, "Say that again?" below
+0.5). Each phrase as written counts ``WRITTEN_COPIES`` times in the fit, each clip heard once;
+``--write`` keeps those counts in the examples file, so the product fits the head measured here.
+The figures below hold each clip out **by phrase and by voice**: the head that judges a clip is
+fitted without its phrase group (a fifth of the phrases, as written or heard in any voice) and without anything heard in its
 voice, so a phrasing or a voice the judge was fitted on never scores itself. Printed, for each
 ridge strength tried: that held-out judge against the word-list judge (``bench.fit.stop_words``) on
 the duplex set's glances, and each written phrase held out with its group.
@@ -37,7 +39,7 @@ from bench.fit.stop_words import _look, judge_with_stop
 from bench.sets.duplex import DEV_BACKCHANNELS, DEV_CUTINS, DEV_INTERRUPTIONS
 from bench.sets.overlap_phrasings import DEV_MORE_BACKCHANNELS, DEV_MORE_CUTINS, DEV_MORE_FLOOR_QUESTIONS
 from core.cascade.llm import CACHE_NAME, converted_model
-from core.cascade.words_meaning import L2, OVERLAP, WordsReader, fit_logistic, probability
+from core.cascade.words_meaning import L2, OVERLAP, WordsReader, fit_counted, fit_logistic, probability
 from core.conversation import overlap as ov
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "core" / "cascade" / "overlap_examples.py"
@@ -208,9 +210,7 @@ def main() -> None:
     if "--shipped" in sys.argv:  # the head of core/cascade/overlap_examples.py's examples on the more phrasings
         from core.cascade.overlap_examples import BACKCHANNELS, INTERRUPTIONS
 
-        every = [(t, n, y) for y, part in ((0.0, BACKCHANNELS), (1.0, INTERRUPTIONS)) for t, n in part]
-        head = fit_logistic(np.repeat(np.stack([features(t) for t, _, _ in every]), [n for _, n, _ in every], axis=0),
-                            np.repeat(np.array([y for _, _, y in every]), [n for _, n, _ in every]))
+        head = fit_counted(features, BACKCHANNELS, INTERRUPTIONS)
         more = rows[len(duplex_rows):]
         verdicts = [(r, judge(r, lambda w: probability(head, features(w)))[0]) for r in more]
         bcs = [v for r, v in verdicts if r["kind"] == "backchannel" and not ov.says_stop(r["text"])]

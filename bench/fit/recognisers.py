@@ -305,7 +305,7 @@ def main() -> None:
         r = {"name": name, "pins": pins, "model_sha256": _sha(model / "model.bin"), "load_s": load_s}
         if not args.glances_only:
             r |= measure_turns(asr, turns)
-        r |= measure_glances(asr.glance, glances)
+        r |= measure_glances(functools.partial(asr.glance, prompt=None), glances)  # the glance without a prompt
         results.append(r)
         if not args.prompt:
             results.append({"name": f"{name}, glance padded with silence", "pins": pins, "load_s": load_s,

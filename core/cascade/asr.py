@@ -153,13 +153,15 @@ class WhisperAsr:
             spoken[-1].last_word_confidence if spoken else 1.0,
         )
 
-    def glance(self, samples: np.ndarray, silence_pad: bool = False, prompt: str | None = None) -> str:
+    def glance(self, samples: np.ndarray, silence_pad: bool = False, prompt: str | None = GLANCE_PROMPT) -> str:
         """The words in a short clip (under ~2 s), fast and rough: the backchannel-or-interruption
         judge reads them while the voice is still going (``core/conversation/overlap.py``).
         Zero-padded by default, as when the overlap judge's word list was built (issue 34);
         ``silence_pad``: padded as ``transcribe`` pads (zeros again where the words loop).
         ``prompt``: decoded after this previous text (Whisper's ``<|startofprev|>``), which tells
-        it what kind of words to expect; the loops that invites are cut (``without_repeats``)."""
+        it what kind of words to expect; the loops that invites are cut (``without_repeats``). By
+        default the listener's words the overlap judge's glances are read after (``GLANCE_PROMPT``);
+        None: no previous text."""
         if samples.size == 0:
             return ""
         if silence_pad:

@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +47,17 @@ Example = str | tuple[str, int]  # a text, or a text and how many times it count
 
 
 def counted(example: Example) -> tuple[str, int]:
+    """(text, times it counts) of an example."""
     return (example, 1) if isinstance(example, str) else (example[0], int(example[1]))
+
+
+def fit_counted(read: Callable[[str], np.ndarray], zeros: Sequence[Example], ones: Sequence[Example]) -> Head:
+    """A head on label-0 and label-1 examples: each text read once, its row counted as often as
+    the example says (``fit_logistic`` on the repeated rows)."""
+    every = [(*counted(e), y) for y, part in ((0.0, zeros), (1.0, ones)) for e in part]
+    times = [n for _, n, _ in every]
+    rows = np.stack([read(t) for t, _, _ in every])
+    return fit_logistic(np.repeat(rows, times, axis=0), np.repeat(np.array([y for _, _, y in every]), times))
 
 
 def _key_part(examples: list[tuple[str, int]]) -> list:
@@ -103,11 +113,7 @@ class MeaningHead:
             head = np.load(cached)
             self.head: Head = (head["mean"], head["scale"], head["weights"], float(head["bias"]))
             return
-        every = [*zeros, *ones]
-        read = np.stack([reader.features(t, frame) for t, _ in every])  # each text read once
-        times = [n for _, n in every]
-        labels = np.repeat(np.array([0.0] * len(zeros) + [1.0] * len(ones)), times)
-        self.head = fit_logistic(np.repeat(read, times, axis=0), labels)
+        self.head = fit_counted(lambda t: reader.features(t, frame), zeros, ones)
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_name(f"{cached.stem}.{os.getpid()}.tmp.npz")

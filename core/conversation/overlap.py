@@ -71,17 +71,18 @@ STOP_PHRASES: tuple[tuple[str, str], ...] = (("hold", "on"), ("hang", "on"), ("e
 
 
 # A hum ("mm-hmm", "hmm", "mm") has no words for a meaning reader to read: Whisper spells it in
-# m's and h's ("Mm-mm-mm.", "M.", "M H M", "Mmmmmmmmmmm"), which SmolLM2's reading can take for
-# the start of something (P 0.73-0.96 in a live eval run). Words made only of those letters never take the floor by
+# m's and h's (dev glances: "Mm-mm-mm.", "M.", "M-M-", "Mmmmmmmmmmm"), which SmolLM2's reading can
+# take for the start of something. Words made only of those letters never take the floor by
 # themselves; a stop word after them still does ("Mm, no."). Only m and h: "Uh" and "Um" begin
 # dev cut-ins ("Um, actually..."). On dev, every clip held out by phrase and voice: 3 fewer of 510
-# backchannels taken (141 -> 138), no more of 925 floor-takers missed; with u too, 132 taken but
-# one cut-in missed (``python -m bench.fit.meaning_fit --sweep``, issue 47, eighth stop).
+# backchannels taken (141 -> 138, the seventh stop's head: ``python -m bench.fit.meaning_fit --sweep
+# --written-copies=1``), no more of 925 floor-takers missed; with u too, 132 taken but one cut-in
+# missed (issue 47, eighth stop).
 HUM = re.compile(r"[mh]+")
 
 
 def only_hums(text: str) -> bool:
-    """``text`` has words and every one is a hum ("Mm-hmm", "M H M", "Hmm")."""
+    """``text`` has words and every one is a hum ("Mm-hmm", "M-M-", "Hmm")."""
     words = words_of(text)
     return bool(words) and all(HUM.fullmatch(w) for w in words)
 

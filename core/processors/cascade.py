@@ -298,9 +298,7 @@ class CascadeBackend(Backend):
         return HeardText(text, result.last_word_confidence)
 
     def transcribe_glance(self, audio: np.ndarray) -> str:
-        from core.cascade.asr import GLANCE_PROMPT  # loaded with the recogniser
-
-        return self.asr.glance(audio, prompt=GLANCE_PROMPT)
+        return self.asr.glance(audio)
 
     def interruption_probability(self, words: str) -> float | None:
         return None if self.overlap_meaning is None else self.overlap_meaning.probability(words)

@@ -136,9 +136,7 @@ class OmniBackendBase(Backend):
         return self._glance_pool or self.transcribe_pool
 
     def transcribe_glance(self, audio: Any) -> str | None:
-        from core.cascade.asr import GLANCE_PROMPT  # loaded with the recogniser
-
-        return None if self._glancer is None else self._glancer.glance(audio, prompt=GLANCE_PROMPT)
+        return None if self._glancer is None else self._glancer.glance(audio)
 
     def interruption_probability(self, words: str) -> float | None:
         return None if self._meaning is None else self._meaning.probability(words)

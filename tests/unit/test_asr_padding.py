@@ -63,25 +63,20 @@ def test_a_looping_transcript_is_decoded_again_over_zeros(asr, monkeypatch):
     assert decoded == [True]  # no loop: one decode
 
 
-class GlanceRecorder:
-    """Test double for ``WhisperAsr``: records the prompt a glance is decoded after."""
-
-    prompt: str | None = "never glanced"
-
-    def glance(self, samples, silence_pad=False, prompt=None):
-        self.prompt = prompt
-        return "Yeah."
-
-
-def test_the_cascade_and_the_omni_backends_glance_after_the_listener_prompt():
+def test_the_cascade_and_the_omni_backends_glance_after_the_listener_prompt(asr, monkeypatch):
+    """The overlap judge's glances are decoded after ``GLANCE_PROMPT`` (``WhisperAsr.glance``'s
+    default); the fit tools ask for none with ``prompt=None``."""
     from core.cascade.asr import GLANCE_PROMPT
     from core.processors.cascade import CascadeBackend
     from core.processors.omni_base import OmniBackendBase
 
+    prompts = []
+    monkeypatch.setattr(asr, "_glance", lambda samples, silence_pad, prompt: prompts.append(prompt) or "Yeah.")
     cascade = CascadeBackend.__new__(CascadeBackend)
-    cascade.asr = GlanceRecorder()
+    cascade.asr = asr
     omni = OmniBackendBase.__new__(OmniBackendBase)
-    omni._glancer = GlanceRecorder()
-    for backend, recorder in ((cascade, cascade.asr), (omni, omni._glancer)):
+    omni._glancer = asr
+    for backend in (cascade, omni):
         assert backend.transcribe_glance(np.zeros(8000, np.float32)) == "Yeah."
-        assert recorder.prompt == GLANCE_PROMPT
+    assert asr.glance(np.zeros(8000, np.float32), prompt=None) == "Yeah."
+    assert prompts == [GLANCE_PROMPT, GLANCE_PROMPT, None]
