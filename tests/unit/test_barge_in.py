@@ -236,6 +236,7 @@ async def test_a_hum_read_as_taking_the_floor_by_meaning_still_resumes_the_reply
     resumed = await col.wait_for("response_resumed")
     assert resumed.resumed_item_id == cut.item_id
     assert "input_committed" not in kinds(col), "a hum is not a turn"
+    assert len(backend.jobs) == 1, "and gets no answer: the model is not asked again"
     await conv.close()
     backend.close()
 
