@@ -286,6 +286,38 @@ class SmolLm:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     @torch.inference_mode()
+    def read_ahead(self, messages: list[dict[str, str]], state: KvState, cancelled: threading.Event) -> int:
+        """Extend ``state``'s cache with the prompt up to the last user message's words heard so
+        far, without their last word (the voice went on: it may be cut) and without the message's
+        end: the reply made when the turn ends then prefills only what differs (its prompt shares
+        this prefix when the words heard later begin the same way). Returns the tokens read."""
+        if not messages or messages[-1]["role"] != "user":
+            return 0
+        words = without_last_word(messages[-1]["content"])
+        if not words:
+            return 0
+        with self.lock:
+            if cancelled.is_set():
+                return 0
+            bare = self.template([*messages[:-1], {"role": "user", "content": words}])
+            ends = [i for i, t in enumerate(bare) if t == self.end_id]
+            if not ends:
+                return 0
+            target = bare[: ends[-1]]
+            if state.cache is None:
+                self._seed_from_prefix(target, state)
+            reuse = _common_prefix(state.tokens, target)
+            if reuse >= len(target):
+                return 0  # already read
+            if state.cache is not None and reuse > 0:
+                state.cache.crop(reuse)
+            else:
+                state.cache, reuse = self.runner.new_cache(), 0
+            self.runner.forward(target[reuse:], state.cache)
+            state.tokens = list(target)
+            return len(target) - reuse
+
+    @torch.inference_mode()
     def generate(
         self,
         messages: list[dict[str, str]],
@@ -326,6 +358,8 @@ class SmolLm:
             if state.cache is None:
                 self._seed_from_prefix(prompt, state)
             reuse = min(_common_prefix(state.tokens, prompt), len(prompt) - 1)
+            if score_at:  # the rows the turn's score reads are recomputed, even when read ahead
+                reuse = min(reuse, min(score_at))
             if state.cache is not None and reuse > 0:
                 extra = state.cache.get_seq_length() - reuse
                 if extra > 0:

@@ -101,6 +101,11 @@ class ConversationModel(Protocol):
         """Stream one reply through ``job`` until done or ``job.cancel`` is set (``reply.py``)."""
         ...
 
+    def read_ahead(self, job: ReplyJob) -> None:
+        """Read the words heard so far of a turn still going on (``job``'s last item) into the
+        model state, so its reply prefills only the rest; returns at once, best effort."""
+        ...
+
     def transcribe_turn(self, audio: np.ndarray) -> str | None:
         """Transcript of one user utterance (16 kHz float32), or None; a ``HeardText`` also says
         how sure the recogniser is of the last word."""

@@ -62,6 +62,7 @@ class Replies:
         self.last_spoken: Response | None = None  # the last reply with audio, once finished
         self._check = check  # validates a reply's own settings (the conversation's config rules)
         self._response: Response | None = None
+        self._reading: Response | None = None  # a read-ahead not yet done (``read_ahead``)
         self._past_segments: dict[str, list[Segment]] = {}
         self._truncated: dict[str, int] = {}  # item -> samples a client (or the gateway) said were heard
         self._idle = asyncio.Event()  # no reply running: display transcripts wait for this
@@ -156,6 +157,7 @@ class Replies:
     def run(self, resp: Response, cfg: ConversationConfig, instructions: str | None,
             pending: Item | None = None, items: list[Item] | None = None) -> None:
         """Open ``resp`` and generate it from ``items`` (default: the history, plus ``pending``)."""
+        self._stop_reading()  # the reply's own prefill reads the words in one pass
         self.open(resp)
         given = items is not None
         items = list(items) if items is not None else self.rt.items.snapshot() + ([pending] if pending else [])
@@ -316,6 +318,25 @@ class Replies:
             return
         call = resp.calls[index] = replace(resp.calls[index], complete=True)
         self.emit_for(resp, FunctionCallDone(resp.response_id, call))
+
+    # ------------------------------------------------------------------ reading ahead
+
+    def read_ahead(self, words: str) -> None:
+        """The user's turn goes on after a pause whose words are ``words``: have the model read
+        them now (``backend.read_ahead``), so the reply at the turn's end prefills only the rest.
+        Only between replies: a reply being made owns the model state. A newer reading replaces
+        one not yet begun."""
+        if self._response is not None or self.rt.closed or not words.strip():
+            return
+        self._stop_reading()
+        resp = self._reading = Response(new_id("resp"), new_id("item"), False, held=True)
+        items = for_model(self.rt.items.snapshot() + [Item("user", words)])
+        self.rt.backend.read_ahead(self.job(resp, self.rt.config, None, items))
+
+    def _stop_reading(self) -> None:
+        reading, self._reading = self._reading, None
+        if reading is not None:
+            reading.cancel.set()
 
     # ------------------------------------------------------------------ held (speculative) replies
 

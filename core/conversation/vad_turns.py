@@ -151,7 +151,6 @@ class VadTurns:
         td = rt.config.turn_detection
         if (
             rt.closed
-            or not self.hearing.is_current(generation)
             or td is None
             or not td.create_response
             or not rt.backend.capabilities.speculative_reply
@@ -161,6 +160,9 @@ class VadTurns:
             return None
         text = fut.result()
         if not text:
+            return None
+        if not self.hearing.is_current(generation):  # the voice went on: its words so far can be read now
+            self.replies.read_ahead(text)
             return None
         scores_turn = td.type == "semantic_vad" and rt.backend.capabilities.scores_turn_in_reply
         resp = Response(new_id("resp"), new_id("item"), rt.config.output_audio, held=True, spec=generation,

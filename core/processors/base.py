@@ -137,6 +137,12 @@ class Backend(ConversationModel, abc.ABC):
         """Stream one reply through ``job`` (text deltas, segmented audio) until done or
         ``job.cancel`` is set; see ``core/conversation/reply.py``."""
 
+    def read_ahead(self, job: ReplyJob) -> None:
+        """Read the user's words heard so far (``job``'s last item; the voice went on) into the
+        conversation's model state, so the reply made when the turn ends prefills only the rest.
+        Returns at once (the work is queued where replies run); ``job.cancel`` drops it if it has
+        not begun. Default: nothing to read ahead into."""
+
     def transcribe_turn(self, audio: np.ndarray) -> str | None:
         """Transcript of one user utterance (16 kHz float32), or None when this backend gives
         none; a ``HeardText`` also says how sure the recogniser is of the last word

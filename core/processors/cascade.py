@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import queue
 import threading
 import time
@@ -62,6 +63,8 @@ class CascadeOptions(BaseModel):
     voice_path: str | None = None
     instructions: str = DEFAULT_INSTRUCTIONS
     threads: int = Field(2, ge=1, le=64)
+    # SmolLM2's torch threads (None: ``default_llm_threads``).
+    llm_threads: int | None = Field(None, ge=1, le=64)
     quantize_lm_head: bool = True
     llm_dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     first_chunk_words: int = Field(2, ge=1, le=20)
@@ -172,7 +175,7 @@ class CascadeBackend(Backend):
             lambda: self._on_llm_thread(lambda: SmolLm(
                 Path(opts.data_dir),
                 opts.llm_model_path,
-                threads=opts.threads,
+                threads=opts.llm_threads or default_llm_threads(opts.threads),
                 quantize_head=opts.quantize_lm_head,
                 dtype=opts.llm_dtype,
                 progress=lambda d: report("llm", 0.35, d),
@@ -285,6 +288,24 @@ class CascadeBackend(Backend):
 
 
     # ------------------------------------------------------------------ for the conversation core
+
+    def read_ahead(self, job: ReplyJob) -> None:
+        """The embedded SmolLM2 reads the words heard so far on its own thread, queued like a
+        reply (a reply with tools prompts differently; a remote LLM keeps no cache here)."""
+        if self.remote_llm is not None or self.llm is None or job.tools:
+            return
+
+        def read() -> None:
+            try:
+                n = self.llm.read_ahead(self._prompt(job), job.state, job.cancel)
+                log.debug("read ahead %d tokens", n)
+            except Exception:  # best effort: the reply prefills them itself
+                log.exception("reading ahead failed")
+
+        try:
+            self.llm_pool.submit(read)
+        except RuntimeError:  # the backend is shutting down
+            pass
 
     def transcribe_turn(self, audio: np.ndarray) -> str:
         """Whisper's transcript of one utterance ('' for noise or no words), with its confidence
@@ -527,6 +548,23 @@ class CascadeBackend(Backend):
         if tts_future is not None:
             await tts_future
         return stats
+
+
+def default_llm_threads(threads: int) -> int:
+    """One thread on a machine of two cores or fewer, else ``threads``. On two cores the LLM
+    shares them with Whisper, the meaning reader, the VAD and the server's loop: a two-thread team
+    waits at every operator for whichever of its threads was preempted, and the prefill of a
+    turn's last words took 150-220 ms in a live dev run against ~90 ms alone; with one thread,
+    100-160 ms, and semantic_vad's turn latency p50 fell from ~610 to ~520 ms (issue 47,
+    ``python -m bench duplex --set dev --kinds complete``)."""
+    return 1 if available_cpus() <= 2 else threads
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _as_message(item, items) -> dict[str, str]:

@@ -39,7 +39,8 @@ class ScriptedBackend(Backend):
     def __init__(self, words: list[str], *, transcript_first: bool = True, step_s: float = 0.0,
                  transcript: str = "hello there", speculative: bool = True,
                  glance: str | Callable[[np.ndarray], str] | None = None,
-                 meaning: float | Callable[[str], float] | None = None, leading_spaces: bool = False) -> None:
+                 meaning: float | Callable[[str], float] | None = None, leading_spaces: bool = False,
+                 transcribe_s: float = 0.0) -> None:
         super().__init__()
         self.capabilities = ModelCapabilities.of(*Capability, transcript_first=transcript_first,
                                                  speculative_reply=speculative, supports_tools=self.supports_tools)
@@ -58,6 +59,8 @@ class ScriptedBackend(Backend):
         self.transcribe_pool = self.threads.pool("scripted-asr")
         self.jobs: list[ReplyJob] = []
         self.released: list = []
+        self.transcribe_s = transcribe_s  # how long a turn's transcript takes
+        self.read_aheads: list[str] = []  # the words of each ``read_ahead`` job, in order
 
     def load(self, progress=None) -> None:
         pass
@@ -78,7 +81,11 @@ class ScriptedBackend(Backend):
     def interruption_probability(self, words: str) -> float | None:
         return self.meaning(words) if callable(self.meaning) else self.meaning
 
+    def read_ahead(self, job: ReplyJob) -> None:
+        self.read_aheads.append(job.items[-1].text)
+
     def transcribe_turn(self, audio: np.ndarray) -> str:
+        time.sleep(self.transcribe_s)
         return self.transcript if audio.size and float(np.abs(audio).max()) > 0.05 else ""
 
     def prepare_image(self, data: bytes) -> str:

@@ -103,6 +103,39 @@ async def test_speech_resuming_drops_the_held_reply(backend):
     await conv.close()
 
 
+async def test_words_heard_before_the_voice_went_on_are_read_ahead():
+    """A pause shorter than its transcript: the voice is back before the words are known, so no
+    reply is held on them; the model reads them ahead instead, and the turn's one reply follows
+    at its end as before."""
+    backend = ScriptedBackend(WORDS, transcribe_s=0.3)
+    conv = backend.open_conversation(vad_config())
+    col = Collector(conv)
+    await feed(conv, tone(0.5))
+    await feed(conv, quiet(0.15), realtime=True)  # a pause: its transcript takes 0.3 s
+    await feed(conv, tone(0.5), realtime=True)  # the voice is back before it comes
+    await feed(conv, quiet(0.8), realtime=True)
+    done = await col.wait_for("response_done")
+    assert backend.read_aheads == ["hello there"]
+    assert kinds(col).count("response_started") == 1 and done.status == "completed"
+    assert conv.stats.speculative_replies_dropped == 0  # nothing was held on the words so far
+    await conv.close()
+    backend.close()
+
+
+async def test_nothing_is_read_ahead_while_a_reply_is_made():
+    """The reply being made owns the model's state: words over it are not read ahead."""
+    backend = ScriptedBackend(WORDS * 4, step_s=0.05, transcribe_s=0.3)
+    conv = backend.open_conversation(vad_config(ignore_backchannels=False))
+    col = Collector(conv)
+    await conv.add_text("Tell me a story")
+    await conv.create_response()
+    await col.wait_for("audio_chunk")
+    conv.replies.read_ahead("so what")  # as a pause's transcript would ask while the reply runs
+    assert backend.read_aheads == []
+    await conv.close()
+    backend.close()
+
+
 async def test_a_turn_with_no_words_gets_no_reply_in_transcript_first_mode():
     backend = ScriptedBackend(WORDS, transcript="")
     conv = backend.open_conversation(vad_config())
