@@ -62,9 +62,8 @@ class CascadeOptions(BaseModel):
     llm_model_path: str | None = None
     voice_path: str | None = None
     instructions: str = DEFAULT_INSTRUCTIONS
-    threads: int = Field(2, ge=1, le=64)
-    # SmolLM2's torch threads (None: ``default_llm_threads``).
-    llm_threads: int | None = Field(None, ge=1, le=64)
+    # Whisper's and SmolLM2's threads each (None: ``stage_threads``).
+    threads: int | None = Field(None, ge=1, le=64)
     quantize_lm_head: bool = True
     llm_dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     first_chunk_words: int = Field(2, ge=1, le=20)
@@ -166,7 +165,8 @@ class CascadeBackend(Backend):
             return value
 
         self.vad_model = timed("vad", 0.0, SileroModel)
-        self.asr = timed("asr", 0.05, lambda: WhisperAsr(opts.whisper_model_path, opts.threads))
+        threads = opts.threads or stage_threads()
+        self.asr = timed("asr", 0.05, lambda: WhisperAsr(opts.whisper_model_path, threads))
         self.tts = timed("tts", 0.15, lambda: PiperTts(opts.voice_path))
         self.describer = timed("vision", 0.25, FrameDescriber)
         self.llm = timed(
@@ -175,7 +175,7 @@ class CascadeBackend(Backend):
             lambda: self._on_llm_thread(lambda: SmolLm(
                 Path(opts.data_dir),
                 opts.llm_model_path,
-                threads=opts.llm_threads or default_llm_threads(opts.threads),
+                threads=threads,
                 quantize_head=opts.quantize_lm_head,
                 dtype=opts.llm_dtype,
                 progress=lambda d: report("llm", 0.35, d),
@@ -550,14 +550,16 @@ class CascadeBackend(Backend):
         return stats
 
 
-def default_llm_threads(threads: int) -> int:
-    """One thread on a machine of two cores or fewer, else ``threads``. On two cores the LLM
-    shares them with Whisper, the meaning reader, the VAD and the server's loop: a two-thread team
-    waits at every operator for whichever of its threads was preempted, and the prefill of a
-    turn's last words took 150-220 ms in a live dev run against ~90 ms alone; with one thread,
-    100-160 ms, and semantic_vad's turn latency p50 fell from ~610 to ~520 ms (issue 47,
-    ``python -m bench duplex --set dev --kinds complete``)."""
-    return 1 if available_cpus() <= 2 else threads
+def stage_threads() -> int:
+    """Threads for Whisper and for SmolLM2 each: one on a machine of two cores or fewer, else two.
+    On two cores the stages share them with each other, the meaning reader, the VAD and the
+    server's loop, and a two-thread team waits at every operator for whichever of its threads was
+    preempted: a turn's last words took SmolLM2 150-220 ms to prefill in a live dev run against
+    ~90 ms alone. One thread each leaves the other core to the rest (issue 47: semantic_vad's
+    turn latency on the dev complete turns, 3 runs each, p50 583 ms with two threads for
+    Whisper and one for SmolLM2, 508 ms with one each; two each, before reading ahead, 669 ms;
+    ``python -m bench duplex --set dev --kinds complete --modes server_vad semantic_vad --runs 3``)."""
+    return 1 if available_cpus() <= 2 else 2
 
 
 def available_cpus() -> int:
