@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import queue
 import threading
 import time
@@ -62,8 +61,7 @@ class CascadeOptions(BaseModel):
     llm_model_path: str | None = None
     voice_path: str | None = None
     instructions: str = DEFAULT_INSTRUCTIONS
-    # Whisper's and SmolLM2's threads each (None: ``stage_threads``).
-    threads: int | None = Field(None, ge=1, le=64)
+    threads: int = Field(2, ge=1, le=64)
     quantize_lm_head: bool = True
     llm_dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     first_chunk_words: int = Field(2, ge=1, le=20)
@@ -165,8 +163,7 @@ class CascadeBackend(Backend):
             return value
 
         self.vad_model = timed("vad", 0.0, SileroModel)
-        threads = opts.threads or stage_threads()
-        self.asr = timed("asr", 0.05, lambda: WhisperAsr(opts.whisper_model_path, threads))
+        self.asr = timed("asr", 0.05, lambda: WhisperAsr(opts.whisper_model_path, opts.threads))
         self.tts = timed("tts", 0.15, lambda: PiperTts(opts.voice_path))
         self.describer = timed("vision", 0.25, FrameDescriber)
         self.llm = timed(
@@ -175,7 +172,7 @@ class CascadeBackend(Backend):
             lambda: self._on_llm_thread(lambda: SmolLm(
                 Path(opts.data_dir),
                 opts.llm_model_path,
-                threads=threads,
+                threads=opts.threads,
                 quantize_head=opts.quantize_lm_head,
                 dtype=opts.llm_dtype,
                 progress=lambda d: report("llm", 0.35, d),
@@ -548,25 +545,6 @@ class CascadeBackend(Backend):
         if tts_future is not None:
             await tts_future
         return stats
-
-
-def stage_threads() -> int:
-    """Threads for Whisper and for SmolLM2 each: one on a machine of two cores or fewer, else two.
-    On two cores the stages share them with each other, the meaning reader, the VAD and the
-    server's loop, and a two-thread team waits at every operator for whichever of its threads was
-    preempted: a turn's last words took SmolLM2 150-220 ms to prefill in a live dev run against
-    ~90 ms alone. One thread each leaves the other core to the rest (issue 47: semantic_vad's
-    turn latency on the dev complete turns, 3 runs each, p50 583 ms with two threads for
-    Whisper and one for SmolLM2, 508 ms with one each; two each, before reading ahead, 669 ms;
-    ``python -m bench duplex --set dev --kinds complete --modes server_vad semantic_vad --runs 3``)."""
-    return 1 if available_cpus() <= 2 else 2
-
-
-def available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _as_message(item, items) -> dict[str, str]:
