@@ -236,6 +236,15 @@ class SmolLm:
             return
         self._prefixes[key] = self.runner.copy_cache(cache, len(key))
 
+    def _keep_cache(self, state: KvState, reuse: int) -> int:
+        """Keep ``state``'s cache up to ``reuse`` positions (a new empty one when there is nothing
+        to keep); returns the positions kept."""
+        if state.cache is not None and reuse > 0:
+            state.cache.crop(reuse)
+            return reuse
+        state.cache = self.runner.new_cache()
+        return 0
+
     def template(self, messages: list[dict[str, str]], generation_prompt: bool = True) -> list[int]:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
@@ -309,10 +318,7 @@ class SmolLm:
             reuse = _common_prefix(state.tokens, target)
             if reuse >= len(target):
                 return 0  # already read
-            if state.cache is not None and reuse > 0:
-                state.cache.crop(reuse)
-            else:
-                state.cache, reuse = self.runner.new_cache(), 0
+            reuse = self._keep_cache(state, reuse)
             self.runner.forward(target[reuse:], state.cache)
             state.tokens = list(target)
             return len(target) - reuse
@@ -360,15 +366,9 @@ class SmolLm:
             reuse = min(_common_prefix(state.tokens, prompt), len(prompt) - 1)
             if score_at:  # the rows the turn's score reads are recomputed, even when read ahead
                 reuse = min(reuse, min(score_at))
-            if state.cache is not None and reuse > 0:
-                extra = state.cache.get_seq_length() - reuse
-                if extra > 0:
-                    state.cache.crop(-extra)
-                cache = state.cache
-            else:
-                cache, reuse = self.runner.new_cache(), 0
+            reuse = self._keep_cache(state, reuse)
+            cache = state.cache
             stats.reused_tokens = reuse
-            state.cache = cache
             state.tokens = prompt[:reuse]
             score_at = [a - reuse for a in score_at if a >= reuse]
             if score_at and end_of_message is not None:
