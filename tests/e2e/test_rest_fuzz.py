@@ -67,7 +67,11 @@ def map_body(context, body):
         body["model"] = MODEL
     if path == "/v1/chat/completions":
         for key in ("max_tokens", "max_completion_tokens"):
-            if isinstance(body.get(key), int) and not isinstance(body.get(key), bool) and body[key] > FAST_TOKENS:
+            # A whole float (2388.0) is a JSON integer too, and the server takes it as one; a
+            # fractional one stays, for the negative runs to check the 400.
+            value = body.get(key)
+            whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+            if whole and not isinstance(value, bool) and value > FAST_TOKENS:
                 body[key] = FAST_TOKENS
         if "max_tokens" not in body and "max_completion_tokens" not in body:
             body["max_completion_tokens"] = FAST_TOKENS
