@@ -236,6 +236,13 @@ class SmolLm:
             return
         self._prefixes[key] = self.runner.copy_cache(cache, len(key))
 
+    @staticmethod
+    def use_threads(n: int) -> None:
+        """Run the calling thread's next torch work on ``n`` threads. Call it on the LLM thread:
+        torch's OpenMP thread count belongs to the thread that sets it."""
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+
     def _keep_cache(self, state: KvState, reuse: int) -> int:
         """Keep ``state``'s cache up to ``reuse`` positions (a new empty one when there is nothing
         to keep); returns the positions kept."""

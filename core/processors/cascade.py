@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import queue
 import threading
 import time
@@ -62,6 +63,8 @@ class CascadeOptions(BaseModel):
     voice_path: str | None = None
     instructions: str = DEFAULT_INSTRUCTIONS
     threads: int = Field(2, ge=1, le=64)
+    # Whisper's and SmolLM2's threads while a session listens (None: ``live_stage_threads``).
+    live_threads: int | None = Field(None, ge=1, le=64)
     quantize_lm_head: bool = True
     llm_dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     first_chunk_words: int = Field(2, ge=1, le=20)
@@ -109,6 +112,7 @@ class CascadeBackend(Backend):
     def __init__(self, options: CascadeOptions | None = None, threads: ModelThreads | None = None) -> None:
         super().__init__(threads)
         self.options = options or CascadeOptions()
+        self.live_threads = live_stage_threads(self.options)
         self.remote_llm = None
         if self.options.llm_url:
             from core.cascade.remote_llm import RemoteLlm
@@ -163,7 +167,7 @@ class CascadeBackend(Backend):
             return value
 
         self.vad_model = timed("vad", 0.0, SileroModel)
-        self.asr = timed("asr", 0.05, lambda: WhisperAsr(opts.whisper_model_path, opts.threads))
+        self.asr = timed("asr", 0.05, lambda: WhisperAsr(opts.whisper_model_path, self.live_threads))
         self.tts = timed("tts", 0.15, lambda: PiperTts(opts.voice_path))
         self.describer = timed("vision", 0.25, FrameDescriber)
         self.llm = timed(
@@ -294,6 +298,7 @@ class CascadeBackend(Backend):
 
         def read() -> None:
             try:
+                self.llm.use_threads(self.live_threads)
                 n = self.llm.read_ahead(self._prompt(job), job.state, job.cancel)
                 log.debug("read ahead %d tokens", n)
             except Exception:  # best effort: the reply prefills them itself
@@ -446,6 +451,11 @@ class CascadeBackend(Backend):
         if error:
             raise InvalidInputError(f"tools: a parameters schema cannot be enforced: {error}", param="tools")
 
+    def _llm_threads(self, job: ReplyJob) -> int:
+        """A session that listens hears (VAD, Whisper's glances) while SmolLM2 replies; a REST
+        request has the cores to itself."""
+        return self.live_threads if job.config.turn_detection is not None else self.options.threads
+
     async def generate_reply(self, job: ReplyJob) -> ReplyStats:
         """LLM and TTS on their own threads: speakable pieces go to Piper while SmolLM2 goes on."""
         loop = asyncio.get_running_loop()
@@ -483,6 +493,7 @@ class CascadeBackend(Backend):
 
         def run_llm():
             try:
+                self.llm.use_threads(self._llm_threads(job))
                 if job.wants_end_of_message and job.tools and job.items:
                     job.end_of_message(self.turn_scorer.message_end(job.items[-1].text))  # before the tool step
                 if self._tool_step(job):
@@ -545,6 +556,31 @@ class CascadeBackend(Backend):
         if tts_future is not None:
             await tts_future
         return stats
+
+
+def live_stage_threads(options: CascadeOptions) -> int:
+    """Threads for Whisper, and for SmolLM2 while a session listens: ``live_threads``, else one
+    on a machine of two CPUs or fewer, else ``threads``.
+
+    On two cores the stages share them with each other, the meaning reader, the VAD and the
+    server's loop, and a two-thread team waits at every operator for whichever of its threads was
+    preempted: a turn's last words took SmolLM2 150-220 ms to prefill in a live dev run, against
+    ~90 ms alone (issue 47). With one thread each, semantic_vad's turn latency on the dev complete
+    turns fell from 583 to 508 ms p50 (3 runs each, ``python -m bench duplex --set dev --kinds
+    complete --modes server_vad semantic_vad --runs 3``). Whisper is one model for sessions and
+    REST transcriptions; at one thread an 11 s clip took no longer (0.36-0.45 s against
+    0.44-0.55 s). A REST chat completion keeps ``threads``: alone, a 1190-token prompt's first
+    token came after ~2.8 s at two threads and ~5.2 s at one."""
+    if options.live_threads is not None:
+        return options.live_threads
+    return 1 if available_cpus() <= 2 else options.threads
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _as_message(item, items) -> dict[str, str]:
