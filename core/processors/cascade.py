@@ -176,7 +176,7 @@ class CascadeBackend(Backend):
             lambda: self._on_llm_thread(lambda: SmolLm(
                 Path(opts.data_dir),
                 opts.llm_model_path,
-                threads=opts.threads,
+                threads=self.live_threads,  # a REST request switches to ``threads`` (``_llm_threads``)
                 quantize_head=opts.quantize_lm_head,
                 dtype=opts.llm_dtype,
                 progress=lambda d: report("llm", 0.35, d),
