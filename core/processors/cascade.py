@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import queue
 import threading
 import time
@@ -28,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from core.audio import OUTPUT_RATE
 from core.cascade.chunker import SpeechChunker
 from core.cascade.llm import GenerationStats, KvState
+from core.cascade.stage_threads import live_stage_threads
 from core.cascade.tool_calls import ToolGrammar, grammar_error, parse_choice
 from core.cascade.voice_prompt import DEFAULT_INSTRUCTIONS, generation_settings
 from core.conversation import ReplyJob, ReplyStats
@@ -112,7 +112,7 @@ class CascadeBackend(Backend):
     def __init__(self, options: CascadeOptions | None = None, threads: ModelThreads | None = None) -> None:
         super().__init__(threads)
         self.options = options or CascadeOptions()
-        self.live_threads = live_stage_threads(self.options)
+        self.live_threads = live_stage_threads(self.options.live_threads, self.options.threads)
         self.remote_llm = None
         if self.options.llm_url:
             from core.cascade.remote_llm import RemoteLlm
@@ -556,31 +556,6 @@ class CascadeBackend(Backend):
         if tts_future is not None:
             await tts_future
         return stats
-
-
-def live_stage_threads(options: CascadeOptions) -> int:
-    """Threads for Whisper, and for SmolLM2 while a session listens: ``live_threads``, else one
-    on a machine of two CPUs or fewer, else ``threads``.
-
-    On two cores the stages share them with each other, the meaning reader, the VAD and the
-    server's loop, and a two-thread team waits at every operator for whichever of its threads was
-    preempted: a turn's last words took SmolLM2 150-220 ms to prefill in a live dev run, against
-    ~90 ms alone (issue 47). With one thread each, semantic_vad's turn latency on the dev complete
-    turns fell from 583 to 508 ms p50 (3 runs each, ``python -m bench duplex --set dev --kinds
-    complete --modes server_vad semantic_vad --runs 3``). Whisper is one model for sessions and
-    REST transcriptions; at one thread an 11 s clip took no longer (0.36-0.45 s against
-    0.44-0.55 s). A REST chat completion keeps ``threads``: alone, a 1190-token prompt's first
-    token came after ~2.8 s at two threads and ~5.2 s at one."""
-    if options.live_threads is not None:
-        return options.live_threads
-    return 1 if available_cpus() <= 2 else options.threads
-
-
-def available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _as_message(item, items) -> dict[str, str]:

@@ -11,8 +11,9 @@ import torch
 
 from core.cascade.llm import SmolLm
 from core.conversation.config import TurnDetection
-from core.processors import cascade
-from core.processors.cascade import CascadeBackend, CascadeOptions, live_stage_threads
+from core.cascade import stage_threads
+from core.cascade.stage_threads import live_stage_threads
+from core.processors.cascade import CascadeBackend, CascadeOptions
 
 
 @pytest.mark.parametrize(("cpus", "options", "expected"), [
@@ -23,12 +24,13 @@ from core.processors.cascade import CascadeBackend, CascadeOptions, live_stage_t
     (2, {"live_threads": 2}, 2),
 ])
 def test_live_stages_take_one_thread_on_two_cores(monkeypatch, cpus, options, expected):
-    monkeypatch.setattr(cascade, "available_cpus", lambda: cpus)
-    assert live_stage_threads(CascadeOptions(**options)) == expected
+    monkeypatch.setattr(stage_threads, "available_cpus", lambda: cpus)
+    o = CascadeOptions(**options)
+    assert live_stage_threads(o.live_threads, o.threads) == expected
 
 
 def test_a_listening_session_replies_on_the_live_count_and_rest_on_threads(monkeypatch):
-    monkeypatch.setattr(cascade, "available_cpus", lambda: 2)
+    monkeypatch.setattr(stage_threads, "available_cpus", lambda: 2)
     backend = CascadeBackend(CascadeOptions(threads=2))
     try:
         live = SimpleNamespace(config=SimpleNamespace(turn_detection=TurnDetection()))
