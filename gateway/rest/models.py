@@ -180,6 +180,9 @@ class ChatCompletionRequest(_Model):
 
     def check(self) -> None:
         """Rules that span fields, or refuse what this server cannot do."""
+        if self.max_tokens is not None and self.max_completion_tokens is not None:  # as OpenAI answers
+            raise ApiError(400, "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not "
+                           "supported.", "invalid_parameter_combination", "max_tokens")
         if self.stop:
             raise ApiError(400, "stop sequences are not supported", "unsupported_parameter", "stop")
         self._check_tools()

@@ -403,6 +403,10 @@ def test_bad_input_gets_precise_4xx(client, stack):
     assert err.value.body["code"] == "invalid_audio" and err.value.body["param"] == "messages[0].content[0].input_audio"
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError) as err:  # two budgets that may disagree: OpenAI's 400
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=6,
+                                       max_completion_tokens=2388)
+    assert err.value.body["code"] == "invalid_parameter_combination" and err.value.body["param"] == "max_tokens"
     with pytest.raises(openai.BadRequestError) as err:
         client.audio.transcriptions.create(model=MODEL, file=("notes.txt", b"these are not sounds"))
     assert err.value.body["param"] == "file"
