@@ -62,7 +62,7 @@ class CascadeOptions(BaseModel):
     llm_model_path: str | None = None
     voice_path: str | None = None
     instructions: str = DEFAULT_INSTRUCTIONS
-    threads: int = Field(2, ge=1, le=64)
+    threads: int = Field(2, ge=1, le=64)  # SmolLM2's for a request nobody listens beside (REST)
     # Whisper's and SmolLM2's threads while a session listens (None: ``live_stage_threads``).
     live_threads: int | None = Field(None, ge=1, le=64)
     quantize_lm_head: bool = True
