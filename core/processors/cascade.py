@@ -62,7 +62,9 @@ class CascadeOptions(BaseModel):
     llm_model_path: str | None = None
     voice_path: str | None = None
     instructions: str = DEFAULT_INSTRUCTIONS
-    threads: int = Field(2, ge=1, le=64)  # SmolLM2's for a request nobody listens beside (REST)
+    # SmolLM2's threads for a request nobody listens beside (REST), and every stage's on a machine
+    # of more than two CPUs unless ``live_threads`` says otherwise.
+    threads: int = Field(2, ge=1, le=64)
     # Whisper's and SmolLM2's threads while a session listens (None: ``live_stage_threads``).
     live_threads: int | None = Field(None, ge=1, le=64)
     quantize_lm_head: bool = True

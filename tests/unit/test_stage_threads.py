@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from core.cascade.llm import SmolLm
-from core.conversation.config import TurnDetection
 from core.cascade import stage_threads
+from core.cascade.llm import SmolLm
 from core.cascade.stage_threads import live_stage_threads
+from core.conversation.config import TurnDetection
 from core.processors.cascade import CascadeBackend, CascadeOptions
 
 
@@ -44,6 +44,7 @@ def test_a_listening_session_replies_on_the_live_count_and_rest_on_threads(monke
 def test_use_threads_sets_the_calling_threads_count_only():
     """The LLM thread switches per job; the rest of the process must keep its own count."""
     before = torch.get_num_threads()
+    other = 2 if before == 1 else 1  # left set on the other thread: differs from this one's
     seen = {}
 
     def llm_thread() -> None:
@@ -51,7 +52,7 @@ def test_use_threads_sets_the_calling_threads_count_only():
         seen["one"] = torch.get_num_threads()
         SmolLm.use_threads(2)
         seen["two"] = torch.get_num_threads()
-        SmolLm.use_threads(1)
+        SmolLm.use_threads(other)
 
     t = threading.Thread(target=llm_thread)
     t.start()
