@@ -80,6 +80,11 @@ class WordsReader:
         self.model = model
         self.lock = threading.Lock()
         self._prefixes: dict[str, object] = {}  # each frame's opening, read once
+        # Per frame, the last words read: their ids, the cache after them and their hidden rows.
+        # A turn's words are read at every pause and each reading mostly extends the last, so a
+        # reading runs only the tokens after the common start (the final one, on semantic_vad's
+        # critical path beside the reply's prefill, then costs a word, not the whole turn).
+        self._last: dict[str, tuple[list[int], object, torch.Tensor]] = {}
 
     @torch.inference_mode()
     def _run(self, ids: list[int], past):
@@ -91,10 +96,39 @@ class WordsReader:
         encode = self.tokenizer.encode
         ids = encode(words.strip(), add_special_tokens=False) + encode(frame[1], add_special_tokens=False)
         with self.lock:
-            if frame[0] not in self._prefixes:
-                self._prefixes[frame[0]] = self._run(encode(frame[0], add_special_tokens=False), None)[1]
-            hidden, _ = self._run(ids, copy.deepcopy(self._prefixes[frame[0]]))
+            hidden = self._read(frame[0], ids)
         return torch.cat([hidden[-1], hidden.mean(0)]).numpy()
+
+    def _read(self, opening: str, ids: list[int]) -> torch.Tensor:
+        """Hidden rows of ``ids`` after the frame's ``opening``: the tokens the last reading in
+        this frame shares with ``ids`` are taken from it, the rest run after its cache."""
+        if opening not in self._prefixes:
+            self._prefixes[opening] = self._run(self.tokenizer.encode(opening, add_special_tokens=False), None)[1]
+        start = self._prefixes[opening].get_seq_length()
+        kept, past, rows = 0, None, None
+        last = self._last.get(opening)
+        if last is not None:
+            kept = min(_common_start(last[0], ids), len(ids) - 1)  # at least one token runs
+        if kept > 0:
+            past = copy.deepcopy(last[1])
+            extra = past.get_seq_length() - (start + kept)
+            if extra > 0:
+                past.crop(-extra)  # this transformers crops by a negative count only
+            rows = last[2][:kept]
+        else:
+            past = copy.deepcopy(self._prefixes[opening])
+        new, past = self._run(ids[kept:], past)
+        hidden = new if rows is None else torch.cat([rows, new])
+        self._last[opening] = (list(ids), past, hidden)
+        return hidden
+
+
+def _common_start(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 class MeaningHead:

@@ -13,7 +13,7 @@ import pytest
 
 from core.cascade.overlap_examples import BACKCHANNELS, INTERRUPTIONS
 from core.cascade.turn_examples import COMPLETE, OPEN
-from core.cascade.words_meaning import MeaningHead, WordsReader, overlap_head, turn_head
+from core.cascade.words_meaning import OVERLAP, TURN, MeaningHead, WordsReader, overlap_head, turn_head
 from core.conversation.overlap import MEANING_THRESHOLD, Overlap, words_of
 from tests.support.stack import ROOT
 
@@ -87,3 +87,19 @@ def test_unseen_complete_requests_read_as_more_complete_than_their_openings(comp
     pairs = {(c, o): (completeness.probability(c), completeness.probability(o))
              for c, o in zip(COMPLETE_TURNS, OPEN_TURNS)}
     assert all(pc > po for pc, po in pairs.values()), pairs
+
+
+def test_a_reading_that_extends_the_last_one_reads_as_a_fresh_one(meaning):
+    """Each reading reuses what the last one in its frame shares with it; the words read must
+    come out as a reading from scratch would give them, whatever was read before (longer,
+    shorter, other words, the other frame)."""
+    reader = meaning.reader
+    sequence = [("How many", TURN), ("How many seconds are", TURN), ("Mm-hmm.", OVERLAP),
+                ("How many seconds are in a", TURN), ("How many seconds are in a day?", TURN),
+                ("How many seconds", TURN), ("What is", TURN), ("How many seconds are in a day?", TURN)]
+    for words, frame in sequence:
+        read = reader.features(words, frame)
+        reader._last.clear()
+        fresh = reader.features(words, frame)
+        assert abs(read - fresh).max() < 1e-4, (words, abs(read - fresh).max())
+        reader.features(words, frame)  # leave this reading as the last for the next
