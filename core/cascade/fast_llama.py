@@ -2,8 +2,9 @@
 
 transformers' generic forward spends more time in Python bookkeeping (masks, cache objects,
 hooks) than in arithmetic for a 135M model on two cores. This module runs the same maths on
-the same weights with fused projections (q|k|v and gate|up), a preallocated KV cache and
-torch's SDPA, which cuts the time per token roughly in half. ``tests/unit/test_fast_llama.py``
+the same weights with fused projections (q|k|v and gate|up), a preallocated KV cache, torch's
+SDPA for a prefill and two float32 matmuls for a decode step's attention, which cuts the time
+per token roughly in half. ``tests/unit/test_fast_llama.py``
 checks its logits against transformers' own forward.
 """
 
