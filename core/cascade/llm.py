@@ -278,7 +278,7 @@ class SmolLm:
                 break
             bare = self.template([*messages[:-1], {"role": "user", "content": text}])
             ends = [i for i, t in enumerate(bare) if t == self.end_id]
-            if not ends or _common_prefix(prompt, bare) < ends[-1]:
+            if not ends or common_prefix(prompt, bare) < ends[-1]:
                 break  # the punctuation (or the next word) merged into the token: no clean cut
             positions.append(ends[-1] - 1)
         return positions
@@ -322,7 +322,7 @@ class SmolLm:
             target = bare[: ends[-1]]
             if state.cache is None:
                 self._seed_from_prefix(target, state)
-            reuse = _common_prefix(state.tokens, target)
+            reuse = common_prefix(state.tokens, target)
             if reuse >= len(target):
                 return 0  # already read
             reuse = self._keep_cache(state, reuse)
@@ -370,7 +370,7 @@ class SmolLm:
                 return stats
             if state.cache is None:
                 self._seed_from_prefix(prompt, state)
-            reuse = min(_common_prefix(state.tokens, prompt), len(prompt) - 1)
+            reuse = min(common_prefix(state.tokens, prompt), len(prompt) - 1)
             if score_at:  # the rows the turn's score reads are recomputed, even when read ahead
                 reuse = min(reuse, min(score_at))
             reuse = self._keep_cache(state, reuse)
@@ -490,7 +490,7 @@ def _int8_linear(layer: torch.nn.Linear) -> torch.nn.Module:
         return quantize_dynamic(wrapped, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)[0]
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:

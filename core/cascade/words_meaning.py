@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.cascade.llm import common_prefix
+
 LAYER = 16  # of SmolLM2-135M's 30: chosen on dev (held out by phrase: 12 -> 1, 16 -> 0, 30 -> 2 of 52 wrong)
 OVERLAP = ('While the assistant was talking, the listener said: "', '"')
 TURN = ("User: ", "")  # chosen on dev among three frames (bench.fit.turn_meaning_fit)
@@ -109,7 +111,7 @@ class WordsReader:
         kept, past, rows = 0, None, None
         last = self._last.get(opening)
         if last is not None:
-            kept = min(_common_start(last[0], ids), len(ids) - 1)  # at least one token runs
+            kept = min(common_prefix(last[0], ids), len(ids) - 1)  # at least one token runs
         if kept > 0:
             past = copy.deepcopy(last[1])
             extra = past.get_seq_length() - (start + kept)
@@ -122,14 +124,6 @@ class WordsReader:
         hidden = new if rows is None else torch.cat([rows, new])
         self._last[opening] = (list(ids), past, hidden)
         return hidden
-
-
-def _common_start(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class MeaningHead:
