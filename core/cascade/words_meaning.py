@@ -108,7 +108,7 @@ class WordsReader:
         if opening not in self._prefixes:
             self._prefixes[opening] = self._run(self.tokenizer.encode(opening, add_special_tokens=False), None)[1]
         start = self._prefixes[opening].get_seq_length()
-        kept, past, rows = 0, None, None
+        kept, rows = 0, None
         last = self._last.get(opening)
         if last is not None:
             kept = min(common_prefix(last[0], ids), len(ids) - 1)  # at least one token runs
