@@ -460,16 +460,21 @@ def _cpu_flags() -> str:
 
 def resolve_dtypes(name: str) -> tuple[torch.dtype, torch.dtype]:
     """(decode, prefill) dtypes. ``auto``: float16 for both where the CPU has AVX512-FP16;
-    float16 decode with float32 prefill where it has AVX512 without FP16 (AMD Zen 4 here):
-    a one-token step is bound by reading the weights, so half the bytes took a step from 55 to
-    19 ms, while a float16 prefill there is slower than float32 (115 vs 73 ms for a 16-token
-    turn); float32 elsewhere. Greedy answers matched float32's on our checks in both float16
-    setups; bfloat16 prefill (AMX) was 30 ms faster for a 16-token turn but changed them
-    ("The capital of France is Paris." became "L'Etoile, ..."), so speed did not win there."""
+    float16 decode with bfloat16 prefill where it has AVX512-BF16 without FP16 (AMD Zen 4 here),
+    float32 prefill where it has AVX512 without either; float32 elsewhere. A one-token step is
+    bound by reading the weights, so half the bytes took a step from 55 to 19 ms; a float16
+    prefill on Zen 4 is slower than float32 (115 vs 73 ms for a 16-token turn), a bfloat16 one
+    reads half of float32's bytes and computes natively: a turn's prefill at one thread 113 ->
+    70 ms p50 (issue 47, twelfth stop, ``python -m bench.fit.prefill_dtype``), with the dev
+    answer set scored the same (23 of 33) and 79 of 90 dev greedy answers unchanged (the rest
+    near ties). bfloat16 for both (AMX, an earlier check) changed "The capital of France is
+    Paris." into "L'Etoile, ...": the decode keeps float16."""
     if name == "auto":
         flags = _cpu_flags()
         if "avx512_fp16" in flags:
             return torch.float16, torch.float16
+        if "avx512_bf16" in flags:
+            return torch.float16, torch.bfloat16
         if "avx512f" in flags:
             return torch.float16, torch.float32
         return torch.float32, torch.float32

@@ -6,6 +6,7 @@ scores the turn's end the same, whether the words heard later begin like the one
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -14,6 +15,14 @@ from core.cascade.llm import KvState
 from core.conversation.end_of_turn import MessageEnd
 
 QUESTION = "How do I change a flat tire?"
+# The prefill runs in bfloat16 where the CPU has it (``resolve_dtypes``), and its rounding differs
+# with how the words are split between passes: up to 0.054 in log-odds here (float32: within 2 %).
+# A wrong reuse moves the score by whole units; semantic_vad's wait reads the log-odds.
+SAME_SCORE_LOG_ODDS = 0.1
+
+
+def same_score(a: float, b: float) -> bool:
+    return abs(math.log(a / (1 - a)) - math.log(b / (1 - b))) <= SAME_SCORE_LOG_ODDS
 
 
 def reply(llm, system: str, words: str, state: KvState) -> tuple[str, MessageEnd, int]:
@@ -35,10 +44,10 @@ def test_a_reply_after_reading_ahead_says_and_scores_the_same(cascade_backend, h
     assert read > 0
     text_after, end_after, reused_after = reply(llm, system, QUESTION, state)
     assert text_after == text and text
-    assert end_after.after_words == pytest.approx(end.after_words, rel=0.02)
+    assert same_score(end_after.after_words, end.after_words), (end_after, end)
     # the score without the last word is still made: its row is recomputed, not taken as read
     assert end.before_last_word is not None and end_after.before_last_word is not None
-    assert end_after.before_last_word == pytest.approx(end.before_last_word, rel=0.02)
+    assert same_score(end_after.before_last_word, end.before_last_word), (end_after, end)
     if heard_before.startswith("How do I change"):
         assert reused_after > reused  # the words read ahead are not prefilled again
 
