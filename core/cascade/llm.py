@@ -464,10 +464,10 @@ def resolve_dtypes(name: str) -> tuple[torch.dtype, torch.dtype]:
     float32 prefill where it has AVX512 without either; float32 elsewhere. A one-token step is
     bound by reading the weights, so half the bytes took a step from 55 to 19 ms; a float16
     prefill on Zen 4 is slower than float32 (115 vs 73 ms for a 16-token turn), a bfloat16 one
-    reads half of float32's bytes and computes natively: a turn's prefill at one thread 113 ->
-    70 ms p50 (issue 47, twelfth stop, ``python -m bench.fit.prefill_dtype``), with the dev
-    answer set scored the same (23 of 33) and 79 of 90 dev greedy answers unchanged (the rest
-    near ties). bfloat16 for both (AMX, an earlier check) changed "The capital of France is
+    reads half of float32's bytes and computes natively: a turn's prefill at one thread 125 ->
+    73 ms p50 (issue 47, twelfth stop, ``python -m bench.fit.prefill_dtype``), with the dev
+    answer set scored the same (23 of 33) and 78 of 89 dev greedy answers unchanged (the other
+    11 no better or worse as a whole: SmolLM2-135M's ramble either way). bfloat16 for both (AMX, an earlier check) changed "The capital of France is
     Paris." into "L'Etoile, ...": the decode keeps float16."""
     if name == "auto":
         flags = _cpu_flags()
