@@ -467,8 +467,9 @@ def resolve_dtypes(name: str) -> tuple[torch.dtype, torch.dtype]:
     reads half of float32's bytes and computes natively: a turn's prefill at one thread 125 ->
     73 ms p50 (issue 47, twelfth stop, ``python -m bench.fit.prefill_dtype``), with the dev
     answer set scored the same (23 of 33) and 78 of 89 dev greedy answers unchanged (the other
-    11 no better or worse as a whole: SmolLM2-135M's ramble either way). bfloat16 for both (AMX, an earlier check) changed "The capital of France is
-    Paris." into "L'Etoile, ...": the decode keeps float16."""
+    11 no better or worse as a whole: SmolLM2-135M's ramble either way). bfloat16 for both (AMX,
+    an earlier check) changed "The capital of France is Paris." into "L'Etoile, ...": the
+    decode keeps float16."""
     if name == "auto":
         flags = _cpu_flags()
         if "avx512_fp16" in flags:

@@ -57,3 +57,17 @@ def test_prefill_lengths_fall_into_few_shapes_and_never_overrun_the_cache():
     for n in range(1, 300):
         assert n <= padded_length(n, 2048) <= n * 4 / 3 + 1  # little wasted prefill
         assert padded_length(n, n + 1) in (n, n + 1)  # no room: exact length
+
+
+def test_auto_dtypes_follow_the_cpu(monkeypatch):
+    """(decode, prefill): float16 decode wherever AVX512 is; the prefill in float16 with
+    AVX512-FP16, bfloat16 with AVX512-BF16 (issue 47: half of float32's bytes), else float32."""
+    import core.cascade.llm as llm
+
+    for flags, want in (("avx512f avx512_fp16 avx512_bf16", (torch.float16, torch.float16)),
+                        ("avx512f avx512_bf16 avx512_vnni", (torch.float16, torch.bfloat16)),
+                        ("avx512f avx512bw", (torch.float16, torch.float32)),
+                        ("avx2 fma", (torch.float32, torch.float32))):
+        monkeypatch.setattr(llm, "_cpu_flags", lambda flags=flags: f"flags\t: {flags}\n")
+        assert llm.resolve_dtypes("auto") == want, flags
+    assert llm.resolve_dtypes("float32") == (torch.float32, torch.float32)
