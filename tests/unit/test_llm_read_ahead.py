@@ -17,7 +17,7 @@ from core.conversation.end_of_turn import MessageEnd
 QUESTION = "How do I change a flat tire?"
 # The prefill runs in bfloat16 where the CPU has it (``resolve_dtypes``), and its rounding differs
 # with how the words are split between passes: up to 0.054 in log-odds here (float32: within 2 %).
-# A wrong reuse moves the score by whole units; semantic_vad's wait reads the log-odds.
+# A reuse one token too long moved it by 1.7 (and changed the words); semantic_vad's wait reads the log-odds.
 SAME_SCORE_LOG_ODDS = 0.1
 
 
