@@ -1,11 +1,14 @@
-"""The longest pause inside one utterance in the dev clips: how long the overlap judge waits after a
-voice over the reply before calling it a backchannel or noise (``overlap.SETTLE_MS``).
+"""The longest pause inside one utterance in the dev clips, on the waveform: how long the overlap
+judge waits after a voice over the reply before calling it a backchannel or noise
+(``overlap.SETTLE_MS`` was first chosen from it).
 
     python -m bench.fit.pauses      # ~20 s: every dev backchannel, cut-in and interruption in every dev voice
 
 Each clip is spoken by espeak-ng; its 10 ms frames below 5 % of its loudest frame's level are
 quiet, and the runs of 40 ms or more of quiet between its first and last loud frame are its
-pauses (shorter ones the VAD does not report). Printed per kind: p50, p90 and the longest.
+pauses (shorter ones the VAD does not report). Printed per kind: p50, p90 and the longest. The
+settle counts longer pauses than the waveform shows (from the VAD's report until the voice is
+back): ``python -m bench.fit.settle`` chose it (issue 47, thirteenth stop).
 """
 
 from __future__ import annotations

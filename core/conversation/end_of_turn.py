@@ -103,6 +103,14 @@ def strip_trailing_punctuation(text: str) -> str:
     return re.sub(r"[\s.,;:!?…\-–—]+$", "", text.strip())
 
 
+TRAILING_MARKS = ("...", "…", ",", "-", "–", "—")
+
+
+def trails_off(text: str) -> bool:
+    """Whisper ended the words with "...", "," or a dash: it heard more coming."""
+    return text.strip().endswith(TRAILING_MARKS)
+
+
 def last_word(text: str) -> str:
     words = re.findall(r"[a-z']+", text.lower())
     return words[-1] if words else ""
@@ -172,7 +180,7 @@ def _words_probability(text: str, lm_probability: float | None) -> float:
     word = last_word(text)
     if word in OPEN_ENDINGS:
         z += OPEN_WORD
-    if text.endswith(("...", "…", ",", "-", "–", "—")):
+    if trails_off(text):
         z += TRAILING_OFF
     elif text.endswith("?"):
         z += QUESTION_MARK

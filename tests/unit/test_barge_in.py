@@ -287,7 +287,7 @@ async def test_a_pause_inside_one_voice_does_not_split_it_into_two_judgements():
     silence is one voice: one pause of the reply, one verdict on the whole clip, one resume."""
     backend, conv, col = await replying(glance="Yeah, yeah.", transcript="yeah yeah", step_s=0.15,
                                         yield_at_onset=True)
-    gap_s = 0.2  # a comma's pause in the dev clips (the longest is 290 ms)
+    gap_s = 0.2  # a comma's pause in the dev clips
     assert gap_s * 1000 < SETTLE_MS
     await feed(conv, tone(0.3) + quiet(gap_s) + tone(0.3) + quiet(0.9))
     bc = await col.wait_for("backchannel")
@@ -297,6 +297,30 @@ async def test_a_pause_inside_one_voice_does_not_split_it_into_two_judgements():
     assert seen.count("speech_started") == 1 and seen.count("backchannel") == 1, seen
     assert seen.count("response_resumed") == 1, seen
     assert bc.audio_end_ms - bc.audio_start_ms >= 700, bc  # both pieces, and the gap between them
+    await conv.close()
+    backend.close()
+
+
+async def test_a_comma_pause_longer_than_the_first_settle_does_not_split_a_cut_in():
+    """ "Okay, stop there." paused after "Okay." for 308-340 ms as the settle counts it (dev clips,
+    ``python -m bench.fit.settle``), longer than the 300 ms settle first chosen on the waveform:
+    "Okay." alone was called a backchannel, the story resumed, and "stop there" stopped it again;
+    the listener heard the story come back for a moment (issue 47). One voice, one interruption,
+    no resume."""
+    piece_s, gap_s = 0.3, 0.32
+    assert 300 < gap_s * 1000 + 20 < SETTLE_MS - 40  # the settle also counts the voice's first 20 ms back
+
+    def heard(clip) -> str:
+        return "Okay." if clip.size < (piece_s + gap_s) * 16000 else "Okay, stop there."  # the first piece alone
+
+    backend, conv, col = await replying(glance=heard, transcript="okay stop there", step_s=0.15, yield_at_onset=True,
+                                        meaning=lambda words: 0.05 if words == "Okay." else 0.9)
+    await feed(conv, tone(piece_s) + quiet(gap_s) + tone(0.5) + quiet(1.2))
+    await col.wait_for("input_committed")
+    await asyncio.sleep(0.3)
+    seen = kinds(col)
+    assert seen.count("speech_started") == 1, seen
+    assert "response_resumed" not in seen and not col.of("backchannel"), seen
     await conv.close()
     backend.close()
 
