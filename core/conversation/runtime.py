@@ -9,6 +9,7 @@ others' privates to emit an event, start a task or add an item.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -55,6 +56,9 @@ class Runtime:
         self.closed = False
         self._queue: asyncio.Queue[ConversationEvent | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task] = set()
+        # The session's context (its log ids): a callback from a model thread runs in it, not in
+        # the thread's empty one, so what it logs and spawns names the session.
+        self._context = contextvars.copy_context()
 
     # ------------------------------------------------------------------ events
 
@@ -86,7 +90,7 @@ class Runtime:
     def call_soon(self, fn: Callable, *args) -> None:
         """Run ``fn`` on the conversation's loop; safe from any thread."""
         try:
-            self.loop.call_soon_threadsafe(fn, *args)
+            self.loop.call_soon_threadsafe(fn, *args, context=self._context.copy())
         except RuntimeError:  # loop closed: the session is gone
             pass
 
