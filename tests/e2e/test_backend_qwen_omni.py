@@ -22,7 +22,7 @@ import pytest
 import websockets
 
 from tests.support import realtime_client
-from tests.support.stack import Stack
+from tests.support.stack import Stack, share_model_cache
 from tests.support.tiny_omni import build_qwen2_5_omni, build_qwen3_omni
 
 
@@ -292,7 +292,9 @@ def test_qwen3_omni_through_the_worker_app(tmp_path):
     from worker.app import create_app
 
     model = build_qwen3_omni(tmp_path / "model")
-    config = AppConfig.model_validate({"data_dir": str(tmp_path / "data"), "recording": {"enabled": False},
+    # The overlap judge's reader (SmolLM2 and its head) loads from the shared cache, not converted again.
+    data_dir = share_model_cache(tmp_path / "data")
+    config = AppConfig.model_validate({"data_dir": str(data_dir), "recording": {"enabled": False},
                                        "workers": {"secret": "s" * 24},
                                        "backend": {"name": "qwen_omni", "options": options(model)}})
     with TestClient(create_app(config), headers={"Authorization": f"Bearer {'s' * 24}"}) as client:

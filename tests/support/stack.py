@@ -15,6 +15,16 @@ from launcher.processes import ROOT, free_port, free_ports  # noqa: F401 - re-ex
 from launcher.processes import kill, spawn_module, stop_all
 
 
+def share_model_cache(data_dir: Path) -> Path:
+    """``data_dir`` (created) with the repo's converted model cache linked in as its ``models``: a
+    backend loaded on it converts the bundled LLM and fits its heads once per checkout, not per test."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (ROOT / "data" / "models").mkdir(parents=True, exist_ok=True)
+    if not (data_dir / "models").exists():
+        (data_dir / "models").symlink_to(ROOT / "data" / "models")
+    return data_dir
+
+
 class Stack:
     """N workers + one gateway on free ports, sharing the repo's model cache."""
 
@@ -28,11 +38,7 @@ class Stack:
         self.base_port = free_ports(workers)
         self.port = free_port()
         # Own data dir (recordings, tokens) per stack; the converted model cache is shared.
-        self.data_dir = tmp / "data"
-        self.data_dir.mkdir(exist_ok=True)
-        (ROOT / "data" / "models").mkdir(parents=True, exist_ok=True)
-        if not (self.data_dir / "models").exists():
-            (self.data_dir / "models").symlink_to(ROOT / "data" / "models")
+        self.data_dir = share_model_cache(tmp / "data")
         config = {
             "data_dir": str(self.data_dir),
             "gateway": {"port": self.port},
