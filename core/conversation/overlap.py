@@ -43,7 +43,7 @@ LONGEST_BACKCHANNEL_MS = 1300  # voice this long is an interruption whatever its
 # ("Okay." is a backchannel, the story resumes, and "stop there" stops it again: the listener hears
 # a blip of the story, issue 47). Chosen on the dev clips fed through the streaming VAD and counted
 # as the settle counts them (from the VAD's pause to the voice being back, ``python -m
-# bench.fit.trailing_settle``): the longest such pause read as no turn is 340 ms at the dev voices'
+# bench.fit.settle``): the longest such pause read as no turn is 340 ms at the dev voices'
 # speed; at 85 % of it 400 ms splits 3 of 490 cut-in clips' pauses (360 ms: 8; 300 ms, the first
 # choice, measured on the waveform: 16) and no backchannel. Every backchannel pays it before the
 # story comes back. An interruption is still called at once.
