@@ -16,6 +16,7 @@ hold these phrases whole, not their fragments.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,29 +24,41 @@ import numpy as np
 from bench.sets.duplex import DEV_BACKCHANNELS, DEV_CUTINS, DEV_VOICES
 from bench.sets.overlap_phrasings import DEV_MORE_BACKCHANNELS, DEV_MORE_CUTINS
 from core.conversation import overlap as ov
-from core.conversation.vad import RATE, SileroModel, StreamingVad
+from core.conversation.vad import RATE, SileroModel, StreamingVad, VadEvent
 from devtools.espeak import espeak
 
 PIECE = RATE // 50  # 20 ms, as clients send
 
 
+def streamed(model: SileroModel, pcm: np.ndarray) -> tuple[np.ndarray, Iterator[tuple[VadEvent, int]]]:
+    """A spoken clip (int16) as the bench's microphone sends it, 1 s of silence either side in 20 ms
+    pieces, through a fresh streaming VAD: the padded audio and each event with the stream's time
+    (ms) when it was reported."""
+    audio = np.concatenate([np.zeros(RATE, np.float32), pcm.astype(np.float32) / 32768, np.zeros(RATE, np.float32)])
+    vad = StreamingVad(model)
+
+    def events() -> Iterator[tuple[VadEvent, int]]:
+        for at in range(0, audio.size - PIECE + 1, PIECE):
+            for ev in vad.process(audio[at:at + PIECE]):
+                yield ev, (at + PIECE) * 1000 // RATE
+
+    return audio, events()
+
+
 def first_fragment(model: SileroModel, pcm: np.ndarray) -> tuple[int, np.ndarray, bool] | None:
     """The first pause before the first glance: (voice ms, the clip so far, whether the voice came
     back within ``SETTLE_MS``), or None."""
-    audio = np.concatenate([np.zeros(RATE, np.float32), pcm.astype(np.float32) / 32768, np.zeros(RATE, np.float32)])
-    vad = StreamingVad(model)
+    audio, events = streamed(model, pcm)
     onset = found = None
-    for at in range(0, audio.size - PIECE + 1, PIECE):
-        now = (at + PIECE) * 1000 // RATE
-        for ev in vad.process(audio[at:at + PIECE]):
-            if ev.kind == "start":
-                onset = ev.ms
-            elif ev.kind == "pause" and onset is not None and found is None and ev.ms - onset < ov.GLANCE_FIRST_MS:
-                found = (ev.ms - onset, audio[onset * RATE // 1000:now * RATE // 1000], ev.ms)
-            elif ev.kind == "resume" and found is not None:
-                return found[0], found[1], ev.ms - found[2] < ov.SETTLE_MS
-            elif ev.kind == "end":
-                return None if found is None else (found[0], found[1], False)
+    for ev, now in events:
+        if ev.kind == "start":
+            onset = ev.ms
+        elif ev.kind == "pause" and onset is not None and found is None and ev.ms - onset < ov.GLANCE_FIRST_MS:
+            found = (ev.ms - onset, audio[onset * RATE // 1000:now * RATE // 1000], ev.ms)
+        elif ev.kind == "resume" and found is not None:
+            return found[0], found[1], ev.ms - found[2] < ov.SETTLE_MS
+        elif ev.kind == "end":
+            return None if found is None else (found[0], found[1], False)
     return None
 
 

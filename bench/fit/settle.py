@@ -24,15 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.fit.fragments import streamed
 from bench.sets.duplex import DEV_BACKCHANNELS, DEV_CUTINS, DEV_VOICES
 from bench.sets.overlap_phrasings import DEV_MORE_BACKCHANNELS, DEV_MORE_CUTINS
 from core.conversation import overlap as ov
 from core.conversation.end_of_turn import trails_off
-from core.conversation.vad import LOUD_MS, RATE, SileroModel, StreamingVad
+from core.conversation.vad import LOUD_MS, RATE, SileroModel
 from devtools.espeak import espeak
 
 CACHE = Path(__file__).resolve().parents[2] / "data" / "settle_glances.json"
-PIECE = RATE // 50  # 20 ms, as clients send
 SPEEDS = (1.0, 0.85, 0.7)
 
 
@@ -40,46 +40,36 @@ def pauses_in(model: SileroModel, pcm: np.ndarray) -> list[tuple[np.ndarray, int
     """Each VAD pause of one spoken clip: (the clip from the onset to the pause's report, how long
     the silence lasted before the voice came back, as the judge's settle counts it; None at the
     last pause, after which the voice is over)."""
-    audio = np.concatenate([np.zeros(RATE, np.float32), pcm.astype(np.float32) / 32768, np.zeros(RATE, np.float32)])
-    vad = StreamingVad(model)
+    audio, events = streamed(model, pcm)
     onset: int | None = None
     found: list[tuple[np.ndarray, int | None]] = []
     paused_at: int | None = None
-    for at in range(0, audio.size - PIECE + 1, PIECE):
-        now = (at + PIECE) * 1000 // RATE
-        for ev in vad.process(audio[at:at + PIECE]):
-            if ev.kind == "start" and onset is None:
-                onset = ev.ms
-            elif ev.kind == "pause" and onset is not None:
-                paused_at = ev.ms
-                found.append((audio[onset * RATE // 1000:now * RATE // 1000], None))
-            elif ev.kind == "resume" and paused_at is not None:
-                # the settle stops once the voice is loud again for LOUD_MS
-                found[-1] = (found[-1][0], ev.ms + LOUD_MS - paused_at)
-                paused_at = None
-            elif ev.kind == "end":
-                return found
+    for ev, now in events:
+        if ev.kind == "start" and onset is None:
+            onset = ev.ms
+        elif ev.kind == "pause" and onset is not None:
+            paused_at = ev.ms
+            found.append((audio[onset * RATE // 1000:now * RATE // 1000], None))
+        elif ev.kind == "resume" and paused_at is not None:
+            # the settle stops once the voice is loud again for LOUD_MS
+            found[-1] = (found[-1][0], ev.ms + LOUD_MS - paused_at)
+            paused_at = None
+        elif ev.kind == "end":
+            break
     return found
 
 
-def never(words: str) -> bool:
-    """never"""
-    return False
-
-
-def trailing(words: str) -> bool:
-    """the words trail off ("...", ",", a dash)"""
-    return trails_off(words)
-
-
-def open_ended(words: str) -> bool:
-    """the words end no sentence (no ".", "!", "?"; or "...")"""
+def ends_no_sentence(words: str) -> bool:
     return trails_off(words) or not words.strip().endswith((".", "!", "?"))
 
 
-RULES = [(300, 300, never), (340, 340, never), (360, 360, never), (400, 400, never),
-         (300, 500, trailing), (300, 600, trailing), (300, 500, open_ended), (300, 600, open_ended),
-         (360, 500, open_ended), (360, 600, open_ended)]
+TRAILING = 'the words trail off ("...", ",", a dash)'
+OPEN = 'the words end no sentence (no ".", "!", "?"; or "...")'
+# (settle, the longer settle, when the longer one applies, its rule); None: one settle for all
+RULES = [(300, 300, None, None), (340, 340, None, None), (360, 360, None, None), (400, 400, None, None),
+         (300, 500, TRAILING, trails_off), (300, 600, TRAILING, trails_off),
+         (300, 500, OPEN, ends_no_sentence), (300, 600, OPEN, ends_no_sentence),
+         (360, 500, OPEN, ends_no_sentence), (360, 600, OPEN, ends_no_sentence)]
 
 
 def main() -> None:
@@ -118,10 +108,11 @@ def main() -> None:
                             inner.append((silence, words, f"{text!r} ({voice})"))
             print(f"speed x{factor} {kind}: {len(texts) * len(DEV_VOICES)} clips; {len(inner)} inner pauses and "
                   f"{len(last)} last pauses read as no turn")
-            for settle, longer, rule in RULES:
-                split = sum(silence >= (longer if rule(words) else settle) for silence, words, _ in inner)
-                waits = sum(rule(words) for words in last)
-                when = f", {longer} ms when {rule.__doc__}" if rule is not never else ""
+            for settle, longer, label, rule in RULES:
+                longer_for = rule or (lambda words: False)
+                split = sum(silence >= (longer if longer_for(words) else settle) for silence, words, _ in inner)
+                waits = sum(longer_for(words) for words in last)
+                when = f", {longer} ms when {label}" if label else ""
                 print(f"    settle {settle} ms{when}: {split} inner pauses split the voice; {waits} last readings "
                       f"wait {longer} ms")
             for silence, words, clip in sorted(inner, reverse=True)[:6]:
