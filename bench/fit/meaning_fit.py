@@ -6,6 +6,8 @@
     python -m bench.fit.meaning_fit --sweep --glance-prompt="..."  # glances after another prompt ("": none)
     python -m bench.fit.meaning_fit --sweep --fit-on=prompted  # the head fitted on prompted glances (or "both")
     python -m bench.fit.meaning_fit --sweep --written-copies=3  # written phrasings weighed 3x (shipped: 2)
+    python -m bench.fit.meaning_fit --sweep --thresholds=0.1,0.2  # other thresholds than 0.3-0.7
+    python -m bench.fit.meaning_fit --sweep --varied  # fitted with the varied phrasings too (not shipped)
 
 The examples are dev only: the dev part of ``bench/sets/duplex.py`` (every backchannel,
 interruption and short cut-in) and ``bench/sets/overlap_phrasings.py`` (more backchannels and
@@ -37,7 +39,8 @@ from bench.fit.examples_file import write_examples
 from bench.fit.overlap_fit import glances, prompt_key
 from bench.fit.stop_words import _look, judge_with_stop
 from bench.sets.duplex import DEV_BACKCHANNELS, DEV_CUTINS, DEV_INTERRUPTIONS
-from bench.sets.overlap_phrasings import DEV_MORE_BACKCHANNELS, DEV_MORE_CUTINS, DEV_MORE_FLOOR_QUESTIONS
+from bench.sets.overlap_phrasings import (DEV_MORE_BACKCHANNELS, DEV_MORE_CUTINS, DEV_MORE_FLOOR_QUESTIONS,
+                                          DEV_VARIED_BACKCHANNELS, DEV_VARIED_FLOOR_TAKERS)
 from core.cascade.llm import CACHE_NAME, converted_model
 from core.cascade.words_meaning import L2, OVERLAP, WordsReader, fit_counted, fit_logistic, probability
 from core.conversation import overlap as ov
@@ -45,6 +48,7 @@ from core.conversation import overlap as ov
 EXAMPLES = Path(__file__).resolve().parents[2] / "core" / "cascade" / "overlap_examples.py"
 MORE_CACHE = Path(__file__).resolve().parents[2] / "data" / "overlap_fit_more.json"
 QUESTIONS_CACHE = MORE_CACHE.with_name("overlap_fit_questions.json")
+VARIED_CACHE = MORE_CACHE.with_name("overlap_fit_varied.json")
 FEATURES = Path(__file__).resolve().parents[2] / "data" / "meaning_fit_features.npz"
 GROUPS = 5  # phrase groups held out together
 L2S = (L2 / 3, L2, L2 * 3)  # ridge strengths compared (the shipped one in the middle)
@@ -62,22 +66,26 @@ def _key() -> str:
     return f"{wm.VERSION}-{wm.LAYER}-{OVERLAP}-{CACHE_NAME}"
 
 
-def more_rows(silence_pad: bool = False, prompt: str | None = None) -> list[dict]:
-    """``bench.fit.overlap_fit``'s glances over the dev cut-ins and the more phrasings (the
-    questions added after the first fit cached apart; ``silence_pad``: padded with the log-mel of
-    silence, cached apart too; ``prompt``: glanced after that previous text, cached apart)."""
-    more, questions_cache = MORE_CACHE, QUESTIONS_CACHE
-    if silence_pad:
-        more = more.with_name(more.stem + "_silence.json")
-        questions_cache = questions_cache.with_name(questions_cache.stem + "_silence.json")
-    if prompt:
-        more = more.with_name(f"{more.stem}_prompt{prompt_key(prompt)}.json")
-        questions_cache = questions_cache.with_name(f"{questions_cache.stem}_prompt{prompt_key(prompt)}.json")
-    clips = ([("backchannel", t) for t in DEV_MORE_BACKCHANNELS]
-             + [("cutin", t) for t in [*DEV_CUTINS, *DEV_MORE_CUTINS]])
-    questions = [("cutin", t) for t in DEV_MORE_FLOOR_QUESTIONS]
-    return (glances(silence_pad, clips=clips, cache=more, prompt=prompt)
-            + glances(silence_pad, clips=questions, cache=questions_cache, prompt=prompt))
+def more_rows(silence_pad: bool = False, prompt: str | None = None, varied: bool = False) -> list[dict]:
+    """``bench.fit.overlap_fit``'s glances over the dev cut-ins and the more phrasings (each batch
+    added after the first fit cached apart: the questions, the varied phrasings; ``silence_pad``:
+    padded with the log-mel of silence, cached apart too; ``prompt``: glanced after that previous
+    text, cached apart; ``varied``: with the varied phrasings, which the shipped head is not fitted on)."""
+    batches = [
+        ([("backchannel", t) for t in DEV_MORE_BACKCHANNELS]
+         + [("cutin", t) for t in [*DEV_CUTINS, *DEV_MORE_CUTINS]], MORE_CACHE),
+        ([("cutin", t) for t in DEV_MORE_FLOOR_QUESTIONS], QUESTIONS_CACHE),
+        ([("backchannel", t) for t in DEV_VARIED_BACKCHANNELS]
+         + [("cutin", t) for t in DEV_VARIED_FLOOR_TAKERS], VARIED_CACHE),
+    ][: 3 if varied else 2]
+    rows = []
+    for clips, cache in batches:
+        if silence_pad:
+            cache = cache.with_name(cache.stem + "_silence.json")
+        if prompt:
+            cache = cache.with_name(f"{cache.stem}_prompt{prompt_key(prompt)}.json")
+        rows += glances(silence_pad, clips=clips, cache=cache, prompt=prompt)
+    return rows
 
 
 def group_of(phrase: str) -> int:
@@ -140,18 +148,20 @@ def meaning_threshold(threshold: float):
         ov.MEANING_THRESHOLD = shipped
 
 
-def written() -> dict[str, int]:
-    """Each dev phrase as written: 0 a backchannel, 1 takes the floor."""
-    labels = {t: 0 for t in [*DEV_BACKCHANNELS, *DEV_MORE_BACKCHANNELS]}
+def written(varied: bool = False) -> dict[str, int]:
+    """Each dev phrase as written: 0 a backchannel, 1 takes the floor (``varied``: the varied
+    phrasings too)."""
+    labels = {t: 0 for t in [*DEV_BACKCHANNELS, *DEV_MORE_BACKCHANNELS, *(DEV_VARIED_BACKCHANNELS if varied else [])]}
     labels.update({t: 1 for t, _ in DEV_INTERRUPTIONS})
-    labels.update({t: 1 for t in [*DEV_CUTINS, *DEV_MORE_CUTINS, *DEV_MORE_FLOOR_QUESTIONS]})
+    labels.update({t: 1 for t in [*DEV_CUTINS, *DEV_MORE_CUTINS, *DEV_MORE_FLOOR_QUESTIONS,
+                                  *(DEV_VARIED_FLOOR_TAKERS if varied else [])]})
     return labels
 
 
-def examples(rows: list[dict]) -> tuple[list[tuple[str, int, str | None, str]], list[str]]:
+def examples(rows: list[dict], varied: bool = False) -> tuple[list[tuple[str, int, str | None, str]], list[str]]:
     """(text, label, voice or None for written, phrase) for every example, and the texts heard in
     both kinds (left out: they say nothing either way)."""
-    out = [(t, y, None, t) for t, y in written().items()]
+    out = [(t, y, None, t) for t, y in written(varied).items()]
     out += [(r["whole"].strip(), int(r["kind"] in TAKES_THE_FLOOR), r["voice"], r["text"])
             for r in rows if ov.words_of(r["whole"])]
     kinds: dict[str, set[int]] = {}
@@ -204,7 +214,8 @@ def main() -> None:
     # the shipped glances by default; --glance-prompt= (empty) for glances without a prompt
     prompt = _option("--glance-prompt", GLANCE_PROMPT)
     duplex_rows = glances(silence_pad=silence_pad, prompt=prompt)
-    rows = duplex_rows + more_rows(silence_pad, prompt)
+    varied = "--varied" in sys.argv
+    rows = duplex_rows + more_rows(silence_pad, prompt, varied)
     features = WordsFeatures()
     keep = features.keep
     if "--shipped" in sys.argv:  # the head of core/cascade/overlap_examples.py's examples on the more phrasings
@@ -224,19 +235,25 @@ def main() -> None:
     fit_on = _option("--fit-on", "unprompted")
     heard = rows
     if prompt and fit_on != "prompted":
-        unprompted = glances(silence_pad=silence_pad) + more_rows(silence_pad)
+        unprompted = glances(silence_pad=silence_pad) + more_rows(silence_pad, varied=varied)
         heard = unprompted if fit_on == "unprompted" else rows + unprompted
-    ex, both = examples(heard)
+    ex, both = examples(heard, varied)
     copies = int(_option("--written-copies", str(WRITTEN_COPIES)))
     ex += [e for e in ex if e[2] is None] * (copies - 1)  # written phrasings weighed above heard ones
     print(f"{len(ex)} examples ({len({e[0] for e in ex})} texts); heard in both kinds, left out: {len(both)}",
           file=sys.stderr)
     x = {t: features(t) for t, _, _, _ in ex}
     voices = sorted({r["voice"] for r in rows})
-    labels = written()
+    labels = written(varied)
     in_duplex = {id(r) for r in duplex_rows}
     if "--sweep" in sys.argv:
-        sweep(rows, ex, x, voices, features, len(rows) - len(duplex_rows))
+        parts = {"all dev clips": rows, "the more phrasings' clips": rows[len(duplex_rows):]}
+        if varied:
+            added = set(DEV_VARIED_BACKCHANNELS) | set(DEV_VARIED_FLOOR_TAKERS)
+            parts["the clips before the varied phrasings (the shipped head's dev clips)"] = [
+                r for r in rows if r["text"] not in added]
+            parts["the varied phrasings' clips"] = [r for r in rows if r["text"] in added]
+        sweep(rows, ex, x, voices, features, parts)
         keep()
         return
     if "--second-look" in sys.argv:
@@ -296,14 +313,14 @@ def second_look(rows, ex, x, voices, features) -> None:
             print("    wrongly resumed at 0.20:", [f"{r['text']!r} heard {r['whole']!r}" for r in lost][:15])
 
 
-def sweep(rows, ex, x, voices, features, more: int) -> None:
+def sweep(rows, ex, x, voices, features, parts: dict[str, list[dict]]) -> None:
     """The trade-off by threshold: backchannels taken (those whose phrase says a stop word counted
     apart: the rule takes them, as the issue asks) and interruptions or cut-ins missed, every clip
-    held out by phrase and voice; on all dev clips and on the ``more`` last ones (the more phrasings)."""
+    held out by phrase and voice; on each of ``parts`` (name: its clips)."""
     heads = held_out_heads(ex, x, voices)
-    for part, of_part in (("all dev clips", rows), ("the more phrasings' clips", rows[len(rows) - more:])):
+    for part, of_part in parts.items():
         print(f"\n{part}")
-        for threshold in (0.3, 0.4, 0.5, 0.6, 0.7):
+        for threshold in map(float, _option("--thresholds", "0.3,0.4,0.5,0.6,0.7").split(",")):
             with meaning_threshold(threshold):
                 verdicts = [(r, judge(r, lambda w, h=heads[group_of(r["text"]), r["voice"]]: probability(h, features(w)))[0])
                             for r in of_part]

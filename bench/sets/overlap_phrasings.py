@@ -110,3 +110,88 @@ DEV_MORE_FLOOR_QUESTIONS: list[str] = [
     "Can penguins actually fly?", "Why was the giant so angry?", "Whose house was that?",
     "Where did the ship sink?",
 ]
+
+# Issue 47, fourteenth stop: more varied phrasings, so the meaning reader must read meaning, not a few
+# keywords (evaluations with a verb, echoes of the story, laughter, rhetorical questions; floor-takers
+# that open like an acknowledgement). Written by a helper that read only this file and no eval part or
+# write-up, avoiding the stop words (the rule takes those); 18 of its 240 were removed because the leak
+# matcher found an eval item in them.
+
+# Things a listener says while the assistant tells a story or explains: "go on / I'm following / I react".
+DEV_VARIED_BACKCHANNELS: list[str] = [
+    # evaluative comments with a subject and verb
+    "That sounds lovely.", "That's a good one.", "How interesting.", "What a story.",
+    "That sounds like fun.", "Oh, that's beautiful.", "That's so cool.", "What a lovely idea.",
+    "That's pretty neat.", "That sounds exciting.", "How clever of her.", "That's a sweet detail.",
+    "What a great name.", "That sounds delicious.", "What a brave little fox.",
+    # understanding / following
+    "I follow.", "Ah, I see.",
+    "Got it, got it.", "Okay, that clicks.", "Right, I'm with you.", "Understood.", "Oh, so that's why.",
+    "Ah, now I understand.", "That clears it up.", "I'm following you.", "Oh, that's how it works.",
+    # agreement in full clauses
+    "I think so too.", "Can't argue with that.", "You have a point there.", "Same here.",
+    "That's what I always say.", "You're dead right.", "I couldn't agree more.",
+    "Couldn't have said it better.", "I feel the same way.", "That's exactly how it is.",
+    "You've got that right.", "Hard to disagree with that.",
+    # short emotional reactions and exclamations
+    "Ha!", "Aw.", "Oh, how sweet.", "Eek.", "Aww, bless.", "Oh my.", "Phew.", "Oh, the poor thing.",
+    "Yay!", "Ugh, gross.", "Oh, how sad.", "Aww, that's adorable.", "Eww.", "Goodness me.",
+    # laughter and amused reactions
+    "Ha ha.", "That's hilarious.", "Hee hee.", "Ha, that's funny.", "Lol.", "Heh.", "Ha ha ha, brilliant.",
+    "That cracks me up.", "Oh, that's priceless.", "I'm dying here.", "Ha, love it.", "That's too funny.",
+    "Hah, classic.", "What a laugh.", "Haha, good one.",
+    # echo-like reactions
+    "A dragon, huh.", "In the forest, okay.", "A talking cat, wow.", "Three brothers, right.", "At midnight, huh.",
+    "On a boat, okay.", "The old lighthouse, yeah.", "Twenty years later, wow.",
+    "In the rain, mm.", "A golden key, huh.", "Back to the village, okay.", "The youngest one, right.",
+    "Under the bridge, mm-hmm.", "With just a map, okay.",
+    # two-part acknowledgements
+    "Oh okay, yeah, yeah.", "Right, right, right.", "Mm, interesting.", "Yeah, yeah, sure.", "Uh-huh, uh-huh.",
+    "Okay, okay, cool.", "Mm-hmm, right.", "Ah, yes, yes.", "Sure, sure.", "Oh right, okay, yeah.",
+    "Mm, yeah, I see.", "Okay, mm-hmm.", "Yeah, right, okay.",
+    # regional / casual / older / younger styles
+    "Righto.", "Cheers.", "Word.", "Bet.", "Dope.", "Fair dos.", "Sweet as.", "Ace.", "Grand.", "Right on.",
+    "Far out.", "Facts.", "Crikey.", "Jolly good.", "Swell.", "Cool beans.", "Nice, bro.",
+    # rhetorical questions that want no answer
+    "Isn't that something?", "Who knew?", "Can you imagine?", "Isn't that wild?", "How about that?",
+    "Would you believe it?", "Who'd have thought?", "What are the odds?", "Isn't life funny?", "Go figure.",
+    "Imagine that.", "Ain't that the truth?", "Isn't that just typical?", "Whoever heard of such a thing?",
+]
+
+# Short things a listener says over the talking assistant that take the floor: stop, change, or answer.
+DEV_VARIED_FLOOR_TAKERS: list[str] = [
+    # looks like an acknowledgement, then takes the floor
+    "Okay, but why?", "Right, so what happened to the money?", "Interesting, can you say more about that part?",
+    "Yeah, but who's Tom?", "Mm, and how does that help me?", "Sure, but what's the answer?",
+    "Uh-huh, so where's the station?", "Okay, okay, what time is it?", "Right, but how much does it cost?",
+    "Cool, now tell me the weather.", "Got it. Next question.", "Yeah, yeah, just give me the number.",
+    "Fine, but skip the history.", "Alright, so which one should I pick?", "Okay, so what do I do now?",
+    "Mm-hmm, but is that safe?", "Wow, but is that actually true?", "Right, right, so what's the catch?",
+    "Sure, sure, but who won?", "Ha, okay, but seriously, why?", "Interesting. What about the other one?",
+    "Oh, okay, then what's plan B?",
+    # requests about the delivery
+    "Louder.", "Say that last bit again.", "Repeat that, please.", "Slower, please.", "Can you spell the name?",
+    "Read it again from the top.", "Give me the gist.", "Just the headline, please.", "Bullet points, please.",
+    "In English, please.", "Turn the volume down.", "Speak up a little.", "Say the number again.",
+    "Go back to the part about the dog.", "Once more, slowly.", "Text me that instead.", "Shorter, please.",
+    "Rewind a bit.", "Can you write that down for me?",
+    # corrections
+    "Actually it was Tuesday.", "Actually, I said Boston.", "Her name's Claire, actually.", "That was in 1998.",
+    "You mean Friday.", "I meant the other Jack.", "Wrong city.", "I asked for three, actually.",
+    "That's the sequel, actually.", "I meant the blue one.", "Correction: it's at six.",
+    "He's her uncle, actually.", "In Celsius, please.", "It's Maria with an A.",
+    # questions about the content
+    "Who's she?", "What's that mean?", "Who's the guy in the hat?", "Where's that again?", "Which bus?",
+    "Hm, who won in the end?",
+    "How far is that?", "What's a quokka?", "Who said that?", "How old is he now?", "Is that legal?",
+    "Whose idea was that?", "What happened to the twins?", "When does it open?", "Huh? What's a tithe?",
+    # commands to switch task
+    "Set a timer instead.", "Play some music.", "What's the weather tomorrow?", "Call Mum.",
+    "Add milk to the list.", "Turn off the lights.", "Remind me at five.", "Switch to the news.",
+    "Tell me a joke instead.", "Open my calendar.", "Different story, please.", "Read my messages.",
+    "Book a table for two.", "Let's do the quiz now.", "Set an alarm for seven.",
+    # impatience
+    "Come on, get on with it.", "Hurry up.", "Faster, please.", "Yes, yes, we know.",
+    "Ugh, this is taking forever.", "Just the answer, please.", "Blah, blah, blah.", "Skip ahead.",
+    "Wrap it up.", "Enough already.", "Less talk, more answer.", "Get to the good part.",
+]

@@ -56,10 +56,13 @@ def test_the_more_overlap_phrasings_are_dev_and_hold_no_eval_item():
     """``bench/sets/overlap_phrasings.py`` is fitted on (the overlap judge's meaning): no phrasing
     may hold an eval item of any set, or a near-copy of one, and none repeats a dev phrase."""
     from bench.sets import Item, Text, all_sets
-    from bench.sets.overlap_phrasings import DEV_MORE_BACKCHANNELS, DEV_MORE_CUTINS
+    from bench.sets.overlap_phrasings import (DEV_MORE_BACKCHANNELS, DEV_MORE_CUTINS, DEV_MORE_FLOOR_QUESTIONS,
+                                              DEV_VARIED_BACKCHANNELS, DEV_VARIED_FLOOR_TAKERS)
 
-    more = [*DEV_MORE_BACKCHANNELS, *DEV_MORE_CUTINS]
+    more = [*DEV_MORE_BACKCHANNELS, *DEV_MORE_CUTINS, *DEV_MORE_FLOOR_QUESTIONS, *DEV_VARIED_BACKCHANNELS,
+            *DEV_VARIED_FLOOR_TAKERS]
     assert len(DEV_MORE_BACKCHANNELS) >= 80 and len(DEV_MORE_CUTINS) >= 80
+    assert len(DEV_VARIED_BACKCHANNELS) >= 120 and len(DEV_VARIED_FLOOR_TAKERS) >= 90
     assert len({normalise(t) for t in more}) == len(more)
     assert not {normalise(t) for t in more} & {normalise(t) for t in sets.texts("dev")}
     held_out = [Item.of(item) for s in all_sets() for item in s.eval]
