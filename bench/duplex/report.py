@@ -43,6 +43,7 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
         stop = summary([r["stop_ms"] for r in ints if r["stop_ms"] is not None])
         answer = summary([r["answer_ms"] for r in ints if r["answer_ms"] is not None])
         takeovers = sum(r["takeover"] for r in paused)
+        in_pause = sum(r.get("takeover_in_pause", r["takeover"]) for r in paused)
         false = sum(r["false_interruption"] for r in bc)
         detected = sum(r["detected"] for r in ints)
         relevant = sum(r["relevant"] for r in ints)
@@ -55,6 +56,7 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
             "no_answer": sum(not r["answered"] for r in comp),
             "stopped_p50_ms": _nan_none(stopped["p50"]), "audio_after_stop_p50_ms": _nan_none(audio_after["p50"]),
             "paused": len(paused), "takeovers": takeovers, "pause_takeover": _share(takeovers, len(paused)),
+            "takeovers_in_pause": in_pause, "talked_over": sum(bool(r.get("early_audio")) for r in comp),
             "backchannels": len(bc), "bc_not_trials": len(bc_all) - len(bc), "bc_false": false,
             "bc_false_rate": _share(false, len(bc)), "bc_lost": lost, "bc_lost_rate": _share(lost, len(bc)),
             "bc_back_p50_ms": _nan_none(back["p50"]),
@@ -79,7 +81,7 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
 MEDIAN_KEYS = ("pause_takeover", "takeovers", "turn_p50_ms", "turn_p90_ms", "ratio_to_server_vad", "no_answer",
                "detected_share", "seen_p50_ms", "seen_p90_ms", "stop_p50_ms", "answer_p50_ms", "relevance",
                "bc_false_rate", "bc_false", "bc_lost_rate", "bc_back_p50_ms", "cutin_taken_share", "cutin_seen_p50_ms",
-               "errors", "stopped_p50_ms", "audio_after_stop_p50_ms")
+               "errors", "stopped_p50_ms", "audio_after_stop_p50_ms", "takeovers_in_pause", "talked_over")
 COUNT_KEYS = ("complete", "paused", "backchannels", "interruptions", "cutins", "bc_not_trials", "int_not_trials",
               "cutin_not_trials")
 
@@ -188,11 +190,17 @@ def report(r: dict[str, Any]) -> str:
     with_turns = {mode: s for mode, s in r["median"].items() if "refused" not in s and s["complete"]}
     if with_turns:
         lines += ["", "Where a complete turn's time goes: the turn's end (speech_stopped) after the last voiced "
-                  "sample, then the first audio after it (0 when the held reply was ready):", "",
-                  "| mode | speech_stopped after the voice p50 ms | first audio after speech_stopped p50 ms |",
-                  "|---|---|---|"]
-        lines += [f"| {mode} | {_ms(s['stopped_p50_ms'])} | {_ms(s['audio_after_stop_p50_ms'])} |"
-                  for mode, s in with_turns.items()]
+                  "sample, then the first audio after it (0 when the held reply was ready); complete turns the "
+                  "assistant began talking over before the voice's end (an inner pause taken for the end):", "",
+                  "| mode | speech_stopped after the voice p50 ms | first audio after speech_stopped p50 ms "
+                  "| complete turns talked over |", "|---|---|---|---|"]
+        lines += [f"| {mode} | {_ms(s['stopped_p50_ms'])} | {_ms(s['audio_after_stop_p50_ms'])} | "
+                  f"{_ms(s['talked_over'])} |" for mode, s in with_turns.items()]
+    with_pauses = {mode: s for mode, s in r["median"].items() if "refused" not in s and s["paused"]}
+    if with_pauses:
+        lines += ["", "Pause takeover counts a reply begun in the pause or over the rest of the turn, before the "
+                  "voice's end; in the pause alone (Full-Duplex-Bench's rate): " + "; ".join(
+                      f"{mode} {_ms(s['takeovers_in_pause'])} of {s['paused']}" for mode, s in with_pauses.items())]
     lines += ["", "What the listener notices (issue 47): the reply's silence after an interruption's onset (over "
               "WebSocket the client clears its playback at speech_started), short cut-ins taken as turns, "
               "backchannels after which the story did not come back within 1 s (or that got an answer):", "",

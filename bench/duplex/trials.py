@@ -65,11 +65,17 @@ async def turn_trial(url: str, mode: str, clip: Clip) -> dict[str, Any]:
         r["early_audio"] = any(lv is None or t < lv for t in tr.first_audio.values())
     else:
         pause, resume = mic.marks.get("pause_start"), mic.marks.get("resume")
-        in_pause = [t for t in list(tr.created.values()) + list(tr.first_audio.values())
-                    if pause is not None and pause <= t < (resume or float("inf"))]
-        r["takeover"] = bool(in_pause)
-        r["takeover_ms_after_pause"] = tr.rel_ms(min(in_pause), pause) if in_pause else None
-        full = [t for rid, t in tr.first_audio.items() if resume is not None and tr.created.get(rid, 0) >= resume]
+        starts = list(tr.created.values()) + list(tr.first_audio.values())
+        in_pause = [t for t in starts if pause is not None and pause <= t < (resume or float("inf"))]
+        # A reply begun after the user went on but before they finished talks over the rest of the
+        # turn (semantic_vad ended it at a pause inside the second half): a takeover to a listener
+        # too, though Full-Duplex-Bench's rate counts the pause alone (``takeover_in_pause``).
+        over_rest = [t for t in starts if resume is not None and lv is not None and resume <= t < lv]
+        r["takeover"] = bool(in_pause or over_rest)
+        r["takeover_in_pause"] = bool(in_pause)
+        r["takeover_ms_after_pause"] = tr.rel_ms(min(in_pause + over_rest), pause) if r["takeover"] else None
+        full = [t for rid, t in tr.first_audio.items()
+                if resume is not None and tr.created.get(rid, 0) >= resume and lv is not None and t >= lv]
         r["answered"] = bool(full)
         r["latency_ms"] = tr.rel_ms(min(full), lv) if full else None
     return r
@@ -272,9 +278,11 @@ def _row_line(r: dict[str, Any]) -> str:
         return f"{head} error {r['error']}"
     kind = r["kind"]
     if kind == "complete":
-        return f"{head} latency={r['latency_ms']} {r['user']}"
+        early = " talked over (audio before the voice's end)" if r.get("early_audio") else ""
+        return f"{head} latency={r['latency_ms']}{early} {r['user']}"
     if kind == "paused":
-        return f"{head} takeover={r['takeover']} latency={r['latency_ms']} {r['user']}"
+        over = " (over the rest of the turn)" if r["takeover"] and not r.get("takeover_in_pause", True) else ""
+        return f"{head} takeover={r['takeover']}{over} latency={r['latency_ms']} {r['user']}"
     if r.get("status") != "ok":
         return f"{head} {r.get('status')} (reply {r.get('reply_audio_s')} s) {r.get('reply_text', '')[:60]!r}"
     if kind == "backchannel":

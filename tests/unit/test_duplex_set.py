@@ -196,3 +196,25 @@ def test_report_marks_each_goal_from_synthetic_trials():
     assert row.count("n/a") == 8  # nothing run in that mode: every column n/a (the ratio "-")
     assert "| semantic_vad | 10 % | 430 / 1112 | 0.70 | 100 % | 220 / 236 |" in text
     assert "| semantic_vad | 280 | 150 |" in text  # where the turn's time went
+
+
+def test_a_reply_begun_over_the_rest_of_a_paused_turn_is_a_takeover():
+    """semantic_vad may end a paused turn at a pause inside its second half and talk over the rest:
+    the listener is cut off as surely as in the pause, so the pause takeover counts it, and the
+    report says how many were in the pause alone (Full-Duplex-Bench's rate) and which complete
+    turns were talked over."""
+    from bench.duplex import goals, median_modes, report, summarise
+
+    rows = [{"mode": "semantic_vad", "kind": "complete", "latency_ms": 400.0, "answered": True,
+             "early_audio": i == 0} for i in range(4)]
+    rows += [{"mode": "semantic_vad", "kind": "paused", "takeover": i < 2, "takeover_in_pause": i < 1}
+             for i in range(10)]
+    per = summarise(rows, ["semantic_vad"], {})
+    assert per["semantic_vad"]["pause_takeover"] == 0.2
+    median = median_modes([per])
+    marks = {g["goal"]: g["mark"] for g in goals(median)}
+    assert marks["semantic_vad: pause takeover <= 0.1"] == "**missed**"
+    text = report({"set": "dev", "items": {"complete": 4, "paused": 10}, "modes": ["semantic_vad"], "median": median,
+                   "goals": goals(median), "runs": [{"wall_s": 1.0, "modes": per}]})
+    assert "in the pause alone (Full-Duplex-Bench's rate): semantic_vad 1 of 10" in text
+    assert re.search(r"\| semantic_vad \| - \| - \| 1 \|", text)  # one complete turn talked over
