@@ -21,7 +21,10 @@ Trials, per mode:
   ``speech_stopped`` after that sample (the turn decided) and the first audio after ``speech_stopped``
   (0 when the held reply was ready).
 - paused: a takeover is a response created, or audio arriving, inside the pause (before the chunk
-  where the speech resumes was sent).
+  where the speech resumes was sent) or over the rest of the turn (before its last voiced sample:
+  a turn ended at a pause in the second half; since issue 47's fifteenth stop). The pause alone,
+  Full-Duplex-Bench's rate, is reported beside it. A complete turn whose reply began before its
+  last voiced sample is reported as talked over.
 - backchannel: a long-answer prompt as text (``conversation.item.create`` + ``response.create``
   with instructions to answer at length); once 1.5-2.5 s of its audio has been played (fixed per
   item), the clip is streamed. A false interruption is ``speech_started`` from the clip's onset to
