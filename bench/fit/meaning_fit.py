@@ -173,8 +173,11 @@ def examples(rows: list[dict], varied: bool = False) -> tuple[list[tuple[str, in
     return [e for e in out if e[0] not in both and not ov.says_stop(e[0])], both
 
 
-def judge(r: dict, p) -> tuple[str, int]:
-    """The shipped Overlap judge over a dev clip's glances, ``p(words)`` its meaning reader."""
+def judge(r: dict, p, confirmed=None) -> tuple[str, int]:
+    """The shipped Overlap judge over a dev clip's glances, ``p(words)`` its meaning reader.
+    ``confirmed(words, ms)`` (``ms`` None for the whole clip), when given, must agree before an
+    interruption call stands (a second ear, ``bench.fit.second_ear``); a call it withdraws leaves
+    the judge listening, and a whole clip's withdrawn call is a backchannel."""
     o = ov.Overlap("item", 0, None, 0.0)
     for ms in range(ov.GLANCE_FIRST_MS, ov.LONGEST_BACKCHANNEL_MS, ov.GLANCE_EVERY_MS):
         if ms >= r["ms"]:
@@ -182,12 +185,17 @@ def judge(r: dict, p) -> tuple[str, int]:
         words = _look(r, ms)
         chance = p(words) if ov.words_of(words) and not ov.says_stop(words) else None
         if o.glanced(words, ms, chance) is not None:
-            return o.verdict, ms
+            if confirmed is None or confirmed(words, ms):
+                return o.verdict, ms
+            o.verdict, o.in_a_row = None, 0  # withdrawn: this glance did not take the floor
     if r["ms"] >= ov.LONGEST_BACKCHANNEL_MS:
         return "interruption", ov.LONGEST_BACKCHANNEL_MS
     words = r["whole"]
     chance = p(words) if ov.words_of(words) and not ov.says_stop(words) else None
-    return o.ended(words, r["ms"], chance), r["ms"]
+    verdict = o.ended(words, r["ms"], chance)
+    if verdict == "interruption" and confirmed is not None and not confirmed(words, None):
+        return "backchannel", r["ms"]
+    return verdict, r["ms"]
 
 
 def summary(name: str, verdicts: list[tuple[dict, str, int]], verbose: bool = True) -> None:

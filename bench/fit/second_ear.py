@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.fit.meaning_fit import (TAKES_THE_FLOOR, WordsFeatures, examples, glances, group_of, held_out_heads,
-                                   more_rows, WRITTEN_COPIES)
+from bench.fit.meaning_fit import (TAKES_THE_FLOOR, WRITTEN_COPIES, WordsFeatures, examples, glances, group_of,
+                                   held_out_heads, more_rows)
+from bench.fit.meaning_fit import judge as judge_glances
 from bench.fit.overlap_fit import TAIL
-from bench.fit.stop_words import _look
 from bench.sets.duplex import DEV_VOICES
 from core.conversation import overlap as ov
 from core.cascade.words_meaning import probability
@@ -97,36 +97,20 @@ def floor_chance(words: str, p) -> float:
 
 
 def judge(r: dict, p, ear: BaseEar | None, veto_glances: str, veto_whole: str, soft: float | None = None) -> str:
-    """The shipped judge over one dev clip; where it would call an interruption, ``ear`` (Whisper
-    base) hears the same audio and a call it does not confirm is withdrawn (the judge listens on).
-    ``veto_glances`` / ``veto_whole``: which calls the second ear may withdraw: "none", "meaning"
-    (not a stop word's), "all". Confirmed: base's words take the floor too, or with ``soft``, the
-    two ears' probabilities (``floor_chance``) average at least ``soft``."""
-    def confirmed(words: str, ms: int | None, which: str) -> bool:
+    """The shipped judge over one dev clip (``meaning_fit.judge``); where it would call an
+    interruption, ``ear`` (Whisper base) hears the same audio and a call it does not confirm is
+    withdrawn. ``veto_glances`` / ``veto_whole``: which calls the second ear may withdraw: "none",
+    "meaning" (not a stop word's), "all". Confirmed: base's words take the floor too, or with
+    ``soft``, the two ears' probabilities (``floor_chance``) average at least ``soft``."""
+    def confirmed(words: str, ms: int | None) -> bool:
+        which = veto_whole if ms is None else veto_glances
         if ear is None or which == "none" or (which == "meaning" and ov.says_stop(words)):
             return True
         if soft is not None:
             return (floor_chance(words, p) + floor_chance(ear(r, ms), p)) / 2 >= soft
         return floor(ear(r, ms), p)
 
-    o = ov.Overlap("item", 0, None, 0.0)
-    for ms in range(ov.GLANCE_FIRST_MS, ov.LONGEST_BACKCHANNEL_MS, ov.GLANCE_EVERY_MS):
-        if ms >= r["ms"]:
-            break
-        words = _look(r, ms)
-        chance = p(words) if ov.words_of(words) and not ov.says_stop(words) else None
-        if o.glanced(words, ms, chance) is not None:
-            if confirmed(words, ms, veto_glances):
-                return "interruption"
-            o.verdict, o.in_a_row = None, 0  # withdrawn: this glance did not take the floor
-    if r["ms"] >= ov.LONGEST_BACKCHANNEL_MS:
-        return "interruption"
-    words = r["whole"]
-    chance = p(words) if ov.words_of(words) and not ov.says_stop(words) else None
-    verdict = o.ended(words, r["ms"], chance)
-    if verdict == "interruption" and not confirmed(words, None, veto_whole):
-        return "backchannel"
-    return verdict
+    return judge_glances(r, p, confirmed)[0]
 
 
 RULES = [  # name, second ear used, which glance calls it may withdraw, which whole-clip calls, soft threshold
