@@ -225,26 +225,23 @@ def test_options_are_validated_and_an_absent_engine_is_reported():
     backend.close()
 
 
-async def test_against_our_own_chat_completions(tmp_path):
-    """One OmniDuplex fronting another: the remote backend drives our gateway's REST API."""
-    stack = Stack(tmp_path, workers=1).start()
-    try:
-        probe = await asyncio.to_thread(httpx.post, f"{stack.url}/v1/chat/completions", json={}, timeout=10)
-        # the route exists (gateway/rest/routes.py): an empty body is refused, never a 404
-        assert probe.status_code != 404, f"no /v1/chat/completions route: {probe.status_code} {probe.text}"
-        backend = create_backend("remote_omni", {"base_url": f"{stack.url}/v1", "model": "omniduplex-cascade",
-                                                 "default_voice": "joe"})
-        await asyncio.to_thread(backend.load)
-        conv = backend.open_conversation(ConversationConfig(turn_detection=None))
-        events = Collector(conv)
-        await conv.add_text("Say hello to Anna.")
-        await conv.create_response(max_output_tokens=40)
-        done = await events.wait_for("response_done", timeout=90)
-        pcm = b"".join(e.pcm for e in events.of("audio_chunk"))
-        assert done.status in ("completed", "incomplete") and done.text.strip()
-        assert "".join(e.delta for e in events.of("text_delta")) == done.text
-        assert len(pcm) // 2 > 12000 and np.abs(np.frombuffer(pcm, dtype="<i2")).max() > 1000
-        await conv.close()
-        backend.close()
-    finally:
-        stack.stop()
+async def test_against_our_own_chat_completions(stack):
+    """One OmniDuplex fronting another: the remote backend drives our gateway's REST API (the
+    suite's shared default stack: a stack of its own cost ~11 s more to start)."""
+    probe = await asyncio.to_thread(httpx.post, f"{stack.url}/v1/chat/completions", json={}, timeout=10)
+    # the route exists (gateway/rest/routes.py): an empty body is refused, never a 404
+    assert probe.status_code != 404, f"no /v1/chat/completions route: {probe.status_code} {probe.text}"
+    backend = create_backend("remote_omni", {"base_url": f"{stack.url}/v1", "model": "omniduplex-cascade",
+                                             "default_voice": "joe"})
+    await asyncio.to_thread(backend.load)
+    conv = backend.open_conversation(ConversationConfig(turn_detection=None))
+    events = Collector(conv)
+    await conv.add_text("Say hello to Anna.")
+    await conv.create_response(max_output_tokens=40)
+    done = await events.wait_for("response_done", timeout=90)
+    pcm = b"".join(e.pcm for e in events.of("audio_chunk"))
+    assert done.status in ("completed", "incomplete") and done.text.strip()
+    assert "".join(e.delta for e in events.of("text_delta")) == done.text
+    assert len(pcm) // 2 > 12000 and np.abs(np.frombuffer(pcm, dtype="<i2")).max() > 1000
+    await conv.close()
+    backend.close()
