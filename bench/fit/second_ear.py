@@ -48,7 +48,7 @@ class BaseEar:
     def __init__(self) -> None:
         self.heard: dict[str, str] = json.loads(CACHE.read_text()) if CACHE.exists() else {}
         self._asr = None
-        self._pcm: dict[tuple[str, str], np.ndarray] = {}
+        self._last: tuple[tuple[str, str], np.ndarray] | None = None  # the clip last spoken (its cuts come in a row)
         self.new = 0
 
     def __call__(self, r: dict, ms: int | None) -> str:
@@ -73,10 +73,10 @@ class BaseEar:
         from devtools.espeak import espeak
 
         key = (r["text"], r["voice"])
-        if key not in self._pcm:
+        if self._last is None or self._last[0] != key:
             _, speed, pitch = next(v for v in DEV_VOICES if v[0] == r["voice"])
-            self._pcm = {key: espeak(r["text"], r["voice"], speed, pitch, rate=RATE).astype(np.float32) / 32768}
-        return self._pcm[key]
+            self._last = key, espeak(r["text"], r["voice"], speed, pitch, rate=RATE).astype(np.float32) / 32768
+        return self._last[1]
 
     def keep(self) -> None:
         tmp = CACHE.with_suffix(".tmp")
@@ -85,8 +85,8 @@ class BaseEar:
 
 
 def floor(words: str, p) -> bool:
-    """The words take the floor: a stop word, or the head's reading at the threshold (a hum never)."""
-    return ov.says_stop(words) or ov.takes_the_floor(words, p(words) if ov.words_of(words) else None)
+    """The words take the floor, as the judge reads a whole clip (``overlap.verdict_of``)."""
+    return ov.verdict_of(words, p(words) if ov.words_of(words) and not ov.says_stop(words) else None) == "interruption"
 
 
 def floor_chance(words: str, p) -> float:
