@@ -103,6 +103,11 @@ class Player:
         self.end = min(self.end, now)
 
 
+def rel_ms(t: float | None, origin: float | None) -> float | None:
+    """Milliseconds from ``origin`` to ``t`` (monotonic seconds), or None where either is missing."""
+    return None if t is None or origin is None else round((t - origin) * 1000, 1)
+
+
 class Trial:
     """One session's events, timed; the listener's playback and truncates."""
 
@@ -256,7 +261,7 @@ class Trial:
         return end if end is not None and end >= t0 else None
 
     def rel_ms(self, t: float | None, origin: float | None) -> float | None:
-        return None if t is None or origin is None else round((t - origin) * 1000, 1)
+        return rel_ms(t, origin)
 
     def timeline(self) -> list[tuple[int, str]]:
         return [(round((t - self.t0) * 1000), k) for t, k in self.events]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import websockets
 
-from bench.duplex.client import Mic, Trial
+from bench.duplex.client import Mic, Trial, rel_ms
 from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LEAD_S, LIVE, LONG_INSTRUCTIONS, LONG_TOKENS,
                                  MODES, NEXT_AUDIO_S, NEXT_WAIT_S, OVERLAP_ONLY, PLAYED_S, REPLY_WAIT_S, STORY_BACK_S,
                                  TURN_ONLY, WAIT_S, mentions)
@@ -64,21 +64,28 @@ async def turn_trial(url: str, mode: str, clip: Clip) -> dict[str, Any]:
         r["audio_after_stop_ms"] = tr.rel_ms(first, stops[-1]) if stops and first is not None else None
         r["early_audio"] = any(lv is None or t < lv for t in tr.first_audio.values())
     else:
-        pause, resume = mic.marks.get("pause_start"), mic.marks.get("resume")
-        starts = list(tr.created.values()) + list(tr.first_audio.values())
-        in_pause = [t for t in starts if pause is not None and pause <= t < (resume or float("inf"))]
-        # A reply begun after the user went on but before they finished talks over the rest of the
-        # turn (semantic_vad ended it at a pause inside the second half): a takeover to a listener
-        # too, though Full-Duplex-Bench's rate counts the pause alone (``takeover_in_pause``).
-        over_rest = [t for t in starts if resume is not None and lv is not None and resume <= t < lv]
-        r["takeover"] = bool(in_pause or over_rest)
-        r["takeover_in_pause"] = bool(in_pause)
-        r["takeover_ms_after_pause"] = tr.rel_ms(min(in_pause + over_rest), pause) if r["takeover"] else None
-        full = [t for rid, t in tr.first_audio.items()
-                if resume is not None and tr.created.get(rid, 0) >= resume and lv is not None and t >= lv]
-        r["answered"] = bool(full)
-        r["latency_ms"] = tr.rel_ms(min(full), lv) if full else None
+        r.update(paused_outcome(tr.created, tr.first_audio, mic.marks.get("pause_start"),
+                                mic.marks.get("resume"), lv))
     return r
+
+
+def paused_outcome(created: dict[str, float], first_audio: dict[str, float], pause: float | None,
+                   resume: float | None, last_voiced: float | None) -> dict[str, Any]:
+    """A paused clip's takeover and latency from when each response was created and first sounded
+    (monotonic seconds) and the clip's marks. A reply begun after the user went on but before they
+    finished talks over the rest of the turn (semantic_vad ended it at a pause inside the second
+    half): a takeover to a listener too, though Full-Duplex-Bench's rate counts the pause alone
+    (``takeover_in_pause``). The latency is the first audio after the voice's end of a response
+    created after the speech resumed."""
+    starts = [*created.values(), *first_audio.values()]
+    in_pause = [t for t in starts if pause is not None and pause <= t < (resume or float("inf"))]
+    over_rest = [t for t in starts if resume is not None and last_voiced is not None and resume <= t < last_voiced]
+    takeover = bool(in_pause or over_rest)
+    full = [t for rid, t in first_audio.items() if resume is not None and created.get(rid, 0) >= resume
+            and last_voiced is not None and t >= last_voiced]
+    return {"takeover": takeover, "takeover_in_pause": bool(in_pause),
+            "takeover_ms_after_pause": rel_ms(min(in_pause + over_rest), pause) if takeover else None,
+            "answered": bool(full), "latency_ms": rel_ms(min(full), last_voiced) if full else None}
 
 
 async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: float) -> dict[str, Any]:

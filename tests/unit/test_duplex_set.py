@@ -218,3 +218,21 @@ def test_a_reply_begun_over_the_rest_of_a_paused_turn_is_a_takeover():
                    "goals": goals(median), "runs": [{"wall_s": 1.0, "modes": per}]})
     assert "in the pause alone (Full-Duplex-Bench's rate): semantic_vad 1 of 10" in text
     assert re.search(r"\| semantic_vad \| - \| - \| 1 \|", text)  # one complete turn talked over
+
+
+def test_a_paused_clip_is_taken_over_in_its_pause_or_over_its_rest_and_answered_only_after_its_end():
+    """The trial's own reading of when replies began (seconds): the pause from 1.0 to 2.0 s, the
+    voice's end at 3.5 s. A reply begun inside the rest of the turn (2.4 s, as semantic_vad did on a
+    fresh voice's second half) is a takeover and no latency, never a negative one."""
+    from bench.duplex.trials import paused_outcome
+
+    answered = paused_outcome({"a": 3.6}, {"a": 3.9}, 1.0, 2.0, 3.5)
+    assert answered == {"takeover": False, "takeover_in_pause": False, "takeover_ms_after_pause": None,
+                        "answered": True, "latency_ms": 400.0}
+    in_pause = paused_outcome({"a": 1.5, "b": 3.6}, {"a": 1.7, "b": 3.8}, 1.0, 2.0, 3.5)
+    assert in_pause["takeover"] and in_pause["takeover_in_pause"] and in_pause["takeover_ms_after_pause"] == 500.0
+    assert in_pause["latency_ms"] == 300.0  # the answer after the user finished still counts
+    over_rest = paused_outcome({"a": 2.4}, {"a": 2.6}, 1.0, 2.0, 3.5)
+    assert over_rest["takeover"] and not over_rest["takeover_in_pause"]
+    assert over_rest["takeover_ms_after_pause"] == 1400.0
+    assert not over_rest["answered"] and over_rest["latency_ms"] is None
