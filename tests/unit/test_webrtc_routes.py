@@ -137,3 +137,33 @@ def test_only_the_calls_own_key_hangs_it_up_or_joins_it(tmp_path):
         call_id = r.headers["location"].rsplit("/", 1)[1]
         assert c.post(f"{CALLS}/{call_id}/hangup", headers=ADMIN).status_code == 200  # the operator may
         nothing_left(c)
+
+
+def rejected_sections(n: int, kind: str = "audio") -> str:
+    """``OFFER`` with ``n`` more ``kind`` sections on port 0 ("rejected" in SDP terms). aiortc
+    ignores the port: each would still get a transceiver, and once connected a decoder thread."""
+    section = "\r\n".join([
+        f"m={kind} 0 UDP/TLS/RTP/SAVPF 111", "c=IN IP4 0.0.0.0", "a=mid:{mid}", "a=recvonly", "a=rtcp-mux",
+        "a=rtpmap:111 opus/48000/2" if kind == "audio" else "a=rtpmap:111 VP8/90000",
+        "a=ice-ufrag:abcd", "a=ice-pwd:0123456789abcdefghijkl",
+        "a=fingerprint:sha-256 " + ":".join(["AB"] * 32), "a=setup:actpass", ""])
+    return OFFER + "".join(section.replace("{mid}", str(10 + i)) for i in range(n))
+
+
+@pytest.mark.parametrize("route", [CALLS, "/v1/live/sessions"])
+def test_every_m_line_counts_port_0_included(tmp_path, route):
+    """Finding 3 (issue 68): 150 extra ``m=audio 0`` sections were answered 201 with 151 active
+    sections. Each is refused before any peer connection or queue place exists."""
+    with make_client(tmp_path) as c:
+        for n, kind in ((150, "audio"), (1, "audio"), (2, "video")):
+            offer = rejected_sections(n, kind)
+            assert len(offer.encode()) < 64 * 1024  # under the offer's size limit: only the count refuses it
+            if route == CALLS:
+                r = c.post(CALLS, content=offer, headers=SDP)
+            else:
+                r = c.post(route, json={"session": {"model": "omniduplex-cascade"},
+                                        "transport": {"type": "webrtc", "sdp": offer}})
+            refused = error(r, 400, "invalid_offer")
+            count = n + 1 if kind == "audio" else n
+            assert f"{count} {kind} m-lines" in refused["message"], refused
+            nothing_left(c)

@@ -5,8 +5,11 @@ every browser offers Opus, and the call speaks nothing else), a data channel (``
 SCTP``: the ``oai-events`` channel) and the ICE and DTLS parameters to reach it. Anything else is
 refused with 400 and a reason the developer can act on, before any ``RTCPeerConnection``, port or
 queue place exists (``invalid_offer``). A video m-line is optional (the omni page's camera).
-At most one live m-line of each kind: each would get a decoder of its own, and a call has one
-microphone, one camera and one events channel.
+At most one m-line of each kind, whatever its port: aiortc makes a transceiver for every audio and
+video m-line, port 0 ("rejected") included, and once connected a decoder thread for each (issue 68:
+150 extra ``m=audio 0`` sections were answered with 151 active ones); a call has one microphone,
+one camera and one events channel. A port-0 line still does not count as the microphone or the
+data channel the call needs.
 """
 
 from __future__ import annotations
@@ -51,13 +54,14 @@ def parse_offer(text: str, session_description) -> Offer:
     except Exception as exc:  # noqa: BLE001 - aiortc's parser asserts, and raises what it meets
         raise bad_offer(f"could not be parsed ({exc.__class__.__name__}: {str(exc)[:120]})") from None
     kinds = [m.kind for m in parsed.media]
-    live = [m.kind for m in parsed.media if m.port != 0]
-    for kind in sorted(set(live)):
+    for kind in sorted(set(kinds)):
         if kind not in ("audio", "video", "application"):
             raise bad_offer(f"an m-line of kind {kind!r}; a call takes audio, video and one data channel")
-        if live.count(kind) > 1:
-            raise bad_offer(f"{live.count(kind)} {kind} m-lines; a call takes one (a microphone, a camera, the "
-                            "'oai-events' data channel): remove the extra tracks or transceivers")
+        if kinds.count(kind) > 1:
+            rejected = sum(1 for m in parsed.media if m.kind == kind and m.port == 0)
+            raise bad_offer(f"{kinds.count(kind)} {kind} m-lines ({rejected} on port 0, which count too); a call "
+                            "takes one (a microphone, a camera, the 'oai-events' data channel): remove the extra "
+                            "tracks or transceivers")
     audio = [m for m in parsed.media if m.kind == "audio" and m.port != 0]
     if not audio:
         raise bad_offer(f"no audio m-line (m-lines: {', '.join(kinds) or 'none'}); add a microphone track or an "
@@ -65,9 +69,7 @@ def parse_offer(text: str, session_description) -> Offer:
     if not any(m.kind == "application" and "SCTP" in m.profile.upper() and m.port != 0 for m in parsed.media):
         raise bad_offer("no data channel (m=application ... SCTP); create the 'oai-events' data channel before "
                         "the offer")
-    for m in parsed.media:
-        if m.port == 0:
-            continue
+    for m in parsed.media:  # every line: aiortc sets each up, port 0 or not
         if m.ice is None or not m.ice.usernameFragment or not m.ice.password:
             raise bad_offer(f"the {m.kind} m-line has no ICE credentials (a=ice-ufrag, a=ice-pwd)")
         if m.dtls is None or not m.dtls.fingerprints:
