@@ -46,6 +46,10 @@ def main() -> None:
         # No permessage-deflate: base64 audio barely compresses, and each connection's zlib
         # state costs ~46 KB and CPU on every relayed event.
         ws_per_message_deflate=False,
+        # The client's address is the app's own rule (auth.trust_forwarded_for, forwarded_hops in
+        # gateway/access/policy.py): uvicorn's default would rewrite it from X-Forwarded-For for
+        # any local peer first, whatever that setting says (issue 68).
+        proxy_headers=False,
         ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None,
     )
 
