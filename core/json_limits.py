@@ -6,6 +6,11 @@ recurses again wherever it is validated, copied or recorded. No event or request
 nests anywhere near ``MAX_DEPTH`` (a function's JSON schema, the deepest, takes a handful of
 levels), so deeper input is refused with a clear error and the session goes on.
 
+``parse_client_json`` is the one path every channel reads a client's event with (the Realtime
+session's reader, the Live channel's, the WebRTC edge's peek at a client event): the size, then
+the nesting, then the parse, each refusal a ``ProtocolError`` with its own code, so a hostile
+message is an ``error`` event and never an exception the reader did not expect.
+
 The check costs two C-speed counts for ordinary messages: nesting deeper than ``MAX_DEPTH``
 needs more than ``MAX_DEPTH`` opening brackets. Only messages with more than that are scanned,
 and the scan looks at brackets, quotes and backslashes only (a base64 audio string is skipped
@@ -14,7 +19,11 @@ in one step) and stops as soon as the limit is passed.
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
+
+from core.protocol import ProtocolError
 
 MAX_DEPTH = 64
 
@@ -64,3 +73,32 @@ def check_nesting(data: str | bytes, limit: int = MAX_DEPTH) -> None:
                 raise NestingTooDeep(limit)
         elif ch in _CLOSE:
             depth -= 1
+
+
+def message_too_large(text: str, limit: int) -> bool:
+    """UTF-8 size of ``text`` above ``limit``, without encoding it unless it could be."""
+    if len(text) > limit:
+        return True
+    return len(text) * 4 > limit and len(text.encode("utf-8")) > limit
+
+
+def parse_client_json(message: str | bytes, max_bytes: int) -> dict[str, Any]:
+    """One client message as a JSON object, or ``ProtocolError`` (param ``message``) saying why
+    not: ``invalid_json`` (a binary frame, not JSON, not an object), ``message_too_large`` (over
+    ``max_bytes``: dropped unread) or ``nesting_too_deep`` (dropped unparsed). Cheapest check first."""
+    if not isinstance(message, str):
+        raise ProtocolError("binary frames are not supported; send each event as a JSON text frame",
+                            code="invalid_json", param="message")
+    if message_too_large(message, max_bytes):
+        raise ProtocolError(f"message larger than {max_bytes} bytes was dropped", code="message_too_large",
+                            param="message")
+    try:
+        check_nesting(message)
+        event = json.loads(message)
+    except NestingTooDeep as exc:
+        raise ProtocolError(f"message dropped: {exc}", code="nesting_too_deep", param="message") from None
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"message is not valid JSON: {exc.msg}", code="invalid_json", param="message") from None
+    if not isinstance(event, dict):
+        raise ProtocolError("each message must be a JSON object", code="invalid_json", param="message")
+    return event

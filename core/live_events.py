@@ -18,6 +18,7 @@ from openai.types.live import ClientEvent, ServerEvent
 from pydantic import TypeAdapter, ValidationError
 
 from core.protocol import ProtocolError, event_id
+from core.redaction import tools_without_secrets
 
 DEFAULT_FORMAT = {"type": "audio/pcm", "rate": 24000}  # what Pipecat assumes: it never sends a format
 DEFAULT_VOICE = "marin"
@@ -90,15 +91,24 @@ def live_error(message: str, code: str, param: str | None = None, client_event_i
 
 
 def session_resource(session_id: str, model: str, config: dict[str, Any], expires_at: int) -> dict[str, Any]:
-    """``SessionResource``: the resolved config with the server's defaults, always ``active``."""
+    """``SessionResource``: the resolved config with the server's defaults, always ``active``; the
+    delegation's MCP credentials redacted (they go to the MCP server only, never to a client)."""
     resource = {"id": session_id, "expires_at": expires_at, "model": model, "status": "active",
                 "audio": {"format": config.get("format", DEFAULT_FORMAT),
                           "output": {"voice": config.get("voice", DEFAULT_VOICE)}},
-                "delegation": config.get("delegation") or {"type": "client", "acknowledgement_delay_ms": 0},
+                "delegation": _delegation_without_secrets(config.get("delegation"))
+                or {"type": "client", "acknowledgement_delay_ms": 0},
                 "instructions": config.get("instructions") or "", "store": bool(config.get("store", False))}
     if config.get("input"):
         resource["input"] = config["input"]
     return resource
+
+
+def _delegation_without_secrets(delegation: Any) -> Any:
+    responses = delegation.get("responses") if isinstance(delegation, dict) else None
+    if not isinstance(responses, dict) or "tools" not in responses:
+        return delegation
+    return {**delegation, "responses": {**responses, "tools": tools_without_secrets(responses["tools"])}}
 
 
 def expires_at(max_session_s: float) -> int:

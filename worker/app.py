@@ -131,7 +131,8 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
             # The channel reads the resumes itself (a resumed reply's transcript); it passes on
             # only the extension events asked for.
             channel = LiveChannel(channel, session_id, model, config.limits.max_session_s, client_extensions=extensions,
-                                  turn_types=backend.capabilities.turn_detection_types)
+                                  turn_types=backend.capabilities.turn_detection_types,
+                                  max_message_bytes=config.limits.max_message_bytes)
             extensions = extensions | {"response.resumed"}
         session = RealtimeSession(channel, backend, Dialect(beta), config.limits, model=model, session_id=session_id,
                                   recorder=recorder, extensions=extensions,
@@ -148,6 +149,8 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
             trace = SessionTrace(ws.headers, config.backend.name, model, session.session_id, ws_state.worker_id)
             session.on_turn_metrics = _chain(session.on_turn_metrics, trace.turn)
         session.on_limit = lambda code: metrics.limits.labels(code).inc()
+        if isinstance(channel, LiveChannel):  # it refuses the Live client's oversized or nested messages itself
+            channel.on_limit = session.on_limit
         logctx.bind(session=session.session_id, worker=ws_state.worker_id)
         on_state("DUPLEX_ACTIVE")  # a new session starts with server_vad on, as in the API
         try:

@@ -12,6 +12,7 @@ import struct
 import time
 
 from core.config import LimitsConfig
+from core.json_limits import message_too_large  # noqa: F401 - the size check lives with the parse path
 from core.protocol import ProtocolError
 
 FRAME_BURST = 2.0  # frames a client may send back to back (a late frame and the next one)
@@ -70,13 +71,6 @@ def check_image(data: bytes, limits: LimitsConfig, param: str, event_id: str | N
         raise ProtocolError(f"image of {dims[0]}x{dims[1]} pixels exceeds the limit of "
                             f"{limits.max_image_pixels} pixels", code="image_too_large", param=param,
                             event_id=event_id)
-
-
-def message_too_large(text: str, limit: int) -> bool:
-    """UTF-8 size of ``text`` above ``limit``, without encoding it unless it could be."""
-    if len(text) > limit:
-        return True
-    return len(text) * 4 > limit and len(text.encode("utf-8")) > limit
 
 
 class FrameRate:

@@ -37,6 +37,7 @@ from core import telemetry
 from core.config import McpConfig
 from core.conversation.config import McpServerTool
 from core.conversation.mcp_tools import ListedTool, McpFailure, ToolOutcome
+from core.redaction import without_secrets  # noqa: F401 - re-exported; the one rule is core/redaction.py's
 
 log = logging.getLogger(__name__)
 # httpx2 logs each request's URL at INFO; a URL may carry a token in its query.
@@ -45,7 +46,6 @@ logging.getLogger("httpx2").setLevel(logging.WARNING)
 MAX_PAGES = 16  # tools/list pages read from one server
 CLOSE_WAIT_S = 2.0
 CUT_NOTE = "\n[cut: {n} more characters]"
-REDACTED = "[redacted]"
 
 
 def url_refusal(url: str, config: McpConfig) -> str | None:
@@ -245,28 +245,6 @@ def _reason(exc: BaseException, url: str) -> str:
     if isinstance(exc, MCPError):
         return f"{where} refused the MCP session: {exc}"
     return f"{where} failed: {type(exc).__name__}: {exc}"
-
-
-def without_secrets(event: Any) -> Any:
-    """A client event as a recording may keep it: MCP tools' ``headers`` values and
-    ``authorization`` replaced (``session.update`` and ``response.create``)."""
-    if not isinstance(event, dict):
-        return event
-    body = event.get("session") if event.get("type") == "session.update" else event.get("response")
-    tools = body.get("tools") if isinstance(body, dict) else None
-    if not isinstance(tools, list) or not any(isinstance(t, dict) and t.get("type") == "mcp" for t in tools):
-        return event
-    clean = []
-    for tool in tools:
-        if isinstance(tool, dict) and tool.get("type") == "mcp":
-            tool = dict(tool)
-            if isinstance(tool.get("headers"), dict):
-                tool["headers"] = {k: REDACTED for k in tool["headers"]}
-            if tool.get("authorization") is not None:
-                tool["authorization"] = REDACTED
-        clean.append(tool)
-    key = "session" if event.get("type") == "session.update" else "response"
-    return {**event, key: {**body, "tools": clean}}
 
 
 class _Link:

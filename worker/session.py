@@ -22,7 +22,7 @@ from core.conversation import ConversationConfig, Item
 from core.conversation.items import Part
 from core.errors import InvalidInputError, NoActiveResponseError, OmniDuplexError, ResponseActiveError
 from core.ids import new_id
-from core.json_limits import NestingTooDeep, check_nesting
+from core.json_limits import parse_client_json
 from core.processors.base import Backend
 from core.protocol import (
     EXTENSION_EVENTS,
@@ -47,10 +47,11 @@ from core.protocol import (
     parse_client_event,
     server_event,
 )
+from core.redaction import without_secrets
 from core.transport import ChannelClosed, EventChannel
 from worker.items import b64, parse_item, render_item
-from worker.limits import FrameRate, check_image, check_image_b64, message_too_large
-from worker.mcp_client import McpClient, without_secrets
+from worker.limits import FrameRate, check_image, check_image_b64
+from worker.mcp_client import McpClient
 from worker.recorder import SessionRecorder
 from worker.reply_events import ReplyEvents
 from worker.response_options import ResponseOptions, parse_response_options
@@ -63,7 +64,9 @@ CLOSE_PAUSE_TIMEOUT = 4002
 CLOSE_MAX_LENGTH = 4003
 CLOSE_SLOW_CLIENT = 1008
 SEND_QUEUE_LIMIT = 4000
-LIMIT_CODES = ("message_too_large", "image_too_large", "frame_rate_exceeded")
+SLOW_CLIENT = "client is not reading; send buffer full"  # the close reason and end reason
+# Refusals counted in omniduplex_worker_limit_events (the Live channel counts its own the same way).
+LIMIT_CODES = ("message_too_large", "nesting_too_deep", "image_too_large", "frame_rate_exceeded")
 ERROR_TYPES = {"context_length_exceeded": "invalid_request_error"}  # the conversation's errors that are not ours
 
 
@@ -126,7 +129,7 @@ class RealtimeSession:
 
     def send(self, event: dict[str, Any]) -> None:
         if self._out.qsize() >= SEND_QUEUE_LIMIT:
-            raise _Close(CLOSE_SLOW_CLIENT, "client is not reading; send buffer full")
+            raise _Close(CLOSE_SLOW_CLIENT, SLOW_CLIENT)
         self._out.put_nowait(event)
 
     def send_error(self, message: str, code: str = "invalid_request_error", param: str | None = None,
@@ -177,8 +180,10 @@ class RealtimeSession:
                     self.close_code, self.close_reason = exc.code, exc.reason
                     self.end_reason = exc.reason
                 elif isinstance(exc, ChannelClosed):
-                    # 1012/1001 come from our own server going down, not from the client.
-                    self.end_reason = "worker_shutdown" if exc.code in (1001, 1012) else "client_closed"
+                    # 1012/1001 come from our own server going down, not from the client; a channel
+                    # that closed a client for not reading (the Live one) ends as this session would.
+                    self.end_reason = "worker_shutdown" if exc.code in (1001, 1012) else \
+                        SLOW_CLIENT if (exc.code, exc.reason) == (CLOSE_SLOW_CLIENT, SLOW_CLIENT) else "client_closed"
                 elif exc is not None and not isinstance(exc, asyncio.CancelledError):
                     log.error("session %s failed", self.session_id, exc_info=exc)
                     self.close_code, self.close_reason = 1011, "internal error"
@@ -242,30 +247,17 @@ class RealtimeSession:
 
     async def _reader(self) -> None:
         while True:
-            text = await self.channel.receive()
-            if not isinstance(text, str):
-                self.send_error("binary frames are not supported; send JSON text", param="frame")
-                continue
+            message = await self.channel.receive()
             self.last_client_event = time.monotonic()
-            if message_too_large(text, self.limits.max_message_bytes):
-                # Dropped unread; the session goes on (docs/protocol.md "Errors and close codes").
-                self._count_limit("message_too_large")
-                self.send_error(f"message larger than {self.limits.max_message_bytes} bytes was dropped",
-                                "message_too_large", param="message")
-                continue
             data: Any = None
             try:
-                check_nesting(text)
-                data = json.loads(text)
+                # Refusals are dropped unread or unparsed; the session goes on (docs/protocol.md
+                # "Errors and close codes").
+                data = parse_client_json(message, self.limits.max_message_bytes)
                 event = parse_client_event(data)
                 recorded = await self._handle(event)
                 if self.recorder is not None:  # MCP headers never reach the recording
                     self.recorder.client_event(recorded or without_secrets(data), self.conv.config.input_sample_rate)
-            except json.JSONDecodeError as exc:
-                self.send_error(f"message is not valid JSON: {exc.msg}", param="message")
-            except NestingTooDeep as exc:  # dropped unparsed; the session goes on
-                self._count_limit("nesting_too_deep")
-                self.send_error(f"message dropped: {exc}", "nesting_too_deep", param="message")
             except ProtocolError as exc:
                 if exc.code in LIMIT_CODES:
                     self._count_limit(exc.code)

@@ -19,6 +19,13 @@ backchannels, tools, limits, recording, metrics); this channel only changes the 
   a delegation to ``client`` (``delegation.py``);
 - ``session.close`` drains the reply being spoken (at most ``CLOSE_DRAIN_S``), then
   ``session.closed``.
+
+The client's messages are read as the Realtime session reads its own (``parse_client_json``): a
+hostile one is an ``error`` and the session goes on; anything else that goes wrong in the reader
+ends the session at once (close 1011, ``worker_error``), so the slot never waits for an idle
+timeout. Every queue the client can fill here is bounded (the constants below): past its bound a
+request gets ``too_many_pending_requests``, and a client that stops reading is closed (1008).
+Credentials in the config the client sent are redacted in every event built from it.
 """
 
 from __future__ import annotations
@@ -31,11 +38,14 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from core.cascade.tool_calls import DELEGATION_TOOL
+from core.config import LimitsConfig
 from core.conversation.replies import words_after
 from core.ids import new_id
+from core.json_limits import parse_client_json
 from core.live_events import (
     CLOSE_DRAIN_S,
     DEFAULT_FORMAT,
@@ -49,13 +59,26 @@ from core.protocol import EXTENSION_EVENTS, ProtocolError
 from core.transport import ChannelClosed, EventChannel, Message
 from worker.live.config import initial_message, realtime_update
 from worker.live.delegation import ACKNOWLEDGE, Delegations
-from worker.live.pacer import Pacer
+from worker.live.pacer import Pacer, remember
+from worker.session import CLOSE_SLOW_CLIENT, LIMIT_CODES, SEND_QUEUE_LIMIT, SLOW_CLIENT
 
 log = logging.getLogger(__name__)
 
 # Events for the session not taken yet: past this the reader waits, so a client that sends faster
 # than the session takes (a flood of appends) is held back by its socket, not buffered here.
 MAX_PENDING = 256
+# Start/update requests and context appends waiting for the session's answer (``_pending``,
+# ``_acks``). The reader runs at most MAX_PENDING events ahead of the session, so twice that
+# leaves room for answers in flight; past it answers were lost and the client is refused.
+MAX_UNANSWERED = 2 * MAX_PENDING
+# Response requests waiting behind the reply being made (``_waiting``): a client continues one
+# delegation at a time and commentary comes a few at a time; past this it is a flood (issue 68:
+# 600,000 of them, +166 MiB) and each one more is refused.
+MAX_WAITING_RESPONSES = 16
+# Events for the client outside the reply's pacing not yet written (``_outbox``): as many as the
+# Realtime session holds for a client (its send queue); past it the client is not reading: 1008.
+MAX_OUTBOX = SEND_QUEUE_LIMIT
+TOO_MANY = "too_many_pending_requests"
 INTERNAL = "live_"  # event ids of the Realtime events this channel makes itself (their errors are logged)
 CLOSE_REASONS = {4003: "expired", 4001: "expired", 4002: "expired"}  # the session's own limits
 SAY_COMMENTARY = "Say this to the user now, briefly and in your own words: "
@@ -70,8 +93,11 @@ class LiveChannel(EventChannel):
 
     def __init__(self, inner: EventChannel, session_id: str, model: str, max_session_s: float,
                  client_extensions: frozenset[str] = frozenset(),
-                 turn_types: tuple[str, ...] = ("server_vad", "semantic_vad")) -> None:
+                 turn_types: tuple[str, ...] = ("server_vad", "semantic_vad"),
+                 max_message_bytes: int = LimitsConfig().max_message_bytes) -> None:
         self.inner = inner
+        self.max_message_bytes = max_message_bytes
+        self.on_limit: Callable[[str], None] | None = None  # the worker's limit counter (worker/app.py)
         # Who decides turns: a backend that does it itself (MiniCPM-o's duplex mode) natively,
         # any other by the semantic turn policy (end of turn, backchannels, barge-in with resume).
         self.turn_detection = {"type": "model_duplex" if "model_duplex" in turn_types else "semantic_vad"}
@@ -87,7 +113,8 @@ class LiveChannel(EventChannel):
         self.muted = False
         self._bytes_per_s = 48000
         self._input_s = 0.0
-        self._to_session: asyncio.Queue[str | ChannelClosed] = asyncio.Queue()
+        # Events for the session, or why it ends (the client left, or the reader failed).
+        self._to_session: asyncio.Queue[str | BaseException] = asyncio.Queue()
         self._taken = asyncio.Event()  # the session took an event (room for the reader)
         self._reader: asyncio.Task | None = None
         self._send_lock = asyncio.Lock()
@@ -95,6 +122,8 @@ class LiveChannel(EventChannel):
         self._writer: asyncio.Task | None = None
         self._pending: list[tuple[str, str | None, str]] = []  # (start|update, client event id, internal id)
         self._acks: dict[str, tuple[str, str | None, bool]] = {}  # item id -> (ack type, client id, speak)
+        # Per turn and per reply, the recent ones only (``MAX_REMEMBERED``): a long session of short
+        # turns does not grow them.
         self._speech: dict[str, list[int]] = {}  # user item id -> [start_ms, end_ms]
         self._responding: str | None = None
         # Response requests go one at a time: the one sent (its event id, the delegation it
@@ -104,7 +133,7 @@ class LiveChannel(EventChannel):
         self._made: dict[str, str] = {}  # item id -> its transcript as made (sent or not)
         self._resuming: dict[str, str] = {}  # a resumed reply's item id -> the cut item it goes on with
         self._closing: asyncio.Task | None = None
-        self.pacer = Pacer(self._emit, self.origin)
+        self.pacer = Pacer(self._emit, self.origin, on_overflow=self._not_reading)
         self.delegations = Delegations(self.pacer.event, self._acknowledge, self._now_ms)
 
     # ------------------------------------------------------------------ EventChannel, the session's side
@@ -114,7 +143,7 @@ class LiveChannel(EventChannel):
             self._reader = asyncio.create_task(self._read())
         got = await self._to_session.get()
         self._taken.set()
-        if isinstance(got, ChannelClosed):
+        if isinstance(got, BaseException):
             self._to_session.put_nowait(got)  # every later receive raises too
             raise got
         return got
@@ -154,6 +183,9 @@ class LiveChannel(EventChannel):
     def _direct(self, event: dict[str, Any]) -> None:
         """Not tied to the reply's audio: out now, in order with the other such events, through one
         short-lived writer (not a task per event)."""
+        if len(self._outbox) >= MAX_OUTBOX:
+            self._not_reading()
+            return
         self._outbox.append(event)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write())
@@ -166,6 +198,19 @@ class LiveChannel(EventChannel):
     async def _write(self) -> None:
         while self._outbox:
             await self._emit(self._outbox.popleft())
+
+    def _not_reading(self) -> None:
+        """The client stopped reading: what is queued for it is dropped and the session ends with
+        1008, as the Realtime session's send-queue limit ends it (nothing more is written: the
+        socket does not take it)."""
+        if self.closed:
+            return
+        log.warning("session %s: %s", self.session_id, SLOW_CLIENT)
+        self.closed = True
+        self._outbox.clear()
+        if self._writer is not None:
+            self._writer.cancel()
+        asyncio.get_running_loop().create_task(self._shut(CLOSE_SLOW_CLIENT, SLOW_CLIENT))
 
     def _resource(self) -> dict[str, Any]:
         return session_resource(self.session_id, self.model, self.config, expires_at(self.max_session_s))
@@ -180,28 +225,43 @@ class LiveChannel(EventChannel):
         self._to_session.put_nowait(json.dumps(event, separators=(",", ":")))
 
     async def _read(self) -> None:
-        while True:
-            try:
-                message = await self.inner.receive()
-            except ChannelClosed as exc:
-                self._to_session.put_nowait(exc)
-                return
-            client_id = None
-            try:
-                if not isinstance(message, str):
-                    raise ProtocolError("Live events are JSON text frames", code="invalid_json")
+        """The client's events, one by one. It never ends silently: the client leaving or any
+        failure goes to the session (its ``receive`` raises it), which ends at once."""
+        try:
+            while True:
                 try:
-                    event = json.loads(message)
-                except ValueError:
-                    raise ProtocolError("the message is not valid JSON", code="invalid_json") from None
-                if isinstance(event, dict) and isinstance(event.get("event_id"), str):
-                    client_id = event["event_id"]
-                self._handle(parse_client_event(event), client_id)
-            except ProtocolError as exc:
-                self._direct(live_error(exc.message, exc.code, exc.param, client_id))
-            while self._to_session.qsize() >= MAX_PENDING:  # the session is behind: stop reading
-                self._taken.clear()  # (the socket's own buffers then hold the client back)
-                await self._taken.wait()
+                    message = await self.inner.receive()
+                except ChannelClosed as exc:
+                    self._to_session.put_nowait(exc)
+                    return
+                self._take(message)
+                while self._to_session.qsize() >= MAX_PENDING:  # the session is behind: stop reading
+                    self._taken.clear()  # (the socket's own buffers then hold the client back)
+                    await self._taken.wait()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug, not the client's input (that is a ProtocolError)
+            log.exception("session %s: the Live reader failed; the session ends", self.session_id)
+            self._to_session.put_nowait(exc)
+
+    def _take(self, message: Message) -> None:
+        """One client message: handled, or refused with a Live ``error`` (the session goes on)."""
+        client_id = None
+        try:
+            event = parse_client_json(message, self.max_message_bytes)
+            if isinstance(event.get("event_id"), str):
+                client_id = event["event_id"]
+            self._handle(parse_client_event(event), client_id)
+        except ProtocolError as exc:
+            if exc.code in LIMIT_CODES and self.on_limit is not None:
+                self.on_limit(exc.code)
+            self._direct(live_error(exc.message, exc.code, exc.param, client_id))
+
+    def _room(self, waiting: int, limit: int, what: str) -> None:
+        """``ProtocolError`` when ``waiting`` requests already wait (bounded queues, issue 68)."""
+        if waiting >= limit:
+            raise ProtocolError(f"{limit} {what} are already waiting for the session; wait for their answers "
+                                "before sending more", code=TOO_MANY)
 
     def _handle(self, ev: dict[str, Any], cid: str | None) -> None:
         kind = ev["type"]
@@ -225,6 +285,7 @@ class LiveChannel(EventChannel):
         elif kind in ("session.instructions.append", "session.thinking.append", "session.commentary.append"):
             self._context(kind, ev, cid)
         elif kind == "session.update":
+            self._room(len(self._pending), MAX_UNANSWERED, "session updates")
             self._update(ev["session"], cid)
         elif kind == "response.item.create":
             self._response_item(ev["item"], cid)
@@ -232,6 +293,7 @@ class LiveChannel(EventChannel):
             if self._delegation_type() != "responses":
                 raise ProtocolError("response.create needs Responses delegation (session.delegation.type "
                                     "'responses')", code="delegation_not_responses")
+            self._room(len(self._waiting), MAX_WAITING_RESPONSES, "response requests")
             delegation = self.delegations.continues()
             self._request_response({"type": "response.create", "event_id": cid or new_id(INTERNAL)}, delegation)
         elif kind == "session.close":
@@ -244,7 +306,7 @@ class LiveChannel(EventChannel):
     def _start(self, s: dict[str, Any], cid: str | None) -> None:
         update, self._bytes_per_s = realtime_update(s, self.turn_detection)
         voice = update["audio"]["output"]["voice"]
-        self.config = {"format": s.get("audio", {}).get("format") or DEFAULT_FORMAT, "voice": voice,
+        self.config = {"format": (s.get("audio") or {}).get("format") or DEFAULT_FORMAT, "voice": voice,
                        "delegation": s.get("delegation"), "instructions": s.get("instructions"),
                        "input": s.get("input"), "store": s.get("store")}
         internal = new_id(INTERNAL)
@@ -294,16 +356,20 @@ class LiveChannel(EventChannel):
         if ev.get("delegation_id") is not None and ev["delegation_id"] not in self.delegations.known:
             raise ProtocolError(f"no delegation {ev['delegation_id']!r} in this session", code="invalid_value",
                                 param="delegation_id")
+        self._room(len(self._acks), MAX_UNANSWERED, "context appends")
+        speak = kind == "session.commentary.append"
+        if speak:  # its reply waits with the others
+            self._room(len(self._waiting) + self._speaking(), MAX_WAITING_RESPONSES, "response requests")
         text = ev["content"]
         self.delegations.cancel_acknowledgement()  # any commentary or thinking cancels it, as Live
-        speak = kind == "session.commentary.append"
         if speak:
             text = SAY_COMMENTARY + text
         elif kind == "session.thinking.append":
             text = SILENT_THINKING + text
         item_id = new_id("item")
-        self._acks[item_id] = (kind.removesuffix("append") + "appended", cid, speak)
-        self._push({"type": "conversation.item.create", "event_id": cid or new_id(INTERNAL),
+        internal = new_id(INTERNAL)
+        self._acks[item_id] = (kind.removesuffix("append") + "appended", cid, speak, internal)
+        self._push({"type": "conversation.item.create", "event_id": internal,
                     "item": {"id": item_id, "type": "message", "role": "system",
                              "content": [{"type": "input_text", "text": text}]}})
 
@@ -343,7 +409,7 @@ class LiveChannel(EventChannel):
         kind = ev.get("type")
         if kind in EXTENSION_EVENTS:
             if kind == "response.resumed":
-                self._resuming[ev["item_id"]] = ev["resumed_item_id"]
+                remember(self._resuming, ev["item_id"], ev["resumed_item_id"])
             if kind in self.client_extensions:  # asked for by the client (or the gateway, for its figures)
                 self._direct(ev)
         elif kind == "session.updated":
@@ -362,9 +428,10 @@ class LiveChannel(EventChannel):
             if item:
                 self._push({"type": "conversation.item.truncate", "event_id": new_id(INTERNAL), "item_id": item,
                             "content_index": 0, "audio_end_ms": int(self.pacer.sent_ms.get(item, 0))})
-            self._speech[ev["item_id"]] = [ev.get("audio_start_ms", self._now_ms()), self._now_ms()]
+            remember(self._speech, ev["item_id"], [ev.get("audio_start_ms", self._now_ms()), self._now_ms()])
         elif kind == "input_audio_buffer.speech_stopped":
-            self._speech.setdefault(ev["item_id"], [self._now_ms(), 0])[1] = ev.get("audio_end_ms", self._now_ms())
+            speech = self._speech.get(ev["item_id"]) or remember(self._speech, ev["item_id"], [self._now_ms(), 0])
+            speech[1] = ev.get("audio_end_ms", self._now_ms())
         elif kind == "conversation.item.input_audio_transcription.completed":
             text = (ev.get("transcript") or "").strip()
             start, end = self._speech.pop(ev["item_id"], [self._now_ms(), self._now_ms()])
@@ -396,7 +463,7 @@ class LiveChannel(EventChannel):
         """A transcript delta of the reply, out with its audio. A reply that resumes a cut one
         starts with the word the cut fell in, whose text the listener already got with its
         first sound: those words are not sent twice."""
-        self._made[item] = self._made.get(item, "") + delta
+        remember(self._made, item, self._made.get(item, "") + delta)
         cut = self._resuming.pop(item, None)
         if cut is not None:
             heard = len(self._made.get(cut, "").split()) - len(delta.split())  # words the worker says were heard
@@ -423,9 +490,12 @@ class LiveChannel(EventChannel):
             self._creating = None
             self._next_response()
         failed = next((p for p in self._pending if p[2] == about), None)
+        acked = next((item for item, ack in self._acks.items() if ack[3] == about), None)
         if failed is not None:  # a start or update the session refused: the client's own event
             self._pending.remove(failed)
             about = failed[1]
+        elif acked is not None:  # a context append the session refused: never acknowledged now
+            about = self._acks.pop(acked)[1]
         elif isinstance(about, str) and about.startswith(INTERNAL):
             log.warning("the session refused an event this channel made: %s", error.get("message"))
             return
@@ -436,7 +506,7 @@ class LiveChannel(EventChannel):
         ack = self._acks.pop(item.get("id"), None)
         if ack is None:
             return
-        kind, cid, speak = ack
+        kind, cid, speak, _ = ack
         now = self._now_ms()
         self._direct(live_event(kind, cid, start_ms=now, end_ms=now))
         if speak:  # said, never a call (a delegation's result must not be delegated again)
@@ -444,12 +514,20 @@ class LiveChannel(EventChannel):
                                     "response": {"tool_choice": "none"}})
 
     def _request_response(self, event: dict[str, Any], delegation: str | None = None) -> None:
-        """Ask the session for a response now, or after the one being made."""
+        """Ask the session for a response now, or after the one being made. The client's requests
+        were checked against ``MAX_WAITING_RESPONSES``; an acknowledgement past it is not said."""
         if self._responding is None and self._creating is None:
             self._creating = (event["event_id"], delegation)
             self._push(event)
-        else:
+        elif len(self._waiting) < MAX_WAITING_RESPONSES:
             self._waiting.append((event, delegation))
+        else:
+            log.warning("session %s: %d response requests waiting; one of the channel's own dropped",
+                        self.session_id, len(self._waiting))
+
+    def _speaking(self) -> int:
+        """Commentary appends not yet added: each asks for a reply once it is."""
+        return sum(1 for ack in self._acks.values() if ack[2])
 
     def _next_response(self) -> None:
         if self._waiting and self._closing is None and self._responding is None and self._creating is None:

@@ -11,6 +11,10 @@ its audio, a phrase at a time, so a delta queued behind a long run of audio woul
 instead it goes out at most ``TRANSCRIPT_GAP_MS`` after the last one (still stamped where it sits):
 Live's transcript fragments come every ~200 ms while the model speaks, and a client reads a
 longer silence in them as the end of the turn (Pipecat after 0.8 s).
+
+A whole reply may wait here (it is made faster than it is played), but a client that stops
+reading holds every reply after it: past ``MAX_QUEUED_MS`` of audio or ``MAX_QUEUED`` events the
+pacer calls ``on_overflow`` (the channel then closes the session, 1008) and takes no more.
 """
 
 from __future__ import annotations
@@ -19,19 +23,39 @@ import asyncio
 import collections
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 LEAD_MS = 200  # audio sent ahead of real time: a jitter buffer's worth, and the most heard after a yield
 TRANSCRIPT_GAP_MS = 400  # the longest a queued transcript delta waits after the last one went out
+# Audio waiting to go out: ten minutes is longer than any reply is ahead of its playback (one is
+# made a few times faster than real time); more means the client stopped reading.
+MAX_QUEUED_MS = 10 * 60 * 1000
+MAX_QUEUED = MAX_QUEUED_MS // 20 * 2  # events: ten minutes of the shortest pieces (20 ms), each with a transcript delta
+# Items remembered per reply (audio and text sent, transcripts made, speech times): a cut reply and
+# its resumption are among the last few, so older ones are forgotten and a long session stays flat.
+MAX_REMEMBERED = 64
+
+V = TypeVar("V")
+
+
+def remember(memory: dict[str, V], key: str, value: V) -> V:
+    """``memory[key] = value`` as the newest entry, the oldest forgotten past ``MAX_REMEMBERED``."""
+    memory.pop(key, None)
+    memory[key] = value
+    while len(memory) > MAX_REMEMBERED:
+        del memory[next(iter(memory))]
+    return value
 
 
 class Pacer:
     def __init__(self, send: Callable[[dict[str, Any]], Awaitable[None]], origin: float,
-                 lead_ms: int = LEAD_MS) -> None:
+                 lead_ms: int = LEAD_MS, on_overflow: Callable[[], None] = lambda: None) -> None:
         self._send = send
+        self._on_overflow = on_overflow
         self._origin = origin  # monotonic time of the session timeline's zero
         self.lead_ms = lead_ms
         self._queue: collections.deque[tuple[str, Any, float]] = collections.deque()
+        self.queued_ms = 0.0  # the audio in the queue
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -58,7 +82,11 @@ class Pacer:
         self._put("event", event, 0.0)
 
     def _put(self, kind: str, event: dict[str, Any], duration_ms: float) -> None:
+        if len(self._queue) >= MAX_QUEUED or self.queued_ms + duration_ms > MAX_QUEUED_MS:
+            self._on_overflow()
+            return
         self._queue.append((kind, event, duration_ms))
+        self.queued_ms += duration_ms
         self._idle.clear()
         self._wake.set()
         if self._task is None:
@@ -72,6 +100,7 @@ class Pacer:
         """Drop the audio (and its transcript) not yet sent; returns the ms dropped."""
         dropped = sum(d for k, _, d in self._queue if k == "audio")
         self._queue = collections.deque(q for q in self._queue if q[0] == "event")
+        self.queued_ms = 0.0
         if not self._queue:
             self._idle.set()
         return round(dropped)
@@ -108,11 +137,12 @@ class Pacer:
                     continue
                 event, item = event
                 self.position_ms += duration
-                self.sent_ms[item] = self.sent_ms.get(item, 0.0) + duration
+                remember(self.sent_ms, item, self.sent_ms.get(item, 0.0) + duration)
                 self.last_item = item
             elif kind == "timed":
                 event = self._stamp(event, max(self.position_ms, self.now_ms()))
             self._queue.popleft()
+            self.queued_ms -= duration
             await self._send(event)
 
     def _text_behind_audio(self) -> tuple[int, float] | None:
@@ -130,6 +160,6 @@ class Pacer:
         """A transcript delta as it goes out: stamped ``at``, its text counted as sent."""
         event, item = timed
         event["start_ms"] = event["end_ms"] = round(at)
-        self.sent_text[item] = self.sent_text.get(item, "") + event["delta"]
+        remember(self.sent_text, item, self.sent_text.get(item, "") + event["delta"])
         self._text_at = self.now_ms()
         return event

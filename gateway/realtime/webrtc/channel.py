@@ -28,7 +28,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from core.config import LimitsConfig
-from core.protocol import error_event
+from core.json_limits import parse_client_json
+from core.protocol import ProtocolError, error_event
 from core.transport import ChannelClosed, EventChannel, Message
 from gateway.realtime.budget import CLOSE_POLICY, InboundBudget
 from gateway.realtime.webrtc.playback import GATEWAY_EVENT_PREFIX, Playback
@@ -62,6 +63,18 @@ def event_type(text: str) -> str:
     except ValueError:
         return ""
     return event.get("type", "") if isinstance(event, dict) else ""
+
+
+def client_event_type(text: str, max_bytes: int) -> str:
+    """The ``type`` of a client's event, read as the worker reads it (``parse_client_json``): a
+    message it will refuse (too large, nested too deep, not a JSON object) has none here and goes
+    on unchanged, for the worker to answer with its error."""
+    try:
+        event = parse_client_json(text, max_bytes)
+    except ProtocolError:
+        return ""
+    kind = event.get("type")
+    return kind if isinstance(kind, str) else ""
 
 
 class WebRTCChannel(EventChannel):
@@ -182,7 +195,7 @@ class WebRTCChannel(EventChannel):
         if self._gone is not None:
             return True
         if isinstance(message, str) and self.realtime_client and any(marker in message for marker in _CLIENT_MARKERS):
-            kind = event_type(message)
+            kind = client_event_type(message, self.budget.limit)
             if kind == "output_audio_buffer.clear":
                 self.playback.clear(barge_in=False)
                 return True
