@@ -99,6 +99,23 @@ async def test_an_unexpected_failure_of_the_live_reader_ends_the_session_at_once
     backend.close()
 
 
+async def test_a_delegation_update_after_one_that_cleared_its_responses_is_answered():
+    """Found by sweeping odd but valid Live events through the channel: ``responses: null`` in one
+    update made the next update's merge raise (a dead reader before; a worker_error now)."""
+    client = QuietClient()
+    live = await _started(client, delegation={"type": "responses", "responses": {"model": "omni"}})
+    for cid, responses in (("c_null", None), ("c_tools", {"model": "omni", "tools": []})):
+        client.event("session.update", event_id=cid, session={"delegation": {"type": "responses",
+                                                                              "responses": responses}})
+        assert json.loads(await asyncio.wait_for(live.receive(), 1))["type"] == "session.update"
+        await live.send(json.dumps({"type": "session.updated", "session": {}}))
+    client.event("session.input_audio.mute", event_id="c_mute")  # the reader reads on
+    await asyncio.sleep(0.05)
+    assert [e.get("client_event_id") for e in client.sent if e["type"] == "session.updated"] == ["c_null", "c_tools"]
+    assert client.sent[-1]["type"] == "session.input_audio.muted"
+    await live.close()
+
+
 # ---------------------------------------------------------------- bounded queues
 
 

@@ -330,7 +330,8 @@ class LiveChannel(EventChannel):
         if delegation is not None:
             merged = dict(self.config.get("delegation") or {})
             for key, value in delegation.items():
-                merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+                before = merged.get(key)
+                merged[key] = {**(before if isinstance(before, dict) else {}), **value} if isinstance(value, dict) else value
             self.config["delegation"] = merged
 
     def _append(self, audio: str) -> None:
