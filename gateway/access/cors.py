@@ -3,10 +3,12 @@ ephemeral key (``/v1/realtime/client_secrets``, beta ``/v1/realtime/sessions``) 
 (``/v1/realtime/calls``, ``/v1/realtime/calls/{id}``, ``.../hangup``), and a Live session's offer and
 hangup (``POST /v1/live/sessions``, ``.../{id}/hangup``).
 
-Which origins: the gateway's own, those in ``auth.allowed_origins`` (``"*"`` = any), and on an
-open service (no ``auth.api_keys``) any origin: such a service lets anyone in anyway. The same
-rule lets these routes' cross-origin ``POST`` through the web guard (``gateway/access/web.py``) and
-lets a session opened with an ephemeral key come from such a page (``gateway/realtime/admission.py``).
+Which origins: the gateway's own and those in ``auth.allowed_origins`` (``"*"`` = any), keys or
+not. An open service (no ``auth.api_keys``) is no exception: it is typically a local one, and a
+page the local user happens to visit must not drive its models (nor the MCP servers it reaches on
+internal addresses). It is ``Access.origin_allowed``, the rule of every route: the web guard
+(``gateway/access/web.py``) and every session's admission (``gateway/realtime/admission.py``),
+an ephemeral key's included.
 
 A preflight (``OPTIONS`` with ``Access-Control-Request-Method``) from an allowed origin is answered
 here with 204; from another origin with 403 and no CORS headers (the browser then refuses the
@@ -44,11 +46,6 @@ def is_cors_path(path: str) -> bool:
     return CORS_PATHS.match(path) is not None
 
 
-def cross_origin_allowed(access: Access, conn: HTTPConnection) -> bool:
-    """Our own origin, no Origin (not a browser), one in ``auth.allowed_origins``; on an open service any."""
-    return access.origin_allowed(conn) or not access.keys_required
-
-
 def _allowed_request_headers(requested: str) -> list[str]:
     """The headers a preflight asked for that we take: ours, and the ``openai`` SDKs' own
     ``X-Stainless-*`` (which the JavaScript SDK sends from a browser)."""
@@ -76,7 +73,7 @@ def cors_middleware(access: Access, host_allowed: Callable[[str | None], bool]):
             if not host_allowed(conn.headers.get("host")):  # the web guard refuses it (DNS rebinding)
                 await self.app(scope, receive, send)
                 return
-            allowed = cross_origin_allowed(access, conn)
+            allowed = access.origin_allowed(conn)
             if scope["method"] == "OPTIONS" and "access-control-request-method" in conn.headers:
                 await _preflight(conn, origin, allowed)(scope, receive, send)
                 return

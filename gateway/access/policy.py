@@ -56,6 +56,17 @@ def chosen_subprotocol(conn: HTTPConnection) -> str | None:
     return plain[0] if plain else offered[0]
 
 
+def same_origin(conn: HTTPConnection) -> bool:
+    """A browser's request from a page this gateway served: its ``Origin`` names our ``Host``
+    (the scheme may differ behind a TLS proxy). False without an Origin."""
+    origin = conn.headers.get("origin")
+    host = (conn.headers.get("host") or "").lower()
+    if not origin or not host:
+        return False
+    parts = urlsplit(origin.rstrip("/").lower())
+    return parts.scheme in ("http", "https") and parts.netloc == host
+
+
 class Access:
     def __init__(self, config: AppConfig, admin_token: str) -> None:
         self._keys = [k.encode() for k in config.auth.api_keys]
@@ -88,18 +99,15 @@ class Access:
         return ok and (presented == owner or hmac.compare_digest((presented_key(conn) or "").encode(), self._admin))
 
     def origin_allowed(self, conn: HTTPConnection) -> bool:
+        """No Origin (not a browser), our own, or one in ``auth.allowed_origins``: the one rule for
+        every route and transport, keys or not (an open service too: a page the local user visits
+        must not drive the models)."""
         origin = conn.headers.get("origin")
         if origin is None:
             return True  # not a browser
-        origin = origin.rstrip("/").lower()
-        if "*" in self.allowed_origins or origin in self.allowed_origins:
+        if "*" in self.allowed_origins or origin.rstrip("/").lower() in self.allowed_origins:
             return True
-        host = (conn.headers.get("host") or "").lower()
-        parts = urlsplit(origin)
-        if not host or parts.scheme not in ("http", "https"):
-            return False
-        # Same origin: the page was served by this gateway (scheme may differ behind a TLS proxy).
-        return parts.netloc == host
+        return same_origin(conn)
 
     def client_ip(self, conn: HTTPConnection) -> str:
         """The peer, or with ``auth.trust_forwarded_for`` the X-Forwarded-For entry ``forwarded_hops``

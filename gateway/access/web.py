@@ -10,9 +10,9 @@ state-changing request, and the body type of the REST API.
 - **Origin** on ``POST``/``PUT``/``PATCH``/``DELETE``: a browser sends it on every such request;
   one that is not our own (``Origin`` = ``Host``) nor in ``auth.allowed_origins`` gets 403, so a
   page on another site cannot make a visitor's browser change anything here (or run the model).
-  Clients that are not browsers send no Origin and are not affected. The routes a page on another
-  origin calls as it calls OpenAI's (ephemeral keys, WebRTC calls) follow their CORS rule instead
-  (``gateway/access/cors.py``: ``auth.allowed_origins``, or any origin on an open service).
+  Clients that are not browsers send no Origin and are not affected. An open service is no
+  exception, and the routes a page on another origin calls as it calls OpenAI's (ephemeral keys,
+  WebRTC calls) follow the same rule (their CORS: ``gateway/access/cors.py``).
 - **Content-Type** on ``/v1/*`` bodies: ``application/json``, or ``multipart/form-data`` where
   OpenAI takes uploads, or ``application/sdp`` for a WebRTC offer (``/v1/realtime/calls``);
   anything else (``text/plain``, forms) gets 415 with an OpenAI-shaped error.
@@ -32,7 +32,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.config import AppConfig, is_loopback
 from core.protocol import error_event
-from gateway.access.cors import cross_origin_allowed, is_cors_path
 from gateway.access.policy import Access, chosen_subprotocol
 
 WILDCARD_BINDS = ("0.0.0.0", "::", "")
@@ -132,7 +131,7 @@ def web_guard_middleware(config: AppConfig, access: Access):
                     await _error(400, "host_not_allowed", refusal_message(host), api)(scope, receive, send)
                 return True
             if scope["type"] == "http" and scope["method"] in STATE_CHANGING:
-                if not _origin_ok(access, conn, scope["path"]):
+                if not _origin_ok(access, conn):
                     origin = (conn.headers.get("origin") or "")[:100]
                     await _error(403, "origin_not_allowed", f"origin {origin!r} may not send {scope['method']} "
                                  "requests here (cross-site request refused; the operator can list it in "
@@ -148,9 +147,8 @@ def web_guard_middleware(config: AppConfig, access: Access):
     return WebGuard
 
 
-def _origin_ok(access: Access, conn: HTTPConnection, path: str) -> bool:
-    if is_cors_path(path):
-        return cross_origin_allowed(access, conn)
+def _origin_ok(access: Access, conn: HTTPConnection) -> bool:
+    """One rule for every path, the CORS routes' included (``Access.origin_allowed``)."""
     return access.origin_allowed(conn) or _same_origin_null(conn)
 
 

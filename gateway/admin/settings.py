@@ -3,8 +3,8 @@
 Kept in ``<data_dir>/operator.json`` (written atomically). A missing or invalid file means
 defaults (every app on, learned ETA); an invalid one is logged with the reason, never fatal.
 
-Apps are what a user can open: the three pages and ``api`` (realtime clients that name no
-page, and the REST API). A disabled app's page says so, and the gateway refuses its new
+Apps are what a user can open: the three pages and ``api`` (every other realtime client, and
+the REST API; ``app_of``). A disabled app's page says so, and the gateway refuses its new
 sessions (``app_disabled``, close 1008; REST: 403); sessions already running go on.
 """
 
@@ -15,8 +15,10 @@ import logging
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import HTTPConnection
 
 from core.files import atomic_write_bytes
+from gateway.access.policy import same_origin
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +41,14 @@ APPS: tuple[AppInfo, ...] = (
 APP_IDS = tuple(a.id for a in APPS)
 
 
-def app_of(label: str | None) -> str:
-    """The app a realtime session belongs to, from its ``app`` query label."""
-    return label if label in APP_IDS and label != "api" else "api"
+def app_of(conn: HTTPConnection) -> str:
+    """The app a session counts as for the operator's toggles. The page its ``?app=`` names only
+    when one of our own pages opened it (``Origin`` is this gateway's, which a page on another
+    site cannot forge; ``static/shared/app-gate.js`` adds the query); anything else is ``api``:
+    a client that sends no Origin, another site's page, whatever ``?app=`` says. (A non-browser
+    client could claim our Origin: it then does what our page would, nothing more.)"""
+    label = conn.query_params.get("app")
+    return label if label in APP_IDS and label != "api" and same_origin(conn) else "api"
 
 
 class OperatorSettings(BaseModel):

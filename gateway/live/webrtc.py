@@ -31,13 +31,13 @@ from core.live_events import parse_client_event, server_types
 from core.protocol import ProtocolError
 from core.session_store import new_session_id
 from core.transport import Message
-from gateway.realtime.admission import Admission
+from gateway.realtime.admission import Admission, Refusal
 from gateway.realtime.budget import InboundBudget
 from gateway.realtime.request import session_request
 from gateway.realtime.webrtc.registry import CallRegistry
-from gateway.realtime.webrtc.routes import admit_offer, load_media, place_call
+from gateway.realtime.webrtc.routes import load_media, place_call
 from gateway.realtime.webrtc.sdp import MAX_SDP_BYTES, check_offer
-from gateway.rest.body import read_body
+from gateway.rest.body import json_object, read_body
 from gateway.rest.models import ApiError
 
 log = logging.getLogger(__name__)
@@ -113,12 +113,7 @@ async def _body(request: Request) -> tuple[dict[str, Any], str]:
     if media != "application/json":
         raise ApiError(400, "send {'session': ..., 'transport': {'type': 'webrtc', 'sdp': ...}} as application/json",
                        "invalid_content_type")
-    try:
-        body = json.loads(await read_body(request, MAX_BODY_BYTES))
-    except ValueError as exc:
-        raise ApiError(400, f"the body is not JSON: {exc}", "invalid_json") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the body must be a JSON object", "invalid_type")
+    body = json_object(await read_body(request, MAX_BODY_BYTES))  # nesting checked: a 400, not a 500
     transport = body.get("transport")
     if not isinstance(transport, dict) or transport.get("type") != "webrtc" or not isinstance(transport.get("sdp"), str):
         raise ApiError(400, "transport must be {'type': 'webrtc', 'sdp': OFFER}", "invalid_value", "transport")
@@ -138,10 +133,13 @@ async def _body(request: Request) -> tuple[dict[str, Any], str]:
 async def _create(request: Request, registry: CallRegistry, admission: Admission, config: AppConfig) -> Response:
     session, sdp = await _body(request)
     offer = await check_offer(sdp)
-    admitted = await admit_offer(admission, request)
+    admitted = await admission.admit(request, dialect="live")  # an ephemeral key: refused, left unused
+    if isinstance(admitted, Refusal):
+        kind = "permission_error" if admitted.http_status == 403 else None
+        raise ApiError(admitted.http_status, admitted.message, admitted.code, kind=kind)
     session_id = new_session_id()  # also the call's id: attach and hangup name the session
-    req = replace(session_request(request, admission.access.client_ip(request), admitted.grant), live=True,
-                  beta=False, initial_session=None, model=session["model"], session_id=session_id)
+    req = replace(session_request(request, admission.access.client_ip(request)), live=True, beta=False,
+                  model=session["model"], session_id=session_id)
     media = await load_media()
     channel = live_call_channel(media, InboundBudget(config.limits.queued_bytes))
     channel.deliver(json.dumps({"type": "session.start", "session": session}, separators=(",", ":")))  # first

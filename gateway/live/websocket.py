@@ -3,8 +3,9 @@
 The same admission (keys, ephemeral keys, per-key limits), queue, relay, recording and traces as
 ``/v1/realtime``; only the dialect differs, and the worker speaks it (``worker/live/``). The
 client's ``session.start`` waits with the other early events while the session is queued.
-An ephemeral key minted for a Realtime session opens a Live one too; its Realtime session
-config does not apply (a Live session is configured by its own ``session.start``).
+An ephemeral key is minted for a Realtime session and opens only that: here it is refused
+(``ephemeral_key_not_allowed``, close 1008) and stays unused, since a Live session is configured
+by its own ``session.start`` and could not be held to the minted config.
 """
 
 from __future__ import annotations
@@ -39,12 +40,11 @@ def live_websocket_route(admission: Admission, pool: SessionQueue, config: AppCo
     async def live_session(ws: WebSocket) -> None:
         await ws.accept(subprotocol=chosen_subprotocol(ws))  # a browser's key protocol, as /v1/realtime
         channel = WebSocketChannel(ws)
-        admitted = await admission.admit(ws)
+        admitted = await admission.admit(ws, dialect="live")
         if isinstance(admitted, Refusal):
             await _refuse(channel, admitted.message, admitted.code, admitted.close_code)
             return
-        request = session_request(ws, admission.access.client_ip(ws), admitted.grant)
-        request = dataclasses.replace(request, live=True, beta=False, initial_session=None)
+        request = dataclasses.replace(session_request(ws, admission.access.client_ip(ws)), live=True, beta=False)
         await run_proxy(RealtimeProxy(channel, request, pool, config), metrics, live, admitted.close)
 
     return WebSocketRoute(PATH, live_session)
@@ -64,7 +64,7 @@ def live_attach_route(admission: Admission, calls: CallRegistry) -> WebSocketRou
             message = "a sideband needs the service's API key, not an ephemeral key"
             await _refuse(channel, message, "invalid_api_key", CLOSE_POLICY)
             return
-        admitted = await admission.admit(ws)
+        admitted = await admission.admit(ws, dialect="live")
         if isinstance(admitted, Refusal):
             await _refuse(channel, admitted.message, admitted.code, admitted.close_code)
             return

@@ -6,9 +6,15 @@ event and a close code; an HTTP offer: a 4xx status).
 
 An ephemeral key (``ek_...``, ``gateway/access/ephemeral_keys.py``) stands for the service's key:
 it is redeemed here, last (a refusal for another reason leaves it unused), and the ``Admitted``
-carries its ``Grant`` (the session config it was minted with) for ``session_request``. Its
-Origin rule is the CORS rule of the minting routes (``gateway/access/cors.py``): a page on an
-allowed origin, or any origin on an open service.
+carries its ``Grant`` (the session config it was minted with) for ``session_request``. Keys are
+minted for Realtime sessions only (``/v1/realtime/client_secrets``): a Live route refuses one
+(``ephemeral_key_not_allowed``) before redeeming it, so its page cannot open a session that
+ignores the minted config.
+
+Origin, keys or not: our own, one in ``auth.allowed_origins``, or none (not a browser); the same
+rule as CORS (``gateway/access/cors.py``) and the web guard.
+
+The app a session counts as (the operator's toggles): ``app_of`` (``gateway/admin/settings.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 
-from gateway.access.cors import cross_origin_allowed
 from gateway.access.ephemeral_keys import EphemeralKeys, Grant, KeyRefusal, MemoryKeys, is_ephemeral
 from gateway.access.policy import Access, presented_key
 from gateway.access.rate_limits import RateLimited, SessionLimiter, Slot
@@ -31,6 +36,9 @@ log = logging.getLogger(__name__)
 CLOSE_POLICY = 1008  # auth, origin, disabled app: do not retry
 CLOSE_RATE_LIMITED = 4029  # per-IP / per-key limits; retry after the time in the message
 CLOSE_TRY_AGAIN = 1013  # the cluster's Redis is unreachable
+# The dialect of every ephemeral key: the project mints only Realtime sessions (GA and beta), and a
+# Live session could not be held to a Realtime config (its own ``session.start`` configures it).
+KEY_DIALECT = "realtime"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,29 +77,35 @@ class Admission:
         self.metrics = metrics
         self.keys = keys if keys is not None else MemoryKeys()
 
-    async def admit(self, conn: HTTPConnection) -> Admitted | Refusal:
-        """Admitted (close it when the session ends), or why not."""
-        result = await self._check(conn)
+    async def admit(self, conn: HTTPConnection, dialect: str = "realtime") -> Admitted | Refusal:
+        """Admitted (close it when the session ends), or why not. ``dialect``: the route's,
+        ``realtime`` or ``live``; an ephemeral key opens only a session of the dialect it was minted for."""
+        result = await self._check(conn, dialect)
         if isinstance(result, Refusal):
             self.metrics.rejected.labels(result.code).inc()
             log.info("refused realtime session from %s: %s (%s)", self.access.client_ip(conn), result.code,
                      result.message)
         return result
 
-    async def _check(self, conn: HTTPConnection) -> Admitted | Refusal:
+    async def _check(self, conn: HTTPConnection, dialect: str) -> Admitted | Refusal:
         access = self.access
         key = presented_key(conn)
         ephemeral = is_ephemeral(key)
-        if not (cross_origin_allowed(access, conn) if ephemeral else access.origin_allowed(conn)):
+        if not access.origin_allowed(conn):
             return Refusal("origin_not_allowed", f"origin {conn.headers.get('origin')} may not open sessions here",
                            CLOSE_POLICY, 403)
+        if ephemeral and dialect != KEY_DIALECT:
+            # Refused before it is redeemed: the key still opens the Realtime session it was minted for.
+            return Refusal("ephemeral_key_not_allowed", "this ephemeral key was minted for a Realtime session "
+                           "(/v1/realtime/client_secrets) and opens only that: a Live session needs the service's "
+                           "API key (on an open service, none)", CLOSE_POLICY, 403)
         key_id = None
         if not ephemeral:
             ok, key_id = access.check_key(conn)
             if not ok:
                 return Refusal("invalid_api_key", "a valid API key is required (Authorization: Bearer <key> or the "
                                "subprotocol openai-insecure-api-key.<key>)", CLOSE_POLICY, 401)
-        app_id = app_of(conn.query_params.get("app"))
+        app_id = app_of(conn)
         if not self.settings.enabled(app_id):
             return Refusal("app_disabled", f"the {app_id} app is disabled by the operator", CLOSE_POLICY, 403)
         if ephemeral:

@@ -12,7 +12,6 @@ capped. The store: ``gateway/access/ephemeral_keys.py``.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Literal
 
@@ -21,7 +20,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from core.config import AppConfig, RateLimit
-from core.json_limits import NestingTooDeep, check_nesting
 from core.session_store import new_session_id
 from gateway.access.ephemeral_keys import (DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, EphemeralKeys, Grant, KeyStoreFull,
                                            minter_of)
@@ -29,7 +27,7 @@ from gateway.access.policy import Access
 from gateway.access.rate_limits import RateLimited, SessionLimiter
 from gateway.pool.redis_queue import ClusterUnavailable
 from gateway.realtime.minted_session import SessionConfigError, check_session, session_object
-from gateway.rest.body import read_body
+from gateway.rest.body import json_object, read_body
 from gateway.rest.models import ApiError
 
 log = logging.getLogger(__name__)
@@ -65,7 +63,7 @@ def client_secrets_router(keys: EphemeralKeys, access: Access, config: AppConfig
         _, key_id = access.check_key(request)
         try:
             limiter.try_open(access.client_ip(request), key_id).close()  # counts this mint in the window
-            body = _json_object(await read_body(request, MINT_MAX_BYTES))
+            body = json_object(await read_body(request, MINT_MAX_BYTES), empty={})  # all optional
             if beta:  # the body is the session; its ``client_secret.expires_after`` the lifetime
                 session, model = check_session(body, beta=True, param="")
                 ttl_s = _ttl(((body.get("client_secret") or {}).get("expires_after") or {}).get("seconds"),
@@ -111,19 +109,6 @@ def _api_error(exc: Exception) -> ApiError:
     if isinstance(exc, KeyStoreFull):
         return ApiError(429, str(exc), "too_many_keys", kind="rate_limit_error")
     return ApiError(503, str(exc), "cluster_unavailable")
-
-
-def _json_object(body: bytes) -> dict[str, Any]:
-    if not body.strip():
-        return {}  # OpenAI's fields are all optional
-    try:
-        check_nesting(body)
-        data = json.loads(body)
-    except (NestingTooDeep, ValueError) as exc:
-        raise ApiError(400, f"We could not parse the JSON body of your request: {exc}.", "invalid_json") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "The body must be a JSON object.", "invalid_json")
-    return data
 
 
 def _parse_ga(body: dict[str, Any]) -> ClientSecretRequest:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -91,6 +92,24 @@ def _validate_json(model: type[M], body: bytes) -> M:
         return model.model_validate_json(body)
     except ValidationError as exc:
         raise validation_error(exc) from None
+
+
+def json_object(body: bytes, *, empty: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A body that must be a JSON object, its nesting checked before the parser (which recurses
+    once per level) sees it; 400 ``invalid_json`` otherwise. An empty body is ``empty`` when
+    given (a route whose fields are all optional), else refused."""
+    if not body.strip():
+        if empty is not None:
+            return dict(empty)
+        raise ApiError(400, "the request body is empty; send a JSON object", "invalid_json")
+    try:
+        check_nesting(body)
+        data = json.loads(body)
+    except ValueError as exc:  # NestingTooDeep is one
+        raise ApiError(400, f"We could not parse the JSON body of your request: {exc}.", "invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "The body must be a JSON object.", "invalid_json")
+    return data
 
 
 async def parse_json(model: type[M], body: bytes) -> M:

@@ -81,14 +81,17 @@ def test_origin_check(tmp_path):
             queued(ws)
 
 
+OWN_PAGE = {"Origin": "http://testserver"}  # what our own pages send (app-gate.js adds ?app=)
+
+
 def test_app_toggles_refuse_new_sessions_and_persist(tmp_path):
     admin = {"Authorization": f"Bearer {ADMIN}"}
     with make_client(tmp_path) as c:
         assert c.put("/api/admin/apps/omni", json={"enabled": False}, headers=admin).status_code == 200
-        with c.websocket_connect("/v1/realtime?extensions=all&app=omni") as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all&app=omni", headers=OWN_PAGE) as ws:
             code, close = refused(ws)
             assert (code, close) == ("app_disabled", 1008)
-        with c.websocket_connect("/v1/realtime?extensions=all&app=audio_duplex") as ws:
+        with c.websocket_connect("/v1/realtime?extensions=all&app=audio_duplex", headers=OWN_PAGE) as ws:
             queued(ws)
         assert c.put("/api/admin/apps/api", json={"enabled": False}, headers=admin).status_code == 200
         r = c.get("/v1/models")
@@ -100,6 +103,28 @@ def test_app_toggles_refuse_new_sessions_and_persist(tmp_path):
     with make_client(tmp_path) as c:
         apps = {a["id"]: a["enabled"] for a in c.get("/api/apps").json()["apps"]}
         assert apps == {"chat": True, "audio_duplex": True, "omni": False, "api": False}
+
+
+def test_only_our_own_pages_choose_their_app_an_api_client_is_api_whatever_it_says(tmp_path):
+    """Issue 68, finding 7b: ``?app=omni`` let an API client past the "api" toggle. The page a
+    session names counts only when our own page opened it (its Origin is ours); any other client,
+    another site's page included, counts as "api"."""
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    with make_client(tmp_path, auth={"allowed_origins": ["*"]}) as c:
+        assert c.put("/api/admin/apps/api", json={"enabled": False}, headers=admin).status_code == 200
+        for path in ("/v1/realtime?extensions=all", "/v1/live/sessions?extensions=queue"):
+            for headers in ({}, {"Origin": "https://partner.example"}, {"Origin": "http://testserver.evil"}):
+                for app in ("omni", "chat", "audio_duplex", "api", "nope"):
+                    with c.websocket_connect(f"{path}&app={app}", headers=headers) as ws:
+                        assert refused(ws)[0] == "app_disabled", (path, headers, app)
+            with c.websocket_connect(f"{path}&app=omni", headers=OWN_PAGE) as ws:  # our omni page: its app
+                queued(ws)
+        assert c.put("/api/admin/apps/api", json={"enabled": True}, headers=admin).status_code == 200
+        assert c.put("/api/admin/apps/omni", json={"enabled": False}, headers=admin).status_code == 200
+        with c.websocket_connect("/v1/realtime?extensions=all&app=omni", headers=OWN_PAGE) as ws:
+            assert refused(ws)[0] == "app_disabled"
+        with c.websocket_connect("/v1/realtime?extensions=all&app=omni") as ws:  # an API client: the api app
+            queued(ws)
 
 
 def test_per_ip_concurrency_and_rate(tmp_path):

@@ -109,13 +109,48 @@ def test_which_origins(tmp_path):
     with make_client(tmp_path / "any", api_keys=[KEY], allowed_origins=["*"]) as c:
         r = c.options("/v1/realtime/sessions", headers={"Origin": EVIL, **PREFLIGHT})
         assert r.status_code == 204 and r.headers["access-control-allow-origin"] == EVIL
-    with make_client(tmp_path / "open") as c:  # an open service: any origin
+    with make_client(tmp_path / "open", allowed_origins=[APP]) as c:  # an open service: the same list
+        r = c.options("/v1/realtime/client_secrets", headers={"Origin": APP, **PREFLIGHT})
+        assert r.status_code == 204 and r.headers["access-control-allow-origin"] == APP
+        r = c.post("/v1/realtime/client_secrets", json={}, headers={"Origin": APP})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == APP
         r = c.options("/v1/realtime/client_secrets", headers={"Origin": EVIL, **PREFLIGHT})
-        assert r.status_code == 204 and r.headers["access-control-allow-origin"] == EVIL
-        r = c.post("/v1/realtime/client_secrets", json={}, headers={"Origin": EVIL})
-        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == EVIL
-        # ... on these routes only: a foreign page still cannot POST elsewhere.
-        assert c.post("/v1/chat/completions", json={}, headers={"Origin": EVIL}).status_code == 403
+        assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
+
+
+WS_ROUTES = ("/v1/realtime?extensions=all", "/v1/live/sessions?extensions=queue")
+
+
+def test_an_open_service_lets_no_other_site_use_the_models(tmp_path):
+    """Issue 68, finding 6: with no keys configured, a page from another site (one the local user
+    visits) got CORS, minted a key and opened a session with it. Now no route answers another
+    origin unless ``auth.allowed_origins`` lists it; our own pages and non-browser clients go on."""
+    with make_client(tmp_path) as c:
+        evil = {"Origin": EVIL}
+        for path in ("/v1/realtime/client_secrets", "/v1/realtime/sessions", "/v1/realtime/calls",
+                     "/v1/realtime/calls/rtc_1/hangup", "/v1/live/sessions", "/v1/live/sessions/sess_1/hangup"):
+            r = c.options(path, headers={**evil, **PREFLIGHT})
+            assert r.status_code == 403 and "access-control-allow-origin" not in r.headers, (path, r.status_code)
+            r = c.post(path, content=b"{}", headers={**evil, "Content-Type": "application/json"})
+            assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed", (path, r.text)
+            assert "access-control-allow-origin" not in r.headers, path
+        for path in ("/v1/chat/completions", "/v1/audio/speech"):
+            r = c.post(path, json={}, headers=evil)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed", (path, r.text)
+        # A key minted by a non-browser client (no Origin) does not let that page in either.
+        key = c.post("/v1/realtime/client_secrets", json={}).json()["value"]
+        for path in WS_ROUTES:
+            with c.websocket_connect(path, headers=evil, subprotocols=["realtime", f"openai-insecure-api-key.{key}"]
+                                     ) as ws:
+                assert ws.receive_json()["error"]["code"] == "origin_not_allowed", path
+        # Our own page and clients without an Origin are not affected.
+        own = {"Origin": "http://testserver"}
+        r = c.post("/v1/realtime/client_secrets", json={}, headers=own)
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://testserver"
+        assert c.post("/v1/realtime/client_secrets", json={}).status_code == 200
+        for headers in (own, {}):
+            with c.websocket_connect(WS_ROUTES[0], headers=headers) as ws:
+                assert ws.receive_json()["type"] == "queue.position"
 
 
 def test_calls_take_sdp_and_multipart_and_an_ephemeral_key_reaches_the_route(tmp_path):

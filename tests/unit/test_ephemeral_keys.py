@@ -254,11 +254,14 @@ def test_ephemeral_key_origins_follow_the_cors_rule(tmp_path):
         assert first_event(c, mint(c).json()["value"], "subprotocol", origin="https://app.example")[1] is None
         event, code = first_event(c, mint(c).json()["value"], "subprotocol", origin="https://other.example")
         assert code == 1008 and event["error"]["code"] == "origin_not_allowed"
-    with make_client(tmp_path / "open") as c:  # an open service: any page may use a key
-        assert first_event(c, mint(c).json()["value"], "subprotocol", origin="https://other.example")[1] is None
-        # ... but a session without one still needs our own origin (or a listed one).
+    with make_client(tmp_path / "open") as c:  # an open service: the same rule (issue 68)
+        event, code = first_event(c, mint(c).json()["value"], "subprotocol", origin="https://other.example")
+        assert code == 1008 and event["error"]["code"] == "origin_not_allowed"
+        assert first_event(c, mint(c).json()["value"], "subprotocol", origin="http://testserver")[1] is None
         with c.websocket_connect(WS, headers={"Origin": "https://other.example"}) as ws:
             assert ws.receive_json()["error"]["code"] == "origin_not_allowed"
+    with make_client(tmp_path / "open-listed", auth={"allowed_origins": ["https://app.example"]}) as c:
+        assert first_event(c, mint(c).json()["value"], "subprotocol", origin="https://app.example")[1] is None
 
 
 def test_a_full_store_and_an_unreachable_redis_are_clear_refusals(tmp_path, monkeypatch):
