@@ -286,10 +286,11 @@ class TelemetryConfig(_Strict):
 
 
 class RateLimit(_Strict):
-    """0 = no limit."""
+    """What one client address or API key may use of the workers; 0 = no limit. Realtime and Live
+    sessions and REST model requests (chat completions, speech, transcriptions) count alike."""
 
-    sessions_per_minute: int = Field(0, ge=0)
-    concurrent: int = Field(0, ge=0, description="open sessions, queued ones included")
+    sessions_per_minute: int = Field(0, ge=0, description="sessions and REST model requests started per minute")
+    concurrent: int = Field(0, ge=0, description="open sessions (queued ones included) and REST requests in flight")
 
 
 class AuthConfig(_Strict):
@@ -297,8 +298,9 @@ class AuthConfig(_Strict):
 
     api_keys: list[str] = Field(default_factory=list, description="accepted keys; empty = no key needed")
     allowed_origins: list[str] = Field(
-        default_factory=list, description="extra browser Origins for WebSockets and state-changing requests "
-        "(POST, PUT, PATCH, DELETE) ('*' = any); own origin always ok")
+        default_factory=list, description="the only browser Origins besides our own that may open sessions, mint "
+        "ephemeral keys, get CORS and send state-changing requests (POST, PUT, PATCH, DELETE) ('*' = any); keys "
+        "or not: an open service allows no other site either")
     per_ip: RateLimit = Field(default_factory=lambda: RateLimit(sessions_per_minute=600, concurrent=32))
     per_key: RateLimit = Field(default_factory=RateLimit)
     trust_forwarded_for: bool = Field(False, description="take the client IP from X-Forwarded-For (behind a proxy)")

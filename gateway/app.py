@@ -157,7 +157,7 @@ def create_app(config: AppConfig) -> FastAPI:
     app.include_router(recordings_router(config, admin_auth, ROOT / "static"))
     app.include_router(apps_router(settings, access))
     app.include_router(admin_router(app, admin_token, ROOT / "static"))
-    app.include_router(openai_router(pool))
+    app.include_router(openai_router(pool, access=access, limiter=limiter))  # the sessions' limits
     app.include_router(client_secrets_router(ephemeral_keys, access, config))
     install_pages(app, ROOT / "static")
     return app

@@ -14,14 +14,18 @@ A used or expired key's entry lingers ``GRACE_S`` (as a tombstone) so the refusa
 after that it is simply unknown (``invalid_api_key``).
 
 Both stores cap the outstanding keys (minted, not yet used, not expired) and their configs' bytes:
-in all (``MAX_KEYS``, ``MAX_BYTES``) and per minter (the API key that mints, or on an open service
-the client's address: ``MINTER_MAX_KEYS``, ``MINTER_MAX_BYTES``), so that one client's large
-two-hour keys cannot lock every other client out of minting. Using or expiry gives a key's share back.
+in all (``MAX_KEYS``, ``MAX_BYTES``) and per minter, so that one client's large two-hour keys
+cannot lock every other client out of minting: an API key that mints holds at most a 16th
+(``MINTER_MAX_KEYS``, ``MINTER_MAX_BYTES``: the operator's tenants), and on an open service, where
+anyone mints, one client address (an IPv6 host's /64) much less (``ADDRESS_MAX_KEYS``,
+``ADDRESS_MAX_BYTES``), so that a few addresses cannot fill the store. Using or expiry gives a
+key's share back.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import secrets
 import time
@@ -43,6 +47,12 @@ MAX_BYTES = 64 * 2**20  # their session configs together
 # page loads a second, and 4 MiB is 1250 configs of 3 kB (or 16 of the largest, 256 kB).
 MINTER_MAX_KEYS = MAX_KEYS // 16
 MINTER_MAX_BYTES = MAX_BYTES // 16
+# One address's share, where no key mints (an open service): 100 unused keys (a 200th) and 512 KiB of
+# configs (a 128th, two of the largest), so it takes 128 addresses, not 16, to fill the store. Plenty
+# for one person's pages or a test app server; an app server minting for many pages gets a key
+# (``auth.api_keys``), whose mints count against that key's larger share.
+ADDRESS_MAX_KEYS = MAX_KEYS // 200
+ADDRESS_MAX_BYTES = MAX_BYTES // 128
 # HTTP routes where an ephemeral key stands for the API key (the route redeems it): a browser's
 # WebRTC offer. The WebSocket ``/v1/realtime`` redeems in ``gateway/realtime/admission.py``.
 EPHEMERAL_KEY_PATHS = frozenset({"/v1/realtime/calls", "/v1/live/sessions"})  # WebRTC offers
@@ -108,8 +118,24 @@ class KeyRefusal:
 
 
 def minter_of(key_id: str | None, client_ip: str) -> str:
-    """Whose quota a mint counts against: the API key's, or on an open service the address's."""
-    return f"key:{key_id}" if key_id else f"ip:{client_ip}"
+    """Whose quota a mint counts against: the API key's, or on an open service the address's (an
+    IPv6 address's /64, which one host holds whole; an IPv4-mapped one is its IPv4 address)."""
+    if key_id:
+        return f"key:{key_id}"
+    try:
+        address = ipaddress.ip_address(client_ip)
+    except ValueError:
+        return f"ip:{client_ip}"
+    if address.version == 6 and address.ipv4_mapped is None:
+        return f"ip:{ipaddress.ip_network((address, 64), strict=False)}"
+    return f"ip:{getattr(address, 'ipv4_mapped', None) or address}"
+
+
+def minter_limits(minter: str) -> tuple[int, int]:
+    """(keys, bytes) ``minter`` may hold unused: an address's share is smaller than an API key's."""
+    if minter.startswith("ip:"):
+        return ADDRESS_MAX_KEYS, ADDRESS_MAX_BYTES
+    return MINTER_MAX_KEYS, MINTER_MAX_BYTES
 
 
 class KeyStoreFull(Exception):
@@ -122,8 +148,9 @@ class KeyStoreFull(Exception):
 
 def _minter_full(minter: str, keys: int, size: int, retry_after_s: float) -> KeyStoreFull:
     who = {"key": "this API key", "ip": "this address"}.get(minter.partition(":")[0], "this minter")
+    max_keys, max_bytes = minter_limits(minter)
     return KeyStoreFull(f"{who} has {keys} unused ephemeral keys outstanding ({size // 1024} kB of session configs; "
-                        f"limit {MINTER_MAX_KEYS} keys, {MINTER_MAX_BYTES // 1024} kB); they free up when used or "
+                        f"limit {max_keys} keys, {max_bytes // 1024} kB); they free up when used or "
                         "expired", max(1.0, retry_after_s))
 
 
@@ -171,11 +198,12 @@ class MemoryKeys:
         payload = grant.to_json()
         size = len(payload)  # ASCII: json.dumps escapes the rest
         quota = self._minters.get(minter)
-        if quota is not None and (len(quota.entries) >= MINTER_MAX_KEYS or quota.size + size > MINTER_MAX_BYTES):
+        max_keys, max_bytes = minter_limits(minter)
+        if quota is not None and (len(quota.entries) >= max_keys or quota.size + size > max_bytes):
             for h, entry in list(quota.entries.items()):  # at most MINTER_MAX_KEYS
                 if now >= entry.expires_at:
                     self._forget_payload(h, entry)
-            if len(quota.entries) >= MINTER_MAX_KEYS or quota.size + size > MINTER_MAX_BYTES:
+            if len(quota.entries) >= max_keys or quota.size + size > max_bytes:
                 first = min(e.expires_at for e in quota.entries.values())
                 raise _minter_full(minter, len(quota.entries), quota.size, first - now)
         if now - self._last_prune >= 10 or len(self._entries) >= MAX_KEYS or self._bytes + size > MAX_BYTES:
@@ -344,7 +372,7 @@ class RedisKeys:
             answer = await self._mint(
                 keys=[self._key(value), *self._caps, minter_set, f"{minter_set}:bytes"],
                 args=[now, expires_at, ttl_s + GRACE_S, f"{key_hash(value)}:{size}", size, f"{expires_at}|{stored}",
-                      MAX_KEYS, MAX_BYTES, MINTER_MAX_KEYS, MINTER_MAX_BYTES])
+                      MAX_KEYS, MAX_BYTES, *minter_limits(minter)])
         scope = answer[0].decode() if isinstance(answer[0], bytes) else str(answer[0])
         if scope == "minter":
             raise _minter_full(minter, int(answer[1]), int(answer[2]), int(answer[3]) - now)

@@ -1,9 +1,12 @@
-"""Per-IP and per-API-key limits on new realtime sessions: a rate per minute and a concurrency cap.
+"""Per-IP and per-API-key limits on what uses the workers: a rate per minute and a concurrency cap.
 
-A client over a limit is turned away before it enters the queue (so one client cannot fill the
-queue or hog the workers). Concurrency counts sessions from accept to close, queued ones
-included; a ``Slot`` is returned by ``try_open`` and must be closed exactly once (closing twice
-is harmless). The rate is a sliding one-minute window of session starts.
+Realtime and Live sessions and the REST API's model requests (``gateway/rest/routes.py``) count
+against the same limits (``auth.per_ip``, ``auth.per_key``): a client cannot get round the session
+limits by calling the REST API instead. A client over a limit is turned away before it enters the
+queue (so one client cannot fill the queue or hog the workers). Concurrency counts sessions from
+accept to close, queued ones included, and REST requests until their answer ends; a ``Slot`` is
+returned by ``try_open`` and must be closed exactly once (closing twice is harmless). The rate is
+a sliding one-minute window of starts.
 
 Everything runs on the gateway's event loop: no locks.
 """
@@ -63,8 +66,9 @@ class SessionLimiter:
         self._subjects: dict[str, _Subject] = {}
         self._last_sweep = clock()
 
-    def try_open(self, ip: str, key_id: str | None = None) -> Slot:
-        """Count a new session for ``ip`` (and ``key_id``) or raise ``RateLimited``; checks all first."""
+    def try_open(self, ip: str, key_id: str | None = None, noun: str = "sessions and REST requests") -> Slot:
+        """Count a new session or request for ``ip`` (and ``key_id``) or raise ``RateLimited``;
+        checks all first. ``noun``: what the refusal says was counted."""
         now = self._clock()
         checks = [(f"ip:{ip}", self.per_ip, f"this address ({ip})")]
         if key_id is not None:
@@ -76,11 +80,11 @@ class SessionLimiter:
             _trim(sub.starts, now)
             if limit.concurrent and sub.open >= limit.concurrent:
                 raise RateLimited("too_many_sessions",
-                                  f"{who} already has {sub.open} open sessions (limit {limit.concurrent})", 5.0)
+                                  f"{who} already has {sub.open} {noun} open (limit {limit.concurrent})", 5.0)
             if limit.sessions_per_minute and len(sub.starts) >= limit.sessions_per_minute:
                 retry = max(1.0, WINDOW_S - (now - sub.starts[0]))
                 raise RateLimited("rate_limited",
-                                  f"{who} started {len(sub.starts)} sessions in the last minute "
+                                  f"{who} started {len(sub.starts)} {noun} in the last minute "
                                   f"(limit {limit.sessions_per_minute}); retry in {retry:.0f} s", retry)
         if len(self._subjects) >= MAX_TRACKED or now - self._last_sweep >= WINDOW_S:
             self._sweep(now)

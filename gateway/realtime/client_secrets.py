@@ -62,7 +62,7 @@ def client_secrets_router(keys: EphemeralKeys, access: Access, config: AppConfig
         """Check, store, answer; every refusal in OpenAI's error shape."""
         _, key_id = access.check_key(request)
         try:
-            limiter.try_open(access.client_ip(request), key_id).close()  # counts this mint in the window
+            limiter.try_open(access.client_ip(request), key_id, "ephemeral keys").close()  # counts this mint
             body = json_object(await read_body(request, MINT_MAX_BYTES), empty={})  # all optional
             if beta:  # the body is the session; its ``client_secret.expires_after`` the lifetime
                 session, model = check_session(body, beta=True, param="")
@@ -105,7 +105,7 @@ def _api_error(exc: Exception) -> ApiError:
     if isinstance(exc, SessionConfigError):
         return ApiError(400, exc.message, exc.code, exc.param)
     if isinstance(exc, RateLimited):
-        return ApiError(429, exc.message.replace("sessions", "ephemeral keys"), exc.code, kind="rate_limit_error")
+        return ApiError(429, exc.message, exc.code, kind="rate_limit_error")
     if isinstance(exc, KeyStoreFull):
         return ApiError(429, str(exc), "too_many_keys", kind="rate_limit_error")
     return ApiError(503, str(exc), "cluster_unavailable")

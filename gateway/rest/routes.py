@@ -29,6 +29,8 @@ from core import telemetry
 from core.ids import new_id
 from core.rest_jobs import CHAT_PATH, RELEASE_PATH, REQUEST_ID_HEADER, SPEECH_PATH, TRANSCRIPTION_PATH, SpeechJob
 from core.streaming import ClosingStreamingResponse
+from gateway.access.policy import Access
+from gateway.access.rate_limits import RateLimited, SessionLimiter, Slot
 from gateway.pool.interface import SessionQueue
 from gateway.pool.model import Lease, NoCapableWorkerError, QueueFullError, QueueTimeoutError
 from gateway.pool.redis_queue import ClusterUnavailable
@@ -84,6 +86,7 @@ class WorkerCall:
         self._watcher: asyncio.Task | None = None
         self._closed = False
         self.span: Any = None  # ``rest <route>`` while tracing is on; ended by ``close``
+        self.slot: Slot | None = None  # the request's place in its client's limits; given back by ``close``
 
     def headers(self) -> dict[str, str]:
         out = {"x-request-id": self.ticket}
@@ -191,6 +194,8 @@ class WorkerCall:
                 if self.lease is not None and self.sent and not self.finished:
                     await self._release_on_worker()
         finally:
+            if self.slot is not None:
+                self.slot.close()
             if self.lease is not None:
                 self.pool.release(self.lease, record=False)
             if self.span is not None:
@@ -252,10 +257,14 @@ def _transcription_schema() -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
 
 
-def openai_router(pool: SessionQueue, transport: httpx.AsyncBaseTransport | None = None) -> APIRouter:
+def openai_router(pool: SessionQueue, transport: httpx.AsyncBaseTransport | None = None,
+                  access: Access | None = None, limiter: SessionLimiter | None = None) -> APIRouter:
     """The public ``/v1`` REST routes; one ``httpx`` client for worker calls (not the probes').
 
-    ``transport`` replaces the network for tests (worker test doubles)."""
+    ``transport`` replaces the network for tests (worker test doubles). ``access`` and ``limiter``:
+    each model request counts against its client's per-address and per-key limits, the sessions'
+    own (``gateway/access/rate_limits.py``), from before its body is read until its answer ends;
+    over one: 429 with the reason and ``Retry-After``."""
     state: dict[str, httpx.AsyncClient] = {}
 
     @contextlib.asynccontextmanager
@@ -271,6 +280,13 @@ def openai_router(pool: SessionQueue, transport: httpx.AsyncBaseTransport | None
     async def serve(request: Request, handler: Callable[[WorkerCall], Awaitable[Response]]) -> Response:
         """Run ``handler``; errors become OpenAI-shaped answers, and the lease is never leaked."""
         call = WorkerCall(request, pool, state["http"])
+        if limiter is not None and access is not None:
+            try:
+                call.slot = limiter.try_open(access.client_ip(request), access.check_key(request)[1])
+            except RateLimited as exc:
+                error = ApiError(429, exc.message, exc.code, kind="rate_limit_error")
+                return JSONResponse(error.body(), status_code=429,
+                                    headers={"Retry-After": str(max(1, round(exc.retry_after_s)))})
         if telemetry.enabled():
             call.span = _rest_span(request)
         try:

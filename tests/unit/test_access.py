@@ -145,6 +145,46 @@ def test_per_ip_concurrency_and_rate(tmp_path):
         assert 'omniduplex_rejected_sessions_total{reason="rate_limited"} 1.0' in metrics
 
 
+REST = ("/v1/chat/completions", "/v1/audio/speech", "/v1/audio/transcriptions")
+
+
+def rest_refusal(r, code: str, who: str) -> None:
+    """A REST request over a limit: 429 in OpenAI's error shape, with the reason and Retry-After."""
+    assert r.status_code == 429, r.text
+    error = r.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("rate_limit_error", code, None), error
+    assert who in error["message"] and "limit" in error["message"], error
+    assert int(r.headers["retry-after"]) >= 1
+
+
+def test_rest_requests_count_against_the_per_address_limits(tmp_path):
+    """Issue 68, finding 7c: the REST API had no per-address or per-key limits. A model request
+    counts as a session does: one more open (until its answer ends) and one more start."""
+    with make_client(tmp_path, auth={"per_ip": {"concurrent": 1, "sessions_per_minute": 3}}) as c:
+        with c.websocket_connect("/v1/realtime?extensions=all") as ws:  # the address's one open session
+            queued(ws)
+            for path in REST:
+                rest_refusal(c.post(path, json={}), "too_many_sessions", "this address")
+        # The session closed: 1 of 3 starts this minute used; two requests go on (to their 400s) ...
+        assert c.post("/v1/chat/completions", json={}).status_code == 400
+        assert c.post("/v1/audio/speech", json={}).status_code == 400
+        assert c.app.state.limiter.open_count(ip="testclient") == 0  # each answer gave its slot back
+        # ... and the third is over the rate.
+        r = c.post("/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF")})
+        rest_refusal(r, "rate_limited", "this address")
+        assert c.get("/v1/models").status_code == 200  # reads run no model: not counted
+
+
+def test_rest_requests_count_against_the_per_key_limits(tmp_path):
+    with make_client(tmp_path, auth={"api_keys": [KEY, "sk-test-other-tenant"], "per_key": {"concurrent": 1}}) as c:
+        auth = {"Authorization": f"Bearer {KEY}"}
+        with c.websocket_connect("/v1/realtime?extensions=all", headers=auth) as ws:
+            queued(ws)
+            rest_refusal(c.post("/v1/chat/completions", json={}, headers=auth), "too_many_sessions", "this API key")
+            other = {"Authorization": "Bearer sk-test-other-tenant"}
+            assert c.post("/v1/chat/completions", json={}, headers=other).status_code == 400  # another key's own
+
+
 def test_per_key_concurrency(tmp_path):
     with make_client(tmp_path, auth={"api_keys": [KEY], "per_key": {"concurrent": 1}}) as c:
         auth = {"Authorization": f"Bearer {KEY}"}

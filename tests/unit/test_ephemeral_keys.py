@@ -20,8 +20,8 @@ from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.server import serve
 
 from core.config import AppConfig
-from gateway.access.ephemeral_keys import (GRACE_S, MAX_TTL_S, MINTER_MAX_BYTES, MINTER_MAX_KEYS, Grant, KeyRefusal,
-                                           KeyStoreFull, MemoryKeys, Redeemed, key_hash)
+from gateway.access.ephemeral_keys import (GRACE_S, MAX_KEYS, MAX_TTL_S, MINTER_MAX_BYTES, MINTER_MAX_KEYS, Grant,
+                                           KeyRefusal, KeyStoreFull, MemoryKeys, Redeemed, key_hash, minter_of)
 from gateway.app import create_app
 from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.request import SessionRequest, granted
@@ -331,6 +331,39 @@ async def test_the_memory_store_gives_each_minter_a_quota():
         await keys.mint(big, MAX_TTL_S, "ip:203.0.113.7")
     now[0] += 60  # expired: given back too
     await keys.mint(small, 60, "key:tenant-b")
+
+
+async def test_a_few_addresses_cannot_fill_the_store():
+    """Issue 68, finding 7d: on an open service (where each address is a minter) 16 addresses at
+    their quota filled the 20,000-key store. An address now holds a small share (an IPv6 host's
+    whole /64 is one address), so a few of them leave the store nearly empty."""
+    keys = MemoryKeys(clock=lambda: 1000.0)
+    small = Grant(session={"type": "realtime"})
+    for i in range(16):
+        with pytest.raises(KeyStoreFull, match="this address has") as full:
+            for _ in range(MAX_KEYS):
+                await keys.mint(small, 600, minter_of(None, f"203.0.113.{i}"))
+        assert full.value.retry_after_s == 600
+    assert len(keys) <= MAX_KEYS // 8, len(keys)
+    await keys.mint(small, 600, minter_of(None, "198.51.100.1"))  # another address still mints
+    for _ in range(MINTER_MAX_KEYS):  # an API key (an app server minting for its pages) keeps its larger share
+        await keys.mint(small, 600, minter_of("tenant", "203.0.113.1"))
+    # The addresses of one IPv6 host (its /64) are one minter; an IPv4-mapped one is its IPv4 address.
+    assert minter_of(None, "2001:db8:0:1::1") == minter_of(None, "2001:db8:0:1:ffff::2")
+    assert minter_of(None, "2001:db8:0:2::1") != minter_of(None, "2001:db8:0:1::1")
+    assert minter_of(None, "::ffff:203.0.113.9") == minter_of(None, "203.0.113.9")
+
+
+def test_an_open_service_mints_an_address_a_bounded_share(tmp_path):
+    with make_client(tmp_path) as c:
+        for _ in range(200):
+            r = mint(c, headers=None)
+            if r.status_code != 200:
+                break
+        error = r.json()["error"]
+        assert r.status_code == 429 and error["code"] == "too_many_keys", r.text
+        assert "this address has" in error["message"] and int(r.headers["retry-after"]) > 0
+        assert len(c.app.state.ephemeral_keys) <= MAX_KEYS // 100
 
 
 async def test_the_memory_store_keeps_hashes_and_forgets_old_keys():
