@@ -346,8 +346,7 @@ class RealtimeProxy:
         try:
             result = await self._relay_until_stopped(conn)
         finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), 2)
+            await close_worker(conn)
         log.info("session %s on %s ended by %s (%s) after %.1fs", self.ticket, worker.id, result.ended_by,
                  result.code, time.monotonic() - started)
         if self._span is not None:
@@ -396,3 +395,26 @@ class RealtimeProxy:
         with contextlib.suppress(BaseException):
             await relaying
         return RelayResult("operator", CLOSE_OPERATOR, self._stop_reason or "ended by the operator")
+
+
+async def close_worker(conn, timeout: float = 2.0) -> None:
+    """Close the worker's socket, reading and dropping what it still sends meanwhile.
+
+    Once the relay has stopped nobody reads ``conn``: past a few unread events the socket stops
+    reading, the worker's close frame waits behind them, and the close handshake ran out its
+    ``timeout`` while the slot stayed held (issue 68's fuzz: 2 s after a client that flooded the
+    session left). ``timeout`` still bounds a worker that never answers."""
+
+    async def discard() -> None:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for _ in conn:
+                pass
+
+    draining = asyncio.create_task(discard())
+    try:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(conn.close(), timeout)
+    finally:
+        draining.cancel()
+        with contextlib.suppress(BaseException):
+            await draining
