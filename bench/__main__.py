@@ -15,6 +15,7 @@
     python -m bench heard       # questions heard as spoken: an Agents SDK call in Chromium vs a WebSocket session
     python -m bench tracing     # OpenTelemetry tracing on vs off: the worker's turn hook, a typed turn's e2e
     python -m bench omni        # qwen_omni at Qwen2.5-Omni-7B shapes (random weights) on a GPU: TTFP, RTF, E2E, memory
+    python -m bench fuzz        # hostile clients of both dialects and the call routes for --seconds (default 600); --seed replays
 
 Each prints a markdown table; ``--json`` prints one JSON object instead; ``--out DIR`` also
 writes JSON (and PNG plots where there are any) into DIR.
@@ -40,6 +41,7 @@ COMMANDS = {
     "heard": "bench.heard",
     "duplex": "bench.duplex",
     "tracing": "bench.tracing",
+    "fuzz": "bench.fuzz",
 }
 DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording", "rest": "bench.rest", "omni": "bench.omni_gpu"}
 
@@ -69,7 +71,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1, help="serve: workers to start")
     parser.add_argument("--events", type=int, default=400, help="relay: probes per direction")
     parser.add_argument("--seconds", type=float, help="throughput: seconds of streaming (default 5); calls: seconds "
-                                                      "of transport probes (default 10)")
+                                                      "of transport probes (default 10); fuzz: seconds of fuzzing "
+                                                      "(default 600)")
+    parser.add_argument("--seed", type=int, help="fuzz: the run's seed (printed by every run), to replay it")
     parser.add_argument("--modes", nargs="+", help="turns, duplex: turn-detection modes (default: all)")
     parser.add_argument("--kinds", nargs="+", choices=["complete", "paused", "backchannel", "interruption", "cutin"],
                         help="duplex: which kinds of trial (default: all five)")

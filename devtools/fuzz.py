@@ -22,7 +22,8 @@ hostile client leaving, and once that one has left too every slot is idle within
 ``IDLE_WITHIN_S`` (gateway and worker ``/health``); a close 1011 (worker failure) or 1013 (no slot)
 on the hostile session, or a 5xx (or a 2xx to an offer that must be refused) on a call route, is a
 failure too. Over the run: the worker's ``worker_error`` session ends (``/metrics``), tracebacks in
-the processes' logs, and both processes' RSS.
+the processes' logs, and both processes' RSS, from after a warm-up (a session of each dialect and a
+call answered: what loads once, such as aiortc in the gateway, is not growth).
 
 Seeded: the run's seed is printed, and each case has its own seed (a failure names it); the same
 seed replays the same cases in the same order (how many fit in the time depends on the machine).
@@ -147,8 +148,8 @@ def table(d: dict[str, Any]) -> str:
         ("gateway tracebacks", f"{d['tracebacks'].get('gateway', 0)}"),
         ("slots held past the client", f"{d['slots_held']}"),
         ("hostile sessions' close codes", ", ".join(f"{k}: {v}" for k, v in d["close_codes"].items()) or "–"),
-        ("worker RSS start / max / end", rss(d["worker_rss_mb"])),
-        ("gateway RSS start / max / end", rss(d["gateway_rss_mb"])),
+        ("worker RSS start (after a warm-up) / max / end", rss(d["worker_rss_mb"])),
+        ("gateway RSS start (after a warm-up) / max / end", rss(d["gateway_rss_mb"])),
         ("failures", f"{len(d['failures'])}" + (f" (stopped early: {d['stopped_early']})" if d["stopped_early"] else "")),
     ]
     lines = ["| figure | value |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]
@@ -718,7 +719,7 @@ async def _hostile_session(target: Target, rng: random.Random, dialect: str, res
                 else:
                     head, _, count = sent[-1].partition(" ×")
                     sent[-1] = f"{head} ×{int(count or 1) + 1}"
-                if live and i == 0 and step.startswith('{"type":"session.start","event_id":"c_start"'):
+                if live and i == 0 and isinstance(step, str) and step.startswith('{"type":"session.start","event_id":"c_start"'):
                     with contextlib.suppress(TimeoutError):  # wait for it, so what follows meets a started session
                         await asyncio.wait_for(ready.wait(), 5)
                 if time.monotonic() > deadline:
@@ -829,6 +830,10 @@ async def run(target: Target, seconds: float, seed: int | None = None, kinds: tu
         busy = await watch.idle_within(IDLE_WITHIN_S)
         if busy:
             raise RuntimeError(f"the stack is not idle before the fuzz: {busy}")
+        await _warm_up(target, http)
+        busy = await watch.idle_within(5.0)
+        if busy:
+            raise RuntimeError(f"the stack is not idle after the warm-up: {busy}")
         watch.rss(result)
         n = 0
         while time.monotonic() - t0 < seconds:
@@ -880,6 +885,20 @@ async def run(target: Target, seconds: float, seed: int | None = None, kinds: tu
     for name, text in result.first_traceback.items():
         log(f"fuzz: first traceback in the {name} log:\n{text}")
     return result
+
+
+async def _warm_up(target: Target, http: httpx.AsyncClient) -> None:
+    """What every process loads once, before the RSS baseline: a session of each dialect, and a
+    call answered then hung up (the gateway imports aiortc, ~35 MB, with its first call)."""
+    for dialect in ("realtime", "live"):
+        served_s, why = await probe(target, dialect, time.monotonic())
+        if served_s is None:
+            raise RuntimeError(f"the stack does not serve a {dialect} session before the fuzz: {why}")
+    r = await http.post(f"{target.url}/v1/realtime/calls", content=offer().encode(),
+                        headers={"Content-Type": "application/sdp"})
+    if r.status_code != 201:
+        raise RuntimeError(f"a good offer was not answered before the fuzz: {r.status_code} {r.text[:200]}")
+    await _hang_up(http, target, "/v1/realtime/calls", r)
 
 
 def _summary(sent: list[str]) -> str:
