@@ -82,6 +82,10 @@ def test_bodies(tmp_path):
         assert bad["param"] == "session.bogus"
         error(c.post(CALLS, files=multipart(session="{not json")), 400, "invalid_json")
         error(c.post(CALLS, files=multipart(session=[1, 2])), 400, "invalid_type")
+        # Nested past the parser's recursion: a 400 with the reason, not a 500 (found by the fuzz).
+        deep = error(c.post(CALLS, files=multipart(session='{"a":' * 20_000 + "1" + "}" * 20_000)), 400,
+                     "invalid_json")
+        assert deep["param"] == "session" and "nested deeper" in deep["message"], deep
         error(c.post(CALLS, files=multipart(sdp="v=0\r\n")), 400, "invalid_offer")
         # A good multipart offer reaches the queue (and with no worker is refused there).
         error(c.post(CALLS, files=multipart(session={"type": "realtime", "instructions": "hi"})), 429, "queue_full")

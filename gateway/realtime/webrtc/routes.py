@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse, Response
 
 from core.config import AppConfig
 from core.ids import new_id
+from core.json_limits import check_nesting
 from gateway.access.ephemeral_keys import is_ephemeral
 from gateway.access.policy import presented_key
 from gateway.realtime.admission import Admission, Admitted, Refusal
@@ -105,8 +106,9 @@ async def _offer(request: Request) -> tuple[Offer, dict[str, Any] | None]:
     if "session" not in parts or not parts["session"].strip():
         return offer, None
     try:
+        check_nesting(parts["session"])  # the parser recurses once per level
         session = json.loads(parts["session"])
-    except ValueError as exc:
+    except ValueError as exc:  # NestingTooDeep is one
         raise ApiError(400, f"the 'session' part is not JSON: {exc}", "invalid_json", "session") from None
     if not isinstance(session, dict):
         raise ApiError(400, "Invalid type for 'session': expected an object.", "invalid_type", "session")
