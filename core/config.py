@@ -170,12 +170,17 @@ class LimitsConfig(_Strict):
     queued_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, description="what one session's client may have "
                               "sent that its worker has not taken yet (while queued, or on a call's data channel); "
                               "past it the session closes with 1008")
+    read_ahead_bytes: int = Field(32 * 1024 * 1024, ge=64 * 1024, description="what a worker reads of its client's "
+                                  "messages ahead of the session, so a client that leaves is known at once (what it "
+                                  "sent and the session has not handled is dropped); past it the client is held back "
+                                  "by its socket. At least max_message_bytes")
 
     @model_validator(mode="after")
     def _queue_holds_a_message(self) -> LimitsConfig:
-        if self.queued_bytes < self.max_message_bytes:
-            raise ValueError(f"queued_bytes ({self.queued_bytes}) must hold at least one message of "
-                             f"max_message_bytes ({self.max_message_bytes})")
+        for name in ("queued_bytes", "read_ahead_bytes"):
+            if getattr(self, name) < self.max_message_bytes:
+                raise ValueError(f"{name} ({getattr(self, name)}) must hold at least one message of "
+                                 f"max_message_bytes ({self.max_message_bytes})")
         return self
 
     @property

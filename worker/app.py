@@ -27,6 +27,7 @@ from core.worker_auth import INSTANCE_ENV, load_worker_secret
 from worker.auth import WorkerSecretMiddleware
 from worker.live.channel import LiveChannel
 from worker.metrics import WorkerMetrics
+from worker.read_ahead import ReadAhead
 from worker.recorder import RecorderPool
 from worker.rest import rest_router
 from worker.session import RealtimeSession
@@ -126,7 +127,7 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         # Extension events only for a client that asked (the gateway asks for what its client
         # asked, plus session.metrics for its own figures); unknown names were reported there.
         extensions, _ = parse_extensions(q.get("extensions"))
-        channel: EventChannel = WebSocketChannel(ws)
+        channel: EventChannel = ReadAhead(WebSocketChannel(ws), config.limits.read_ahead_bytes)
         if live:
             # The channel reads the resumes itself (a resumed reply's transcript); it passes on
             # only the extension events asked for.

@@ -9,6 +9,8 @@ call reach the same queueing, relaying, limits and recording. The slot is taken 
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import collections
 import contextlib
 import json
@@ -343,10 +345,11 @@ class RealtimeProxy:
                     await self.client.send(message)
         started = time.monotonic()
         self.state = "active"
+        result: RelayResult | None = None
         try:
             result = await self._relay_until_stopped(conn)
         finally:
-            await close_worker(conn)
+            await close_worker(conn, abandon=result is not None and result.ended_by == "client")
         log.info("session %s on %s ended by %s (%s) after %.1fs", self.ticket, worker.id, result.ended_by,
                  result.code, time.monotonic() - started)
         if self._span is not None:
@@ -397,19 +400,29 @@ class RealtimeProxy:
         return RelayResult("operator", CLOSE_OPERATOR, self._stop_reason or "ended by the operator")
 
 
-async def close_worker(conn, timeout: float = 2.0) -> None:
+async def close_worker(conn, timeout: float = 2.0, abandon: bool = False) -> None:
     """Close the worker's socket, reading and dropping what it still sends meanwhile.
 
     Once the relay has stopped nobody reads ``conn``: past a few unread events the socket stops
     reading, the worker's close frame waits behind them, and the close handshake ran out its
     ``timeout`` while the slot stayed held (issue 68's fuzz: 2 s after a client that flooded the
-    session left). ``timeout`` still bounds a worker that never answers."""
+    session left). ``timeout`` still bounds a worker that never answers.
+
+    ``abandon``: the client left, so nothing it sent is for the worker any more: the socket is
+    reset (no lingering), dropping what still waits in its buffers instead of delivering it
+    before the close, and the worker learns at once that its client is gone."""
 
     async def discard() -> None:
         with contextlib.suppress(websockets.ConnectionClosed):
             async for _ in conn:
                 pass
 
+    if abandon:
+        sock = conn.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.transport.abort()
+        return
     draining = asyncio.create_task(discard())
     try:
         with contextlib.suppress(Exception):

@@ -73,3 +73,23 @@ async def test_a_client_that_floods_then_leaves_frees_its_slot_at_once(stack):
     served_s, why = await fuzz.probe(fuzz.Target(stack.url, {}, "", {}), "realtime", time.monotonic())
     assert served_s is not None and served_s < fuzz.SERVE_WITHIN_S, (served_s, why)
     await wait_idle(stack, 1.0)
+
+
+async def test_a_client_that_floods_audio_then_leaves_frees_its_slot_at_once(stack):
+    """Found by the fuzz next: 10,000 appends of 20 ms (200 s of audio in a burst), then the
+    client aborts. The worker worked through every append it had received (each runs the VAD)
+    before it saw the close: the slot stayed held ~2.5 s and the next client was refused. The
+    worker now reads its client ahead of the session (``worker/read_ahead.py``) and drops what
+    a client that left had sent."""
+    import random
+
+    url = fuzz.Target(stack.url, {}, "", {}).ws("/v1/realtime", record=False)
+    append = fuzz.dumps({"type": "input_audio_buffer.append", "audio": fuzz.pcm_b64(random.Random(7), 20)})
+    async with websockets.connect(url) as ws:
+        await recv_until(ws, "session.created")
+        for _ in range(10_000):
+            await ws.send(append)
+        ws.transport.abort()  # the worker is still hearing them
+    served_s, why = await fuzz.probe(fuzz.Target(stack.url, {}, "", {}), "realtime", time.monotonic())
+    assert served_s is not None and served_s < fuzz.SERVE_WITHIN_S, (served_s, why)
+    await wait_idle(stack, 1.0)

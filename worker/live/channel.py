@@ -232,6 +232,8 @@ class LiveChannel(EventChannel):
                 try:
                     message = await self.inner.receive()
                 except ChannelClosed as exc:
+                    while not self._to_session.empty():  # the client is gone: what it sent is unheard
+                        self._to_session.get_nowait()
                     self._to_session.put_nowait(exc)
                     return
                 self._take(message)
