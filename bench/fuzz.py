@@ -20,14 +20,13 @@ import asyncio
 import contextlib
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from bench.launch import Launched  # noqa: E402
+from bench.launch import Launched, stack_dir  # noqa: E402
 from devtools import fuzz  # noqa: E402
 
 DEFAULT_SECONDS = 600.0
@@ -40,12 +39,7 @@ def log(msg: str) -> None:
 def run_cli(args) -> dict[str, Any]:
     seconds = args.seconds or DEFAULT_SECONDS
     with contextlib.ExitStack() as stack:
-        kept = os.environ.get("OMNIDUPLEX_BENCH_LOGS")
-        if kept:
-            Path(kept).mkdir(parents=True, exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix="fuzz-", dir=kept)
-        else:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="omniduplex-fuzz-"))
+        tmp = stack_dir(stack, "fuzz")
         launched = stack.enter_context(Launched(Path(tmp), workers=1,
                                                 auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}))
         log("fuzz: starting a gateway and a cascade worker")

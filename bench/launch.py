@@ -170,6 +170,16 @@ class Launched:
         self.stop()
 
 
+def stack_dir(stack: contextlib.ExitStack, prefix: str) -> str:
+    """A folder for one stack's logs and configs: kept under ``OMNIDUPLEX_BENCH_LOGS`` when set
+    (each stack in its own), else a temporary one removed when ``stack`` closes."""
+    kept = os.environ.get("OMNIDUPLEX_BENCH_LOGS")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return tempfile.mkdtemp(prefix=f"{prefix}-", dir=kept)
+    return stack.enter_context(tempfile.TemporaryDirectory(prefix=f"omniduplex-{prefix}-"))
+
+
 @contextlib.contextmanager
 def cascade_realtime_url(**sections) -> Iterator[str]:
     """A fresh gateway + one cascade worker (no recording, no per-client limits) for the duration;
@@ -177,12 +187,7 @@ def cascade_realtime_url(**sections) -> Iterator[str]:
     ``OMNIDUPLEX_BENCH_LOGS=DIR`` keeps the processes' logs and configs after the run, each stack's
     in its own folder under DIR (a run of several stacks overwrites none)."""
     with contextlib.ExitStack() as stack:
-        kept = os.environ.get("OMNIDUPLEX_BENCH_LOGS")
-        if kept:
-            Path(kept).mkdir(parents=True, exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix="stack-", dir=kept)
-        else:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="omniduplex-bench-"))
+        tmp = stack_dir(stack, "stack")
         with Launched(Path(tmp), workers=1, recording={"enabled": False},
                       auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}, **sections) as launched:
             launched.wait_ready()
