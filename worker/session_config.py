@@ -77,7 +77,7 @@ def parse_modalities(value: Any, param: str) -> bool | None:
     """Returns whether audio is produced."""
     if value is None:
         return None
-    if not isinstance(value, list) or not value or not set(value) <= {"text", "audio"}:
+    if not isinstance(value, list) or not value or not all(v in ("text", "audio") for v in value):
         raise ProtocolError(f"{param} must be a list drawn from 'text' and 'audio'", param=param)
     return "audio" in value
 

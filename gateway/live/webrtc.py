@@ -120,13 +120,14 @@ async def _body(request: Request) -> tuple[dict[str, Any], str]:
     session = body.get("session")
     if not isinstance(session, dict):
         raise ApiError(400, "Missing required parameter: 'session'.", "missing_required_parameter", "session")
-    if (session.get("audio") or {}).get("format") is not None:
-        raise ApiError(400, "a WebRTC session negotiates its media: leave out session.audio.format", "invalid_value",
-                       "session.audio.format")
-    try:  # the session as the worker will read it: refused here, before a key is spent
+    try:  # the session as the worker will read it (its shape too): refused here, before a key is spent
         parse_client_event({"type": "session.start", "session": session})
     except ProtocolError as exc:
         raise ApiError(400, exc.message, exc.code, exc.param) from None
+    audio = session.get("audio")
+    if isinstance(audio, dict) and audio.get("format") is not None:
+        raise ApiError(400, "a WebRTC session negotiates its media: leave out session.audio.format", "invalid_value",
+                       "session.audio.format")
     return session, transport["sdp"]
 
 

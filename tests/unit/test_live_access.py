@@ -73,3 +73,14 @@ def test_nested_json_on_a_live_call_is_a_400_with_the_reason(tmp_path):
         r = c.post(LIVE, content=deep_object, headers={"Content-Type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", r.text
         assert c.app.state.calls.calls == {} and c.app.state.live == {}
+
+
+@pytest.mark.parametrize("audio", [[], "x", 3])
+def test_a_live_call_whose_session_audio_is_not_an_object_is_a_400(tmp_path, audio):
+    """Found by ``python -m bench fuzz``: ``session.audio`` as a list was a 500 with a traceback."""
+    with make_client(tmp_path) as c:
+        r = c.post(LIVE, json={"session": {"model": "omniduplex-cascade", "audio": audio},
+                               "transport": {"type": "webrtc", "sdp": OFFER}})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"].startswith("session.audio"), r.text
+        assert c.app.state.calls.calls == {} and c.app.state.live == {}
