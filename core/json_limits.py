@@ -35,6 +35,17 @@ _QUOTE = frozenset(('"', ord('"')))
 _BACKSLASH = frozenset(("\\", ord("\\")))
 
 
+# A JSON string escape of a UTF-16 surrogate: paired ones decode to one character, a lone one
+# stays a surrogate that no UTF-8 encoder takes (a URL, a log line, a file write then fails).
+_SURROGATE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class NotText(ValueError):
+    def __init__(self) -> None:
+        super().__init__("a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff), which is not text")
+
+
 class NestingTooDeep(ValueError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"JSON nested deeper than {limit} levels")
@@ -82,6 +93,20 @@ def message_too_large(text: str, limit: int) -> bool:
     return len(text) * 4 > limit and len(text.encode("utf-8")) > limit
 
 
+def loads(data: str | bytes) -> Any:
+    """``json.loads`` for what a client sent: ``NestingTooDeep`` before the parser recurses,
+    ``NotText`` for a string with a lone surrogate (checked only when the text holds a surrogate
+    escape at all), ``ValueError`` for the rest."""
+    check_nesting(data)
+    value = json.loads(data)
+    if (_SURROGATE_TEXT if isinstance(data, str) else _SURROGATE_BYTES).search(data):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise NotText() from None
+    return value
+
+
 def parse_client_json(message: str | bytes, max_bytes: int) -> dict[str, Any]:
     """One client message as a JSON object, or ``ProtocolError`` (param ``message``) saying why
     not: ``invalid_json`` (a binary frame, not JSON, not an object), ``message_too_large`` (over
@@ -93,10 +118,11 @@ def parse_client_json(message: str | bytes, max_bytes: int) -> dict[str, Any]:
         raise ProtocolError(f"message larger than {max_bytes} bytes was dropped", code="message_too_large",
                             param="message")
     try:
-        check_nesting(message)
-        event = json.loads(message)
+        event = loads(message)
     except NestingTooDeep as exc:
         raise ProtocolError(f"message dropped: {exc}", code="nesting_too_deep", param="message") from None
+    except NotText as exc:
+        raise ProtocolError(f"message is not valid JSON text: {exc}", code="invalid_json", param="message") from None
     except json.JSONDecodeError as exc:
         raise ProtocolError(f"message is not valid JSON: {exc.msg}", code="invalid_json", param="message") from None
     if not isinstance(event, dict):

@@ -20,7 +20,7 @@ import asyncio
 import collections
 import contextlib
 
-from core.transport import ChannelClosed, EventChannel, Message
+from core.transport import EventChannel, Message
 
 
 class ReadAhead(EventChannel):

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from core.json_limits import NestingTooDeep, check_nesting
+from core.json_limits import NestingTooDeep, check_nesting, loads
 from gateway.rest.models import ApiError
 
 M = TypeVar("M", bound=BaseModel)
@@ -103,9 +102,8 @@ def json_object(body: bytes, *, empty: dict[str, Any] | None = None) -> dict[str
             return dict(empty)
         raise ApiError(400, "the request body is empty; send a JSON object", "invalid_json")
     try:
-        check_nesting(body)
-        data = json.loads(body)
-    except ValueError as exc:  # NestingTooDeep is one
+        data = loads(body)
+    except ValueError as exc:  # NestingTooDeep and NotText are two
         raise ApiError(400, f"We could not parse the JSON body of your request: {exc}.", "invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "The body must be a JSON object.", "invalid_json")

@@ -41,12 +41,14 @@ MCP = {"type": "mcp", "server_label": "crm", "server_url": "https://mcp.example/
     ("[1, 2]", "invalid_json"),
     ('"text"', "invalid_json"),
     (b'{"type":"session.close"}', "invalid_json"),  # events are text frames
+    ('{"type":"session.update","session":{"instructions":"\\ud800"}}', "invalid_json"),  # a lone surrogate
 ])
 def test_every_refusal_of_the_one_parsing_path_has_its_code(message, code):
     with pytest.raises(ProtocolError) as refused:
         parse_client_json(message, max_bytes=300_000)
     assert refused.value.code == code
     assert parse_client_json('{"type":"a","s":"[[[["}', max_bytes=300_000) == {"type": "a", "s": "[[[["}
+    assert parse_client_json('{"type":"a","s":"\\ud83d\\ude00"}', max_bytes=300_000)["s"] == "\U0001f600"  # a pair
 
 
 async def _live_session(limits: LimitsConfig = LimitsConfig(), **session):

@@ -86,6 +86,11 @@ def test_bodies(tmp_path):
         deep = error(c.post(CALLS, files=multipart(session='{"a":' * 20_000 + "1" + "}" * 20_000)), 400,
                      "invalid_json")
         assert deep["param"] == "session" and "nested deeper" in deep["message"], deep
+        # A lone surrogate in a string is not text: a 400 here, not a call that fails later (found by the fuzz:
+        # the model name went into the worker's URL and the call died after its 201).
+        lone = error(c.post(CALLS, files=multipart(session='{"type":"realtime","model":"\\ud800"}')), 400,
+                     "invalid_json")
+        assert lone["param"] == "session" and "surrogate" in lone["message"], lone
         error(c.post(CALLS, files=multipart(sdp="v=0\r\n")), 400, "invalid_offer")
         # A good multipart offer reaches the queue (and with no worker is refused there).
         error(c.post(CALLS, files=multipart(session={"type": "realtime", "instructions": "hi"})), 429, "queue_full")

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import functools
 import importlib
-import json
 import logging
 from dataclasses import replace
 from typing import Any
@@ -36,7 +35,7 @@ from fastapi.responses import JSONResponse, Response
 
 from core.config import AppConfig
 from core.ids import new_id
-from core.json_limits import check_nesting
+from core.json_limits import loads
 from gateway.access.ephemeral_keys import is_ephemeral
 from gateway.access.policy import presented_key
 from gateway.realtime.admission import Admission, Admitted, Refusal
@@ -106,9 +105,8 @@ async def _offer(request: Request) -> tuple[Offer, dict[str, Any] | None]:
     if "session" not in parts or not parts["session"].strip():
         return offer, None
     try:
-        check_nesting(parts["session"])  # the parser recurses once per level
-        session = json.loads(parts["session"])
-    except ValueError as exc:  # NestingTooDeep is one
+        session = loads(parts["session"])  # nesting checked first, no lone surrogates
+    except ValueError as exc:  # NestingTooDeep and NotText are two
         raise ApiError(400, f"the 'session' part is not JSON: {exc}", "invalid_json", "session") from None
     if not isinstance(session, dict):
         raise ApiError(400, "Invalid type for 'session': expected an object.", "invalid_type", "session")
