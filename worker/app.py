@@ -127,13 +127,14 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         # Extension events only for a client that asked (the gateway asks for what its client
         # asked, plus session.metrics for its own figures); unknown names were reported there.
         extensions, _ = parse_extensions(q.get("extensions"))
-        channel: EventChannel = ReadAhead(WebSocketChannel(ws), config.limits.read_ahead_bytes)
+        client = ReadAhead(WebSocketChannel(ws), config.limits.read_ahead_bytes)
+        channel: EventChannel = client
         if live:
             # The channel reads the resumes itself (a resumed reply's transcript); it passes on
             # only the extension events asked for.
             channel = LiveChannel(channel, session_id, model, config.limits.max_session_s, client_extensions=extensions,
                                   turn_types=backend.capabilities.turn_detection_types,
-                                  max_message_bytes=config.limits.max_message_bytes)
+                                  max_message_bytes=config.limits.max_message_bytes, client_left=client.left)
             extensions = extensions | {"response.resumed"}
         session = RealtimeSession(channel, backend, Dialect(beta), config.limits, model=model, session_id=session_id,
                                   recorder=recorder, extensions=extensions,

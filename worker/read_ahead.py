@@ -36,6 +36,7 @@ class ReadAhead(EventChannel):
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
         self._pump_task: asyncio.Task | None = None
+        self.left = asyncio.Event()  # the peer has gone (or its transport failed): for a channel above
 
     async def receive(self) -> Message:
         if self._pump_task is None:
@@ -77,3 +78,4 @@ class ReadAhead(EventChannel):
             self._bytes = 0
             self._gone = exc
             self._arrived.set()
+            self.left.set()

@@ -4,6 +4,8 @@ not after working through everything the client had sent; what it reads ahead is
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 
 import pytest
 
@@ -61,3 +63,25 @@ async def test_what_is_read_ahead_is_bounded_and_every_message_arrives():
         assert await channel.receive() == "x" * 100
     await channel.close(1000, "bye")
     assert peer.closed == (1000, "bye")
+
+
+async def test_a_live_session_learns_its_client_left_without_working_through_what_waits():
+    """The Live channel stops reading while ``MAX_PENDING`` events wait for the session; the
+    client's departure, seen by the read-ahead below it, must still reach the session at its
+    next ``receive``, not after the session has taken every waiting event."""
+    from worker.live.channel import MAX_PENDING, LiveChannel
+
+    audio = base64.b64encode(b"\0" * 960).decode()
+    append = json.dumps({"type": "session.input_audio.append", "audio": audio})
+    peer = ScriptedPeerDouble([append] * (4 * MAX_PENDING))
+    below = ReadAhead(peer, max_bytes=8 * 1024 * 1024)
+    live = LiveChannel(below, "sess_left", "omni", max_session_s=600, client_left=below.left)
+    live.started = True  # as after session.start: appends go to the session
+    live.config = {"format": {"type": "audio/pcm", "rate": 24000}}
+    first = await live.receive()  # the reader starts, fills MAX_PENDING, and waits for the session
+    assert json.loads(first)["type"] == "input_audio_buffer.append"
+    await asyncio.sleep(0.05)  # the peer's close arrives meanwhile
+    assert below.left.is_set()
+    with pytest.raises(ChannelClosed):
+        await live.receive()  # not the MAX_PENDING - 1 appends still waiting
+    await live.close(1000)

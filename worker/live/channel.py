@@ -94,8 +94,12 @@ class LiveChannel(EventChannel):
     def __init__(self, inner: EventChannel, session_id: str, model: str, max_session_s: float,
                  client_extensions: frozenset[str] = frozenset(),
                  turn_types: tuple[str, ...] = ("server_vad", "semantic_vad"),
-                 max_message_bytes: int = LimitsConfig().max_message_bytes) -> None:
+                 max_message_bytes: int = LimitsConfig().max_message_bytes,
+                 client_left: asyncio.Event | None = None) -> None:
         self.inner = inner
+        # Set once the client has gone (``worker/read_ahead.py``): the reader stops waiting for the
+        # session to take what is pending and learns of it, so a flood is not worked through first.
+        self.client_left = client_left if client_left is not None else asyncio.Event()
         self.max_message_bytes = max_message_bytes
         self.on_limit: Callable[[str], None] | None = None  # the worker's limit counter (worker/app.py)
         # Who decides turns: a backend that does it itself (MiniCPM-o's duplex mode) natively,
@@ -237,9 +241,9 @@ class LiveChannel(EventChannel):
                     self._to_session.put_nowait(exc)
                     return
                 self._take(message)
-                while self._to_session.qsize() >= MAX_PENDING:  # the session is behind: stop reading
-                    self._taken.clear()  # (the socket's own buffers then hold the client back)
-                    await self._taken.wait()
+                while self._to_session.qsize() >= MAX_PENDING and not self.client_left.is_set():
+                    self._taken.clear()  # the session is behind: stop reading (the socket's own
+                    await _first(self._taken, self.client_left)  # buffers then hold the client back)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug, not the client's input (that is a ProtocolError)
@@ -550,3 +554,13 @@ class LiveChannel(EventChannel):
         self.delegations.done(response, delay)
         self.pacer.event(live_event("session.usage.updated", usage={"seconds": round(self._input_s, 3)}))
         self._next_response()
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until one of ``events`` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
