@@ -9,20 +9,12 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from core.config import AppConfig
-from gateway.app import create_app
 from tests.support.webrtc_client import OFFER
+from tests.unit.test_ephemeral_keys import make_client
 
 KEY = "sk-test-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 LIVE = "/v1/live/sessions"
-
-
-def make_client(tmp_path, **sections) -> TestClient:
-    config = AppConfig.model_validate({"data_dir": str(tmp_path), "workers": {"count": 0},
-                                       "gateway": {"allowed_hosts": ["testserver"]},
-                                       "admin": {"token": "a" * 24}, **sections})
-    return TestClient(create_app(config))
 
 
 def mint(c: TestClient, session: dict) -> str:

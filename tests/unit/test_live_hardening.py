@@ -17,6 +17,7 @@ from core.json_limits import MAX_DEPTH, parse_client_json
 from core.protocol import Dialect, ProtocolError
 from core.transport import ChannelClosed
 from tests.support.scripted_backend import ScriptedToolBackend
+from tests.support.session_channel import SessionChannel
 from tests.unit.test_live_dialect import LiveClientChannel
 from worker.live import channel as live_channel
 from worker.live.channel import MAX_UNANSWERED, MAX_WAITING_RESPONSES, LiveChannel
@@ -121,34 +122,29 @@ async def test_a_delegation_update_after_one_that_cleared_its_responses_is_answe
 # ---------------------------------------------------------------- bounded queues
 
 
-class QuietClient:
-    """A Live client whose events the test puts in; what it is sent is kept (or, ``reading``
-    False, never taken: a client that stopped reading its socket)."""
-
-    transport = "websocket"
+class QuietClient(SessionChannel):
+    """A Live client whose events the test puts in (``event``); what it is sent is kept in
+    ``sent`` (or, ``reading`` False, never taken: a client that stopped reading its socket)."""
 
     def __init__(self, reading: bool = True) -> None:
-        self.inbox: asyncio.Queue[str] = asyncio.Queue()
-        self.sent: list[dict] = []
+        super().__init__()
         self.reading = reading
         self.closed_with: int | None = None
 
-    async def receive(self) -> str:
-        message = await self.inbox.get()
-        if message is None:
-            raise ChannelClosed(1000, "client left")
-        return message
+    @property
+    def sent(self) -> list[dict]:
+        return self.events
 
-    async def send(self, message: str) -> None:
+    async def send(self, message: str) -> None:  # Live events: not checked against the Realtime types
         if not self.reading:
             await asyncio.Event().wait()  # the socket's buffers are full: this send never ends
-        self.sent.append(json.loads(message))
+        self.events.append(json.loads(message))
+        self.arrived.set()
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         self.closed_with = code
 
-    def event(self, kind: str, **fields) -> None:
-        self.inbox.put_nowait(json.dumps({"type": kind, **fields}))
+    event = SessionChannel.client
 
     def errors(self) -> list[str]:
         return [e["error"]["code"] for e in self.sent if e["type"] == "error"]
