@@ -66,6 +66,17 @@ must not no yes what which who whom whose how many much when where why there her
 it its i me my mine you your yours we us our they them their he him his she her please tell some any
 just let like very really also too up out oh ah uh um er mm hm hmm mhm well okay ok
 """.split())
+# Discourse markers: words that open or pad a short turn without changing what it asks ("Right,
+# enough of that." is "Okay, enough of that."; "Yeah, totally." is "Totally."). For an item of
+# fewer than two content words they are filler, as the stopwords are (issue 69).
+DISCOURSE = frozenset("""
+right okay ok yeah yep yes yup alright so well oh now hey look listen uh um er ah hmm mm actually
+sorry excuse pardon
+""".split())
+FILLER = STOPWORDS | DISCOURSE
+# What a short item may swap, add or drop and stay the same request: the discourse markers, a
+# polite modal ("Can I jump in?", "May I jump in?") and a pad ("just", "please", "here").
+SWAPPABLE = DISCOURSE | frozenset("can could may might please just here".split())
 
 
 # A token: a word (with its apostrophes: "what's"), or a mark that ends a sentence (. ? ! ; : brackets,
@@ -151,6 +162,20 @@ class Text:
                 quotation.append(k)
         return sentence, quotation
 
+    @functools.cached_property
+    def frames(self) -> frozenset[tuple[str, ...]]:
+        """Each whole sentence or quotation with its ``SWAPPABLE`` words dropped: what a short item
+        is looked for by ("right enough of that" and "okay enough of that" are both "enough of that")."""
+        out: set[tuple[str, ...]] = set()
+        start = 0
+        for k in range(1, len(self.words) + 1):
+            if k == len(self.words) or self.quotation[k] != self.quotation[k - 1]:
+                frame = tuple(w for w in self.words[start:k] if w not in SWAPPABLE)
+                if frame:
+                    out.add(frame)
+                start = k
+        return frozenset(out)
+
     def content_word(self, k: int, step: int, quotation: int) -> str | None:
         """The first content word from place ``k`` on, going by ``step``, within ``quotation``."""
         while 0 <= k < len(self.words) and self.quotation[k] == quotation:
@@ -169,7 +194,9 @@ class Item:
     """An item made ready to be looked for (``Item.of(text)``). It is found in a text when:
 
     - its whole canonical form (``canonical``) occurs there, on word boundaries; an item with fewer
-      than two content words ("Yep.", "Thank you!", "How many continents are there?") only so;
+      than two content words once discourse markers are set aside (``FILLER``: "Yep.", "Thank
+      you!", "How many continents are there?", "Okay, enough of that.") only so, or as the
+      non-filler words of a short sentence or quotation (``_short_in``: filler swaps);
     - or a window of ``WINDOW`` or more consecutive item words occurs that holds two content words
       and half of the item's ("what colour is the sky" for "What colour is the sky on a clear
       day?"; not "Tell me a long story." for "... a long story about a pirate who lost his ship."),
@@ -189,6 +216,8 @@ class Item:
     words: tuple[str, ...]
     content: tuple[str, ...]
     windows: tuple[tuple[int, int], ...]  # (start, end): the shortest distinctive windows
+    core: tuple[str, ...] = ()  # the words that are not filler (``FILLER``): fewer than two make a short item
+    frame: tuple[str, ...] = ()  # the words that are not ``SWAPPABLE``: how a short item is found
 
     WINDOW = 4
     SLACK = 3
@@ -206,15 +235,17 @@ class Item:
                     end += 1
                 if end - start >= cls.WINDOW and count >= 2 and end - start < len(words):
                     windows.append((start, end))
-        return cls(text, words, tuple(w for w, c in zip(words, is_content) if c), tuple(windows))
+        core = tuple(w for w in words if w not in FILLER)
+        frame = tuple(w for w in words if w not in SWAPPABLE)
+        return cls(text, words, tuple(w for w, c in zip(words, is_content) if c), tuple(windows), core, frame)
 
     def found_in(self, text: Text | str) -> bool:
         """Whether ``text`` holds this item or a near-copy of it (see the class)."""
         t = text if isinstance(text, Text) else Text(text)
         if not self.words:
             return False
-        if len(self.content) < 2:
-            return _joined(self.words) in t.joined
+        if len(self.core) < 2:
+            return self._short_in(t)
         if len(t.vocabulary.intersection(self.content)) < 2:  # cheap test first: no rule below can hold
             return False
         if _joined(self.words) in t.joined:
@@ -230,12 +261,24 @@ class Item:
         "Right." in "Is it raining in London right now?")."""
         if not self.found_in(other):
             return False
-        if len(self.content) >= 2 or len(self.words) >= self.WINDOW:
+        if len(self.core) >= 2 or len(self.words) >= self.WINDOW:
             return True
+        if self.frame and self.frame in other.frames:
+            return True  # the other is this item with markers or pads swapped
         rest = list(other.words)
         for w in self.words:
-            rest.remove(w)
-        return all(w in STOPWORDS for w in rest)
+            if w in rest:
+                rest.remove(w)
+        return all(w in FILLER for w in rest)
+
+    def _short_in(self, t: Text) -> bool:
+        """A short item (fewer than two content words, discourse markers aside): its whole form on
+        word boundaries, or a whole sentence or quotation that is the item but for ``SWAPPABLE``
+        words ("Right, enough of that." for "Okay, enough of that."; "Totally." for "Yeah,
+        totally."; "May I jump in here?" for "Can I jump in?")."""
+        if _joined(self.words) in t.joined:
+            return True
+        return bool(self.frame) and self.frame in t.frames
 
     def _window_at(self, start: int, end: int, t: Text) -> bool:
         """Whether the item's words ``start:end`` occur in ``t`` somewhere its sentence does not go on,
@@ -295,5 +338,6 @@ def all_sets() -> list[EvalSet]:
                 # a paused item's opening (the words before the pause) and its whole text
                 tuple(turns.EVAL_COMPLETE + [text for before, _, after in turns.EVAL_PAUSED
                                              for text in (before, f"{before} {after}")])),
-        EvalSet("duplex", tuple(duplex.texts("dev")), tuple(duplex.texts("eval"))),
+        # dev2 (issue 34's eval, spent by the diagnoses of issue 47) is tuning data now (issue 69)
+        EvalSet("duplex", tuple(duplex.texts("dev") + duplex.texts("dev2")), tuple(duplex.texts("eval"))),
     ]

@@ -4,7 +4,9 @@ eval part.
 
 Written by helpers that read neither the eval part nor any write-up; 25 of their phrasings were then
 removed because the leak matcher (``bench.sets.Item``) found an eval item in them (short common
-acknowledgements and cut-ins, which eval holds too); ``tests/unit/test_duplex_set.py`` keeps it so."""
+acknowledgements and cut-ins, which eval holds too); ``tests/unit/test_duplex_set.py`` keeps it so. Issue 69
+removed three more that the matcher, once it saw filler swaps, found near-copying an eval item of the time
+(a discourse marker swapped, added or dropped; that eval is ``dev2`` now)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ DEV_MORE_BACKCHANNELS: list[str] = [
     "Mm.", "Oh.", "Oh, okay.", "Oh, right.", "Ah, right.", "Ah, okay.",
     "Mm, yeah.", "Okay, yeah.", "Right, yeah.",
     # agreement
-    "Exactly.", "Totally.", "Definitely.", "True.", "So true.", "Agreed.",
+    "Exactly.", "Definitely.", "True.", "So true.", "Agreed.",
     "Precisely.", "Quite right.", "For sure.", "Yeah, exactly.", "I agree.",
     "Tell me about it.", "You're right.",
     "Fair point.",
@@ -59,7 +61,7 @@ DEV_MORE_CUTINS: list[str] = [
     "Let's move on.", "Change of plan.", "Different question.", "Let's talk about something else.",
     "Back up a second.", "Go back.", "Start over.",
     # asking to speak
-    "Can I say something?", "Let me finish.", "Listen to me.", "Let me speak.", "Can I jump in?",
+    "Can I say something?", "Let me finish.", "Listen to me.", "Let me speak.",
     "I have a question.", "Quick question.", "May I interrupt?", "Just a sec.",
     "Hear me out.", "Can I get a word in?",
     # polite openers
@@ -76,7 +78,7 @@ DEV_MORE_CUTINS: list[str] = [
     "Just stop.", "Hang on.", "Hold that thought.", "Stop, stop, stop.", "Wait, go back.",
     "Whoa, whoa, hold on.",
     # start like an acknowledgement, then take the floor
-    "Yeah, no, stop.", "Okay, but listen.", "Right, enough of that.", "Yeah, but wait.", "Okay, stop there.",
+    "Yeah, no, stop.", "Okay, but listen.", "Yeah, but wait.", "Okay, stop there.",
     "Mm, no.", "Sure, but hang on.", "Right, but actually...", "Alright, alright, enough.",
     "Yeah, okay, moving on.", "Okay, next.",
 ]

@@ -97,6 +97,10 @@ def test_the_check_sees_an_item_whatever_its_quoting():
     ("Which is your FAVOURITE colour", "Which is your favorite color?"),  # British spellings
     ("I can't see twenty-one cats", "I cannot see 21 cats."),
     ('say("Uh-huh!")', "Uh-huh."),  # a backchannel, whole
+    # filler swaps on short items (issue 69): a discourse marker changed, added or dropped
+    ('("Alright, none of that.", "alright none of that")', "Okay, none of that."),
+    ('CUES = ["Marvellous."]', "Yeah, marvellous."),
+    ("Could I cut in?", "May I cut in here?"),
 ])
 def test_the_matcher_sees_near_copies(text: str, item: str):
     assert Item.of(item).found_in(text)
@@ -118,6 +122,12 @@ def test_the_matcher_does_not_see_a_shared_template(text: str, item: str):
 def test_near_copies_between_items():
     assert near_copies("How many oceans are there?", "How many oceans are there on Earth?")
     assert near_copies("Whoa.", "Oh whoa.")  # the rest is filler
+    # discourse markers are filler for a short item, whichever side holds them (issue 69)
+    assert near_copies("Alright, none of that.", "Okay, none of that.")
+    assert near_copies("Marvellous.", "Yeah, marvellous.") and near_copies("Yeah, marvellous.", "Marvellous.")
+    assert near_copies("Could I cut in?", "May I cut in here?")
+    assert not near_copies("Okay.", "Right.")  # two markers, nothing else: different words
+    assert not near_copies("Okay, none of that.", "None of that pasta, thanks, I had enough cooking.")
     assert not near_copies("Right.", "Is it raining in Oslo right now?")
     assert not near_copies("Interesting.", "That is an interesting idea for a film.")
     assert not near_copies("What is the capital of France?", "What is the capital of Chile?")
