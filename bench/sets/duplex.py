@@ -1,9 +1,20 @@
 """The full-duplex sets (issue 34): spoken turns, pauses, backchannels and interruptions.
 
 ``python -m bench duplex`` (``bench/duplex/``) reports on them; ``bench/duplex_set.py`` speaks
-and caches them. Each kind has a ``dev`` part (tune on it, build word lists from it, quote it in
-tests) and an ``eval`` part (run once a choice is made; never in code or a test:
-``tests/unit/test_eval_leaks.py``):
+and caches them. Parts (issue 69):
+
+- ``dev``: tune on it, build word lists from it, quote it in tests.
+- ``dev2``: issue 34's eval. Three rules were written after diagnosing failures on it (the hum
+  rule, the 400 ms settle, the fragment rule), so it is spent: tuning data, like ``dev``, and the
+  figures measured on it before issue 69 are eval-informed. ``fresh``: its phrases in issue 47's
+  fresh voices, dev too.
+- ``eval`` (``bench/sets/duplex_heldout.py``): written for issue 69 by someone who read neither
+  the earlier eval items nor any write-up of their failures, in a voice family no other part or
+  set uses. Run only at the end of an issue (every run is logged in ``docs/eval-runs.md``), never
+  to diagnose, never quoted in code or a test (``tests/unit/test_eval_leaks.py``); whoever tunes
+  the product does not read it.
+
+Kinds:
 
 - ``complete``: a whole question or request (turn latency).
 - ``paused``: (unfinished phrase, pause in seconds 0.6-1.5, the rest): answering inside the pause
@@ -21,13 +32,15 @@ tests) and an ``eval`` part (run once a choice is made; never in code or a test:
 - ``prompts``: requests the assistant answers at length, so a backchannel or an interruption lands
   while its audio plays.
 
-Voices: ``DEV_VOICES`` and ``EVAL_VOICES`` share no voice, no base voice and no variant;
-``EVAL_VOICES`` use espeak-ng voices and variants the project had never used before this set
-(not ``bench/sets/turns.py``'s ``VOICES``, not the tests'). (espeak-ng voice, words per minute,
-pitch 0-99); all intelligible to Whisper (checked with ``core/cascade/asr.py``).
+Voices (espeak-ng voice, words per minute, pitch 0-99), all intelligible to Whisper (checked
+with ``core/cascade/asr.py``): ``DEV_VOICES`` and ``DEV2_VOICES`` share no voice, no base voice
+and no variant; the eval part's voices share none with any other part, the turn sets or the
+tests.
 """
 
 from __future__ import annotations
+
+from bench.sets import duplex_heldout as heldout
 
 # --- voices -------------------------------------------------------------------------------------
 
@@ -38,7 +51,7 @@ DEV_VOICES: list[tuple[str, int, int]] = [
     ("en-us+f5", 155, 58),
     ("en-gb+m1", 170, 45),
 ]
-EVAL_VOICES: list[tuple[str, int, int]] = [
+DEV2_VOICES: list[tuple[str, int, int]] = [
     ("en-us-nyc+m8", 160, 45),
     ("en-gb-scotland+f2", 155, 55),
     ("en-gb-x-gbclan+m6", 165, 40),
@@ -157,9 +170,12 @@ DEV_PROMPTS: list[str] = [
     "Tell me everything you know about the history of bread.",
 ]
 
-# --- eval (never quote these outside bench/sets and docs) ---------------------------------------
+# --- dev2: issue 34's eval part, spent (issue 69) ------------------------------------------------
+# Three product rules were written after diagnosing failures on these items (the hum rule, the
+# 400 ms settle, the fragment rule), so they are tuning data now: a second dev part. Figures
+# measured on them before issue 69 are eval-informed.
 
-EVAL_COMPLETE: list[str] = [
+DEV2_COMPLETE: list[str] = [
     "What is the deepest lake in the world?",
     "How do I clean a cast iron pan?",
     "Can you name three kinds of clouds?",
@@ -178,7 +194,7 @@ EVAL_COMPLETE: list[str] = [
     "What rhymes with window?",
 ]
 
-EVAL_PAUSED: list[tuple[str, float, str]] = [
+DEV2_PAUSED: list[tuple[str, float, str]] = [
     ("Could you find out how deep", 0.9, "the Pacific Ocean is?"),
     ("I can never remember whether", 1.3, "tomatoes are a fruit."),
     ("What is the easiest way to", 0.7, "get rid of hiccups?"),
@@ -197,7 +213,7 @@ EVAL_PAUSED: list[tuple[str, float, str]] = [
     ("Is it safe to go swimming right after", 0.75, "eating lunch?"),
 ]
 
-EVAL_BACKCHANNELS: list[str] = [
+DEV2_BACKCHANNELS: list[str] = [
     "Mhm.",
     "Yep.",
     "Yup.",
@@ -221,7 +237,7 @@ EVAL_BACKCHANNELS: list[str] = [
     "Yep, yep.",
 ]
 
-EVAL_INTERRUPTIONS: list[tuple[str, list[str]]] = [
+DEV2_INTERRUPTIONS: list[tuple[str, list[str]]] = [
     ("Hold on, how far away is the planet Saturn?", ["saturn", "ring"]),
     ("No, stop, how do I make pizza?", ["pizza", "dough", "cheese"]),
     ("Stop, I would rather hear about hurricanes.", ["hurricane", "storm", "wind"]),
@@ -244,7 +260,7 @@ EVAL_INTERRUPTIONS: list[tuple[str, list[str]]] = [
     ("Stop there, how do I fix a leaking tap?", ["tap", "leak", "washer", "faucet"]),
 ]
 
-EVAL_CUTINS: list[str] = [
+DEV2_CUTINS: list[str] = [
     "Nah, skip that.",
     "Okay, enough of that.",
     "Hush now.",
@@ -257,7 +273,7 @@ EVAL_CUTINS: list[str] = [
     "Hey, listen.",
 ]
 
-EVAL_PROMPTS: list[str] = [
+DEV2_PROMPTS: list[str] = [
     "Tell me a long story about a pirate who lost his ship.",
     "Describe a busy market town in great detail.",
     "Tell me a long story about a robot who learns to paint.",
@@ -278,11 +294,15 @@ FRESH_VOICES: list[tuple[str, int, int]] = [
 PARTS: dict[str, dict[str, list]] = {
     "dev": {"voices": DEV_VOICES, "complete": DEV_COMPLETE, "paused": DEV_PAUSED, "backchannel": DEV_BACKCHANNELS,
             "interruption": DEV_INTERRUPTIONS, "cutin": DEV_CUTINS, "prompts": DEV_PROMPTS},
-    "eval": {"voices": EVAL_VOICES, "complete": EVAL_COMPLETE, "paused": EVAL_PAUSED,
-             "backchannel": EVAL_BACKCHANNELS, "interruption": EVAL_INTERRUPTIONS, "cutin": EVAL_CUTINS,
-             "prompts": EVAL_PROMPTS},
+    "dev2": {"voices": DEV2_VOICES, "complete": DEV2_COMPLETE, "paused": DEV2_PAUSED,
+             "backchannel": DEV2_BACKCHANNELS, "interruption": DEV2_INTERRUPTIONS, "cutin": DEV2_CUTINS,
+             "prompts": DEV2_PROMPTS},
+    "eval": {"voices": heldout.EVAL_VOICES, "complete": heldout.EVAL_COMPLETE, "paused": heldout.EVAL_PAUSED,
+             "backchannel": heldout.EVAL_BACKCHANNELS, "interruption": heldout.EVAL_INTERRUPTIONS,
+             "cutin": heldout.EVAL_CUTINS, "prompts": heldout.EVAL_PROMPTS},
 }
-PARTS["fresh"] = {**PARTS["eval"], "voices": FRESH_VOICES}  # the eval phrases, fresh voices
+PARTS["fresh"] = {**PARTS["dev2"], "voices": FRESH_VOICES}  # dev2's phrases in issue 47's fresh voices: dev now
+DEV_PARTS = ("dev", "dev2", "fresh")  # tune, fit and quote on these; "eval" is run at the end of an issue only
 
 
 def texts(part: str) -> list[str]:

@@ -24,7 +24,7 @@ def _base_and_variant(voice: str) -> tuple[str, str]:
 
 
 def test_each_part_has_every_kind_in_size():
-    for part in ("dev", "eval"):
+    for part in ("dev", "dev2", "eval"):
         p = sets.PARTS[part]
         assert len(p["complete"]) >= 12 and len(p["paused"]) >= 12, part
         assert 16 <= len(p["backchannel"]) <= 24 and 16 <= len(p["interruption"]) <= 24, part
@@ -33,28 +33,36 @@ def test_each_part_has_every_kind_in_size():
         assert all(1 <= len(expect) <= 4 and all(k == k.lower() for k in expect) for _, expect in p["interruption"])
         for kind in KINDS:  # round-robin: each kind uses every voice of its part, and only those
             assert {it.voice for it in items(part, kind)} == {v for v, _, _ in p["voices"]}, (part, kind)
-    assert len({it.id for part in ("dev", "eval") for it in items(part)}) == sum(len(items(p)) for p in ("dev", "eval"))
+    parts = ("dev", "dev2", "eval")
+    assert len({it.id for part in parts for it in items(part)}) == sum(len(items(p)) for p in parts)
     assert [it.kind for it in items("dev", limit=1)] == list(KINDS)
 
 
 def test_dev_and_eval_share_no_phrasing_and_no_voice():
-    dev = {normalise(t) for t in sets.texts("dev")}
+    """The held-out eval (issue 69) shares no phrasing with either dev part, and its voice family
+    (base voices and variants) is in no other part or set: issue 34's eval, now ``dev2``, and
+    issue 47's fresh voices are dev, and so are the turn sets' voices."""
+    dev = {normalise(t) for part in sets.DEV_PARTS for t in sets.texts(part)}
     held_out = {normalise(t) for t in sets.texts("eval")}
     assert not dev & held_out, sorted(dev & held_out)
-    dev_voices = {v for v, _, _ in sets.DEV_VOICES}
-    eval_voices = {v for v, _, _ in sets.EVAL_VOICES}
+    dev_voices = {v for part in sets.DEV_PARTS for v, _, _ in sets.PARTS[part]["voices"]}
+    dev_voices |= {v for v, _, _ in TURN_VOICES}
+    eval_voices = {v for v, _, _ in sets.PARTS["eval"]["voices"]}
     assert not dev_voices & eval_voices
     # no base voice or variant in common either (en-us+f5 vs en-us+m5 would be half the same voice)
     dev_parts = {x for v in dev_voices for x in _base_and_variant(v) if x}
     eval_parts = {x for v in eval_voices for x in _base_and_variant(v) if x}
     assert not dev_parts & eval_parts, dev_parts & eval_parts
+    dev2_parts = {x for v, _, _ in sets.DEV2_VOICES for x in _base_and_variant(v) if x}
+    assert not {x for v in sets.DEV_VOICES for x in _base_and_variant(v[0]) if x} & dev2_parts
     assert sets.DEV_BACKCHANNELS is sets.PARTS["dev"]["backchannel"]
     assert sets.DEV_INTERRUPTIONS is sets.PARTS["dev"]["interruption"]
 
 
 def test_the_more_overlap_phrasings_are_dev_and_hold_no_eval_item():
     """``bench/sets/overlap_phrasings.py`` is fitted on (the overlap judge's meaning): no phrasing
-    may hold an eval item of any set, or a near-copy of one, and none repeats a dev phrase."""
+    may hold an eval item of any set, or a near-copy of one, or be found in one (issue 69: both
+    ways, filler swaps included), and none repeats a dev phrase."""
     from bench.sets import Item, Text, all_sets
     from bench.sets.overlap_phrasings import (DEV_MORE_BACKCHANNELS, DEV_MORE_CUTINS, DEV_MORE_FLOOR_QUESTIONS,
                                               DEV_VARIED_BACKCHANNELS, DEV_VARIED_FLOOR_TAKERS)
@@ -65,8 +73,9 @@ def test_the_more_overlap_phrasings_are_dev_and_hold_no_eval_item():
     assert len(DEV_VARIED_BACKCHANNELS) >= 120 and len(DEV_VARIED_FLOOR_TAKERS) >= 90
     assert len({normalise(t) for t in more}) == len(more)
     assert not {normalise(t) for t in more} & {normalise(t) for t in sets.texts("dev")}
-    held_out = [Item.of(item) for s in all_sets() for item in s.eval]
-    assert not [t for t in more if any(item.found_in(Text(t)) for item in held_out)]
+    held_out = [item for s in all_sets() for item in s.eval]
+    assert not [t for t in more if any(Item.of(item).found_in(Text(t)) for item in held_out)]
+    assert not [t for t in more if any(Item.of(t).found_in(Text(item)) for item in held_out)]
 
 
 def test_the_more_turn_phrasings_are_dev_and_apart_from_every_eval_item():
@@ -83,19 +92,19 @@ def test_the_more_turn_phrasings_are_dev_and_apart_from_every_eval_item():
     assert not [t for t in more if any(Item.of(t).found_in(Text(item)) for item in held_out)]
 
 
-def test_the_fresh_voices_are_in_neither_part_nor_the_turn_sets():
-    """Issue 47's last check speaks the eval phrases in voices made only for it."""
+def test_the_fresh_voices_are_in_no_other_part_nor_the_turn_sets():
+    """Issue 47's last check spoke that eval's phrases (``dev2`` now) in voices made only for it."""
     fresh = {x for v, _, _ in sets.FRESH_VOICES for x in _base_and_variant(v) if x}
-    used = {x for vs in (sets.DEV_VOICES, sets.EVAL_VOICES, TURN_VOICES) for v, _, _ in vs
-            for x in _base_and_variant(v) if x}
+    used = {x for vs in (sets.DEV_VOICES, sets.DEV2_VOICES, sets.PARTS["eval"]["voices"], TURN_VOICES)
+            for v, _, _ in vs for x in _base_and_variant(v) if x}
     assert not fresh & used, fresh & used
-    assert {it.text for it in items("fresh")} == {it.text for it in items("eval")}
+    assert {it.text for it in items("fresh")} == {it.text for it in items("dev2")}
 
 
 def test_eval_voices_are_used_nowhere_else():
     """No eval voice, base voice or variant in the turn sets or in any file outside bench/sets and docs."""
     turn_parts = {x for v, _, _ in TURN_VOICES for x in _base_and_variant(v) if x}
-    eval_parts = {x for v, _, _ in sets.EVAL_VOICES for x in _base_and_variant(v) if x}
+    eval_parts = {x for v, _, _ in sets.PARTS["eval"]["voices"] for x in _base_and_variant(v) if x}
     assert not turn_parts & eval_parts, turn_parts & eval_parts
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.splitlines()
@@ -107,7 +116,7 @@ def test_eval_voices_are_used_nowhere_else():
             text = (ROOT / f).read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue
-        for voice, _, _ in sets.EVAL_VOICES:
+        for voice, _, _ in sets.PARTS["eval"]["voices"]:
             base, variant = _base_and_variant(voice)
             # a base voice as its own word (not inside a longer name); a variant only after a "+"
             if re.search(rf"(?<![\w-]){re.escape(base)}(?![\w-])", text) or (
