@@ -4,6 +4,7 @@
     python -m bench duplex --set dev --limit 2 --runs 1      # a smoke run (~3 min)
     python -m bench duplex --kinds backchannel interruption --modes semantic_vad no_backchannel_rule
     python -m bench duplex --json --out bench/results
+    python -m bench duplex --transport webrtc --kinds backchannel interruption cutin   # over a call (webrtc.py)
 
 A real gateway + one cascade worker (``bench/launch.py``); one fresh GA WebSocket session per
 trial, ``?extensions=all``. The microphone never stops: 20 ms chunks of PCM16 24 kHz on a
@@ -11,8 +12,9 @@ wall-clock schedule, silence between the clips. The listener's playback is simul
 OpenAI clients do it: the assistant's audio plays in real time from its first
 ``response.output_audio.delta``; ``input_audio_buffer.speech_started`` clears the play-out buffer
 (later audio of the cut response is not played) and sends ``conversation.item.truncate`` with the
-milliseconds played (as the Agents SDK does). The set is ``bench/sets/duplex.py`` (``--set dev`` or
-``eval``), spoken by ``bench/duplex_set.py``.
+milliseconds played (as the Agents SDK does). The set is ``bench/sets/duplex.py`` (``--set dev``,
+``dev2``, ``fresh`` or the held-out ``eval``, each run of which is logged in ``docs/eval-runs.md``),
+spoken by ``bench/duplex_set.py``.
 
 Trials, per mode:
 
@@ -34,11 +36,16 @@ Trials, per mode:
   apart. What the listener notices (issue 47): the story is lost when the backchannel got an answer
   of its own, or stopped the reply and no resumed reply (``response.resumed``) sounded within 1 s of
   the voice's last voiced sample.
-- cutin: a short "No." or "Wait." over the reply, the same way: taken as a turn when
-  ``speech_started`` came and the reply did not resume (nor was the voice a backchannel).
+- cutin: a short "No." or "Wait." over the reply, the same way: taken as a turn only on a
+  verdict (issue 69): the user's turn committed after the onset, or the answer's audio began, and
+  no backchannel event or resume. No verdict either way is "undecided", counted apart for every
+  kind (``trials.verdict_of_voice``).
 - interruption: the same, with the interruption clip. Detected: ``speech_started`` from its onset
   to 2 s after its last voiced sample. Seen = that ``speech_started`` minus the onset (the send
-  time of the clip's first voiced chunk). Stop = the later of the cut reply's last audio delta and
+  time of the clip's first voiced chunk). **Silence after the onset** (issue 69: what the listener
+  heard, not an event): the end of the cut reply's audio as the client received and played it
+  (the player clears at ``speech_started`` and plays any of the reply's audio that comes after),
+  minus the onset; beside it the last of its audio received after the onset. Stop = the later of the cut reply's last audio delta and
   its ``response.done`` minus the onset, when the reply was still being sent at the onset (else
   nothing was left to stop but the client's buffer: stop = seen); none when the reply never ended. Answer = first audio of the next
   reply minus the clip's last voiced sample (the quantity Full-Duplex-Bench calls interruption
@@ -68,6 +75,7 @@ from bench.duplex.common import MODES, mentions
 from bench.duplex.report import goals, median_modes, report, summarise
 from bench.duplex.trials import modes_for, overlap_trial, run_all, turn_trial
 from bench.duplex_set import KINDS, items, synthesize
+from bench.eval_log import log_eval_run
 from bench.launch import cascade_realtime_url, raise_fd_limit
 
 __all__ = ["MODES", "Mic", "Player", "Trial", "goals", "median_modes", "mentions", "modes_for", "overlap_trial",
@@ -75,6 +83,10 @@ __all__ = ["MODES", "Mic", "Player", "Trial", "goals", "median_modes", "mentions
 
 
 def run_cli(args) -> dict[str, Any]:
+    if (getattr(args, "transport", None) or "websocket") == "webrtc":  # the overlap trials over a call
+        from bench.duplex.webrtc import run_cli as run_calls
+
+        return run_calls(args)
     raise_fd_limit()
     modes = list(getattr(args, "modes", None) or MODES)
     unknown = [m for m in modes if m not in MODES]
@@ -86,6 +98,8 @@ def run_cli(args) -> dict[str, Any]:
         raise SystemExit(f"unknown kinds {bad}; use some of {list(KINDS)}")
     part = getattr(args, "set", None) or "eval"
     limit = getattr(args, "limit", None)
+    if part == "eval":  # the held-out part: every run is on record (issue 69)
+        log_eval_run("duplex eval", getattr(args, "purpose", None) or "figure")
     clips = [synthesize(it) for kind in kinds for it in items(part, kind, limit)]
     if not any(modes_for(c.item.kind, modes) for c in clips):
         raise SystemExit(f"no trial: modes {modes} run none of the kinds {kinds}")

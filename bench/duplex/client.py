@@ -102,6 +102,12 @@ class Player:
             seg[3] = min(seg[3], max(seg[2], now))
         self.end = min(self.end, now)
 
+    def heard_end(self, response_id: str) -> float | None:
+        """When the listener last heard the response: the end of its last segment that sounded
+        (clears applied; audio that came after a clear plays too, as a client plays what it gets)."""
+        ends = [e for _, r, s, e in self.segments if r == response_id and e > s]
+        return max(ends) if ends else None
+
 
 def rel_ms(t: float | None, origin: float | None) -> float | None:
     """Milliseconds from ``origin`` to ``t`` (monotonic seconds), or None where either is missing."""
@@ -129,6 +135,7 @@ class Trial:
         self.cut: set[str] = set()  # responses whose audio the listener cleared
         self.resumed: set[str] = set()
         self.speech_started: list[float] = []
+        self.committed: list[float] = []  # a user turn committed: the voice was taken as a turn
         self.truncates: list[dict[str, Any]] = []
         self.backchannels: list[tuple[float, str]] = []  # (time, the words the server heard)
         self.user: list[str] = []
@@ -166,9 +173,10 @@ class Trial:
                 self.first_audio[rid] = now
                 self.events.append((now, "first_audio"))
             self.items.setdefault(rid, ev.get("item_id", "?"))
-            if rid not in self.cut:
-                seconds = len(base64.b64decode(ev.get("delta", ""))) / 2 / RATE
-                self.player.add(now, ev.get("item_id", "?"), rid, seconds)
+            # Audio of a reply the client cleared still plays when it comes after the clear: what
+            # the listener hears is what the server sends (issue 69), not what speech_started says.
+            seconds = len(base64.b64decode(ev.get("delta", ""))) / 2 / RATE
+            self.player.add(now, ev.get("item_id", "?"), rid, seconds)
             return
         if kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
             rid = ev.get("response_id", "?")
@@ -201,6 +209,8 @@ class Trial:
                 asyncio.ensure_future(self.ws.send(json.dumps({
                     "type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
                     "audio_end_ms": played_ms})))
+        elif kind == "input_audio_buffer.committed":
+            self.committed.append(now)
         elif kind == "input_audio_buffer.backchannel":
             self.backchannels.append((now, ev.get("transcript") or ""))
         elif kind == "response.resumed":
@@ -243,7 +253,8 @@ class Trial:
             return None
         if kind == "input_audio_buffer.backchannel":
             return ev
-        if kind == "session.input_transcript.delta":
+        if kind == "session.input_transcript.delta":  # Live: the user's words, a turn taken
+            self.committed.append(now)
             return {"type": "conversation.item.input_audio_transcription.completed",
                     "transcript": ev.get("delta", "").strip()}
         if kind == "error":

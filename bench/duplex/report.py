@@ -42,6 +42,10 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
         seen = summary([r["seen_ms"] for r in ints if r["seen_ms"] is not None])
         stop = summary([r["stop_ms"] for r in ints if r["stop_ms"] is not None])
         answer = summary([r["answer_ms"] for r in ints if r["answer_ms"] is not None])
+        # what the listener heard: the cut reply's audio as received and played (issue 69)
+        silence = summary([r["silence_ms"] for r in ints if r.get("silence_ms") is not None])
+        last_audio = summary([r["last_audio_ms"] or 0.0 for r in ints if r.get("silence_ms") is not None])
+        cut_silence = summary([r["silence_ms"] for r in cutins if r.get("silence_ms") is not None])
         takeovers = sum(r["takeover"] for r in paused)
         in_pause = sum(r.get("takeover_in_pause", r["takeover"]) for r in paused)
         false = sum(r["false_interruption"] for r in bc)
@@ -66,6 +70,12 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
             "detected_share": _share(detected, len(ints)), "seen_p50_ms": _nan_none(seen["p50"]),
             "seen_p90_ms": _nan_none(seen["p90"]), "stop_p50_ms": _nan_none(stop["p50"]),
             "answer_p50_ms": _nan_none(answer["p50"]), "relevant": relevant, "relevance": _share(relevant, len(ints)),
+            "silence_p50_ms": _nan_none(silence["p50"]), "silence_p90_ms": _nan_none(silence["p90"]),
+            "last_audio_p50_ms": _nan_none(last_audio["p50"]), "cutin_silence_p50_ms": _nan_none(cut_silence["p50"]),
+            # no verdict came (neither a turn nor a backchannel): counted apart, never as the good outcome
+            "bc_undecided": sum(bool(r.get("undecided")) for r in bc),
+            "int_undecided": sum(bool(r.get("undecided")) for r in ints),
+            "cutin_undecided": sum(bool(r.get("undecided")) for r in cutins),
             "errors": sum("error" in r for r in rows if r["mode"] == mode),
             # long replies whose audio came slower than real time (the listener heard a gap): a loaded machine
             "reply_gaps": sum(r.get("reply_gaps_s", 0) > 0.1 for r in bc + ints + cutins),
@@ -81,7 +91,9 @@ def summarise(rows: list[dict[str, Any]], modes: list[str], refused: dict[str, s
 MEDIAN_KEYS = ("pause_takeover", "takeovers", "turn_p50_ms", "turn_p90_ms", "ratio_to_server_vad", "no_answer",
                "detected_share", "seen_p50_ms", "seen_p90_ms", "stop_p50_ms", "answer_p50_ms", "relevance",
                "bc_false_rate", "bc_false", "bc_lost_rate", "bc_back_p50_ms", "cutin_taken_share", "cutin_seen_p50_ms",
-               "errors", "stopped_p50_ms", "audio_after_stop_p50_ms", "takeovers_in_pause", "talked_over")
+               "errors", "stopped_p50_ms", "audio_after_stop_p50_ms", "takeovers_in_pause", "talked_over",
+               "silence_p50_ms", "silence_p90_ms", "last_audio_p50_ms", "cutin_silence_p50_ms", "bc_undecided",
+               "int_undecided", "cutin_undecided")
 COUNT_KEYS = ("complete", "paused", "backchannels", "interruptions", "cutins", "bc_not_trials", "int_not_trials",
               "cutin_not_trials")
 
@@ -119,6 +131,10 @@ def goals(median: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({"goal": f"{mode}: backchannels taken as interruptions <= {GOAL_BACKCHANNEL:.0%}", "value": v,
                         "mark": goal_mark(v, GOAL_BACKCHANNEL), "shown": None if v is None else f"{v:.0%}"})
         if median[mode].get("interruptions"):
+            v = value(mode, "silence_p50_ms")
+            out.append({"goal": f"{mode}: silence after an interruption's onset p50 <= {GOAL_SEEN_MS:.0f} ms (the "
+                                "audio the listener heard)", "value": v, "mark": goal_mark(v, GOAL_SEEN_MS),
+                        "shown": None if v is None else f"{v:.0f} ms"})
             v = value(mode, "seen_p50_ms")
             out.append({"goal": f"{mode}: interruption seen p50 <= {GOAL_SEEN_MS:.0f} ms after the onset", "value": v,
                         "mark": goal_mark(v, GOAL_SEEN_MS), "shown": None if v is None else f"{v:.0f} ms"})
@@ -201,17 +217,26 @@ def report(r: dict[str, Any]) -> str:
         lines += ["", "Pause takeover counts a reply begun in the pause or over the rest of the turn, before the "
                   "voice's end; in the pause alone (Full-Duplex-Bench's rate): " + "; ".join(
                       f"{mode} {_ms(s['takeovers_in_pause'])} of {s['paused']}" for mode, s in with_pauses.items())]
-    lines += ["", "What the listener notices (issue 47): the reply's silence after an interruption's onset (over "
-              "WebSocket the client clears its playback at speech_started), short cut-ins taken as turns, "
-              "backchannels after which the story did not come back within 1 s (or that got an answer):", "",
-              "| mode | silence after the onset p50 ms | cut-ins taken | cut-in seen p50 ms | backchannels losing the story "
-              "| story back after the voice, p50 ms |", "|---|---|---|---|---|---|"]
+    lines += ["", "What the listener notices (issues 47, 69): the silence after an interruption's onset, from the "
+              "audio the client received and played (the cut reply's last audio heard; the client clears its "
+              "playback at speech_started, and plays any of the reply's audio that comes after), p50 / p90 and "
+              "the last of it received after the onset, p50; short cut-ins taken as turns (a verdict came: a "
+              "turn committed or an answer sounded) and their silence; backchannels after which the story did not "
+              "come back within 1 s (or that got an answer); trials with no verdict (undecided: backchannel / "
+              "interruption / cut-in), counted apart:", "",
+              "| mode | silence after the onset p50 / p90 ms | last audio received p50 ms | cut-ins taken "
+              "| cut-in silence p50 ms | backchannels losing the story | story back after the voice, p50 ms "
+              "| undecided |", "|---|---|---|---|---|---|---|---|"]
     for mode, s in r["median"].items():
         if "refused" in s:
             continue
-        lines.append(f"| {mode} | {_cell(s, 'seen_p50_ms', 'interruptions', _ms)} | "
-                     f"{_cell(s, 'cutin_taken_share', 'cutins', _pct)} | {_cell(s, 'cutin_seen_p50_ms', 'cutins', _ms)} | "
-                     f"{_cell(s, 'bc_lost_rate', 'backchannels', _pct)} | {_cell(s, 'bc_back_p50_ms', 'backchannels', _ms)} |")
+        silence = ("n/a" if not s["interruptions"] else f"{_ms(s['silence_p50_ms'])} / {_ms(s['silence_p90_ms'])}")
+        undecided = " / ".join(_ms(s[k]) for k in ("bc_undecided", "int_undecided", "cutin_undecided"))
+        lines.append(f"| {mode} | {silence} | {_cell(s, 'last_audio_p50_ms', 'interruptions', _ms)} | "
+                     f"{_cell(s, 'cutin_taken_share', 'cutins', _pct)} | "
+                     f"{_cell(s, 'cutin_silence_p50_ms', 'cutins', _ms)} | "
+                     f"{_cell(s, 'bc_lost_rate', 'backchannels', _pct)} | "
+                     f"{_cell(s, 'bc_back_p50_ms', 'backchannels', _ms)} | {undecided} |")
     skipped = [f"{mode}: {s['bc_not_trials']} backchannel, {s['int_not_trials']} interruption"
                for mode, s in r["median"].items() if "refused" not in s and (s["bc_not_trials"] or s["int_not_trials"])]
     if skipped:

@@ -168,6 +168,16 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
     starts = [t for t in tr.speech_started if onset <= t]
     done_t, status, reason = tr.done.get(reply, (None, None, None))
     r.update(reply_status=status, reply_reason=reason)
+    # What the listener heard (issue 69): the cut reply's audio as received and played, not the
+    # arrival of speech_started. silence_ms: from the onset to the end of the last of its audio
+    # the listener heard (0 when it had stopped sounding before the onset); last_audio_ms: the
+    # last of its audio the client received after the onset.
+    heard_end = tr.player.heard_end(reply) if reply else None
+    r["silence_ms"] = tr.rel_ms(max(heard_end, onset), onset) if heard_end is not None else None
+    last = tr.last_audio.get(reply) if reply else None
+    r["last_audio_ms"] = tr.rel_ms(last, onset) if last is not None and last >= onset else None
+    r.update(verdict_of_voice(tr, reply, onset, lv + (BACKCHANNEL_WINDOW_S if it.kind == "backchannel"
+                                                      else DETECT_WINDOW_S + 1.0)))
     if it.kind == "backchannel":
         window = lv + BACKCHANNEL_WINDOW_S
         seen = [t for t in starts if t <= window]
@@ -183,7 +193,6 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
         r["false_interruption"] = bool(r["why"])
         # What the listener notices: the story stopped and did not come back within STORY_BACK_S of
         # the voice's end, or the backchannel got an answer of its own.
-        r["silence_ms"] = tr.rel_ms(seen[0], onset) if seen else None
         r["story_back_ms"] = tr.rel_ms(min(back), lv) if back else None
         answered = bool(answer)
         stopped = bool(seen) or cancelled
@@ -195,8 +204,8 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
     seen = [t for t in starts if t <= lv + DETECT_WINDOW_S]
     r["detected"] = bool(seen)
     r["seen_ms"] = tr.rel_ms(seen[0], onset) if seen else None
-    if it.kind == "cutin":  # taken as a turn: the reply stopped and did not come back
-        r["taken"] = bool(seen) and not tr.resumed and not tr.backchannels
+    if it.kind == "cutin":  # taken only on a verdict: the voice became a turn, or an answer sounded
+        r["taken"] = r["verdict"] == "interruption"
         return r
     r["stop_ms"] = None  # not seen, or the reply never ended within the trial
     if seen and done_t is not None:
@@ -209,6 +218,20 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
     first = tr.first_audio.get(nxt) if nxt else None
     r["answer_ms"] = tr.rel_ms(first, lv) if first is not None else None
     return r
+
+
+def verdict_of_voice(tr: Trial, reply: str | None, onset: float, until: float) -> dict[str, Any]:
+    """What the server decided about the voice over the reply, from what it sent by ``until``:
+    "interruption" (a user turn committed after the onset, or the next reply's audio began),
+    "backchannel" (a backchannel event, or the reply resumed), or None: undecided, counted apart
+    for every kind (issue 69; before, an undecided cut-in counted as taken). An answer that
+    sounded wins over an earlier backchannel call."""
+    nxt = _next_reply(tr, reply, onset)
+    answered = nxt is not None and tr.first_audio.get(nxt, until + 1) <= until
+    turn = any(onset <= t <= until for t in tr.committed)
+    dropped = any(onset <= t <= until for t, _ in tr.backchannels) or bool(tr.resumed)
+    verdict = "interruption" if answered or turn and not dropped else "backchannel" if dropped else None
+    return {"verdict": verdict, "undecided": verdict is None}
 
 
 def _next_reply(tr: Trial, reply: str | None, onset: float | None) -> str | None:
@@ -296,6 +319,8 @@ def _row_line(r: dict[str, Any]) -> str:
         return (f"{head} false={r['false_interruption']} {r['why']} lost={r['story_lost']} "
                 f"back={r['story_back_ms']} {r['text']!r} heard {r['user']}, as backchannel {r['backchannels']}")
     if kind == "cutin":
-        return f"{head} taken={r['taken']} seen={r['seen_ms']} {r['text']!r} heard {r['user']}"
-    return (f"{head} detected={r['detected']} seen={r['seen_ms']} stop={r['stop_ms']} answer={r['answer_ms']} "
+        return (f"{head} taken={r['taken']} verdict={r['verdict']} seen={r['seen_ms']} silence={r['silence_ms']} "
+                f"{r['text']!r} heard {r['user']}")
+    return (f"{head} detected={r['detected']} verdict={r['verdict']} seen={r['seen_ms']} silence={r['silence_ms']} "
+            f"stop={r['stop_ms']} answer={r['answer_ms']} "
             f"relevant={r['relevant']} heard {r['user']} -> {r['next_text'][:80]!r}")
