@@ -15,7 +15,7 @@ held-out head at the threshold); otherwise the judge listens on. Each clip is ju
 meaning heads of ``bench.fit.meaning_fit`` held out by phrase group and voice. Base's glances
 are cached in ``data/second_ear_base.json``.
 
-What it found (``docs/benchmarks.md``, issue 47's fifteenth stop): the second ear moves the judge
+What it found (``docs/benchmarks-history.md``, issue 47's fifteenth stop): the second ear moves the judge
 along the same trade-off as the leads before it (its best rule, every call with the two ears'
 probabilities averaged at 0.5: 111 of 510 backchannels taken against the shipped 130, 48 of 925
 floor-takers missed against 39, one more stop-word phrase missed); not shipped. Its last line,
