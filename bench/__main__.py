@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", nargs="+", help="turns, duplex: turn-detection modes (default: all)")
     parser.add_argument("--kinds", nargs="+", choices=["complete", "paused", "backchannel", "interruption", "cutin"],
                         help="duplex: which kinds of trial (default: all five)")
+    parser.add_argument("--transport", choices=["websocket", "webrtc"], default="websocket",
+                        help="duplex: the trials over a long reply over a WebSocket session or a WebRTC call "
+                             "(measured on the track)")
     parser.add_argument("--limit", type=int, help="turns, duplex: the first N items of each kind; answers: the first N questions")
     parser.add_argument("--set", choices=["eval", "dev", "fresh"], default="eval",
                         help="answers, tools, duplex: which part of the set (fresh: duplex's eval phrases in voices "
