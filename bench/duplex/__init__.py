@@ -119,5 +119,5 @@ def run_cli(args) -> dict[str, Any]:
                          "loadavg_end": [round(x, 2) for x in os.getloadavg()], "rows": rows})
     median = median_modes([run["modes"] for run in runs])
     counts = {kind: sum(c.item.kind == kind for c in clips) for kind in kinds}
-    return {"set": part, "kinds": kinds, "items": counts, "modes": modes, "runs": runs, "median": median,
+    return {"transport": "websocket", "set": part, "kinds": kinds, "items": counts, "modes": modes, "runs": runs, "median": median,
             "goals": goals(median)}

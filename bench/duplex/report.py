@@ -180,7 +180,8 @@ def _cell(s: dict[str, Any], key: str, n_key: str, text) -> str:
 
 def report(r: dict[str, Any]) -> str:
     n = r["items"]
-    lines = [f"Full duplex, {r['set']} set: " + ", ".join(f"{v} {k}" for k, v in n.items())
+    lines = [f"Full duplex over {'a WebRTC call' if r.get('transport') == 'webrtc' else 'WebSocket'}, {r['set']} set: "
+             + ", ".join(f"{v} {k}" for k, v in n.items())
              + f"; {len(r['runs'])} run(s) (" + ", ".join(
                  f"{run['wall_s']:.0f} s, load {run.get('loadavg_start', [0])[0]:.1f}" for run in r["runs"])
              + f" on {os.cpu_count()} CPUs)",
