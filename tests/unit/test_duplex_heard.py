@@ -4,6 +4,7 @@ verdict; undecided trials counted apart; every held-out run logged."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 from bench.duplex.client import Player, Trial
@@ -42,6 +43,10 @@ def test_a_server_that_keeps_sending_the_cut_reply_is_heard_so():
 
 
 def test_the_trial_plays_audio_that_comes_after_its_clear():
+    asyncio.run(_plays_audio_after_its_clear())
+
+
+async def _plays_audio_after_its_clear():  # in a loop: the clear sends its truncate
     tr = _trial()
     tr.handle({"type": "response.created", "response": {"id": "r1"}}, 0.0)
     tr.handle(_delta("r1", 2.0), 0.1)
@@ -49,9 +54,14 @@ def test_the_trial_plays_audio_that_comes_after_its_clear():
     assert tr.player.heard_end("r1") == 1.0
     tr.handle(_delta("r1", 0.4), 1.3)  # a late delta of the cut reply still sounds
     assert abs(tr.player.heard_end("r1") - 1.7) < 1e-9
+    await asyncio.sleep(0)  # the truncate goes out
 
 
 def test_a_cut_in_is_taken_only_on_a_verdict_and_undecided_is_apart():
+    asyncio.run(_taken_only_on_a_verdict())
+
+
+async def _taken_only_on_a_verdict():
     onset, until = 1.0, 4.0
     tr = _trial()  # speech_started at the onset (yield), then nothing: no verdict
     tr.handle({"type": "response.created", "response": {"id": "r1"}}, 0.0)
@@ -73,6 +83,7 @@ def test_a_cut_in_is_taken_only_on_a_verdict_and_undecided_is_apart():
     assert verdict_of_voice(answered, "r1", onset, until)["verdict"] == "interruption"
     late = verdict_of_voice(answered, "r1", onset, 2.2)  # the answer after the window is no verdict
     assert late["verdict"] == "backchannel"
+    await asyncio.sleep(0)
 
 
 def test_the_report_reads_silence_from_audio_and_shows_undecided_apart():
