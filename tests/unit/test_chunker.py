@@ -1,3 +1,5 @@
+import pytest
+
 from core.cascade.chunker import SpeechChunker
 from core.cascade.tts import speakable
 
@@ -16,7 +18,7 @@ def test_first_piece_is_cut_after_a_few_words_then_sentences():
     pieces = feed(SpeechChunker(first_words=3), tokens)
     texts = [p for _, p in pieces]
     assert texts[0] == "The capital of"
-    assert pieces[0][0] == 3  # out as soon as the third word is known to be complete
+    assert pieces[0][0] == 4  # out as soon as one word after the third is known to be complete
     assert texts[1] == "France is Paris."
     assert texts[2] == "It is a lovely city with museums, parks and cafes."
     assert texts[3] == "Ask more?"
@@ -44,9 +46,10 @@ def test_speakable_strips_markdown():
 def test_a_speaker_about_to_run_dry_gets_the_next_piece_early():
     hurry = [False]
     chunker = SpeechChunker(first_words=2, hurry=lambda: hurry[0])
-    assert chunker.push("Paris is ") == ["Paris is"]
+    assert chunker.push("Paris is ") == []  # "Paris is" may be the whole sentence but one word
+    assert chunker.push("the ") == ["Paris is"]
     # A long sentence with no mark yet: normally it waits for the sentence end...
-    assert chunker.push("the capital city of France and ") == []
+    assert chunker.push("capital city of France and ") == []
     # ...but with little audio left ahead of the listener it goes now, after whole words, with a
     # complete word left after the cut (the sentence's last word is never spoken alone).
     hurry[0] = True
@@ -61,3 +64,36 @@ def test_a_hurried_cut_never_leaves_the_last_word_alone():
     chunker = SpeechChunker(first_words=2, hurry=lambda: True)
     pieces = [p for delta in ("The", " capital", " of", " France", " is", " Paris", ".") for p in chunker.push(delta)]
     assert pieces + chunker.flush() == ["The capital", "of France is Paris."]
+
+
+@pytest.mark.parametrize("reply, pieces", [
+    # the first piece's word cut: "It is" | "Paris." left the last word alone
+    (["It", " is", " Paris", "."], ["It is Paris."]),
+    # ...and the cascade's usual answer keeps at least two words after the cut
+    (["The", " capital", " of", " France", " is", " Paris", "."], ["The capital", "of France is Paris."]),
+    # a comma: "Yes," | "Paris." left it alone too
+    (["Yes", ",", " Paris", "."], ["Yes, Paris."]),
+    (["Yes", ",", " it", " is", " Paris", "."], ["Yes,", "it is Paris."]),
+    # a sentence end is a piece's own end: cut at once
+    (["Hello", ".", " It", " is", " Paris", "."], ["Hello.", "It is Paris."]),
+])
+def test_no_tiny_last_piece_is_synthesised_alone(reply, pieces):
+    """Issue 69: Piper says a one-word piece with a piece's own onset and fall, and the project's
+    Whisper heard "The capital of France is" | "Paris." as "..., Aris" in 18 of 40 syntheses
+    ("is Paris." after the rest: 0 of 40). No cut inside a sentence leaves a single last word."""
+    for hurried in (False, True):
+        got = [p for _, p in feed(SpeechChunker(first_words=2, hurry=lambda: hurried), reply)]
+        assert got == pieces, (hurried, got)
+        assert " ".join(got) == "".join(reply).strip()
+        assert all(len(p.split()) >= 2 for p in got[1:]), got
+
+
+def test_a_hurried_comma_cut_keeps_words_after_it():
+    """A later piece cut early at a comma (the speaker short of audio) waits for a whole word
+    after the comma: the sentence's last word never goes out alone."""
+    chunker = SpeechChunker(first_words=2, hurry=lambda: True)
+    assert chunker.push("The answer is ") == ["The answer"]
+    assert chunker.push("of course,") == []
+    assert chunker.push(" Paris") == []  # "Paris" may be the sentence's last word
+    assert chunker.push(".") == []
+    assert chunker.flush() == ["is of course, Paris."]
