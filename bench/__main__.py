@@ -66,8 +66,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4], help="serve: levels")
     parser.add_argument("--prompts", type=int, default=8,
                         help="serve: prompts per kind and level; calls: spoken prompts per transport and run; heard: "
-                             "questions (each asked twice per transport a run); "
+                             "questions (dev parts only; each asked --asks times per transport a run); "
                              "tracing: typed turns per run")
+    parser.add_argument("--voices", type=int, default=1,
+                        help="heard: voices, round-robin over the questions (the pipeline's Piper voice, then "
+                             "espeak-ng dev voices; up to 6)")
+    parser.add_argument("--asks", type=int, default=2, help="heard: times each question is asked per transport a run")
+    parser.add_argument("--keep", type=Path, help="heard: record the sessions and keep them (input audio) in this directory")
     parser.add_argument("--workers", type=int, default=1, help="serve: workers to start")
     parser.add_argument("--events", type=int, default=400, help="relay: probes per direction")
     parser.add_argument("--seconds", type=float, help="throughput: seconds of streaming (default 5); calls: seconds "
@@ -81,9 +86,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="duplex: the trials over a long reply over a WebSocket session or a WebRTC call "
                              "(measured on the track)")
     parser.add_argument("--limit", type=int, help="turns, duplex: the first N items of each kind; answers: the first N questions")
-    parser.add_argument("--set", choices=["eval", "dev", "fresh"], default="eval",
-                        help="answers, tools, duplex: which part of the set (fresh: duplex's eval phrases in voices "
-                             "neither part uses, for a last check)")
+    parser.add_argument("--set", choices=["eval", "dev", "dev2", "fresh"], default="eval",
+                        help="answers, tools, duplex: which part of the set (duplex dev2: issue 34's eval, spent and "
+                             "tuned on since; fresh: dev2's phrases in issue 47's fresh voices; both dev now). A "
+                             "duplex eval run is logged in docs/eval-runs.md")
+    parser.add_argument("--purpose", choices=["figure", "diagnosis"], default="figure",
+                        help="duplex --set eval: why the held-out part runs, logged (a diagnosis makes its figures "
+                             "eval-informed)")
     parser.add_argument("--runs", type=int,
                         help="tools, turns, calls, duplex, tracing, answers, heard (default 3): repeat on one stack, report the median and spread")
     parser.add_argument("--parts", nargs="+", choices=["v2v", "transport", "load"],

@@ -1,22 +1,32 @@
 """Questions heard as spoken: the same spoken question over a browser's WebRTC call (the OpenAI
 Agents SDK for JavaScript in headless Chromium, an ephemeral key, as an app ships it) and over a
-WebSocket session, side by side on one stack (issue 44).
+WebSocket session, side by side on one stack (issues 44, 69).
 
-    python -m bench heard --prompts 10 --runs 1   # 20 calls and 20 WebSocket sessions (10 questions x 2)
+    python -m bench heard --prompts 40 --voices 4 --asks 1 --runs 1  # 40 calls, 40 WebSocket sessions
+    python -m bench heard --prompts 10 --runs 1   # 20 calls and 20 WebSocket sessions (10 questions x 2), Piper only
     python -m bench heard --prompts 1 --runs 1    # a smoke run
+    python -m bench heard --prompts 8 --voices 4 --keep /tmp/heard  # keep each trial's recorded input audio
 
-Each question (``bench/sets/answers.py``'s ``dev`` part, spoken by the pipeline's Piper voice)
-comes after 4 s of silence, as ``tests/e2e/test_agents_js.py`` asks it. The call: the SDK's page
+Questions (``questions``), dev parts only: ``bench/sets/answers.py``'s ``DEV``, then
+``bench/sets/duplex.py``'s ``dev`` and ``dev2`` ``complete`` phrases, then ``bench/sets/turns.py``'s
+``DEV_COMPLETE`` (a phrase already taken is skipped), the first ``--prompts``. Voices
+(``voices``), round-robin over the questions: the pipeline's Piper voice, then ``--voices`` - 1 of
+``bench/sets/duplex.py``'s ``DEV_VOICES`` (espeak-ng). Each question comes after 4 s of silence,
+as ``tests/e2e/test_agents_js.py`` asks it. The call: the SDK's page
 (``tests/js/webrtc_page.html``), its app server minting the key (``devtools/browser_call.py``),
-Chromium's fake microphone playing the WAV through its capture processing (echo cancellation,
-noise suppression, gain control: the SDK asks for ``audio: true``), Opus to the gateway, and the
-SDK's default ``semantic_vad``. The WebSocket: the same 24 kHz clip in 40 ms appends in real time,
-``semantic_vad``. Both transcripts are the worker's (``conversation.item.input_audio_transcription
-.completed``; on the call, the user item in the SDK's history). Heard as spoken: the transcript's
-words are the question's (``bench.sets.canonical``: case, punctuation, contractions, British
-spellings and number words aside).
-Transports alternate per question. ``--runs`` repeats the whole set on one stack; the figure is
-the median share with its spread.
+Chromium's fake microphone playing the WAV (the 24 kHz clip made 48 kHz with soxr) through its
+capture processing (echo cancellation, noise suppression, gain control: the SDK asks for
+``audio: true``), Opus to the gateway, and the SDK's default ``semantic_vad``. The WebSocket: the
+same 24 kHz clip in 40 ms appends in real time, ``semantic_vad``. Both transcripts are the worker's
+(``conversation.item.input_audio_transcription.completed``; on the call, the user item in the
+SDK's history). Heard as spoken: the transcript's words are the question's (``bench.sets.canonical``:
+case, punctuation, contractions, British spellings and number words aside).
+Transports alternate per question; ``--asks`` (default 2) asks each question that many times per
+transport a run. ``--runs`` repeats the whole set on one stack; the figure is the median share with
+its spread. The report also gives each transport's share per voice, the words of the questions
+each transport lost (not in the transcript), and the questions heard as spoken on one transport and
+not on the other. ``--keep DIR`` records the sessions (the worker's recorder: the input audio as the
+worker got it) and keeps them in ``DIR`` with ``rows.json`` and the clips sent.
 """
 
 from __future__ import annotations
@@ -24,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +47,68 @@ import websockets
 from bench.launch import Launched
 from bench.sets import canonical
 from bench.sets.answers import DEV
+from bench.sets.duplex import DEV_VOICES, PARTS
+from bench.sets.turns import DEV_COMPLETE as TURNS_DEV
 from bench.stats import median_spread
 
 KEY = "sk-bench-heard-0123456789"
 LEAD_S = 4.0
 RATE = 24000
 CHUNK = RATE * 40 // 1000
+
+
+PIPER = "piper"  # the pipeline's own voice (core/cascade/tts.py)
+
+
+def questions(n: int) -> list[str]:
+    """The first ``n`` dev questions: answers' ``DEV``, duplex's ``dev`` and ``dev2`` complete
+    phrases, turns' ``DEV_COMPLETE``; a phrase once (by its canonical words)."""
+    pool: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    for text in [q.text for q in DEV] + PARTS["dev"]["complete"] + PARTS["dev2"]["complete"] + TURNS_DEV:
+        key = tuple(canonical(text))
+        if key not in seen:
+            seen.add(key)
+            pool.append(text)
+    return pool[:n]
+
+
+def voices(n: int) -> list[str | tuple[str, int, int]]:
+    """Piper, then the first ``n`` - 1 of duplex's ``DEV_VOICES`` (espeak-ng: voice, wpm, pitch)."""
+    return [PIPER, *DEV_VOICES[:max(0, n - 1)]]
+
+
+def voice_name(voice: str | tuple[str, int, int]) -> str:
+    return voice if isinstance(voice, str) else voice[0]
+
+
+def speak(tts, text: str, voice: str | tuple[str, int, int]) -> np.ndarray:
+    """``text`` in ``voice``: PCM16 mono at 24 kHz."""
+    if voice == PIPER:
+        return np.frombuffer(b"".join(tts.synthesize(text, deterministic=True)), "<i2")
+    from devtools.espeak import espeak
+
+    name, wpm, pitch = voice
+    return espeak(text, name, wpm, pitch, rate=RATE)
+
+
+def call_wav(path: Path, pcm: np.ndarray, total_s: float = 40.0) -> Path:
+    """The clip as Chromium's fake microphone plays it: 48 kHz (soxr), ``LEAD_S`` of silence first."""
+    import soxr
+
+    from devtools.browser_call import WAV_RATE, write_wav
+
+    speech = soxr.resample(pcm.astype(np.float32), RATE, WAV_RATE)
+    lead = int(LEAD_S * WAV_RATE)
+    audio = np.zeros(max(int(total_s * WAV_RATE), lead + speech.size + 3 * WAV_RATE), np.float32)
+    audio[lead:lead + speech.size] = speech
+    return write_wav(path, audio)
+
+
+def words_lost(text: str, heard: str) -> list[str]:
+    """The question's words (canonical) not in what was heard."""
+    got = set(canonical(heard))
+    return [w for w in canonical(text) if w not in got]
 
 
 def words_heard(text: str, heard: str) -> float:
@@ -119,57 +187,100 @@ def wait_idle(launched: Launched, timeout: float = 15.0) -> None:
 
 def run_cli(args) -> dict[str, Any]:
     from core.cascade.tts import PiperTts
-    from devtools.browser_call import AgentsApp, spoken_wav
+    from devtools.browser_call import AgentsApp
 
-    runs, prompts = args.runs or 3, min(args.prompts, len(DEV))
-    questions = [q.text for q in DEV[:prompts]]
+    runs, asks = args.runs or 3, getattr(args, "asks", None) or 2
+    qs = questions(max(1, args.prompts))
+    vs = voices(getattr(args, "voices", None) or 1)
+    keep: Path | None = getattr(args, "keep", None)
     tts = PiperTts()
     app = AgentsApp(KEY)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="omniduplex-heard-") as tmp:
         tmpdir = Path(tmp)
-        wavs = {q: spoken_wav(tmpdir / f"q{i}.wav", tts, q, lead_s=LEAD_S, total_s=40.0) for i, q in enumerate(questions)}
-        pcms = {q: np.frombuffer(b"".join(tts.synthesize(q, deterministic=True)), "<i2") for q in questions}
-        with Launched(tmpdir / "stack", workers=1, recording={"enabled": False},
+        clips = [(q, vs[k % len(vs)], speak(tts, q, vs[k % len(vs)])) for k, q in enumerate(qs)]
+        wavs = [call_wav(tmpdir / f"q{k}.wav", pcm) for k, (_, _, pcm) in enumerate(clips)]
+        with Launched(tmpdir / "stack", workers=1, recording={"enabled": keep is not None},
                       auth={"api_keys": [KEY], "allowed_origins": [app.origin],
                             "per_ip": {"sessions_per_minute": 0, "concurrent": 0}}) as launched:
             launched.wait_ready()
             app.gateway = launched.url
             ws_url = launched.ws_url + "?model=omniduplex-cascade"
             for run in range(runs):
-                for k, q in enumerate(questions):
-                    for repeat in range(2):
+                for k, (q, voice, pcm) in enumerate(clips):
+                    for repeat in range(asks):
                         order = ("webrtc", "websocket") if (k + repeat + run) % 2 == 0 else ("websocket", "webrtc")
                         for transport in order:
                             wait_idle(launched)
+                            started = time.time()
                             if transport == "webrtc":
-                                heard = call_trial(app, launched.url, wavs[q], tmpdir / f"profile{run}-{k}-{repeat}")
+                                heard = call_trial(app, launched.url, wavs[k], tmpdir / f"profile{run}-{k}-{repeat}")
                             else:
-                                heard = asyncio.run(ws_trial(ws_url, pcms[q]))
-                            row = {"run": run, "transport": transport, "question": q, "heard": heard,
+                                heard = asyncio.run(ws_trial(ws_url, pcm))
+                            row = {"run": run, "transport": transport, "question": q, "clip": k,
+                                   "voice": voice_name(voice), "heard": heard, "started": round(started, 3),
                                    "as_spoken": heard is not None and canonical(heard) == canonical(q),
-                                   "words": words_heard(q, heard or "")}
+                                   "words": words_heard(q, heard or ""), "lost": words_lost(q, heard or "")}
                             rows.append(row)
                             print(json.dumps(row), flush=True)
+            if keep is not None:
+                from core import media
+
+                keep.mkdir(parents=True, exist_ok=True)
+                time.sleep(2.0)  # the last session's recording is finished
+                shutil.copytree(launched.data / "sessions", keep / "sessions", dirs_exist_ok=True)
+                for k, (_, _, pcm) in enumerate(clips):
+                    media.write_wav(keep / f"q{k}.wav", pcm, RATE)
+                (keep / "rows.json").write_text(json.dumps(rows, indent=1))
     app.close()
+    return summarize(rows, runs, len(qs), [voice_name(v) for v in vs], asks)
+
+
+def summarize(rows: list[dict[str, Any]], runs: int, n_questions: int, voice_names: list[str],
+              asks: int = 2) -> dict[str, Any]:
+    """Per transport: the share heard as spoken (median over runs), the share of words, the share
+    per voice (all runs), the words lost (with counts) and the misheard; and the questions heard
+    as spoken on one transport only (every ask of every run)."""
     summary: dict[str, Any] = {}
     for transport in ("webrtc", "websocket"):
-        per_run = [[r for r in rows if r["transport"] == transport and r["run"] == run] for run in range(runs)]
+        mine = [r for r in rows if r["transport"] == transport]
+        per_run = [[r for r in mine if r["run"] == run] for run in range(runs)]
+        lost = Counter(w for r in mine for w in r.get("lost", words_lost(r["question"], r["heard"] or "")))
         summary[transport] = {
-            "trials": sum(len(p) for p in per_run),
+            "trials": len(mine),
+            "heard_as_spoken": sum(r["as_spoken"] for r in mine),
             "as_spoken": median_spread([round(sum(r["as_spoken"] for r in p) / len(p), 3) for p in per_run if p]),
             "words": median_spread([round(float(np.mean([r["words"] for r in p])), 3) for p in per_run if p]),
-            "misheard": sorted({f"{r['question']} -> {r['heard']}" for p in per_run for r in p if not r["as_spoken"]}),
+            "by_voice": {v: {"trials": len(vr), "as_spoken": round(sum(r["as_spoken"] for r in vr) / len(vr), 3)}
+                         for v in voice_names if (vr := [r for r in mine if r.get("voice", PIPER) == v])},
+            "lost": dict(sorted(lost.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "misheard": sorted({f"{r['question']} -> {r['heard']}" for r in mine if not r["as_spoken"]}),
         }
-    return {"runs": runs, "questions": len(questions), "rows": rows, "summary": summary}
+    asked = sorted({r["question"] for r in rows})
+    spoken = {t: {q for q in asked if all(r["as_spoken"] for r in rows if r["transport"] == t and r["question"] == q)}
+              for t in ("webrtc", "websocket")}
+    only = {"webrtc": sorted(spoken["webrtc"] - spoken["websocket"]),
+            "websocket": sorted(spoken["websocket"] - spoken["webrtc"])}
+    return {"runs": runs, "questions": n_questions, "asks": asks, "voices": voice_names, "rows": rows,
+            "summary": summary, "only": only, "gap": len(only["websocket"]) - len(only["webrtc"])}
 
 
 def report(r: dict[str, Any]) -> str:
-    lines = [f"Questions heard as spoken ({r['questions']} questions x 2 per transport a run, {r['runs']} runs; "
-             "median (min-max) over runs):", "",
-             "| transport | trials | heard as spoken | words heard |", "|---|---|---|---|"]
+    voice_names = r.get("voices", [PIPER])
+    lines = [f"Questions heard as spoken ({r['questions']} questions in {len(voice_names)} voices, round-robin; "
+             f"each asked {r.get('asks', 2)}x per transport a run, {r['runs']} runs; median (min-max) over runs):", "",
+             "| transport | trials | heard as spoken | share | words heard | " + " | ".join(voice_names) + " |",
+             "|---|---|---|---|---|" + "---|" * len(voice_names)]
     for transport, s in r["summary"].items():
-        lines.append(f"| {transport} | {s['trials']} | {s['as_spoken']['text']} | {s['words']['text']} |")
+        per_voice = [str(s["by_voice"][v]["as_spoken"]) if v in s["by_voice"] else "-" for v in voice_names]
+        lines.append(f"| {transport} | {s['trials']} | {s['heard_as_spoken']} | {s['as_spoken']['text']} | "
+                     f"{s['words']['text']} | " + " | ".join(per_voice) + " |")
+    lines += ["", f"Questions heard as spoken on one transport only (every ask): WebSocket only "
+                  f"{len(r['only']['websocket'])}, WebRTC only {len(r['only']['webrtc'])} "
+                  f"(WebRTC behind by {r['gap']})."]
+    for transport, s in r["summary"].items():
+        lost = ", ".join(f"{w} x{n}" if n > 1 else w for w, n in s["lost"].items()) or "none"
+        lines.append(f"- {transport} lost words: {lost}")
     for transport, s in r["summary"].items():
         for m in s["misheard"]:
             lines.append(f"- {transport}: {m}")
