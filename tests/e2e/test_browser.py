@@ -252,38 +252,85 @@ def test_omni_page_over_webrtc_sends_the_camera_as_a_video_track(stack, launch, 
         assert browser.execute_script("return document.getElementById('camera').videoWidth") > 0
 
 
+VOICED = 0.02  # a 20 ms frame of the recording's user track this loud (-34 dBFS) is voice
+SOUNDED_BEFORE_S = 0.3  # the reply's first sound came at least this long before the voice
+
+
+def reply_playing_at_interruption(stack, session_id: str) -> tuple[bool, dict]:
+    """Whether, by the session's recording (the server's own timeline, not the page under test),
+    the first reply was playing when the user's second voice began. The voice's onset: the first
+    voiced 20 ms of the user's recorded audio (placed where it arrived) after the reply started.
+    Playing: the reply's audio, laid end to end from its first chunk as the client plays it (as
+    ``core.replay`` lays the merged replay: a chunk that came after the audio before it ran out
+    starts a gap), covers the onset (sentence pauses are part of it), and its first sound came at
+    least SOUNDED_BEFORE_S earlier. Returns the verdict and what it read."""
+    from core.replay import render_tracks
+
+    d = stack.sessions_dir / session_id
+    recording = json.loads((d / "recording.json").read_text())
+    events = sorted(recording["events"], key=lambda e: e["t"])
+    responses = [e["response_id"] for e in events if e["type"] == "response_started"]
+    if not responses:
+        return False, {"why": "no reply started"}
+    started = next(e["t"] for e in events if e["type"] == "response_started")
+    user, _ = render_tracks(d, recording)
+    frame = 24000 * 20 // 1000
+    n = len(user) // frame
+    voiced = np.sqrt((user[: n * frame].reshape(n, frame) ** 2).mean(axis=1)) > VOICED
+    after = np.flatnonzero(voiced[int(started / 20):])
+    if not after.size:
+        return False, {"why": "no voice after the reply started"}
+    onset_ms = (int(started / 20) + int(after[0])) * 20
+    spans, cursor = [], 0.0
+    for e in events:
+        if e["type"] == "reply_audio" and e.get("response_id") == responses[0]:
+            at = max(float(e["t"]), cursor)
+            cursor = at + float(e["duration_ms"])
+            spans.append((round(at), round(cursor)))
+    playing = any(a <= onset_ms <= b for a, b in spans)
+    sounded = bool(spans) and spans[0][0] + SOUNDED_BEFORE_S * 1000 <= onset_ms
+    return playing and sounded, {"onset_ms": onset_ms, "reply_spans_ms": spans}
+
+
 def test_barge_in_truncates_to_what_was_played(stack, launch, barge_in_wav):
     """Talking over the reply flushes the player and truncates the item at the played position,
     and the page's player measures how long the reply kept sounding over the user: <= 300 ms.
 
-    The stop time exists only if the user's speech really overlapped audible reply audio; on a
-    starved machine the reply can be in a synthesis gap at that moment (nothing to stop): that try
-    did not set up the case (its checks still hold) and the scenario is run again, up to three
-    times, each such try counted in the output.
+    The case needs the reply to be sounding when the interruption begins; on a starved machine the
+    reply can be in a synthesis gap then, or not have started. Whether it was playing is read from
+    the session's recording (the server's own timeline of the reply's audio and the user's, laid
+    as the merged replay lays them), never from the page under test: a try whose recording shows
+    no reply playing as the voice began did not set up the case and is run again (up to three
+    tries, each counted in the output). In a try that set it up, the page must have barged in.
     """
     measured = None
-    unset = 0  # tries in which the user's speech overlapped no audible reply audio
-    for attempt in range(3):
+    unset = 0  # tries in which, by the recording, no reply was playing when the voice began
+    for attempt in range(3):  # retried only on the recording's precondition (see the docstring)
         browser = start_duplex(launch, stack, barge_in_wav, transport="websocket")
         with duplex_page(browser, stack):
             snap = wait_for_snapshot(browser, lambda s: bool(s and s["truncates"] and any(
                 "russia" in t["text"].lower() for t in s["transcripts"] if t["role"] == "user")))
             assert snap and snap["truncates"], f"no barge-in happened: {json.dumps(snap, indent=1)}"
-            print(f"barge-in attempt {attempt + 1}: {json.dumps(snap)}")
-            if not snap["bargeIns"]:  # nothing audible was cut: the reply had not sounded yet, or was in a gap
+            print(f"barge-in try {attempt + 1}: {json.dumps(snap)}")
+            assert snap["recording"], f"the session is not recorded: {snap}"
+            time.sleep(1.5)  # recording.json is rewritten every second
+            playing, seen = reply_playing_at_interruption(stack, snap["recording"]["session_id"])
+            print(f"try {attempt + 1}: by the recording, the reply was playing as the voice began: {playing} {seen}")
+            if not playing:
                 unset += 1
-                print(f"attempt {attempt + 1}: the speech overlapped no audible reply audio (precondition not met)")
+                print(f"try {attempt + 1}: the voice overlapped no playing reply (precondition not met)")
                 continue
+            # The precondition held: the page must have heard the user over the reply and stopped it.
+            assert snap["bargeIns"], f"the reply was playing as the user spoke, yet the page measured no barge-in: {snap}"
             cut = snap["truncates"][0]
             assert 0 < cut["audio_end_ms"] < 15000, cut
             # The server accepted the truncate (an error would be e.g. invalid_audio / item_not_found).
-            time.sleep(1.0)
             err = snapshot(browser)["error"]
             assert not err or err.get("code") not in ("invalid_audio", "item_not_found"), err
             measured = snap["bargeIns"][0]
             break
     print(f"tries without the precondition: {unset}")
-    assert measured, "the user's speech never overlapped audible reply audio in three attempts"
+    assert measured, "by the recording, the user's speech never overlapped the playing reply in three tries"
     print(f"barge-in stop: {measured['stopMs']} ms via {measured['via']}")
     assert 0 < measured["stopMs"] <= 300, measured
 
