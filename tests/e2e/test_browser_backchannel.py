@@ -10,9 +10,10 @@
   recording has the backchannel on the item that the barge-in then cut, and the viewer shows a
   backchannel marker and a barge-in marker (DOM, and a screenshot in the test's tmp dir).
   The case needs the reply to be playing when "Okay." begins, and the reply's start is only known
-  once it came (its synthesis runs at the machine's pace): a try whose recording shows no reply
-  audio at that moment did not set up the case and is placed again from the reply start it
-  measured (up to three tries, each counted in the output). A try that set it up is the trial:
+  once it came (its synthesis runs at the machine's pace): a try whose recording shows the reply
+  had not sounded yet at that moment did not set up the case and is placed again from the reply
+  start it measured (up to three tries, each counted in the output). A reply cut (or ended)
+  before "Okay." began is a product fault and fails the test. A try that set it up is the trial:
   "Okay." must be judged a backchannel with its words (not a barge-in, not wordless noise), and
   the barge-in that follows must cut that same reply.
 
@@ -98,23 +99,33 @@ def first_reply_after_request(events: list[dict], ask_s: float) -> float | None:
     return (min(e["t"] for e in audio) - started[0]["t"]) / 1000 - ask_s if audio else None
 
 
-def reply_playing_at(events: list[dict], onset_s: float, lasting_s: float) -> bool:
-    """Whether, by the recording, the first reply was playing from ``onset_s`` after the request's
-    onset (its ``speech_started``; the VAD's ~0.1 s lag is inside the margins) for ``lasting_s``:
-    its audio began at least 0.3 s before, and it was cut (then it played until the cut, which a
-    voice over it made) or, played in real time from its first delta, had not run out 0.3 s after."""
+def reply_at(events: list[dict], onset_s: float, lasting_s: float) -> str:
+    """Where, by the recording, the first reply was from ``onset_s`` after the request's onset
+    (its ``speech_started``; the VAD's ~0.1 s lag is inside the margins) for ``lasting_s``:
+    "playing" (its audio began at least 0.3 s before, and it was cut after the onset, which a
+    voice over it made, or, played in real time from its first delta, had not run out 0.3 s
+    after); "late" (no audio yet 0.3 s before the onset: its synthesis ran at the machine's
+    pace, the one case a try is placed again for); "cut early" (cancelled or truncated before
+    the onset, or cancelled before it sounded: nothing the user said cut it, a product fault);
+    "ran out" (it ended before: a reply too short for the story asked for). A cut counts as early
+    only 0.3 s before the onset: "Okay." itself pauses the reply as soon as the VAD hears it."""
     started, responses = of(events, "speech_started"), of(events, "response_started")
     if not started or not responses:
-        return False
-    audio = [e for e in of(events, "reply_audio") if e.get("response_id") == responses[0]["response_id"]]
-    if not audio:
-        return False
+        return "late"
+    rid = responses[0]["response_id"]
     onset = started[0]["t"] + onset_s * 1000
+    audio = [e for e in of(events, "reply_audio") if e.get("response_id") == rid]
+    done = [e for e in of(events, "response_done") if e.get("response_id") == rid]
+    items = {e.get("item_id") for e in audio} | {e.get("item_id") for e in done}
+    cuts = [e["t"] for e in events if e["type"] == "truncated" and e.get("item_id") in items]
+    cuts += [e["t"] for e in done if e["status"] == "cancelled"]
+    if cuts and min(cuts) < onset - 300:  # "Okay." itself pauses it at its onset (+ the VAD's lag)
+        return "cut early"
+    if not audio or min(e["t"] for e in audio) + 300 > onset:
+        return "late"
     first = min(e["t"] for e in audio)
-    done = [e for e in of(events, "response_done") if e.get("response_id") == responses[0]["response_id"]]
-    cut = bool(done) and done[0]["status"] == "cancelled" and done[0]["t"] > onset
     lasted = first + sum(e["duration_ms"] for e in audio) >= onset + lasting_s * 1000 + 300
-    return first + 300 <= onset and (cut or lasted)
+    return "playing" if cuts or lasted else "ran out"
 
 
 def recording(stack, share_url: str) -> dict:
@@ -266,11 +277,14 @@ def omni(browser) -> dict | None:
                     "input_audio_buffer.backchannel is not in core.protocol.EXTENSION_EVENTS")
 def test_backchannel_then_barge_in_over_a_webrtc_call_in_the_viewer(stack, launch, pieces, tmp_path):
     """One trial: "Okay." over the playing reply is a backchannel with its words, then the
-    interruption cuts that reply. Retried only when the reply was not playing as "Okay." began
-    (the precondition; see the module docstring), each such try printed and counted."""
+    interruption cuts that reply. Retried only when, by the recording, the reply had not sounded
+    yet as "Okay." began (the precondition; see the module docstring), each such try printed and
+    counted; a reply cut or ended before "Okay." fails."""
     first_reply_s = FIRST_REPLY_S
     found = None
-    unset = 0  # tries whose reply was not playing when "Okay." began
+    unset = 0  # tries whose reply had not sounded yet when "Okay." began
+    # Retried only while the recording shows the reply had not sounded yet ("late": its synthesis
+    # runs at the machine's pace), the independent precondition; every other try is the trial.
     for attempt in range(3):
         wav, interrupt_end_s = conversation_wav(tmp_path / f"conversation{attempt}.wav", pieces, first_reply_s)
         browser = launch(wav)
@@ -300,13 +314,18 @@ def test_backchannel_then_barge_in_over_a_webrtc_call_in_the_viewer(stack, launc
             print(f"try {attempt + 1} (backchannel {first_reply_s + INTO_REPLY_S:.1f} s after the request): "
                   + json.dumps([e for e in events if e["type"] not in ("user_audio", "reply_audio", "reply_text")]))
             ask_s = len(pieces["ask"]) / WAV_RATE
-            if reply_playing_at(events, ask_s + first_reply_s + INTO_REPLY_S, len(pieces["backchannel"]) / WAV_RATE):
+            where = reply_at(events, ask_s + first_reply_s + INTO_REPLY_S, len(pieces["backchannel"]) / WAV_RATE)
+            # A reply cut before "Okay." began, or one that ended before it, is the product's fault:
+            # this try is the trial and it fails. Only a reply that had not sounded yet is placed again.
+            assert where != "cut early", f"the reply was cut before \"{BACKCHANNEL}\" began: {events}"
+            assert where != "ran out", f"the story ended before \"{BACKCHANNEL}\" began: {events}"
+            if where == "playing":
                 # The case was set up: this try is the trial, whatever it shows.
                 found = (browser, share_url, events)
                 break
             unset += 1
-            print(f"try {attempt + 1}: the reply was not playing when \"{BACKCHANNEL}\" began (precondition "
-                  "not met); placing it again")
+            print(f"try {attempt + 1}: by the recording the reply had not sounded yet when \"{BACKCHANNEL}\" "
+                  "began (precondition not met); placing it again")
             measured = first_reply_after_request(events, ask_s)
             first_reply_s = min(8.0, max(1.5, measured)) if measured is not None else min(8.0, first_reply_s + 2.0)
         except BaseException:
@@ -333,13 +352,15 @@ def test_backchannel_then_barge_in_over_a_webrtc_call_in_the_viewer(stack, launc
         back = next((r for r in resumes if r["resumed_item_id"] == bc["item_id"]), None)
         assert back is not None and back["t"] >= bc["t"], f"the reply did not come back after the backchannel: {events}"
         cut = next((e for e in events if e["type"] == "truncated" and e.get("item_id") == bc["item_id"]), None)
-        if cut is not None and back.get("audio_start_ms") is not None:
-            # Resumed where the listener stopped hearing it: nothing lost (not after the cut) and
-            # nothing said twice. The worker resumes from the gateway's truncation (what the call
-            # played; under load it lagged the worker's play-head clock by 268 ms, which a resume
-            # from the clock skipped); only a truncation that came after the resume leaves the
-            # clock's estimate, a fragment (~25 ms) apart.
-            assert 0 <= cut["audio_end_ms"] - back["audio_start_ms"] <= RESUME_SLACK_MS, (cut, back)
+        # The pause is a truncation of what the call played, and the resume says where it resumed.
+        assert cut is not None, f"the paused reply has no truncation: {events}"
+        assert back.get("audio_start_ms") is not None, f"the resume does not say where it resumed: {back}"
+        # Resumed where the listener stopped hearing it: nothing lost (not after the cut) and
+        # nothing said twice. The worker resumes from the gateway's truncation (what the call
+        # played; under load it lagged the worker's play-head clock by 268 ms, which a resume
+        # from the clock skipped); only a truncation that came after the resume leaves the
+        # clock's estimate, a fragment (~25 ms) apart.
+        assert 0 <= cut["audio_end_ms"] - back["audio_start_ms"] <= RESUME_SLACK_MS, (cut, back)
         between = [e for e in events if pause["t"] < e["t"] < back["t"]]
         answers = [e for e in of(between, "response_started") if e.get("response_id") != back["response_id"]]
         assert not answers, between  # the resumed reply only: no answer to the backchannel
