@@ -1,0 +1,113 @@
+"""A call's microphone reaches the worker as it was sent (issue 69 item 5, "WebRTC hears what
+WebSocket hears"): a spoken clip, Opus-encoded as a browser sends it (48 kHz mono, 32 kbit/s, voip,
+20 ms frames), decoded by aiortc's receiver decoder (48 kHz stereo s16) and made
+``input_audio_buffer.append`` events by ``tracks.pump_audio`` (24 kHz mono), is the clip: no
+sample lost or added, the onset where it was (the VAD's pre-roll before it intact), the same
+level, the same waveform. Diagnosis found the call path sample-true (the words a call lost came
+with Chromium's capture processing, before the gateway); this keeps it so."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import fractions
+import json
+
+import av
+import numpy as np
+import pytest
+import soxr
+from aiortc.codecs.opus import OpusDecoder
+from aiortc.jitterbuffer import JitterFrame
+from aiortc.mediastreams import MediaStreamError
+
+from gateway.realtime.webrtc.tracks import INPUT_RATE, pump_audio
+
+LEAD_S = 0.5
+
+
+def spoken_clip() -> np.ndarray:
+    """PCM16 24 kHz: espeak-ng's words where installed, else a voiced, formant-like stand-in."""
+    from devtools.espeak import espeak, espeak_path
+
+    if espeak_path() is not None:
+        return espeak("How many legs does a bird have?", "en-gb+f5", 160, 60, rate=INPUT_RATE)
+    t = np.arange(int(1.5 * INPUT_RATE)) / INPUT_RATE
+    f0 = 120 + 30 * np.sin(2 * np.pi * 1.5 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / INPUT_RATE
+    voice = sum(np.sin(k * phase) / k for k in range(1, 30))
+    envelope = np.clip(np.sin(np.pi * t / t[-1]) * 3, 0, 1) * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))
+    return (voice * envelope * 6000).astype(np.int16)
+
+
+def browser_packets(pcm24: np.ndarray) -> list[bytes]:
+    """The clip after ``LEAD_S`` of silence as a browser's Opus encoder sends it: 20 ms packets."""
+    enc = av.CodecContext.create("libopus", "w")
+    enc.bit_rate, enc.format, enc.layout, enc.sample_rate = 32000, "s16", "mono", 48000
+    enc.time_base = fractions.Fraction(1, 48000)
+    enc.options = {"application": "voip"}
+    x = np.concatenate([np.zeros(int(LEAD_S * 48000), np.float32), soxr.resample(pcm24.astype(np.float32), 24000, 48000),
+                        np.zeros(48000, np.float32)])
+    x = np.clip(np.round(x), -32768, 32767).astype("<i2")
+    packets: list[bytes] = []
+    for i in range(0, x.size - 959, 960):
+        frame = av.AudioFrame(format="s16", layout="mono", samples=960)
+        frame.planes[0].update(x[i:i + 960].tobytes())
+        frame.sample_rate, frame.time_base, frame.pts = 48000, fractions.Fraction(1, 48000), i
+        packets += [bytes(p) for p in enc.encode(frame)]
+    return packets
+
+
+class DecodedTrack:
+    """What aiortc's receiver hands the gateway: each packet decoded (48 kHz stereo s16 frames)."""
+
+    kind = "audio"
+
+    def __init__(self, packets: list[bytes]) -> None:
+        decoder = OpusDecoder()
+        self.frames = [f for n, p in enumerate(packets) for f in decoder.decode(JitterFrame(data=p, timestamp=n * 960))]
+
+    async def recv(self):
+        if not self.frames:
+            raise MediaStreamError
+        await asyncio.sleep(0)
+        return self.frames.pop(0)
+
+
+def onset(x: np.ndarray, level: float) -> int:
+    return int(np.flatnonzero(np.abs(x) > level)[0])
+
+
+@pytest.mark.asyncio
+async def test_a_calls_microphone_reaches_the_worker_sample_true():
+    clip = spoken_clip()
+    packets = browser_packets(clip)
+    track = DecodedTrack(packets)
+    frames = len(track.frames)
+    appends: list[str] = []
+    await pump_audio(track, appends.append)
+    events = [json.loads(a) for a in appends]
+    assert {e["type"] for e in events} == {"input_audio_buffer.append"}
+    got = np.concatenate([np.frombuffer(base64.b64decode(e["audio"]), "<i2") for e in events]).astype(np.float32)
+    sent = np.concatenate([np.zeros(int(LEAD_S * INPUT_RATE), np.float32), clip.astype(np.float32)])
+
+    # Every sample: the stream is as long as the frames' audio in whole 40 ms appends, less the
+    # resampler's few samples of delay (a lost 20 ms frame is 480 samples short).
+    assert 0 <= frames // 2 * 2 * 480 - got.size < 0.002 * INPUT_RATE
+
+    # Aligned (the codec's and resampler's delay: a few ms at most), one gain, one waveform.
+    lags = range(0, 480)
+    k = int(np.argmax([got[lag:lag + sent.size] @ sent for lag in lags]))
+    assert k < 0.01 * INPUT_RATE, f"{k / INPUT_RATE * 1000:.1f} ms of delay"
+    seg = got[k:k + sent.size]
+    gain = float(seg @ sent / (sent @ sent))
+    assert abs(20 * np.log10(gain)) < 1.0, f"level changed by {20 * np.log10(gain):.1f} dB"
+    voiced = slice(int(LEAD_S * INPUT_RATE), sent.size)
+    corr = float(seg[voiced] @ sent[voiced] / (np.linalg.norm(seg[voiced]) * np.linalg.norm(sent[voiced])))
+    assert corr > 0.85, f"waveform correlation {corr:.2f}"
+
+    # The onset where it was, and the silence before it (the VAD's pre-roll) kept as silence.
+    # (the codec softens the first few ms of a voice after digital silence, no more)
+    assert abs(onset(seg, 300) - onset(sent, 300)) < 0.01 * INPUT_RATE
+    assert np.abs(seg[: int((LEAD_S - 0.05) * INPUT_RATE)]).max() < 100
+    assert np.abs(got).max() < 32767  # nothing clipped
