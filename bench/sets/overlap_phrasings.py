@@ -5,15 +5,15 @@ eval part.
 Written by helpers that read neither the eval part nor any write-up; 25 of their phrasings were then
 removed because the leak matcher (``bench.sets.Item``) found an eval item in them (short common
 acknowledgements and cut-ins, which eval holds too); ``tests/unit/test_duplex_set.py`` keeps it so. Issue 69
-removed three more that the matcher, once it saw filler swaps, found near-copying an eval item of the time
-(a discourse marker swapped, added or dropped; that eval is ``dev2`` now)."""
+removed six more that the matcher, once it saw filler swaps, found near-copying an eval item (three of the
+eval of the time, ``dev2`` now, and three of an eval of today: a discourse marker swapped, added or dropped)."""
 
 from __future__ import annotations
 
 # Things a listener says while the assistant talks that mean "go on, I'm with you"; none asks it to stop.
 DEV_MORE_BACKCHANNELS: list[str] = [
     # minimal tokens, spelled the way a recogniser writes them
-    "Mm.", "Oh.", "Oh, okay.", "Oh, right.", "Ah, right.", "Ah, okay.",
+    "Mm.", "Oh, okay.", "Oh, right.", "Ah, right.", "Ah, okay.",
     "Mm, yeah.", "Okay, yeah.", "Right, yeah.",
     # agreement
     "Exactly.", "Definitely.", "True.", "So true.", "Agreed.",
@@ -58,7 +58,7 @@ DEV_MORE_CUTINS: list[str] = [
     "I don't want that.", "Not interested.", "I'm not interested.", "Don't bother.", "Forget it.",
     "Never mind.", "Cancel that.", "Scratch that.",
     # changing direction
-    "Let's move on.", "Change of plan.", "Different question.", "Let's talk about something else.",
+    "Let's move on.", "Change of plan.", "Let's talk about something else.",
     "Back up a second.", "Go back.", "Start over.",
     # asking to speak
     "Can I say something?", "Let me finish.", "Listen to me.", "Let me speak.",
@@ -100,7 +100,7 @@ DEV_MORE_FLOOR_QUESTIONS: list[str] = [
     "You said the opposite earlier.", "That's way too complicated.", "I'm confused now.",
     "I've heard this one already.", "Honestly, this is dragging on.",
     # requests to change the content
-    "Make it shorter.", "Can you explain it simply?", "Give me an example.", "Say it in French.",
+    "Make it shorter.", "Can you explain it simply?", "Give me an example.",
     "Speak louder, please.", "Skip to the end.", "Could you use simpler words?", "Tell it like a joke.",
     "Can you make it scarier?", "Give me the short version.", "Put it another way, please.",
     "Could you summarise that for me?", "Can you slow down a bit?", "Make the hero a girl.",
