@@ -49,11 +49,11 @@ def test_a_speaker_about_to_run_dry_gets_the_next_piece_early():
     assert chunker.push("Paris is ") == []  # "Paris is" may be the whole sentence but one word
     assert chunker.push("the ") == ["Paris is"]
     # A long sentence with no mark yet: normally it waits for the sentence end...
-    assert chunker.push("capital city of France and ") == []
+    assert chunker.push("oldest town of France and ") == []
     # ...but with little audio left ahead of the listener it goes now, after whole words, with a
     # complete word left after the cut (the sentence's last word is never spoken alone).
     hurry[0] = True
-    assert chunker.push("its") == ["the capital city of"]  # "of" goes with the piece before it
+    assert chunker.push("its") == ["the oldest town of"]  # "of" goes with the piece before it
     hurry[0] = False
     assert chunker.push(" largest city.  ") == ["France and its largest city."]
 
@@ -103,7 +103,7 @@ def test_a_hurried_comma_cut_keeps_words_after_it():
     # issue 69: "The capital" | "of France is Paris." was heard "... Francis Pears" in 4-10 of 40
     # syntheses, "The capital of" | "France is Paris." in 0 of 160: no piece begins with "of"
     (["The", " capital", " of", " France", " is", " Paris", "."], ["The capital of", "France is Paris."]),
-    (["A", " spider", " has", " eight", " legs", "."], ["A spider", "has eight legs."]),  # no function word
+    (["A", " kitten", " drinks", " warm", " milk", "."], ["A kitten", "drinks warm milk."]),  # no function word
     (["Paris", " is", " the", " capital", " of", " France", "."], ["Paris is", "the capital of France."]),
     (["Water", " is", " in", " the", " sea", "."], ["Water is in", "the sea."]),
 ])
