@@ -61,8 +61,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import sys
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -74,10 +72,9 @@ from bench.calls.common import FRAME_S
 from bench.duplex.client import rel_ms
 from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LIVE, LONG_INSTRUCTIONS, LONG_TOKENS, MODES,
                                  NEXT_AUDIO_S, NEXT_WAIT_S, PLAYED_S, REPLY_WAIT_S, STORY_BACK_S, mentions)
-from bench.duplex.report import goals, median_modes, summarise
 from bench.duplex_set import OVERLAP_KINDS, Clip, items, prompts, synthesize
 from bench.duplex.trials import modes_for
-from bench.launch import cascade_realtime_url, raise_fd_limit
+from bench.launch import raise_fd_limit
 from bench.turns import MAX_TOKENS, Refused
 
 SETTLE_S = 0.4  # after a trial: the last frames through the client's jitter buffer, late events
@@ -455,23 +452,6 @@ def run_cli(args) -> dict[str, Any]:
 
         log_eval_run("duplex eval (webrtc)", getattr(args, "purpose", None) or "figure")
     clips = [synthesize(it) for kind in kinds for it in items(part, kind, getattr(args, "limit", None))]
-    if not any(modes_for(c.item.kind, modes) for c in clips):
-        raise SystemExit(f"no trial: modes {modes} run none of the kinds {kinds}")
+    from bench.duplex import measure  # the package's runner (it imports this module only for --transport webrtc)
 
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    runs: list[dict[str, Any]] = []
-    with cascade_realtime_url() as url:
-        url += "&extensions=all"
-        for k in range(max(1, getattr(args, "runs", None) or 3)):
-            log(f"run {k + 1} (webrtc)")
-            t0, load = time.monotonic(), os.getloadavg()
-            rows, refused = asyncio.run(run_all(url, part, modes, clips, log))
-            runs.append({"modes": summarise(rows, modes, refused), "wall_s": round(time.monotonic() - t0, 1),
-                         "loadavg_start": [round(x, 2) for x in load],
-                         "loadavg_end": [round(x, 2) for x in os.getloadavg()], "rows": rows})
-    median = median_modes([run["modes"] for run in runs])
-    counts = {kind: sum(c.item.kind == kind for c in clips) for kind in kinds}
-    return {"transport": "webrtc", "set": part, "kinds": kinds, "items": counts, "modes": modes, "runs": runs,
-            "median": median, "goals": goals(median)}
+    return measure("webrtc", part, modes, kinds, clips, getattr(args, "runs", None) or 3, run_all)
