@@ -64,19 +64,16 @@ modes per item (the order rotating). Each figure is reported per run and as the 
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
-import time
 from typing import Any
 
 from bench.duplex.client import Mic, Player, Trial
 from bench.duplex.common import MODES, mentions
 from bench.duplex.report import goals, median_modes, report, summarise
+from bench.duplex.runner import measure
 from bench.duplex.trials import modes_for, overlap_trial, run_all, turn_trial
 from bench.duplex_set import KINDS, items, synthesize
 from bench.eval_log import log_eval_run
-from bench.launch import cascade_realtime_url, raise_fd_limit
+from bench.launch import raise_fd_limit
 
 __all__ = ["MODES", "Mic", "Player", "Trial", "goals", "median_modes", "mentions", "modes_for", "overlap_trial",
            "measure", "report", "run_all", "run_cli", "summarise", "turn_trial"]
@@ -103,28 +100,3 @@ def run_cli(args) -> dict[str, Any]:
     clips = [synthesize(it) for kind in kinds for it in items(part, kind, limit)]
     return measure("websocket", part, modes, kinds, clips, getattr(args, "runs", None) or 3, run_all)
 
-
-def measure(transport: str, part: str, modes: list[str], kinds: list[str], clips: list, runs: int,
-            run_trials) -> dict[str, Any]:
-    """``runs`` runs of ``run_trials`` (``trials.run_all`` or ``webrtc.run_all``) on one stack: each
-    run's figures, their median with the spread and the goals judged on it."""
-    if not any(modes_for(c.item.kind, modes) for c in clips):
-        raise SystemExit(f"no trial: modes {modes} run none of the kinds {kinds}")
-
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    out: list[dict[str, Any]] = []
-    with cascade_realtime_url() as url:
-        url += "&extensions=all"
-        for k in range(max(1, runs)):
-            log(f"run {k + 1} ({transport})")
-            t0, load = time.monotonic(), os.getloadavg()
-            rows, refused = asyncio.run(run_trials(url, part, modes, clips, log))
-            out.append({"modes": summarise(rows, modes, refused), "wall_s": round(time.monotonic() - t0, 1),
-                        "loadavg_start": [round(x, 2) for x in load],
-                        "loadavg_end": [round(x, 2) for x in os.getloadavg()], "rows": rows})
-    median = median_modes([run["modes"] for run in out])
-    counts = {kind: sum(c.item.kind == kind for c in clips) for kind in kinds}
-    return {"transport": transport, "set": part, "kinds": kinds, "items": counts, "modes": modes, "runs": out,
-            "median": median, "goals": goals(median)}

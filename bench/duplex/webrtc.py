@@ -73,6 +73,7 @@ from bench.duplex.client import rel_ms
 from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LIVE, LONG_INSTRUCTIONS, LONG_TOKENS, MODES,
                                  NEXT_AUDIO_S, NEXT_WAIT_S, PLAYED_S, REPLY_WAIT_S, STORY_BACK_S, mentions)
 from bench.duplex_set import OVERLAP_KINDS, Clip, items, prompts, synthesize
+from bench.duplex.runner import measure
 from bench.duplex.trials import modes_for
 from bench.launch import raise_fd_limit
 from bench.turns import MAX_TOKENS, Refused
@@ -452,6 +453,4 @@ def run_cli(args) -> dict[str, Any]:
 
         log_eval_run("duplex eval (webrtc)", getattr(args, "purpose", None) or "figure")
     clips = [synthesize(it) for kind in kinds for it in items(part, kind, getattr(args, "limit", None))]
-    from bench.duplex import measure  # the package's runner (it imports this module only for --transport webrtc)
-
     return measure("webrtc", part, modes, kinds, clips, getattr(args, "runs", None) or 3, run_all)

@@ -193,6 +193,7 @@ PRODUCT = ("core", "gateway", "worker", "launcher")
 # Tests of bench's own code import it, as the tests of the gateway import the gateway.
 BENCH_TESTS = ("tests.unit.test_answer_set", "tests.unit.test_turn_set", "tests.unit.test_bench_quality",
                "tests.unit.test_eval_leaks", "tests.unit.test_duplex_set", "tests.e2e.test_bench",
+               "tests.unit.test_duplex_heard", "tests.unit.test_duplex_webrtc", "tests.unit.test_bench_heard",
                # the end-of-turn cases and checks it asserts are the ones the weights' fit keeps
                "tests.unit.test_semantic_vad")
 
