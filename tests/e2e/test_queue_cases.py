@@ -194,6 +194,9 @@ class Run:
                 await pool.flush()
                 if pool.get_worker(worker_id).health == Health.HEALTHY:
                     break
+            else:  # the case's setup did not happen: say so, never go on with a worker in another state
+                raise AssertionError(f"{worker_id} not healthy after 20 good probes: "
+                                     f"{pool.get_worker(worker_id).health}")
         elif state == "unknown":
             pool.update_health(worker_id, False, self.info(worker_id), "loading", failure=False)
         elif state == "unhealthy":
