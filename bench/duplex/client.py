@@ -78,10 +78,12 @@ class Player:
         self.segments: list[list[Any]] = []  # [item_id, response_id, start, end]
         self.end = 0.0
         self.gaps_s = 0.0  # silences inside an item: its audio came slower than real time
+        self._cleared = False  # the last thing that happened was a clear
 
     def add(self, now: float, item_id: str, response_id: str, seconds: float) -> None:
-        if self.segments and self.segments[-1][0] == item_id and now > self.end:
-            self.gaps_s += now - self.end
+        if self.segments and self.segments[-1][0] == item_id and now > self.end and not self._cleared:
+            self.gaps_s += now - self.end  # (after a clear the silence is the client's, not a slow reply)
+        self._cleared = False
         start = max(now, self.end)
         self.end = start + seconds
         self.segments.append([item_id, response_id, start, self.end])
@@ -101,6 +103,7 @@ class Player:
         for seg in self.segments:
             seg[3] = min(seg[3], max(seg[2], now))
         self.end = min(self.end, now)
+        self._cleared = True
 
     def heard_end(self, response_id: str) -> float | None:
         """When the listener last heard the response: the end of its last segment that sounded

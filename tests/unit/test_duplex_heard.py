@@ -39,6 +39,7 @@ def test_a_server_that_keeps_sending_the_cut_reply_is_heard_so():
     stubborn.add(1.2, "a", "r1", 0.5)  # the server went on sending after the onset
     assert obedient.heard_end("r1") == 1.0
     assert stubborn.heard_end("r1") == 1.7
+    assert stubborn.gaps_s == 0.0  # the silence after a clear is the client's, not a reply that ran dry
     assert Player().heard_end("r1") is None
 
 
