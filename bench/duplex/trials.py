@@ -227,9 +227,17 @@ def verdict_of_voice(tr: Trial, reply: str | None, onset: float, until: float) -
     for every kind (issue 69; before, an undecided cut-in counted as taken). An answer that
     sounded wins over an earlier backchannel call."""
     nxt = _next_reply(tr, reply, onset)
-    answered = nxt is not None and tr.first_audio.get(nxt, until + 1) <= until
-    turn = any(onset <= t <= until for t in tr.committed)
-    dropped = any(onset <= t <= until for t, _ in tr.backchannels) or bool(tr.resumed)
+    return decide_voice(tr.first_audio.get(nxt) if nxt is not None else None, tr.committed,
+                        [t for t, _ in tr.backchannels], bool(tr.resumed), onset, until)
+
+
+def decide_voice(next_audio: float | None, committed: list[float], backchannels: list[float], resumed: bool,
+                 onset: float, until: float) -> dict[str, Any]:
+    """The verdict rule, for either transport: the next reply's first audio, the turns committed
+    and the backchannel events (monotonic seconds), whether the reply resumed."""
+    answered = next_audio is not None and next_audio <= until
+    turn = any(onset <= t <= until for t in committed)
+    dropped = any(onset <= t <= until for t in backchannels) or resumed
     verdict = "interruption" if answered or turn and not dropped else "backchannel" if dropped else None
     return {"verdict": verdict, "undecided": verdict is None}
 

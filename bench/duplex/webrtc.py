@@ -74,7 +74,7 @@ from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LIVE, LO
                                  NEXT_AUDIO_S, NEXT_WAIT_S, PLAYED_S, REPLY_WAIT_S, STORY_BACK_S, mentions)
 from bench.duplex_set import OVERLAP_KINDS, Clip, items, prompts, synthesize
 from bench.duplex.runner import measure
-from bench.duplex.trials import modes_for
+from bench.duplex.trials import decide_voice, modes_for
 from bench.launch import raise_fd_limit
 from bench.turns import MAX_TOKENS, Refused
 
@@ -124,11 +124,8 @@ def verdict_of_voice(s: dict[str, Any], next_audio: float | None, onset: float, 
     decides it for the WebSocket: "interruption" (a user turn committed after the onset, or the
     next reply's audio began on the track), "backchannel" (``input_audio_buffer.backchannel`` or a
     resume), or None (undecided); an answer that sounded wins over an earlier backchannel call."""
-    answered = next_audio is not None and next_audio <= until
-    turn = any(onset <= t <= until for t in s["committed"])
-    dropped = any(onset <= t <= until for t, _ in s["backchannels"]) or bool(s["resumed"])
-    verdict = "interruption" if answered or turn and not dropped else "backchannel" if dropped else None
-    return {"verdict": verdict, "undecided": verdict is None}
+    return decide_voice(next_audio, s["committed"], [t for t, _ in s["backchannels"]], bool(s["resumed"]),
+                        onset, until)
 
 
 def _session(events: list[Event]) -> dict[str, Any]:
