@@ -47,7 +47,7 @@ class AudioInput:
         if self.vad is not None:
             self.vad.configure(td.threshold, td.end_silence_ms, td.pause_ms)
 
-    def process(self, samples: np.ndarray) -> tuple[np.ndarray, list[VadReport]]:
+    def process(self, samples: np.ndarray, arrived_at: float | None = None) -> tuple[np.ndarray, list[VadReport]]:
         """Resample, buffer, detect; returns the 16 kHz audio and the VAD reports it caused."""
         audio = self.resampler.process(samples)
         self.buffer = np.concatenate([self.buffer, audio]) if self.buffer.size else audio.copy()

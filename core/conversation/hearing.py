@@ -70,9 +70,11 @@ class Hearing:
     async def append(self, pcm: bytes) -> None:
         """PCM16 mono at ``config.input_sample_rate``: VAD reports go to the policy, in order."""
         samples = pcm16_to_float(pcm, self.rt.config.input_sample_rate)
+        arrived = time.monotonic()  # the echo canceller puts the microphone on the play head's clock
         policy = self.policy
         async with self.lock:
-            audio16, reports = await self.rt.in_thread(self.rt.backend.io_pool, self._input.process, samples)
+            audio16, reports = await self.rt.in_thread(self.rt.backend.io_pool, self._input.process, samples,
+                                                       arrived)
             await policy.heard(audio16)
             for kind, ms, segment in reports:
                 await policy.on_vad(kind, ms, segment)
