@@ -138,7 +138,8 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
             extensions = extensions | {"response.resumed"}
         session = RealtimeSession(channel, backend, Dialect(beta), config.limits, model=model, session_id=session_id,
                                   recorder=recorder, extensions=extensions,
-                                  transcription=q.get("intent") == "transcription", mcp_config=config.tools.mcp)
+                                  transcription=q.get("intent") == "transcription", mcp_config=config.tools.mcp,
+                                  echo_cancelled=q.get("input") == "echo_cancelled")
 
         def on_state(state: str) -> None:
             ws_state.sessions[session.session_id] = state

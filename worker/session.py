@@ -90,6 +90,7 @@ class RealtimeSession:
         extensions: frozenset[str] = frozenset(),
         transcription: bool = False,
         mcp_config: McpConfig | None = None,
+        echo_cancelled: bool = False,
     ) -> None:
         self.channel = channel
         self.backend = backend
@@ -102,6 +103,7 @@ class RealtimeSession:
         self.extensions = extensions
         self.settings = SessionSettings(kind="transcription" if transcription else "realtime")
         self.mcp_config = mcp_config or McpConfig()  # default: no MCP host allowed
+        self.echo_cancelled = echo_cancelled  # the client's input comes echo-cancelled (a WebRTC call)
         self._out: asyncio.Queue[dict | None] = asyncio.Queue()
         self.paused_at: float | None = None
         self.started = time.monotonic()
@@ -153,7 +155,7 @@ class RealtimeSession:
         return "BUSY_HALF_DUPLEX" if self.conv.config.turn_detection is None else "DUPLEX_ACTIVE"
 
     async def run(self) -> None:
-        config = ConversationConfig()
+        config = ConversationConfig(echo_cancellation=not self.echo_cancelled)
         if self.settings.kind == "transcription":
             config, self.settings = apply_session_update(config, {"type": "transcription"}, self.dialect,
                                                          self.backend.capabilities.turn_detection_types,

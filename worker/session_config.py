@@ -40,6 +40,37 @@ def _turn_detection(value: Any, param: str, types: tuple[str, ...] = ("server_va
         raise ProtocolError(f"{param}.{loc}: {err['msg']}", param=f"{param}.{loc}") from None
 
 
+NOISE_REDUCTION_TYPES = ("near_field", "far_field")
+ECHO_CANCELLATION_TYPES = ("server",)
+
+
+def _typed_or_null(value: Any, param: str, types: tuple[str, ...]) -> str | None:
+    """``{"type": one of types}`` or ``null`` (OpenAI's shape for ``noise_reduction``)."""
+    if value is None:
+        return None
+    kinds = " or ".join(f'{{"type": "{t}"}}' for t in types)
+    if not isinstance(value, dict) or value.get("type") not in types:
+        raise ProtocolError(f"{param} must be {kinds} or null", param=param)
+    return value["type"]
+
+
+def room_update(inp: dict[str, Any], noise_key: str, echo_key: str, where: str) -> dict[str, Any]:
+    """Noise suppression (OpenAI's ``noise_reduction``) and our ``echo_cancellation``, when given."""
+    update: dict[str, Any] = {}
+    if noise_key in inp:
+        update["noise_reduction"] = _typed_or_null(inp[noise_key], f"{where}{noise_key}", NOISE_REDUCTION_TYPES)
+    if echo_key in inp:
+        update["echo_cancellation"] = _typed_or_null(inp[echo_key], f"{where}{echo_key}",
+                                                     ECHO_CANCELLATION_TYPES) is not None
+    return update
+
+
+def room_object(cfg: ConversationConfig) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+    """The session's ``noise_reduction`` and ``echo_cancellation`` as the protocol shows them."""
+    return ({"type": cfg.noise_reduction} if cfg.noise_reduction else None,
+            {"type": "server"} if cfg.echo_cancellation else None)
+
+
 def parse_truncation(value: Any, param: str) -> Truncation:
     """GA ``session.truncation``: ``"auto"``, ``"disabled"`` or ``{"type": "retention_ratio",
     "retention_ratio": 0..1, "token_limits": {"post_instructions": N}}``."""
@@ -232,6 +263,7 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
         speed = s.get("speed")
         voice = s.get("voice")
         transcription = _transcription(s.get("input_audio_transcription"), "session.input_audio_transcription")
+        update.update(room_update(s, "input_audio_noise_reduction", "input_audio_echo_cancellation", "session."))
     else:
         audio = parse_modalities(s.get("output_modalities"), "session.output_modalities")
         a = s.get("audio") or {}
@@ -252,6 +284,7 @@ def apply_session_update(cfg: ConversationConfig, s: dict[str, Any], dialect: Di
         speed = out.get("speed")
         voice = out.get("voice")
         transcription = _transcription(inp.get("transcription"), "session.audio.input.transcription")
+        update.update(room_update(inp, "noise_reduction", "echo_cancellation", "session.audio.input."))
     update.update(parse_tools(s.get("tools"), s.get("tool_choice"), "session", mcp, allow_mcp=not dialect.beta))
     if transcription is not None:
         settings.transcription = transcription
@@ -288,8 +321,9 @@ def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, m
                    settings: SessionSettings | None = None) -> dict[str, Any]:
     settings = settings or SessionSettings()
     td = cfg.turn_detection.wire() if cfg.turn_detection else None
+    noise, echo = room_object(cfg)
     if settings.kind == "transcription":
-        return _transcription_object(td, dialect, session_id, settings)
+        return _transcription_object(td, dialect, session_id, settings, noise, echo)
     if dialect.beta:
         return {
             "id": session_id, "object": "realtime.session", "model": model,
@@ -297,6 +331,7 @@ def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, m
             "instructions": cfg.instructions or "", "voice": cfg.voice or VOICE,
             "input_audio_format": settings.input_format.beta(), "output_audio_format": settings.output_format.beta(),
             "input_audio_transcription": settings.transcription,
+            "input_audio_noise_reduction": noise, "input_audio_echo_cancellation": echo,
             "turn_detection": td, "temperature": cfg.temperature,
             "max_response_output_tokens": cfg.max_output_tokens, "speed": cfg.speed,
             **tools_object(cfg, True),
@@ -310,6 +345,8 @@ def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, m
                 "format": settings.input_format.ga(),
                 "transcription": settings.transcription,
                 "turn_detection": td,
+                "noise_reduction": noise,
+                "echo_cancellation": echo,  # our extension
             },
             "output": {"format": settings.output_format.ga(), "voice": cfg.voice or VOICE, "speed": cfg.speed},
         },
@@ -320,7 +357,8 @@ def session_object(cfg: ConversationConfig, dialect: Dialect, session_id: str, m
 
 
 def _transcription_object(td: dict[str, Any] | None, dialect: Dialect, session_id: str,
-                          settings: SessionSettings) -> dict[str, Any]:
+                          settings: SessionSettings, noise: dict[str, str] | None,
+                          echo: dict[str, str] | None) -> dict[str, Any]:
     if td is not None:
         td = {k: v for k, v in td.items() if k not in ("create_response", "interrupt_response")}
     if dialect.beta:
@@ -329,11 +367,12 @@ def _transcription_object(td: dict[str, Any] | None, dialect: Dialect, session_i
             # Only sessions made over REST carry a key; a WebSocket session has none to give.
             "client_secret": {"value": "", "expires_at": 0},
             "input_audio_format": settings.input_format.beta(), "input_audio_transcription": settings.transcription,
+            "input_audio_noise_reduction": noise, "input_audio_echo_cancellation": echo,
             "turn_detection": td, "modalities": ["text"],
         }
     return {
         "type": "transcription", "object": "realtime.transcription_session", "id": session_id,
         "audio": {"input": {"format": settings.input_format.ga(), "transcription": settings.transcription,
-                            "turn_detection": td, "noise_reduction": None}},
+                            "turn_detection": td, "noise_reduction": noise, "echo_cancellation": echo}},
         "include": [],
     }

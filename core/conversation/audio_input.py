@@ -1,4 +1,5 @@
-"""Input audio at 16 kHz: a bounded buffer plus streaming Silero VAD, one per conversation.
+"""Input audio at 16 kHz: the room taken out (``room.py``: echo, noise), a bounded buffer plus
+streaming Silero VAD, one per conversation.
 
 ``process`` runs in a worker thread and reports ``(kind, ms, segment)`` for each VAD event:
 ``start``/``resume`` of speech, and at ``pause`` (a speculation point) and ``end`` the utterance
@@ -7,10 +8,14 @@ so far, with prefix padding and a short tail of silence.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from core.audio import StreamResampler
 from core.conversation.config import ConversationConfig, TurnDetection
+from core.conversation.played_audio import PlayedAudio
+from core.conversation.room import RoomFilter
 from core.conversation.vad import StreamingVad
 
 VAD_RATE = 16000  # every model here takes 16 kHz speech
@@ -21,11 +26,14 @@ VadReport = tuple[str, int, "np.ndarray | None"]
 
 
 class AudioInput:
-    def __init__(self, vad_model, cfg: ConversationConfig) -> None:
+    def __init__(self, vad_model, cfg: ConversationConfig, played: PlayedAudio | None = None) -> None:
         self.vad_model = vad_model
         self.turn_detection: TurnDetection | None = cfg.turn_detection
         self.vad = self._new_vad()
         self.resampler = StreamResampler(cfg.input_sample_rate, VAD_RATE)
+        self.played = played  # the echo's reference (None: nothing to cancel against)
+        self.room: RoomFilter | None = None
+        self.set_room(cfg)
         self.buffer = np.zeros(0, dtype=np.float32)
         self.buffer_start = 0  # stream offset (16 kHz samples) of buffer[0]
         self.stream_samples = 0
@@ -47,9 +55,20 @@ class AudioInput:
         if self.vad is not None:
             self.vad.configure(td.threshold, td.end_silence_ms, td.pause_ms)
 
+    def set_room(self, cfg: ConversationConfig) -> None:
+        """Echo cancellation and noise suppression as ``cfg`` asks (a new filter when that changed)."""
+        played = self.played if cfg.echo_cancellation else None
+        want = (played is not None, cfg.noise_reduction is not None)
+        have = (False, False) if self.room is None else (self.room.played is not None, self.room.suppressing)
+        if want != have:
+            self.room = RoomFilter(played, cfg.noise_reduction is not None) if any(want) else None
+
     def process(self, samples: np.ndarray, arrived_at: float | None = None) -> tuple[np.ndarray, list[VadReport]]:
-        """Resample, buffer, detect; returns the 16 kHz audio and the VAD reports it caused."""
+        """Resample, clean, buffer, detect; returns the 16 kHz audio and the VAD reports it caused.
+        ``arrived_at``: when the samples arrived (monotonic; the echo canceller's clock)."""
         audio = self.resampler.process(samples)
+        if self.room is not None:
+            audio = self.room.process(audio, time.monotonic() if arrived_at is None else arrived_at)
         self.buffer = np.concatenate([self.buffer, audio]) if self.buffer.size else audio.copy()
         self.stream_samples += audio.size
         if self.buffer.size > MAX_BUFFER_SECONDS * VAD_RATE:

@@ -210,3 +210,8 @@ class ConversationConfig(BaseModel):
     # "auto" | "none" | "required" | the name of one function to call
     tool_choice: str = "auto"
     transcribe_input: bool = True
+    # The room (``room.py``). Our extension: the server cancels the echo of its own reply in the
+    # microphone, by default; a WebRTC call turns it off, the browser has cancelled it already.
+    echo_cancellation: bool = True
+    # OpenAI's ``audio.input.noise_reduction`` type: noise suppression before the VAD (None: off).
+    noise_reduction: Literal["near_field", "far_field"] | None = None

@@ -25,7 +25,7 @@ from core.conversation.end_of_turn import (MessageEnd, end_of_turn_probability, 
 from core.conversation.end_of_turn import wait_ms as end_of_turn_wait_ms
 from core.conversation.events import ConversationError, InputCommitted, InputTranscript
 from core.conversation.items import Item, Part
-from core.conversation.overlap import Glance, only_hums, says_stop, words_of
+from core.conversation.overlap import Glance, echoes, only_hums, says_stop, words_of
 from core.conversation.reply import Response
 from core.conversation.runtime import Runtime
 from core.conversation.turn_policy import TurnPolicy
@@ -48,7 +48,7 @@ class Hearing:
         self.policy: TurnPolicy | None = None
         self.lock = asyncio.Lock()  # one piece of input at a time; held while a turn's end is acted on
         self._replies_idle = replies_idle  # awaitable factory: no reply running (display transcripts wait)
-        self._input = AudioInput(rt.backend.vad_model, rt.config)
+        self._input = AudioInput(rt.backend.vad_model, rt.config, rt.played)
         self._speech_item: str | None = None
         self._speculation: Speculation | None = None
         self._completion: tuple[int, concurrent.futures.Future] | None = None  # the pause's meaning reading
@@ -59,11 +59,13 @@ class Hearing:
         if old.input_sample_rate != new.input_sample_rate or (old.turn_detection is None) != (
             new.turn_detection is None
         ):
-            self._input = AudioInput(self.rt.backend.vad_model, new)
+            self._input = AudioInput(self.rt.backend.vad_model, new, self.rt.played)
             self._speech_item = None
             self.forget_speculation()
-        elif new.turn_detection is not None:
+            return
+        if new.turn_detection is not None:
             self._input.configure(new.turn_detection)
+        self._input.set_room(new)  # echo cancellation, noise suppression
 
     # ------------------------------------------------------------------ audio in
 
@@ -297,20 +299,22 @@ class Hearing:
         clip = self._input.slice(start, self._input.stream_samples)
         return np.concatenate([clip, np.zeros(GLANCE_PAD, dtype=np.float32)])
 
-    def glance_soon(self, clip: np.ndarray, then) -> None:
+    def glance_soon(self, clip: np.ndarray, then, said: str = "") -> None:
         """A quick read of ``clip`` on the glance thread; ``then(future)`` runs on the loop with
-        the ``Glance``."""
-        fut = self.rt.backend.glance_pool.submit(self._read, clip)
+        the ``Glance``. ``said``: the assistant's words heard lately (its echo is no voice)."""
+        fut = self.rt.backend.glance_pool.submit(self._read, clip, said)
         fut.add_done_callback(lambda f: self.rt.call_soon(then, f))
 
-    async def glance(self, clip: np.ndarray) -> Glance:
-        return await self.rt.in_thread(self.rt.backend.glance_pool, self._read, clip)
+    async def glance(self, clip: np.ndarray, said: str = "") -> Glance:
+        return await self.rt.in_thread(self.rt.backend.glance_pool, self._read, clip, said)
 
-    def _read(self, clip: np.ndarray) -> Glance:
+    def _read(self, clip: np.ndarray, said: str = "") -> Glance:
         """The clip's words and, when the backend reads meaning, how likely they take the floor (a
-        stop word or a hum settles it without asking). Blocking: on the glance thread."""
+        stop word, a hum or an echo of ``said`` settles it without asking). Blocking: on the glance
+        thread."""
         backend = self.rt.backend
         words = backend.transcribe_glance(clip)
-        if words is None or not words_of(words) or says_stop(words) or only_hums(words):
-            return Glance(words)
-        return Glance(words, backend.interruption_probability(words))
+        if (words is None or not words_of(words) or says_stop(words, said) or only_hums(words)
+                or echoes(words, said)):
+            return Glance(words, said=said)
+        return Glance(words, backend.interruption_probability(words), said)

@@ -7,7 +7,8 @@ when it lands: the gap is silence, not speech heard). What was heard by ``now`` 
 minus what is still queued. A client's ``conversation.item.truncate`` says where it stopped
 (the truth beats the estimate); so does a barge-in the server decides.
 
-On WebRTC the gateway paces the track the same way, so the same clock holds there.
+On WebRTC the gateway paces the track the same way, so the same clock holds there. With a
+``PlayedAudio``, the audio itself is laid on this clock: the echo canceller's reference.
 """
 
 from __future__ import annotations
@@ -16,27 +17,32 @@ import time
 from collections.abc import Callable
 
 from core.audio import OUTPUT_RATE
+from core.conversation.played_audio import PlayedAudio
 
 
 class PlaybackClock:
     """The listener's play head over the latest assistant item that had audio."""
 
-    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, now: Callable[[], float] = time.monotonic, played: PlayedAudio | None = None) -> None:
         self._now = now
+        self.played = played  # the audio, where it plays (the echo's reference)
         self.item_id: str | None = None
         self.sent_samples = 0  # of the current item
         self.ends_at = 0.0  # monotonic time the audio sent so far will have finished playing
         self.stopped_at: int | None = None  # samples heard when the client stopped (truncate)
 
-    def sent(self, item_id: str, samples: int) -> None:
-        """``samples`` (24 kHz) of ``item_id`` went to the client just now."""
+    def sent(self, item_id: str, samples: int, pcm: bytes | None = None) -> None:
+        """``samples`` (24 kHz) of ``item_id`` went to the client just now (``pcm``: the audio)."""
         now = self._now()
         if item_id != self.item_id:
             self.item_id, self.sent_samples, self.stopped_at = item_id, 0, None
         if self.stopped_at is not None:
             return  # the client stopped this item; what still comes is dropped there
-        self.ends_at = max(self.ends_at, now) + samples / OUTPUT_RATE
+        starts = max(self.ends_at, now)
+        self.ends_at = starts + samples / OUTPUT_RATE
         self.sent_samples += samples
+        if self.played is not None and pcm:
+            self.played.add(pcm, starts)
 
     def queued_samples(self) -> int:
         """Sent but not yet played."""
@@ -72,3 +78,5 @@ class PlaybackClock:
             return
         self.stopped_at = max(0, min(heard_samples, self.sent_samples))
         self.ends_at = min(self.ends_at, self._now())
+        if self.played is not None:
+            self.played.stop(self._now())

@@ -20,6 +20,7 @@ from core.conversation.events import AudioChunk, ConversationEvent
 from core.conversation.items import Item, ItemHistory
 from core.conversation.model import ConversationModel
 from core.conversation.playback import PlaybackClock
+from core.conversation.played_audio import PlayedAudio
 
 
 @dataclass(slots=True)
@@ -49,7 +50,8 @@ class Runtime:
         self.items = ItemHistory()
         self.frames: deque[Any] = deque(maxlen=backend.capabilities.max_frames)  # latest camera frames
         self.stats = ConversationStats()
-        self.playback = PlaybackClock()  # what the listener has heard of the assistant's audio
+        self.played = PlayedAudio()  # the assistant's audio where the listener played it (the echo's reference)
+        self.playback = PlaybackClock(played=self.played)  # what the listener has heard of the assistant's audio
         self.model_state = backend.new_model_state()
         self.observers: list[Callable[[ConversationEvent], None]] = []  # see every event as it is emitted
         self.history_listeners: list[Callable[[], None]] = []  # told when the history is edited in place
@@ -66,7 +68,7 @@ class Runtime:
         if self.closed:
             return
         if isinstance(event, AudioChunk):
-            self.playback.sent(event.item_id, len(event.pcm) // 2)
+            self.playback.sent(event.item_id, len(event.pcm) // 2, event.pcm)
         self._queue.put_nowait(event)
         for observe in self.observers:
             observe(event)

@@ -60,7 +60,8 @@ class RealtimeProxy:
     __slots__ = ("client", "pool", "config", "ticket", "beta", "live", "model", "app_name", "record", "requirements",
                  "extensions", "unknown_extensions", "intent", "_outbox", "_sender", "_assigned_sent", "early",
                  "metrics", "client_ip", "created_at", "state", "session_id", "worker_id", "assigned_at",
-                 "_stop", "_stop_reason", "initial_session", "_minted_session_id", "_span", "budget")
+                 "_stop", "_stop_reason", "initial_session", "_minted_session_id", "_span", "budget",
+                 "echo_cancelled")
 
     def __init__(self, client: EventChannel, request: SessionRequest, pool: SessionQueue, config: AppConfig) -> None:
         self.client = client
@@ -78,6 +79,7 @@ class RealtimeProxy:
         # standard clients validate every event against OpenAI's types.
         self.extensions, self.unknown_extensions = request.extensions, request.unknown_extensions
         self.intent = request.intent
+        self.echo_cancelled = request.echo_cancelled
         # An ephemeral key's session config (a session.update), and the session id its mint announced.
         self.initial_session = request.initial_session
         self._minted_session_id = request.session_id
@@ -295,6 +297,8 @@ class RealtimeProxy:
                   "extensions": ",".join(sorted(self.extensions | {"session.metrics"}))}
         if self.intent:
             params["intent"] = self.intent
+        if self.echo_cancelled:  # the worker's own canceller starts off (the session can turn it on)
+            params["input"] = "echo_cancelled"
         if self.record:
             # Only the hash reaches the worker and the disk; the link goes to this client alone.
             token = new_share_token()

@@ -32,6 +32,8 @@ class SessionRequest:
     # worker before any client event, and the session id the mint announced.
     initial_session: str | None = None
     session_id: str | None = None
+    # A WebRTC call: the browser cancelled the echo before sending; the worker's canceller starts off.
+    echo_cancelled: bool = False
 
 
 def session_request(conn: HTTPConnection, client_ip: str, grant: Grant | None = None) -> SessionRequest:

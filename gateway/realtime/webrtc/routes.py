@@ -134,7 +134,8 @@ async def place_call(media: Any, registry: CallRegistry, call_id: str, channel: 
         await call.close()
         admitted.close()
         raise
-    proxy = registry.start(call, request, admitted)
+    # The browser's own canceller has taken the echo out (getUserMedia's echoCancellation).
+    proxy = registry.start(call, replace(request, echo_cancelled=True), admitted)
     refusal = None
     with contextlib.suppress(TimeoutError):
         refusal = await asyncio.wait_for(asyncio.shield(proxy.placed), SETTLE_S)
