@@ -6,11 +6,13 @@ listener played, ``PlayedAudio``), so it cancels the echo itself, with WebRTC's 
 module (AEC3, its noise suppressor and high-pass filter) as the ``livekit`` real-time SDK ships it:
 a maintained native build with wheels for every platform, under 1 % of a core per session.
 
-- **Two clocks made one.** The microphone's samples are placed on the monotonic clock from when
-  they arrived (a chunk's last sample arrived now); the reference is read at the same times.
-  What is left between them (the network both ways, the client's buffers, the room) is the echo
-  path's delay, which AEC3 estimates itself (tested 40-300 ms). A client that stops sending and
-  starts again, or sends faster than real time, puts the microphone's clock back on arrival.
+- **Two clocks made one.** The microphone's samples are placed on the monotonic clock by when
+  they arrived: a chunk's last sample no later than its arrival, and the clock follows the
+  soonest arrivals (network jitter only delays). The reference is read at the same times; what is
+  left between them (the network both ways, the client's buffers, the room) is the echo path's
+  delay, which AEC3 estimates itself (tested 40-300 ms). Audio sent faster than real time (a
+  file, a test) lands in the past, where nothing played: it passes. A client that pauses sending
+  moves the clock on.
 - **No echo, no cancelling.** AEC3 that has never found an echo path (a headset, a test's clean
   microphone) suppresses a voice that speaks over the reply during its first seconds; so its
   output is used unless the microphone is seen not to follow the reply (``EchoPresence``); while
@@ -29,7 +31,7 @@ RATE = 16000  # what the VAD and every model here take
 FRAME = RATE // 100  # the audio processing module takes 10 ms frames
 REF_FRAME = PlayedAudio.rate // 100
 FRAME_S = 0.01
-RESYNC_S = 0.5  # the microphone's clock this far from arrival: put it back (a gap, or a burst)
+RESYNC_S = 0.5  # audio this much later than the microphone's clock: the client paused sending
 
 # EchoPresence: a microphone follows the reply when its 10 ms levels correlate with the reply's at
 # one lag (the echo path's delay) over the last seconds the reply played. Two independent voices
@@ -119,9 +121,14 @@ class RoomFilter:
     def process(self, audio: np.ndarray, arrived_at: float) -> np.ndarray:
         chunk = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
         start = arrived_at - chunk.size / RATE
-        expected = None if self._pending_t is None else self._pending_t + self._pending.size / RATE
-        if expected is None or abs(start - expected) > RESYNC_S:
+        if self._pending_t is None:
             self._pending_t = start - self._pending.size / RATE
+        else:
+            expected = self._pending_t + self._pending.size / RATE
+            if start < expected:  # sooner than the clock allows: the clock was late, or a burst
+                self._pending_t -= expected - start
+            elif start > expected + RESYNC_S:  # the client stopped sending a while: time went on
+                self._pending_t += start - expected
         pcm = np.concatenate([self._pending, chunk]) if self._pending.size else chunk
         whole = pcm.size // FRAME * FRAME
         out = np.empty(whole, np.int16)
