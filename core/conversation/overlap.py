@@ -10,7 +10,13 @@ holds back ``speech_started`` and this judge decides from:
   words -> noise, anything else -> an interruption.
 - a hum (``only_hums``: "Mm-hmm" spelled in m's and h's) never takes the floor by itself;
 - a negation or a request to stop (``STOP_WORDS``, ``STOP_PHRASES``) in any glance or the clip ->
-  an interruption at once, whatever the voice's length (issue 47: "No." must never be ignored).
+  an interruption at once, whatever the voice's length (issue 47: "No." must never be ignored);
+- its own words heard back (issue 70, ``echo_words.py``): words that repeat what the listener
+  heard the assistant say in the last moments (``said``) are its echo, judged as noise (no words);
+  a stop word counts only when the assistant did not just say it ("...the bus would not stop"
+  heard back must not cut the story), so a listener's "Stop." still cuts at once (after a "stop"
+  of its own it is judged as any words are: one word is no repeat). The length limit still holds:
+  a long echo is the echo canceller's (``room.py``) to take out.
 
 Whether words take the floor is read by meaning where the backend can
 (``Backend.interruption_probability``: the cascade's ``core/cascade/words_meaning.py``, a
@@ -26,6 +32,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Literal
+
+from core.conversation.echo_words import repeats
 
 Verdict = Literal["backchannel", "noise", "interruption"]
 
@@ -92,10 +100,18 @@ def only_hums(text: str) -> bool:
     return bool(words) and all(HUM.fullmatch(w) for w in words)
 
 
-def says_stop(text: str) -> bool:
-    """``text`` holds a negation or asks the speaker to stop."""
-    words = words_of(text)
-    return any(w in STOP_WORDS for w in words) or any(pair in STOP_PHRASES for pair in zip(words, words[1:]))
+def says_stop(text: str, said: str = "") -> bool:
+    """``text`` holds a negation or asks the speaker to stop, in words of its own: not a stop word
+    (or phrase) that the assistant just said (``said``), which is its echo."""
+    words, theirs = words_of(text), words_of(said)
+    pairs = set(zip(theirs, theirs[1:]))
+    return (any(w in STOP_WORDS and w not in theirs for w in words)
+            or any(pair in STOP_PHRASES and pair not in pairs for pair in zip(words, words[1:])))
+
+
+def echoes(text: str, said: str) -> bool:
+    """``text`` repeats ``said``, the assistant's words the listener heard lately: its echo."""
+    return repeats(words_of(text), words_of(said))
 
 
 def words_of(text: str) -> list[str]:
@@ -118,11 +134,15 @@ def takes_the_floor(words: str, interruption: float | None) -> bool:
     return unexpected_letters(words) >= MIN_LETTERS
 
 
-def verdict_of(words: str, interruption: float | None = None) -> Verdict:
-    """What a whole clip's words make of the voice."""
+def verdict_of(words: str, interruption: float | None = None, said: str = "") -> Verdict:
+    """What a whole clip's words make of the voice; ``said``: the assistant's words heard lately."""
     if not words_of(words):
         return "noise"
-    if says_stop(words) or takes_the_floor(words, interruption):
+    if says_stop(words, said):
+        return "interruption"
+    if echoes(words, said):
+        return "noise"
+    if takes_the_floor(words, interruption):
         return "interruption"
     return "backchannel"
 
@@ -133,11 +153,12 @@ def _p(interruption: float | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Glance:
-    """What a glance read: the words (None: no fast recogniser) and, when the backend reads
-    meaning, how likely they take the floor."""
+    """What a glance read: the words (None: no fast recogniser), when the backend reads meaning
+    how likely they take the floor, and the assistant's words it was read against (``said``)."""
 
     words: str | None
     interruption: float | None = None
+    said: str = ""
 
 
 @dataclass(slots=True)
@@ -164,14 +185,17 @@ class Overlap:
     def next_glance_ms(self) -> int:
         return GLANCE_FIRST_MS + self.glances * GLANCE_EVERY_MS
 
-    def glanced(self, words: str, voice_ms: int, interruption: float | None = None) -> Verdict | None:
+    def glanced(self, words: str, voice_ms: int, interruption: float | None = None,
+                said: str = "") -> Verdict | None:
         """A glance at the voice so far (``voice_ms`` of it), with the words' probability of taking
-        the floor when the backend reads meaning (``Backend.interruption_probability``): the
-        verdict when it settles one."""
+        the floor when the backend reads meaning (``Backend.interruption_probability``) and the
+        assistant's words heard lately (``said``): the verdict when it settles one. An echo of
+        ``said`` reads as no words."""
         self.words = words
-        if says_stop(words):
+        if says_stop(words, said):
             return self.decide("interruption", voice_ms, f"stop words {words!r}")
-        self.in_a_row = self.in_a_row + 1 if takes_the_floor(words, interruption) else 0
+        floor = takes_the_floor(words, interruption) and not echoes(words, said)
+        self.in_a_row = self.in_a_row + 1 if floor else 0
         if self.in_a_row >= CONFIRM:
             return self.decide("interruption", voice_ms, f"words {words!r}{_p(interruption)}")
         return None
@@ -182,11 +206,13 @@ class Overlap:
             return self.decide("interruption", voice_ms, f"{voice_ms} ms of voice")
         return None
 
-    def ended(self, words: str, voice_ms: int, interruption: float | None = None) -> Verdict:
+    def ended(self, words: str, voice_ms: int, interruption: float | None = None, said: str = "") -> Verdict:
         """The voice paused after ``voice_ms``; ``words``: the whole clip's."""
         self.words = words
-        verdict = verdict_of(words, interruption)
-        why = "no words" if verdict == "noise" else f"words {words!r}{_p(interruption)}"
+        verdict = verdict_of(words, interruption, said)
+        why = f"words {words!r}{_p(interruption)}"
+        if verdict == "noise":
+            why = f"its own words heard back {words!r}" if words_of(words) else "no words"
         return self.decide(verdict, voice_ms, why)
 
     def decide(self, verdict: Verdict, voice_ms: int, why: str) -> Verdict:

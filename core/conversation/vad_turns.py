@@ -7,7 +7,9 @@
   backchannels (our default), a voice is not a barge-in yet: ``speech_started`` waits for the
   overlap judge (``overlap.py``: the voice's length, glances at its first words, the whole clip
   at its first pause). A backchannel or noise is dropped (a ``Backchannel`` event, nothing
-  committed, the reply goes on); an interruption is announced with the voice's onset.
+  committed, the reply goes on); an interruption is announced with the voice's onset. Each
+  glance is read against the assistant's words heard lately (``echo_words.py``): their echo is
+  no voice.
 - An interruption stops what the listener hears: the reply being made is cancelled, and the
   assistant item is cut to what was heard (the clock's estimate; a client's truncate corrects
   it). The cut item's text ends with "…", so the next reply reads where it was cut.
@@ -29,6 +31,7 @@ import numpy as np
 
 from core.conversation.audio_input import VAD_RATE
 from core.conversation.config import ConversationConfig
+from core.conversation.echo_words import EchoWords
 from core.conversation.events import Backchannel, ConversationError, InputTranscript, SpeechStarted, SpeechStopped
 from core.conversation.hearing import Hearing, Speculation
 from core.conversation.items import Item
@@ -55,6 +58,7 @@ class VadTurns:
         self.rt = rt
         self.hearing = hearing
         self.replies = replies
+        self.echo = EchoWords(rt.playback, replies)  # what the listener heard it say lately
         self._overlap: Overlap | None = None  # speech over the assistant's audio, being judged
         self._cut: Response | None = None  # a reply cut by an interruption, until its turn has words
         self._turn_ended_ms: int | None = None  # where the user's last turn ended (the VAD's end)
@@ -247,7 +251,12 @@ class VadTurns:
             return
         ov.looking = True
         ov.glances = (voice - GLANCE_FIRST_MS) // GLANCE_EVERY_MS + 1  # the next one is due after this voice
-        self.hearing.glance_soon(self.hearing.clip_since(ov.onset_ms), lambda f: self._on_glance(ov, voice, f))
+        clip = self.hearing.clip_since(ov.onset_ms)
+        self.hearing.glance_soon(clip, lambda f: self._on_glance(ov, voice, f), self._said_over(clip))
+
+    def _said_over(self, clip: np.ndarray) -> str:
+        """The assistant's words that an echo in ``clip`` can repeat."""
+        return self.echo.said_within(clip.size * 1000 // VAD_RATE)
 
     def _on_glance(self, ov: Overlap, voice: int, fut: concurrent.futures.Future) -> None:
         ov.looking = False
@@ -257,7 +266,7 @@ class VadTurns:
         if seen.words is None:  # no fast recogniser: the voice's length decides
             ov.blind = True
             return
-        if ov.glanced(seen.words, voice, seen.interruption) is not None:
+        if ov.glanced(seen.words, voice, seen.interruption, seen.said) is not None:
             self.rt.spawn(self._decided(ov))
 
     async def _overlap_paused(self, ov: Overlap, segment: np.ndarray | None, pause_ms: int) -> None:
@@ -274,20 +283,20 @@ class VadTurns:
         fragment = voice < GLANCE_FIRST_MS
         clip = self.hearing.clip_since(ov.onset_ms)
         try:
-            seen = await self.hearing.glance(clip)
+            seen = await self.hearing.glance(clip, self._said_over(clip))
         except Exception:  # judged by its length instead
             log.exception("glance failed")
             seen = Glance(None)
-        words = seen.words
+        words, said = seen.words, seen.said
         if self._overlap is not ov or ov.verdict is not None or self.rt.closed:
             return
         if not ov.paused:  # the voice came back while the clip was read: only words can settle it now
-            if (words is not None and (not fragment or says_stop(words))
-                    and ov.glanced(words, voice, seen.interruption) is not None):
+            if (words is not None and (not fragment or says_stop(words, said))
+                    and ov.glanced(words, voice, seen.interruption, said) is not None):
                 await self._decided(ov)
             return
-        if (words is None or (fragment and not says_stop(words))
-                or verdict_of(words, seen.interruption) != "interruption"):
+        if (words is None or (fragment and not says_stop(words, said))
+                or verdict_of(words, seen.interruption, said) != "interruption"):
             # SETTLE_MS of silence in the stream, or of wall time for a client that stopped sending
             give_up = time.monotonic() + SETTLE_MS / 1000
             while self.hearing.now_ms() - pause_ms < SETTLE_MS and time.monotonic() < give_up:
@@ -298,7 +307,7 @@ class VadTurns:
         if words is None:  # no words to read: shorter than LONGEST_BACKCHANNEL_MS (``lasted``), so a backchannel
             ov.decide("backchannel", voice, "length at a pause")
         else:
-            ov.ended(words, voice, seen.interruption)
+            ov.ended(words, voice, seen.interruption, said)
         await self._decided(ov, segment)
 
     async def _decided(self, ov: Overlap, segment: np.ndarray | None = None) -> None:
