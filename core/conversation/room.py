@@ -11,8 +11,8 @@ a maintained native build with wheels for every platform, under 1 % of a core pe
   soonest arrivals (network jitter only delays). The reference is read at the same times; what is
   left between them (the network both ways, the client's buffers, the room) is the echo path's
   delay, which AEC3 estimates itself (tested 40-300 ms). Audio sent faster than real time (a
-  file, a test) lands in the past, where nothing played: it passes. A client that pauses sending
-  moves the clock on.
+  file, a test's burst) is no live microphone: it passes uncancelled until chunks come in real
+  time again. A client that pauses sending moves the clock on.
 - **No echo, no cancelling.** AEC3 that has never found an echo path (a headset, a test's clean
   microphone) suppresses a voice that speaks over the reply during its first seconds; so its
   output is used unless the microphone is seen not to follow the reply (``EchoPresence``); while
@@ -32,6 +32,8 @@ FRAME = RATE // 100  # the audio processing module takes 10 ms frames
 REF_FRAME = PlayedAudio.rate // 100
 FRAME_S = 0.01
 RESYNC_S = 0.5  # audio this much later than the microphone's clock: the client paused sending
+MAX_LEAD_S = 0.15  # audio this much ahead of real time is not live (network bunching stays under it)
+BURST_TOLERANCE_S = 0.005  # after a burst, a chunk that took its own length to come is live again
 
 # EchoPresence: a microphone follows the reply when its 10 ms levels correlate with the reply's at
 # one lag (the echo path's delay) over the last seconds the reply played. Two independent voices
@@ -107,6 +109,9 @@ class RoomFilter:
             self._ns = rtc.AudioProcessingModule(noise_suppression=True, high_pass_filter=True)
         self._pending = np.zeros(0, np.int16)
         self._pending_t: float | None = None  # monotonic time of the first pending sample
+        self._last_arrival = 0.0
+        self._moved_back = 0.0  # how far the clock went back to meet early chunks since it started
+        self._burst = False  # audio is coming faster than real time: no echo of the room in it
         self.frames = 0
 
     @property
@@ -120,29 +125,44 @@ class RoomFilter:
 
     def process(self, audio: np.ndarray, arrived_at: float) -> np.ndarray:
         chunk = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
-        start = arrived_at - chunk.size / RATE
-        if self._pending_t is None:
-            self._pending_t = start - self._pending.size / RATE
-        else:
-            expected = self._pending_t + self._pending.size / RATE
-            if start < expected:  # sooner than the clock allows: the clock was late, or a burst
-                self._pending_t -= expected - start
-            elif start > expected + RESYNC_S:  # the client stopped sending a while: time went on
-                self._pending_t += start - expected
+        live = self._clock(chunk.size, arrived_at)
         pcm = np.concatenate([self._pending, chunk]) if self._pending.size else chunk
         whole = pcm.size // FRAME * FRAME
         out = np.empty(whole, np.int16)
         for k in range(0, whole, FRAME):
-            out[k:k + FRAME] = self._frame(pcm[k:k + FRAME], self._pending_t + k / RATE)
+            out[k:k + FRAME] = self._frame(pcm[k:k + FRAME], self._pending_t + k / RATE, live)
         self._pending = pcm[whole:].copy()
         self._pending_t += whole / RATE
         return out.astype(np.float32) / 32768.0
 
-    def _frame(self, mic: np.ndarray, t: float) -> np.ndarray:
+    def _clock(self, samples: int, arrived_at: float) -> bool:
+        """Place a chunk on the monotonic clock; whether it is live (arrives in real time)."""
+        start = arrived_at - samples / RATE
+        last, self._last_arrival = self._last_arrival, arrived_at
+        if self._pending_t is None or (self._burst and start >= last - BURST_TOLERANCE_S):
+            self._burst = False  # the first chunk, or real time again after a burst: the clock starts here
+            self._pending_t = start - self._pending.size / RATE
+            self._moved_back = 0.0
+            return True
+        if self._burst:
+            return False
+        expected = self._pending_t + self._pending.size / RATE
+        if start < expected:  # sooner than the clock allows: the clock started late (network jitter) ...
+            if self._moved_back + expected - start > MAX_LEAD_S:  # ... or it comes faster than real time
+                self._burst = True
+                return False
+            self._moved_back += expected - start
+            self._pending_t -= expected - start
+        elif start > expected + RESYNC_S:  # the client paused sending a while: time went on
+            self._pending_t += start - expected
+            self._moved_back = 0.0
+        return True
+
+    def _frame(self, mic: np.ndarray, t: float, live: bool) -> np.ndarray:
         self.frames += 1
         rtc = self._rtc
         out = mic
-        if self._aec is not None:
+        if self._aec is not None and live:
             ref = self.played.read(t, REF_FRAME)
             self._aec.process_reverse_stream(rtc.AudioFrame(ref.tobytes(), PlayedAudio.rate, 1, REF_FRAME))
             frame = rtc.AudioFrame(mic.tobytes(), RATE, 1, FRAME)

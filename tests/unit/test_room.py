@@ -1,0 +1,173 @@
+"""The room taken out of the microphone (``core/conversation/room.py``): the assistant's own voice
+cancelled against what the listener played, whatever the echo path's delay; a voice over it kept;
+a clean microphone untouched; steady noise suppressed; and the session fields that turn them on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.conversation import ConversationConfig
+from core.conversation.played_audio import PlayedAudio
+from core.conversation.room import RoomFilter
+from core.protocol import Dialect, ProtocolError
+from worker.session_config import apply_session_update, session_object
+
+RATE = 16000
+T0 = 1000.0  # the monotonic time the reply starts playing
+STORY = ("The lighthouse keeper climbed the long stairs every evening to light the lamp, and every morning "
+         "he wrote about the ships he had seen. In winter the sea was grey and loud, and the gulls slept on "
+         "the rocks below his window.")
+
+
+@pytest.fixture(scope="module")
+def voice():
+    """The pipeline's Piper voice: the reply (24 kHz and 16 kHz) and a listener's "Stop." (16 kHz)."""
+    from core.audio import resample
+    from core.cascade.tts import PiperTts
+
+    tts = PiperTts()
+
+    def say(text: str, rate: int) -> np.ndarray:
+        pcm = b"".join(tts.synthesize(text, deterministic=True))
+        audio = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768
+        return audio if rate == 24000 else resample(audio, 24000, rate)
+
+    reply24 = say(STORY, 24000)[: 24000 * 12]
+    return reply24, say(STORY, RATE)[: RATE * 12], say("Stop.", RATE)
+
+
+def level(x: np.ndarray) -> float:
+    return float(10 * np.log10(np.mean(np.asarray(x, np.float64) ** 2) + 1e-12))
+
+
+def room_tail(ms: int = 200, seed: int = 0) -> np.ndarray:
+    """An impulse response: the direct path, then exponentially decaying reflections (RT60 ``ms``)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(RATE * ms // 1000) / RATE
+    h = rng.standard_normal(t.size) * np.exp(-t / (ms / 1000 / 6.9))
+    h[0] = 1.0
+    return (h / np.sqrt((h ** 2).sum())).astype(np.float32)
+
+
+def microphone(reply16: np.ndarray, echo_db: float | None, delay_ms: int, voice_at_s: float | None,
+               stop: np.ndarray, seconds: float = 12.0) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    mic = (rng.standard_normal(int(RATE * seconds)) * 10 ** (-60 / 20)).astype(np.float32)  # the room's floor
+    if echo_db is not None:
+        echo = np.convolve(reply16, room_tail())[: reply16.size] * 10 ** (echo_db / 20)
+        d = RATE * delay_ms // 1000
+        n = min(mic.size - d, echo.size)
+        mic[d:d + n] += echo[:n]
+    if voice_at_s is not None:
+        at = int(voice_at_s * RATE)
+        mic[at:at + stop.size] += stop * 0.5
+    return mic
+
+
+def played_reply(reply24: np.ndarray) -> PlayedAudio:
+    """The reply as a client plays it: sent in 200 ms pieces faster than real time, queued."""
+    played = PlayedAudio()
+    step = 24000 // 5
+    for k, i in enumerate(range(0, reply24.size, step)):
+        played.add((reply24[i:i + step] * 32767).astype("<i2").tobytes(), T0 + k * 0.2)
+    return played
+
+
+def filtered(room: RoomFilter, mic: np.ndarray, chunk: int = 320) -> np.ndarray:
+    """``mic`` through ``room`` in 20 ms chunks, each arriving as its last sample was captured."""
+    return np.concatenate([room.process(mic[i:i + chunk], T0 + (i + chunk) / RATE)
+                           for i in range(0, mic.size, chunk)])
+
+
+def test_played_audio_lays_each_piece_where_it_plays():
+    played = PlayedAudio()
+    piece = np.full(2400, 1000, "<i2").tobytes()  # 100 ms
+    played.add(piece, 10.0)
+    played.add(piece, 10.3)  # the queue ran dry for 200 ms
+    got = played.read(10.0, 24000 // 2)
+    assert (got[:2400] == 1000).all() and (got[2400:7200] == 0).all() and (got[7200:9600] == 1000).all()
+    played.stop(10.35)  # the client cleared what was still queued
+    assert (played.read(10.3, 2400)[:1200] == 1000).all() and (played.read(10.35, 1200) == 0).all()
+
+
+@pytest.mark.parametrize("delay_ms", [40, 150, 300])
+def test_its_own_echo_is_cancelled_whatever_the_delay(voice, delay_ms):
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, -10, delay_ms, None, stop)
+    room = RoomFilter(played_reply(reply24), noise_suppression=False)
+    out = filtered(room, mic)
+    after_first_second = slice(RATE, RATE * 10)
+    assert level(mic[after_first_second]) > -40  # there was an echo to hear
+    assert level(out[after_first_second]) < level(mic[after_first_second]) - 25
+    assert room.presence.echo is True
+    assert abs(room.presence.delay_ms - delay_ms) <= 60  # found, not assumed
+
+
+def test_a_voice_over_the_echo_keeps_its_level(voice):
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, -10, 80, 6.0, stop)
+    out = filtered(RoomFilter(played_reply(reply24), noise_suppression=False), mic)
+    spoken = slice(6 * RATE, 6 * RATE + stop.size)
+    assert level(out[spoken]) > level(mic[spoken]) - 6
+    before = slice(5 * RATE, 6 * RATE)  # the echo alone, just before
+    assert level(out[spoken]) > level(out[before]) + 20
+
+
+def test_a_clean_microphone_passes_as_it_came(voice):
+    """A headset: nothing of the reply in the microphone. AEC3 that never found an echo path would
+    suppress the listener's voice over the reply; the presence check keeps its output out."""
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, None, 0, 2.5, stop)
+    room = RoomFilter(played_reply(reply24), noise_suppression=False)
+    out = filtered(room, mic)
+    spoken = slice(int(2.5 * RATE), int(2.5 * RATE) + stop.size)
+    assert abs(level(out[spoken]) - level(mic[spoken])) < 1.0
+    assert room.presence.echo is False
+
+
+def test_audio_sent_faster_than_real_time_is_not_taken_for_echo(voice):
+    """A file streamed in a burst while the reply plays: it lands where nothing played."""
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, None, 0, 1.0, stop, seconds=3.0)
+    room = RoomFilter(played_reply(reply24), noise_suppression=False)
+    out = np.concatenate([room.process(mic[i:i + 640], T0 + 1.0) for i in range(0, mic.size, 640)])
+    spoken = slice(RATE, RATE + stop.size)
+    assert abs(level(out[spoken]) - level(mic[spoken])) < 1.0
+
+
+def test_noise_suppression_lowers_steady_noise_and_keeps_the_voice(voice):
+    _, _, stop = voice
+    rng = np.random.default_rng(2)
+    mic = (rng.standard_normal(RATE * 4) * 10 ** (-40 / 20)).astype(np.float32)  # a fan, -40 dBFS
+    at = 3 * RATE
+    mic[at:at + stop.size] += stop * 0.5
+    out = filtered(RoomFilter(None, noise_suppression=True), mic)
+    noise_only = slice(RATE, 2 * RATE)
+    spoken = slice(at, at + stop.size)
+    assert level(out[noise_only]) < level(mic[noise_only]) - 10
+    assert level(out[spoken]) > level(mic[spoken]) - 4
+
+
+def test_the_session_turns_the_room_on_and_off():
+    ga, beta = Dialect(False), Dialect(True)
+    cfg, settings = apply_session_update(ConversationConfig(), {"audio": {"input": {
+        "noise_reduction": {"type": "far_field"}, "echo_cancellation": None}}}, ga)
+    assert cfg.noise_reduction == "far_field" and cfg.echo_cancellation is False
+    shown = session_object(cfg, ga, "sess_1", "m", settings)["audio"]["input"]
+    assert shown["noise_reduction"] == {"type": "far_field"} and shown["echo_cancellation"] is None
+    cfg, settings = apply_session_update(cfg, {"input_audio_noise_reduction": None,
+                                               "input_audio_echo_cancellation": {"type": "server"}}, beta)
+    assert cfg.noise_reduction is None and cfg.echo_cancellation is True
+    shown = session_object(cfg, beta, "sess_1", "m", settings)
+    assert shown["input_audio_noise_reduction"] is None and shown["input_audio_echo_cancellation"] == {"type": "server"}
+    assert session_object(ConversationConfig(), ga, "s", "m")["audio"]["input"]["echo_cancellation"] == {"type": "server"}
+
+
+@pytest.mark.parametrize("field,value", [("noise_reduction", {"type": "loud_room"}), ("noise_reduction", "near_field"),
+                                         ("echo_cancellation", True), ("echo_cancellation", {"type": "client"})])
+def test_a_bad_room_field_is_refused_with_its_name(field, value):
+    with pytest.raises(ProtocolError) as err:
+        apply_session_update(ConversationConfig(), {"audio": {"input": {field: value}}}, Dialect(False))
+    assert err.value.param == f"session.audio.input.{field}"
+    assert "null" in err.value.message
