@@ -85,7 +85,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transport", choices=["websocket", "webrtc"], default="websocket",
                         help="duplex: the trials over a long reply over a WebSocket session or a WebRTC call "
                              "(measured on the track)")
-    parser.add_argument("--limit", type=int, help="turns, duplex: the first N items of each kind; answers: the first N questions")
+    parser.add_argument("--limit", type=int, help="turns, duplex: the first N items of each kind (duplex --room: at "
+                                                  "most N trials a condition); answers: the first N questions")
+    parser.add_argument("--room", action="store_true",
+                        help="duplex: the room's plan instead of the clean one: a microphone that also hears the "
+                             "loudspeaker (echo) and noise (bench/duplex/room_trials.py); dev parts only")
+    parser.add_argument("--echo-cancellation", choices=["server", "off"], default="server",
+                        help="duplex --room: the server's echo canceller (server, its default: nothing sent) or "
+                             "off (echo_cancellation null: the baseline)")
+    parser.add_argument("--noise-reduction", choices=["none", "near_field", "far_field"], default="none",
+                        help="duplex --room: session.audio.input.noise_reduction (none, the default: nothing sent)")
+    parser.add_argument("--conditions", nargs="+", choices=["echo", "cutin", "backchannel", "noise"],
+                        help="duplex --room: which groups of conditions (default: all four)")
     parser.add_argument("--set", choices=["eval", "dev", "dev2", "fresh"], default="eval",
                         help="answers, tools, duplex: which part of the set (duplex dev2: issue 34's eval, spent and "
                              "tuned on since; fresh: dev2's phrases in issue 47's fresh voices; both dev now). A "

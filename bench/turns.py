@@ -40,6 +40,7 @@ import base64
 import json
 import time
 from pathlib import Path
+from types import EllipsisType
 from typing import Any
 
 import numpy as np
@@ -95,14 +96,19 @@ async def stream(ws, clip: Clip, marks: dict[str, float]) -> None:
                                   "audio": base64.b64encode(audio[i:i + CHUNK].tobytes()).decode()}))
 
 
-async def open_session(url: str, turn_detection: dict[str, Any]):
+async def open_session(url: str, turn_detection: dict[str, Any] | None | EllipsisType = ..., **audio_input: Any):
+    """A GA session, updated: ``turn_detection`` (left out, ``...``: the server's default) and any
+    other ``session.audio.input`` fields (``bench duplex --room``: ``echo_cancellation``,
+    ``noise_reduction``)."""
+    fields = dict(audio_input)
+    if turn_detection is not ...:
+        fields["turn_detection"] = turn_detection
     ws = await websockets.connect(url, max_size=None, compression=None, ping_interval=None, open_timeout=600)
     try:
         while json.loads(await asyncio.wait_for(ws.recv(), 600))["type"] != "session.created":
             pass
         await ws.send(json.dumps({"type": "session.update", "session": {
-            "type": "realtime", "max_output_tokens": MAX_TOKENS,
-            "audio": {"input": {"turn_detection": turn_detection}}}}))
+            "type": "realtime", "max_output_tokens": MAX_TOKENS, "audio": {"input": fields}}}))
         return await until_ready(ws, "session.updated", 30)
     except BaseException:
         await ws.close()

@@ -5,6 +5,7 @@
     python -m bench duplex --kinds backchannel interruption --modes semantic_vad no_backchannel_rule
     python -m bench duplex --json --out bench/results
     python -m bench duplex --transport webrtc --kinds backchannel interruption cutin   # over a call (webrtc.py)
+    python -m bench duplex --room --set dev --runs 1         # in a room: echo and noise at the mic (room_trials.py)
 
 A real gateway + one cascade worker (``bench/launch.py``); one fresh GA WebSocket session per
 trial, ``?extensions=all``. The microphone never stops: 20 ms chunks of PCM16 24 kHz on a
@@ -53,6 +54,12 @@ Trials, per mode:
   (lower case, a word beginning with it), judged on the reply's first words (up to its end, the
   keyword, or 6 s of its audio).
 
+In a room (``--room``, issue 70; ``room.py``, ``room_trials.py``, ``room_report.py``): the
+microphone also hears the loudspeaker (the client's played audio, delayed, through a synthetic
+room, at -6/-10/-20 dB) and made noise (babble, music, keyboard, fan at 10/20 dB SNR); stories
+count self-interruptions and how much of the story was played, cut-ins and backchannels are
+spoken over them. ``--echo-cancellation off`` measures without the server's canceller.
+
 Modes: ``server_vad`` (silence_duration_ms 500), ``semantic_vad`` (eagerness auto), both with the
 server's defaults for speech over a reply (since issue 47 the reply stops at the voice's onset and
 a backchannel resumes it), and for the trials over a reply ``no_backchannel_rule`` (semantic_vad
@@ -68,7 +75,8 @@ from typing import Any
 
 from bench.duplex.client import Mic, Player, Trial
 from bench.duplex.common import MODES, mentions
-from bench.duplex.report import goals, median_modes, report, summarise
+from bench.duplex.report import goals, median_modes, summarise
+from bench.duplex.report import report as clean_report
 from bench.duplex.runner import measure
 from bench.duplex.trials import modes_for, overlap_trial, run_all, turn_trial
 from bench.duplex_set import KINDS, items, synthesize
@@ -79,7 +87,20 @@ __all__ = ["MODES", "Mic", "Player", "Trial", "goals", "median_modes", "mentions
            "measure", "report", "run_all", "run_cli", "summarise", "turn_trial"]
 
 
+def report(r: dict[str, Any]) -> str:
+    """The tables of a run: the clean trials' (``report.py``) or the room's (``room_report.py``)."""
+    if r.get("room"):
+        from bench.duplex.room_report import report as room_report
+
+        return room_report(r)
+    return clean_report(r)
+
+
 def run_cli(args) -> dict[str, Any]:
+    if getattr(args, "room", False):  # the room's trials: echo and noise at the microphone (room_trials.py)
+        from bench.duplex.room_trials import run_cli as run_room
+
+        return run_room(args)
     if (getattr(args, "transport", None) or "websocket") == "webrtc":  # the overlap trials over a call
         from bench.duplex.webrtc import run_cli as run_calls
 

@@ -1,6 +1,7 @@
 """The listener's side of one trial: a microphone that never stops (``Mic``), the simulated
 play-out buffer (``Player``) and one session's events, timed, with the truncates a client sends
-on barge-in (``Trial``)."""
+on barge-in (``Trial``). ``bench/duplex/room.py`` gives the microphone a room: it hears what the
+player played (a ``Player(keep=True)`` keeps the samples) and noise, through ``Mic.hear``."""
 
 from __future__ import annotations
 
@@ -44,11 +45,17 @@ class Mic:
     def speaking(self) -> bool:
         return self.queue.size > 0
 
+    def hear(self, voice: np.ndarray, end: float) -> np.ndarray:
+        """The chunk the microphone sends: the queued voice (int16) alone here; a room adds what else
+        it hears over the chunk's span, which ends at ``end`` (monotonic seconds)."""
+        return voice
+
     async def _run(self) -> None:
         t0 = time.monotonic()
         n = 0
         while True:
-            await asyncio.sleep(max(0.0, t0 + n * CHUNK_MS / 1000 - time.monotonic()))
+            due = t0 + n * CHUNK_MS / 1000
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
             chunk = self.queue[:CHUNK]
             self.queue = self.queue[CHUNK:]
             if chunk.size < CHUNK:
@@ -57,6 +64,7 @@ class Mic:
             for name, at in self.wanted.items():
                 if name not in self.marks and self.sent <= at < self.sent + CHUNK:
                     self.marks[name] = now
+            chunk = self.hear(chunk, due)
             await self.ws.send(json.dumps({"type": self.append,
                                            "audio": base64.b64encode(chunk.astype("<i2").tobytes()).decode()}))
             self.sent += CHUNK
@@ -72,21 +80,27 @@ class Mic:
 
 
 class Player:
-    """The listener's play-out buffer: each delta plays after the ones before it, in real time."""
+    """The listener's play-out buffer: each delta plays after the ones before it, in real time.
+    With ``keep``, each segment's samples too (``pcm``, int16 at ``RATE``, from the segment's start;
+    a clear cuts where the segment stops sounding, not its samples): what the loudspeaker played."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = False) -> None:
         self.segments: list[list[Any]] = []  # [item_id, response_id, start, end]
+        self.keep = keep
+        self.pcm: list[np.ndarray] = []  # with keep: the samples of each segment
         self.end = 0.0
         self.gaps_s = 0.0  # silences inside an item: its audio came slower than real time
         self._cleared = False  # the last thing that happened was a clear
 
-    def add(self, now: float, item_id: str, response_id: str, seconds: float) -> None:
+    def add(self, now: float, item_id: str, response_id: str, seconds: float, pcm: np.ndarray | None = None) -> None:
         if self.segments and self.segments[-1][0] == item_id and now > self.end and not self._cleared:
             self.gaps_s += now - self.end  # (after a clear the silence is the client's, not a slow reply)
         self._cleared = False
         start = max(now, self.end)
         self.end = start + seconds
         self.segments.append([item_id, response_id, start, self.end])
+        if self.keep:
+            self.pcm.append(pcm if pcm is not None else np.zeros(round(seconds * RATE), np.int16))
 
     def played_s(self, item_id: str, now: float) -> float:
         return sum(max(0.0, min(now, e) - s) for i, _, s, e in self.segments if i == item_id)
@@ -120,14 +134,14 @@ def rel_ms(t: float | None, origin: float | None) -> float | None:
 class Trial:
     """One session's events, timed; the listener's playback and truncates."""
 
-    def __init__(self, ws, mic: Mic, live: bool = False) -> None:
+    def __init__(self, ws, mic: Mic, live: bool = False, player: Player | None = None) -> None:
         self.ws, self.mic = ws, mic
         self.live = live  # the Live dialect: no response ids, replies told apart by silences
         self._live_reply = 0
         self._live_resumes = False
         self._live_text = ""  # transcript that came while no audio played: the next reply's first words
         self.t0 = time.monotonic()
-        self.player = Player()
+        self.player = player or Player()
         self.created: dict[str, float] = {}
         self.order: list[str] = []
         self.first_audio: dict[str, float] = {}
@@ -178,8 +192,9 @@ class Trial:
             self.items.setdefault(rid, ev.get("item_id", "?"))
             # Audio of a reply the client cleared still plays when it comes after the clear: what
             # the listener hears is what the server sends (issue 69), not what speech_started says.
-            seconds = len(base64.b64decode(ev.get("delta", ""))) / 2 / RATE
-            self.player.add(now, ev.get("item_id", "?"), rid, seconds)
+            raw = base64.b64decode(ev.get("delta", ""))
+            pcm = np.frombuffer(raw[:len(raw) // 2 * 2], "<i2") if self.player.keep else None
+            self.player.add(now, ev.get("item_id", "?"), rid, len(raw) / 2 / RATE, pcm)
             return
         if kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
             rid = ev.get("response_id", "?")
@@ -208,7 +223,7 @@ class Trial:
                 played_ms = int(self.player.played_s(item_id, now) * 1000)
                 self.player.clear(now)
                 self.cut.add(rid)
-                self.truncates.append({"item_id": item_id, "audio_end_ms": played_ms, "at": now})
+                self.truncates.append({"item_id": item_id, "response_id": rid, "audio_end_ms": played_ms, "at": now})
                 asyncio.ensure_future(self.ws.send(json.dumps({
                     "type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
                     "audio_end_ms": played_ms})))

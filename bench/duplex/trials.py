@@ -135,7 +135,7 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
                 if now > lv + BACKCHANNEL_WINDOW_S:
                     break
                 continue
-            nxt = _next_reply(tr, reply, onset)
+            nxt = next_reply(tr, reply, onset)
             if it.kind == "cutin":  # taken as a turn or not: its answer's content is not judged
                 if nxt is not None and nxt in tr.first_audio or tr.resumed or now > lv + DETECT_WINDOW_S + 1.0:
                     break
@@ -185,18 +185,8 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
         cancelled = status == "cancelled" and done_t is not None and done_t >= onset
         back = [tr.first_audio[rid] for rid in tr.resumed if rid in tr.first_audio]
         answer = [rid for rid in new if rid not in tr.resumed]
-        # Taken as an interruption: stopped and never resumed, or answered. A reply that yielded at
-        # the onset and came back (issue 47's default) was paused, not taken: "paused" says so.
-        r["why"] = [w for w, yes in (("speech_started", bool(seen) and not back), ("cancelled", cancelled and not back),
-                                     ("new_response", bool(answer))) if yes]
-        r["paused"] = bool(seen) and bool(back)
-        r["false_interruption"] = bool(r["why"])
-        # What the listener notices: the story stopped and did not come back within STORY_BACK_S of
-        # the voice's end, or the backchannel got an answer of its own.
+        r.update(story_outcome(bool(seen), cancelled, bool(answer), min(back) if back else None, lv))
         r["story_back_ms"] = tr.rel_ms(min(back), lv) if back else None
-        answered = bool(answer)
-        stopped = bool(seen) or cancelled
-        r["story_lost"] = answered or (stopped and not (back and min(back) <= lv + STORY_BACK_S))
         if reply_end is not None and reply_end < lv and not r["false_interruption"]:
             r["status"] = "ended"  # the reply had stopped playing before the backchannel did
         r["backchannel_ms"] = tr.rel_ms(tr.backchannels[0][0], onset) if tr.backchannels else None
@@ -211,7 +201,7 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
     if seen and done_t is not None:
         stop_t = max(tr.last_audio.get(reply, seen[0]), done_t) if done_t >= onset else seen[0]
         r["stop_ms"] = tr.rel_ms(stop_t, onset)
-    nxt = _next_reply(tr, reply, onset)
+    nxt = next_reply(tr, reply, onset)
     text = tr.text.get(nxt, "") if nxt else ""
     r["next_text"] = text
     r["relevant"] = bool(nxt) and mentions(text, it.expect)
@@ -220,13 +210,28 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
     return r
 
 
+def story_outcome(seen: bool, cancelled: bool, answered: bool, back: float | None, last_voiced: float) -> dict[str, Any]:
+    """A backchannel's outcome for the story (both transports, and ``bench duplex --room``): whether
+    ``speech_started`` came in its window (``seen``), the reply was cancelled after its onset, a new
+    reply (not a resumption) answered it, and when the resumed reply first sounded (``back``,
+    monotonic seconds, or None). Taken as an interruption (``why``): stopped and never resumed, or
+    answered; a reply that yielded at the onset and came back (issue 47's default) was ``paused``,
+    not taken. Lost, what the listener notices: the story stopped and did not come back within
+    ``STORY_BACK_S`` of the voice's last voiced sample, or the backchannel got an answer."""
+    why = [w for w, yes in (("speech_started", seen and back is None), ("cancelled", cancelled and back is None),
+                            ("new_response", answered)) if yes]
+    stopped = seen or cancelled
+    return {"why": why, "paused": seen and back is not None, "false_interruption": bool(why),
+            "story_lost": answered or (stopped and not (back is not None and back <= last_voiced + STORY_BACK_S))}
+
+
 def verdict_of_voice(tr: Trial, reply: str | None, onset: float, until: float) -> dict[str, Any]:
     """What the server decided about the voice over the reply, from what it sent by ``until``:
     "interruption" (a user turn committed after the onset, or the next reply's audio began),
     "backchannel" (a backchannel event, or the reply resumed), or None: undecided, counted apart
     for every kind (issue 69; before, an undecided cut-in counted as taken). An answer that
     sounded wins over an earlier backchannel call."""
-    nxt = _next_reply(tr, reply, onset)
+    nxt = next_reply(tr, reply, onset)
     return decide_voice(tr.first_audio.get(nxt) if nxt is not None else None, tr.committed,
                         [t for t, _ in tr.backchannels], bool(tr.resumed), onset, until)
 
@@ -242,7 +247,7 @@ def decide_voice(next_audio: float | None, committed: list[float], backchannels:
     return {"verdict": verdict, "undecided": verdict is None}
 
 
-def _next_reply(tr: Trial, reply: str | None, onset: float | None) -> str | None:
+def next_reply(tr: Trial, reply: str | None, onset: float | None) -> str | None:
     """The first response created after the onset that is neither the long reply nor its resumption."""
     if onset is None:
         return None

@@ -71,10 +71,10 @@ from bench.calls.client import BenchCall, make_tracks
 from bench.calls.common import FRAME_S
 from bench.duplex.client import rel_ms
 from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LIVE, LONG_INSTRUCTIONS, LONG_TOKENS, MODES,
-                                 NEXT_AUDIO_S, NEXT_WAIT_S, PLAYED_S, REPLY_WAIT_S, STORY_BACK_S, mentions)
+                                 NEXT_AUDIO_S, NEXT_WAIT_S, PLAYED_S, REPLY_WAIT_S, mentions)
 from bench.duplex_set import OVERLAP_KINDS, Clip, items, prompts, synthesize
 from bench.duplex.runner import measure
-from bench.duplex.trials import decide_voice, modes_for
+from bench.duplex.trials import decide_voice, modes_for, story_outcome
 from bench.launch import raise_fd_limit
 from bench.turns import MAX_TOKENS, Refused
 
@@ -206,13 +206,8 @@ def outcome(kind: str, events: list[Event], frames: list[Frame], reply: str, ons
         cancelled = status == "cancelled" and done_t is not None and done_t >= onset
         back = fig["back_t"]
         answer = [rid for rid in new if rid not in s["resumed"]]
-        r["why"] = [w for w, yes in (("speech_started", bool(seen) and back is None),
-                                     ("cancelled", cancelled and back is None), ("new_response", bool(answer))) if yes]
-        r["paused"] = bool(seen) and back is not None
-        r["false_interruption"] = bool(r["why"])
+        r.update(story_outcome(bool(seen), cancelled, bool(answer), back, lv))
         r["story_back_ms"] = fig["story_back_ms"]
-        stopped = bool(seen) or cancelled
-        r["story_lost"] = bool(answer) or (stopped and not (back is not None and back <= lv + STORY_BACK_S))
         ended = reply in s["stopped"] and reply not in s["cleared"] and mine and mine[-1] + FRAME_S < lv
         r["status"] = "ended" if ended and not r["false_interruption"] else "ok"
         r["backchannel_ms"] = rel_ms(s["backchannels"][0][0], onset) if s["backchannels"] else None

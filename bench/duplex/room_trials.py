@@ -1,0 +1,468 @@
+"""``python -m bench duplex --room``: the duplex trials in a room (issue 70), a microphone that also
+hears the loudspeaker (echo) and room noise (``bench/duplex/room.py``), measured on the client
+from the audio it actually played.
+
+    python -m bench duplex --room --set dev --runs 1                       # the whole plan, ~12 min a run
+    python -m bench duplex --room --set dev --limit 1 --runs 1             # a smoke run: one trial a condition
+    python -m bench duplex --room --set dev --echo-cancellation off        # the baseline: no server canceller
+    python -m bench duplex --room --set dev --conditions echo cutin --noise-reduction near_field
+
+One GA WebSocket session per trial (``bench/turns.py open_session``, as the other trials), with
+the server's DEFAULT turn detection (no ``turn_detection`` sent) and, from the options,
+``session.audio.input.echo_cancellation`` (``--echo-cancellation off`` sends null; ``server``, the
+default, sends nothing: the server's default is on) and ``noise_reduction`` (``near_field`` /
+``far_field``; ``none``, the default, sends nothing). Each trial asks for a long story (the part's
+long-answer prompt as a text item, ``response.create`` with the long instructions and
+``STORY_TOKENS``, enough for more than 20 s of audio) and measures from the story's first audio:
+
+- **story** (no user voice; echo or noise only), a 20 s window (``WINDOW_S``). A
+  self-interruption is the story stopped while the user said nothing (``RoomTrial.stops``):
+  ``speech_started`` while the assistant's audio was playing or due (the client clears and
+  truncates), a response cancelled that the client had not cut, or a new response created while
+  another was still playing or due. One that came back: a resumed response
+  (``response.resumed``) sounded within 1 s of the server's end of that voice (the next
+  ``speech_stopped``). Story played: the seconds of the story's audio (the story's response and
+  its resumptions) the player played in the window, clears applied; its share of the window less
+  the stalls (a gap with no stop in it: the server had not produced audio yet; reported apart as
+  underrun seconds) and less any time after a story that completed before the window's end.
+- **cut-in** over echo or noise: a dev cut-in clip spoken 4-7 s into the story (from its first
+  audio, wall clock). Taken on a verdict (``trials.decide_voice``: a turn committed after the onset
+  or the next reply's audio began, no backchannel event or resumption after the onset). Onset ->
+  last audio played: from the clip's onset to the end of the last audio the player played of any
+  response begun before the onset or resuming one (clears applied; 0 when nothing was playing).
+- **backchannel** over echo and without it, side by side in one run: a dev backchannel clip at
+  the same point; story lost as the clean overlap trial defines it (``trials.story_outcome``), for
+  the response playing at the onset; a story already gone before the voice counts as lost.
+
+The plan (``plan``; ``--conditions`` picks groups, ``--limit N`` caps each condition at N):
+``echo``: stories at -10 dB (5) and -6 dB (5), delays cycling 40-300 ms, and -20 dB (2);
+``cutin``: 10 cut-ins, half at -10, half at -6 dB; ``backchannel``: 10 over echo at -10 dB and
+the same 10 without echo; ``noise``: at 10 dB SNR one story and one cut-in per noise type, at
+20 dB one story per type. Trials interleave the conditions. ``--runs`` (default 3) repeats the
+plan on one stack; ``room_report.py`` gives each figure per run and as the median of the runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bench.duplex.client import Player, Trial
+from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LONG_INSTRUCTIONS, REPLY_WAIT_S,
+                                 STORY_BACK_S)
+from bench.duplex.room import (DELAYS_MS, NOISES, RT60S_S, Echo, RoomMic, at_snr, dbfs, loudspeaker, noise, rms,
+                               voice_level)
+from bench.duplex.room_report import goals, median_conditions, summarise
+from bench.duplex.trials import decide_voice, next_reply, story_outcome
+from bench.duplex_set import RATE, Clip, items, prompts, synthesize
+from bench.launch import cascade_realtime_url, raise_fd_limit
+from bench.turns import Refused, open_session
+
+WINDOW_S = 20.0  # a story's window, from its first audio
+# The story's max_output_tokens. A spoken reply ends at the first sentence end after 20 words per
+# 160 tokens (core/cascade/voice_prompt.py): the clean trials' LONG_TOKENS (320) ends it after 40
+# words, about 14 s of audio; 1024 lets it run to 128 words, about 35 s, past the window.
+STORY_TOKENS = 1024
+CLIP_AT_S = (4.0, 4.75, 5.5, 6.25, 7.0)  # a cut-in or backchannel this far into the story, by trial
+GROUPS = ("echo", "cutin", "backchannel", "noise")
+EDGE_S = 0.02  # a stop this close before a gap began made it
+SNRS_DB = (10.0, 20.0)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One trial of the plan."""
+
+    condition: str  # what the report groups by, e.g. "story, echo -10 dB"
+    kind: str  # "story", "cutin" or "backchannel"
+    prompt: str
+    echo_db: float | None = None  # None: no echo
+    delay_ms: int = 0
+    rt60_s: float = 0.2
+    noise: str | None = None
+    snr_db: float | None = None
+    clip: Clip | None = None
+    at_s: float = 0.0  # the clip's onset into the story
+    seed: int = 0
+
+
+def echo_label(db: float | None) -> str:
+    return "no echo" if db is None else f"echo {db:g} dB"
+
+
+def plan(part: str, groups: tuple[str, ...] | list[str], limit: int | None, cutins: list[Clip],
+         backchannels: list[Clip]) -> list[Spec]:
+    """The trials of ``groups`` (``GROUPS``), at most ``limit`` per condition, conditions interleaved."""
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown:
+        raise SystemExit(f"unknown conditions {unknown}; use some of {list(GROUPS)}")
+    asks = prompts(part)
+    conditions: list[list[dict[str, Any]]] = []
+
+    def add(n: int, make) -> None:
+        conditions.append([make(i) for i in range(n if limit is None else min(n, limit))])
+
+    def echoed(i: int, db: float) -> dict[str, Any]:
+        return {"echo_db": db, "delay_ms": DELAYS_MS[i % len(DELAYS_MS)], "rt60_s": RT60S_S[i % len(RT60S_S)]}
+
+    if "echo" in groups:
+        for db, n in ((-10.0, 5), (-6.0, 5), (-20.0, 2)):
+            add(n, lambda i, db=db: {"condition": f"story, {echo_label(db)}", "kind": "story", **echoed(i, db)})
+    if "cutin" in groups:
+        for k, db in enumerate((-10.0, -6.0)):
+            mine = cutins[k::2][:5]
+            add(len(mine), lambda i, db=db, mine=mine: {
+                "condition": f"cut-in, {echo_label(db)}", "kind": "cutin", "clip": mine[i], **echoed(i, db)})
+    if "backchannel" in groups:
+        mine = backchannels[:10]
+        add(len(mine), lambda i: {"condition": "backchannel, echo -10 dB", "kind": "backchannel", "clip": mine[i],
+                                  **echoed(i, -10.0)})
+        add(len(mine), lambda i: {"condition": "backchannel, no echo", "kind": "backchannel", "clip": mine[i]})
+    if "noise" in groups:
+        for snr in SNRS_DB:
+            for j, kind in enumerate(NOISES):
+                add(1, lambda i, snr=snr, j=j, kind=kind: {"condition": f"story, {kind} {snr:g} dB SNR",
+                                                           "kind": "story", "noise": kind, "snr_db": snr, "n": j})
+        for j, kind in enumerate(NOISES):
+            add(1, lambda i, j=j, kind=kind: {"condition": f"cut-in, {kind} 10 dB SNR", "kind": "cutin", "n": j,
+                                              "noise": kind, "snr_db": 10.0, "clip": cutins[(j + 3) % len(cutins)]})
+    out: list[Spec] = []
+    for i in range(max((len(c) for c in conditions), default=0)):
+        for c in conditions:
+            if i < len(c):
+                spec = dict(c[i])
+                k = spec.pop("n", i)  # the trial's place in its condition: its prompt and its clip's time
+                at = CLIP_AT_S[k % len(CLIP_AT_S)] if spec["kind"] != "story" else 0.0
+                out.append(Spec(prompt=asks[k % len(asks)], at_s=at, seed=len(out), **spec))
+    return out
+
+
+def session_fields(echo_cancellation: str = "server", noise_reduction: str = "none") -> dict[str, Any]:
+    """The ``session.audio.input`` fields sent beside the server's default turn detection: nothing
+    for the server's defaults (echo cancellation on, no noise reduction)."""
+    out: dict[str, Any] = {}
+    if echo_cancellation == "off":
+        out["echo_cancellation"] = None
+    elif echo_cancellation != "server":
+        raise SystemExit(f"--echo-cancellation {echo_cancellation!r}: server or off")
+    if noise_reduction in ("near_field", "far_field"):
+        out["noise_reduction"] = {"type": noise_reduction}
+    elif noise_reduction != "none":
+        raise SystemExit(f"--noise-reduction {noise_reduction!r}: none, near_field or far_field")
+    return out
+
+
+class RoomTrial(Trial):
+    """``Trial`` that also notes, as each event comes, whether it stopped the assistant (``stops``):
+    ``speech_started`` while its audio was playing or due, a response cancelled that the client
+    had not cut, a new response created while another was playing or due."""
+
+    def __init__(self, ws, mic, player: Player) -> None:
+        super().__init__(ws, mic, player=player)
+        self.stops: list[dict[str, Any]] = []  # {"at", "why", "response"}
+
+    def _handle(self, ev: dict[str, Any], now: float) -> None:
+        kind = ev.get("type")
+        if kind in ("input_audio_buffer.speech_started", "response.created"):
+            heard = self.player.playing(now, self.done.keys() | self.cut)
+            if heard is not None:
+                stop = {"at": now, "why": "speech_started", "response": heard[1]}
+                if kind == "response.created":  # a resumption is told only after its creation: see real_stops
+                    stop.update(why="new_response", new=ev["response"]["id"])
+                self.stops.append(stop)
+        elif kind == "response.done":
+            r = ev["response"]
+            if r.get("status") == "cancelled" and r["id"] not in self.cut:
+                self.stops.append({"at": now, "why": "cancelled", "response": r["id"]})
+        super()._handle(ev, now)
+
+    def real_stops(self) -> list[dict[str, Any]]:
+        """``stops`` less the new responses that turned out to resume one (``response.resumed``)."""
+        return [s for s in self.stops if s.get("new") not in self.resumed]
+
+
+def stop_figures(tr: Trial, stops: list[dict[str, Any]], start: float, end: float) -> dict[str, Any]:
+    """The stops in [start, end): each with whether it came back (a resumed response created after
+    it first sounded within ``STORY_BACK_S`` of the next ``speech_stopped``, or of the stop where
+    none came)."""
+    stopped_at = sorted(t for t, k in tr.events if k == "input_audio_buffer.speech_stopped")
+    out = []
+    for s in stops:
+        if not start <= s["at"] < end:
+            continue
+        voice_end = next((t for t in stopped_at if t >= s["at"]), s["at"])
+        back = [tr.first_audio[rid] for rid in tr.resumed
+                if rid in tr.first_audio and tr.created.get(rid, -1) >= s["at"]]
+        came_back = bool(back) and min(back) <= voice_end + STORY_BACK_S
+        out.append({"at_ms": round((s["at"] - start) * 1000), "why": s["why"], "came_back": came_back})
+    return {"stops": out, "self_interruptions": len(out), "came_back": sum(s["came_back"] for s in out)}
+
+
+def story_figures(tr: Trial, stops: list[dict[str, Any]], story: str, start: float,
+                  window_s: float = WINDOW_S) -> dict[str, Any]:
+    """What the listener heard of the story in [start, start + window_s) from the player (clears
+    applied): the story is its response and the responses resuming one. ``played_s``; the gaps,
+    each split at its first stop (``RoomTrial.real_stops``): before it, or the whole gap
+    when none came, a stall (``underrun_s``: the server had not produced audio yet) unless the story
+    had completed and played out (``ended_s``); from it on, ``stopped_s``. ``share`` = played over
+    the window less stalls and the end."""
+    end = start + window_s
+    mine = {story} | set(tr.resumed)
+    spans = sorted((max(s, start), min(e, end)) for _, r, s, e in tr.player.segments
+                   if r in mine and min(e, end) > max(s, start))
+    merged: list[list[float]] = []
+    for s, e in spans:
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    played = sum(e - s for s, e in merged)
+    gaps, at = [], start
+    for s, e in merged:
+        if s > at:
+            gaps.append((at, s))
+        at = e
+    if at < end:
+        gaps.append((at, end))
+    stop_times = sorted(s["at"] for s in stops)
+    last = max(mine & set(tr.created), key=lambda r: tr.created[r], default=story)
+    completed = last in tr.done and tr.done[last][1] == "completed"
+    heard_until = max((e for _, r, s, e in tr.player.segments if r in mine and e > s), default=start)
+    underrun = stopped = ended = 0.0
+    for a, b in gaps:
+        first = next((t for t in stop_times if a - EDGE_S <= t < b), None)
+        if first is not None:
+            underrun += max(0.0, first - a)
+            stopped += b - max(first, a)
+        elif completed and a >= heard_until - 1e-9:
+            ended += b - a
+        else:
+            underrun += b - a
+    denominator = window_s - underrun - ended
+    return {"window_s": window_s, "played_s": round(played, 3), "underrun_s": round(underrun, 3),
+            "stopped_s": round(stopped, 3), "ended_s": round(ended, 3),
+            "share": round(played / denominator, 4) if denominator > 0 else None,
+            "story_completed": completed}
+
+
+def heard_until(tr: Trial, onset: float) -> float | None:
+    """The end of the last audio the player played of a response begun before ``onset`` or resuming
+    one (clears applied), or None when none sounded."""
+    rids = {r for r in tr.order if tr.created[r] < onset} | set(tr.resumed)
+    ends = [e for _, r, s, e in tr.player.segments if r in rids and e > s]
+    return max(ends) if ends else None
+
+
+async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: float,
+                     noises: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One trial of the plan: a story in the room of ``spec``, with its clip if it has one."""
+    clip = spec.clip
+    r: dict[str, Any] = {"condition": spec.condition, "kind": spec.kind, "prompt": spec.prompt,
+                         "echo_db": spec.echo_db, "delay_ms": spec.delay_ms if spec.echo_db is not None else None,
+                         "rt60_s": spec.rt60_s if spec.echo_db is not None else None, "noise": spec.noise,
+                         "snr_db": spec.snr_db, "item": clip.item.id if clip else None,
+                         "text": clip.item.text if clip else None, "at_s": spec.at_s if clip else None}
+    ws = await open_session(url, **fields)
+    await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": spec.prompt}]}}))
+    await ws.send(json.dumps({"type": "response.create", "response": {
+        "instructions": LONG_INSTRUCTIONS, "max_output_tokens": STORY_TOKENS}}))
+    player = Player(keep=True)
+    echo = Echo(spec.echo_db, spec.delay_ms, spec.rt60_s, spec.seed) if spec.echo_db is not None else None
+    loop = None
+    if spec.noise is not None:
+        loop = at_snr(noises[spec.noise], voice_rms, spec.snr_db).astype(np.float64)
+    rng = np.random.default_rng(spec.seed)
+    mic = RoomMic(ws, player, echo, loop, int(rng.integers(0, loop.size)) if loop is not None else 0).start()
+    tr = RoomTrial(ws, mic, player)
+    asked = time.monotonic()
+    story: str | None = None
+    said_at: float | None = None
+    on_at_onset: tuple[str, str] | None = None
+    r["status"] = "ok"
+    try:
+        while True:
+            await tr.pump()
+            now = time.monotonic()
+            if story is None and tr.order:
+                story = tr.order[0]
+            first = tr.first_audio.get(story) if story else None
+            if first is None:
+                if now - asked > REPLY_WAIT_S:
+                    r["status"] = "no reply"
+                    break
+                continue
+            if clip is None:
+                if now >= first + WINDOW_S + 0.2:
+                    break
+                continue
+            if said_at is None:
+                if now >= first + spec.at_s:
+                    on_at_onset = tr.player.playing(now, tr.done.keys() | tr.cut)
+                    mic.say(clip.pcm, {"onset": 0, "last_voiced": clip.last_voiced})
+                    said_at = now
+                continue
+            lv, onset = mic.marks.get("last_voiced"), mic.marks.get("onset")
+            if lv is None:
+                continue
+            if spec.kind == "backchannel":
+                if now > lv + BACKCHANNEL_WINDOW_S:
+                    break
+                continue
+            nxt = next_reply(tr, story, onset)
+            back = any(tr.created.get(rid, -1) >= onset for rid in tr.resumed)
+            if nxt is not None and nxt in tr.first_audio or back or now > lv + DETECT_WINDOW_S + 1.0:
+                break
+        settle = time.monotonic() + 0.3
+        while time.monotonic() < settle:
+            await tr.pump(0.05)
+    finally:
+        await tr.close()
+    r.update(user=tr.user, errors=tr.errors, events=tr.timeline(), backchannels=[w for _, w in tr.backchannels],
+             resumed=len(tr.resumed), story_text=tr.text.get(story, "") if story else "",
+             echo_heard_db=echo.heard_db() if echo else None, clipped_samples=mic.clipped,
+             voice_dbfs=dbfs(voice_rms), noise_dbfs=dbfs(rms(loop)) if loop is not None else None)
+    if story is None or story not in tr.first_audio:
+        r["status"] = "no reply"
+        return r
+    first = tr.first_audio[story]
+    stops = tr.real_stops()
+    r["story_audio_s"] = round(sum(p.size for p, seg in zip(player.pcm, player.segments) if seg[1] == story) / RATE, 2)
+    r["story_played_dbfs"] = _played_level(player, first, WINDOW_S)
+    if clip is None:
+        r.update(stop_figures(tr, stops, first, first + WINDOW_S))
+        r.update(story_figures(tr, stops, story, first))
+        return r
+    onset, lv = mic.marks.get("onset"), mic.marks.get("last_voiced")
+    if onset is None or lv is None:
+        r["status"] = "not said"
+        return r
+    before = stop_figures(tr, stops, first, onset)
+    r.update(stops_before=before["stops"], self_interruptions_before=before["self_interruptions"],
+             playing_at_onset=on_at_onset is not None)
+    if spec.kind == "cutin":
+        until = lv + DETECT_WINDOW_S + 1.0
+        nxt = next_reply(tr, story, onset)
+        resumed = any(tr.created.get(rid, -1) >= onset for rid in tr.resumed)
+        r.update(decide_voice(tr.first_audio.get(nxt) if nxt is not None else None, tr.committed,
+                              [t for t, _ in tr.backchannels], resumed, onset, until))
+        r["taken"] = r["verdict"] == "interruption"
+        end = heard_until(tr, onset)
+        r["last_played_ms"] = round(max(0.0, end - onset) * 1000, 1) if end is not None else 0.0
+        return r
+    window = lv + BACKCHANNEL_WINDOW_S
+    if on_at_onset is None:  # the story had stopped before the voice, and not come back
+        r.update(why=["gone before the voice"], paused=False, false_interruption=False, story_lost=True,
+                 story_back_ms=None)
+        return r
+    reply = on_at_onset[1]
+    seen = any(onset <= t <= window for t in tr.speech_started)
+    done_t, status, _ = tr.done.get(reply, (None, None, None))
+    cancelled = status == "cancelled" and done_t is not None and done_t >= onset
+    new = [rid for rid in tr.order if rid != reply and onset <= tr.created[rid] <= window]
+    answered = any(rid not in tr.resumed for rid in new)
+    back = [tr.first_audio[rid] for rid in new if rid in tr.resumed and rid in tr.first_audio]
+    r.update(story_outcome(seen, cancelled, answered, min(back) if back else None, lv))
+    r["story_back_ms"] = round((min(back) - lv) * 1000, 1) if back else None
+    return r
+
+
+def _played_level(player: Player, start: float, seconds: float) -> float | None:
+    """The RMS (dBFS) of what the loudspeaker played in the window, over the samples that sounded."""
+    x = loudspeaker(player, start, int(seconds * RATE))
+    voiced = x[np.abs(x) > 0]
+    return dbfs(rms(voiced)) if voiced.size else None
+
+
+async def run_plan(url: str, specs: list[Spec], fields: dict[str, Any], voice_rms: float,
+                   noises: dict[str, np.ndarray], log) -> list[dict[str, Any]]:
+    try:  # warm-up: the first ASR / LLM / TTS calls
+        await room_trial(url, Spec("warm-up", "cutin", specs[0].prompt, clip=_first_clip(specs), at_s=2.0),
+                         fields, voice_rms, noises)
+    except Refused:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed warm-up shows again in the real trials
+        log(f"warm-up failed: {exc!r}")
+    rows = []
+    for spec in specs:
+        try:
+            row = await room_trial(url, spec, fields, voice_rms, noises)
+        except Refused:
+            raise
+        except Exception as exc:  # noqa: BLE001 - counted, not fatal
+            row = {"condition": spec.condition, "kind": spec.kind, "error": repr(exc)}
+        rows.append(row)
+        log(row_line(row))
+    return rows
+
+
+def _first_clip(specs: list[Spec]) -> Clip | None:
+    return next((s.clip for s in specs if s.clip is not None), None)
+
+
+def row_line(r: dict[str, Any]) -> str:
+    head = f"{r['condition']:28s} {r.get('item') or '':8s}"
+    if "error" in r:
+        return f"{head} error {r['error']}"
+    if r.get("status") != "ok":
+        return f"{head} {r.get('status')}"
+    if r["kind"] == "story":
+        stops = " ".join(f"{s['at_ms']}:{s['why']}{'+back' if s['came_back'] else ''}" for s in r["stops"])
+        return (f"{head} self-interruptions={r['self_interruptions']} (back {r['came_back']}) played="
+                f"{r['played_s']:.1f}s share={r['share']} underrun={r['underrun_s']:.1f}s "
+                f"audio={r['story_audio_s']}s [{stops}] heard {r['user']}")
+    if r["kind"] == "cutin":
+        return (f"{head} taken={r['taken']} verdict={r['verdict']} last_played={r['last_played_ms']} "
+                f"before={r['self_interruptions_before']} {r['text']!r} heard {r['user']}")
+    return (f"{head} lost={r['story_lost']} {r['why']} back={r['story_back_ms']} before="
+            f"{r['self_interruptions_before']} {r['text']!r} heard {r['user']}, as backchannel {r['backchannels']}")
+
+
+def run_cli(args) -> dict[str, Any]:
+    raise_fd_limit()
+    part = getattr(args, "set", None) or "dev"
+    if part == "eval":
+        raise SystemExit("--room runs on a dev part (--set dev, dev2 or fresh): its trials tune the room's handling")
+    groups = tuple(getattr(args, "conditions", None) or GROUPS)
+    ec = getattr(args, "echo_cancellation", None) or "server"
+    nr = getattr(args, "noise_reduction", None) or "none"
+    fields = session_fields(ec, nr)
+    cutins = [synthesize(it) for it in items(part, "cutin")]
+    backchannels = [synthesize(it) for it in items(part, "backchannel")]
+    specs = plan(part, groups, getattr(args, "limit", None), cutins, backchannels)
+    if not specs:
+        raise SystemExit(f"no trial in conditions {list(groups)}")
+    voice = voice_level([synthesize(it).pcm for it in items(part, "complete")])
+    noises = {kind: noise(kind) for kind in sorted({s.noise for s in specs if s.noise})}
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    runs = max(1, getattr(args, "runs", None) or 3)
+    out: list[dict[str, Any]] = []
+    with cascade_realtime_url() as url:
+        url += "&extensions=all"
+        for k in range(runs):
+            log(f"run {k + 1} (room: {len(specs)} trials, echo_cancellation={ec}, noise_reduction={nr})")
+            t0, load = time.monotonic(), os.getloadavg()
+            try:
+                rows = asyncio.run(run_plan(url, specs, fields, voice, noises, log))
+            except Refused as exc:
+                raise SystemExit(f"the server refused the session's fields {fields}: {exc}") from exc
+            out.append({"conditions": summarise(rows), "wall_s": round(time.monotonic() - t0, 1),
+                        "loadavg_start": [round(x, 2) for x in load],
+                        "loadavg_end": [round(x, 2) for x in os.getloadavg()], "rows": rows})
+    median = median_conditions([run["conditions"] for run in out])
+    counts: dict[str, int] = {}
+    for s in specs:
+        counts[s.condition] = counts.get(s.condition, 0) + 1
+    return {"room": True, "transport": "websocket", "set": part, "echo_cancellation": ec, "noise_reduction": nr,
+            "session_fields": fields, "voice_dbfs": dbfs(voice), "window_s": WINDOW_S, "conditions": counts,
+            "runs": out, "median": median, "goals": goals(median)}
