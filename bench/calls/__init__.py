@@ -6,6 +6,7 @@ and many calls relayed at once without an audio underrun.
     python -m bench calls --parts transport --seconds 10 --runs 3
     python -m bench calls --parts load --calls 1 5 10 20 --hold 10
     python -m bench calls --parts transport load --seconds 2 --calls 2 --hold 1   # the e2e test's size
+    python -m bench calls --parts room --seconds 20 --runs 3   # the worker's echo canceller per session
 
 **V2V** (a real gateway and one cascade worker): the same spoken prompts (the pipeline's Piper
 voice, as ``bench serve``) streamed in real time, (a) over the WebSocket as 40 ms PCM16
@@ -62,6 +63,10 @@ same rule on the reply packets' arrival ("on the wire", before the client's jitt
 
 The bench's own clients and the synthetic worker run on the same cores as the gateway; their CPU
 is printed next to the gateway's. The load average is printed at the start and end of each part.
+
+**Room** (in process, no server; ``room_cost.py``): the worker's echo canceller and noise
+suppressor per WebSocket session (on by default there; a call leaves the echo to the browser), in
+% of a core, with an echoing and a clean microphone.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ from typing import Any
 
 from bench.calls.common import CPU_GOAL_PCT, MANY_CALLS, UNDERRUN_GOAL, V2V_GOAL_MS, loadavg
 from bench.calls.load import part_load
+from bench.calls.room_cost import part_room
 from bench.calls.transport import part_transport
 from bench.calls.v2v import part_v2v
 from bench.launch import raise_fd_limit
@@ -95,6 +101,8 @@ def run_cli(args) -> dict[str, Any]:
         result["transport"] = part_transport(max(2.0, getattr(args, "seconds", None) or 10.0), runs, log)
     if "load" in parts:
         result["load"] = part_load(levels, args.hold, log)
+    if "room" in parts:
+        result["room"] = part_room(max(5.0, getattr(args, "seconds", None) or 20.0), runs, log)
     result["loadavg_end"] = loadavg()
     result["goals"] = goals(result)
     return result
@@ -117,6 +125,8 @@ def goals(r: dict[str, Any]) -> dict[str, Any]:
         u = None if many is None else many["underruns"] + (many["calls"] - many["playing"])
         out["underruns"] = {"value": u, "calls": many["calls"] if many else None,
                             "mark": goal_mark(u, UNDERRUN_GOAL, f"{MANY_CALLS} calls, {UNDERRUN_GOAL} underruns")}
+    if "room" in r:
+        out["room"] = {"value": r["room"]["worst_pct"], "mark": r["room"]["mark"]}
     return out
 
 

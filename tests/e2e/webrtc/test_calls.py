@@ -133,6 +133,8 @@ async def test_spoken_question_spoken_answer_then_hangup(stack, call, speech):
     await c.connect()
     created = await c.until("session.created", timeout=20)
     assert created["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+    # the browser's canceller has the echo; the server's starts off on a call (issue 70)
+    assert created["session"]["audio"]["input"]["echo_cancellation"] is None
     c.mic.say(speech(QUESTION))
     await c.until("input_audio_buffer.speech_started", timeout=20)
     await c.until("input_audio_buffer.speech_stopped", timeout=20)
@@ -232,6 +234,7 @@ async def test_multipart_offer_with_session_via_openai_sdk(stack, call):
     audio_in = created["session"]["audio"]["input"]
     assert audio_in["turn_detection"] is None
     assert audio_in["format"] == {"type": "audio/pcm", "rate": 24000}  # the track's format, not G.711
+    assert audio_in["echo_cancellation"] is None  # off on a call, with a session of its own too
     assert not c.of("session.updated")  # the config it started with is in session.created
     c.send("session.update", session={"type": "realtime", "audio": {"output": {"format": {"type": "audio/pcma"}}}})
     updated = await c.until("session.updated")
