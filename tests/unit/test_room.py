@@ -171,3 +171,31 @@ def test_a_bad_room_field_is_refused_with_its_name(field, value):
         apply_session_update(ConversationConfig(), {"audio": {"input": {field: value}}}, Dialect(False))
     assert err.value.param == f"session.audio.input.{field}"
     assert "null" in err.value.message
+
+
+def test_noise_reduction_changes_what_the_vad_hears(voice):
+    """The same noisy input through the session's input path, with ``noise_reduction`` and
+    without: what the VAD, glances and transcripts get has the fan taken out, and the voice is
+    still heard from its start to its end."""
+    from core.conversation.audio_input import AudioInput
+    from core.conversation.vad import SileroModel
+
+    _, reply16, _ = voice
+    rng = np.random.default_rng(3)
+    words = reply16[: 3 * RATE] * 0.5
+    mic = np.concatenate([np.zeros(RATE, np.float32), words, np.zeros(2 * RATE, np.float32)])
+    mic += (rng.standard_normal(mic.size) * 10 ** (-40 / 20)).astype(np.float32)
+    model = SileroModel()
+    heard = {}
+    for nr in (None, "near_field"):
+        cfg = ConversationConfig(input_sample_rate=16000, noise_reduction=nr, echo_cancellation=False)
+        inp = AudioInput(model, cfg)
+        reports, audio = [], []
+        for i in range(0, mic.size, 640):
+            out, got = inp.process(mic[i:i + 640], T0 + (i + 640) / RATE)
+            audio.append(out)
+            reports += [kind for kind, _, _ in got]
+        heard[nr] = (np.concatenate(audio)[RATE // 4: RATE * 3 // 4], reports)
+    assert level(heard["near_field"][0]) < level(heard[None][0]) - 10  # the noise before the voice
+    for _, reports in heard.values():
+        assert reports[0] == "start" and reports[-1] == "end"
