@@ -180,6 +180,13 @@ export class DuplexSession extends EventTarget {
     else this._connect();
   }
 
+  /** Whether the browser applied its echo canceller to the microphone (getUserMedia's echoCancellation). */
+  _browserCancelsEcho() {
+    const track = this.stream && this.stream.getAudioTracks()[0];
+    const settings = track && track.getSettings ? track.getSettings() : {};
+    return settings.echoCancellation === true;
+  }
+
   /** The `turn_detection` this session asks for. */
   turnDetectionConfig() {
     return turnDetectionFor({ turnDetection: this.turnDetection, eagerness: this.eagerness, silenceMs: this.silenceMs });
@@ -299,6 +306,9 @@ export class DuplexSession extends EventTarget {
             audio: { input: {
               format: { type: "audio/pcm", rate: RATE },
               turn_detection: this.turnDetectionConfig(),
+              // The browser cancelled the echo already: the server's canceller (our extension,
+              // on by default over a WebSocket) would only cost time.
+              ...(this._browserCancelsEcho() ? { echo_cancellation: null } : {}),
             } },
           },
         });
