@@ -174,7 +174,7 @@ class RoomFilter:
             frame = rtc.AudioFrame(out.tobytes(), RATE, 1, FRAME)
             self._ns.process_stream(frame)
             out = np.frombuffer(frame.data, np.int16)
-        return out
+        return out if mic.any() else mic  # digital silence holds no echo or noise: kept, not comfort-noised
 
 
 def _rms(x: np.ndarray) -> float:
