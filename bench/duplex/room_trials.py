@@ -24,12 +24,16 @@ long-answer prompt as a text item, ``response.create`` with the long instruction
   ``speech_stopped``). Story played: the seconds of the story's audio (the story's response and
   its resumptions) the player played in the window, clears applied; its share of the window less
   the stalls (a gap with no stop in it: the server had not produced audio yet; reported apart as
-  underrun seconds) and less any time after a story that completed before the window's end.
+  underrun seconds) and less any time after a story that completed before the window's end. Stops
+  are counted from the request: one before the story's first audio (the window then starts at the
+  first audio of its resumption, or at that stop when none came) is a self-interruption too.
 - **cut-in** over echo or noise: a dev cut-in clip spoken 4-7 s into the story (from its first
   audio, wall clock). Taken on a verdict (``trials.decide_voice``: a turn committed after the onset
   or the next reply's audio began, no backchannel event or resumption after the onset). Onset ->
   last audio played: from the clip's onset to the end of the last audio the player played of any
-  response begun before the onset or resuming one (clears applied; 0 when nothing was playing).
+  response begun before the onset or resuming one (clears applied). A cut-in spoken when nothing
+  was playing (the story had stopped of itself) has no such figure, and counts for the goal as not
+  taken: there was nothing to cut.
 - **backchannel** over echo and without it, side by side in one run: a dev backchannel clip at
   the same point; story lost as the clean overlap trial defines it (``trials.story_outcome``), for
   the response playing at the onset; a story already gone before the voice counts as lost.
@@ -161,26 +165,39 @@ def session_fields(echo_cancellation: str = "server", noise_reduction: str = "no
 
 class RoomTrial(Trial):
     """``Trial`` that also notes, as each event comes, whether it stopped the assistant (``stops``):
-    ``speech_started`` while its audio was playing or due, a response cancelled that the client
-    had not cut, a new response created while another was playing or due."""
+    ``speech_started`` while a response was on (its audio playing or due, or none of it come yet);
+    a response cancelled, or one on when a new response was created, that no stop had taken
+    already (the client had not cut it)."""
 
     def __init__(self, ws, mic, player: Player) -> None:
         super().__init__(ws, mic, player=player)
-        self.stops: list[dict[str, Any]] = []  # {"at", "why", "response"}
+        self.stops: list[dict[str, Any]] = []  # {"at", "why", "response"} (+ "new": the new response)
+        self._stopped: set[str] = set()  # responses a stop took
+
+    def on(self, now: float) -> str | None:
+        """The response the listener is on at ``now``: the player's (``Player.playing``), or else one
+        created whose audio has not come yet and that is neither done nor cut."""
+        finished = self.done.keys() | self.cut
+        heard = self.player.playing(now, finished)
+        if heard is not None:
+            return heard[1]
+        return next((r for r in reversed(self.order) if r not in finished and r not in self.first_audio), None)
 
     def _handle(self, ev: dict[str, Any], now: float) -> None:
         kind = ev.get("type")
         if kind in ("input_audio_buffer.speech_started", "response.created"):
-            heard = self.player.playing(now, self.done.keys() | self.cut)
-            if heard is not None:
-                stop = {"at": now, "why": "speech_started", "response": heard[1]}
+            rid = self.on(now)
+            if rid is not None and (kind == "input_audio_buffer.speech_started" or rid not in self._stopped):
+                stop = {"at": now, "why": "speech_started", "response": rid}
                 if kind == "response.created":  # a resumption is told only after its creation: see real_stops
                     stop.update(why="new_response", new=ev["response"]["id"])
                 self.stops.append(stop)
+                self._stopped.add(rid)
         elif kind == "response.done":
             r = ev["response"]
-            if r.get("status") == "cancelled" and r["id"] not in self.cut:
+            if r.get("status") == "cancelled" and r["id"] not in self.cut and r["id"] not in self._stopped:
                 self.stops.append({"at": now, "why": "cancelled", "response": r["id"]})
+                self._stopped.add(r["id"])
         super()._handle(ev, now)
 
     def real_stops(self) -> list[dict[str, Any]]:
@@ -188,10 +205,11 @@ class RoomTrial(Trial):
         return [s for s in self.stops if s.get("new") not in self.resumed]
 
 
-def stop_figures(tr: Trial, stops: list[dict[str, Any]], start: float, end: float) -> dict[str, Any]:
-    """The stops in [start, end): each with whether it came back (a resumed response created after
-    it first sounded within ``STORY_BACK_S`` of the next ``speech_stopped``, or of the stop where
-    none came)."""
+def stop_figures(tr: Trial, stops: list[dict[str, Any]], start: float, end: float,
+                 origin: float | None = None) -> dict[str, Any]:
+    """The stops in [start, end), timed from ``origin`` (default ``start``): each with whether it
+    came back (a resumed response created after it first sounded within ``STORY_BACK_S`` of the
+    next ``speech_stopped``, or of the stop where none came)."""
     stopped_at = sorted(t for t, k in tr.events if k == "input_audio_buffer.speech_stopped")
     out = []
     for s in stops:
@@ -201,7 +219,8 @@ def stop_figures(tr: Trial, stops: list[dict[str, Any]], start: float, end: floa
         back = [tr.first_audio[rid] for rid in tr.resumed
                 if rid in tr.first_audio and tr.created.get(rid, -1) >= s["at"]]
         came_back = bool(back) and min(back) <= voice_end + STORY_BACK_S
-        out.append({"at_ms": round((s["at"] - start) * 1000), "why": s["why"], "came_back": came_back})
+        out.append({"at_ms": round((s["at"] - (start if origin is None else origin)) * 1000), "why": s["why"],
+                    "came_back": came_back})
     return {"stops": out, "self_interruptions": len(out), "came_back": sum(s["came_back"] for s in out)}
 
 
@@ -211,8 +230,9 @@ def story_figures(tr: Trial, stops: list[dict[str, Any]], story: str, start: flo
     applied): the story is its response and the responses resuming one. ``played_s``; the gaps,
     each split at its first stop (``RoomTrial.real_stops``): before it, or the whole gap
     when none came, a stall (``underrun_s``: the server had not produced audio yet) unless the story
-    had completed and played out (``ended_s``); from it on, ``stopped_s``. ``share`` = played over
-    the window less stalls and the end."""
+    had completed and played out (``ended_s``; ``stopped_s`` when a stop came before: a story
+    resumed after a stop ends short); from it on, ``stopped_s``. ``share`` = played over the window
+    less stalls and the end."""
     end = start + window_s
     mine = {story} | set(tr.resumed)
     spans = sorted((max(s, start), min(e, end)) for _, r, s, e in tr.player.segments
@@ -241,15 +261,23 @@ def story_figures(tr: Trial, stops: list[dict[str, Any]], story: str, start: flo
         if first is not None:
             underrun += max(0.0, first - a)
             stopped += b - max(first, a)
+        elif completed and a >= heard_until - 1e-9 and not any(t < a for t in stop_times):
+            ended += b - a  # it ended of itself (a story stopped earlier and resumed ends short: stopped)
         elif completed and a >= heard_until - 1e-9:
-            ended += b - a
+            stopped += b - a
         else:
             underrun += b - a
     denominator = window_s - underrun - ended
     return {"window_s": window_s, "played_s": round(played, 3), "underrun_s": round(underrun, 3),
             "stopped_s": round(stopped, 3), "ended_s": round(ended, 3),
-            "share": round(played / denominator, 4) if denominator > 0 else None,
-            "story_completed": completed}
+            "share": round(played / denominator, 4) if denominator > 0 else None, "ended_in_window": ended > 0}
+
+
+def story_start(tr: Trial, story: str | None) -> float | None:
+    """When the story first sounded: its response's first audio, or that of a response resuming it
+    (the server yielded to a noise before any of it played)."""
+    heard = [tr.first_audio[r] for r in {story} | tr.resumed if r in tr.first_audio] if story else []
+    return min(heard) if heard else None
 
 
 def heard_until(tr: Trial, onset: float) -> float | None:
@@ -285,7 +313,7 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
     asked = time.monotonic()
     story: str | None = None
     said_at: float | None = None
-    on_at_onset: tuple[str, str] | None = None
+    on_at_onset: str | None = None
     r["status"] = "ok"
     try:
         while True:
@@ -293,10 +321,9 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
             now = time.monotonic()
             if story is None and tr.order:
                 story = tr.order[0]
-            first = tr.first_audio.get(story) if story else None
+            first = story_start(tr, story)
             if first is None:
                 if now - asked > REPLY_WAIT_S:
-                    r["status"] = "no reply"
                     break
                 continue
             if clip is None:
@@ -305,7 +332,7 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
                 continue
             if said_at is None:
                 if now >= first + spec.at_s:
-                    on_at_onset = tr.player.playing(now, tr.done.keys() | tr.cut)
+                    on_at_onset = tr.on(now)
                     mic.say(clip.pcm, {"onset": 0, "last_voiced": clip.last_voiced})
                     said_at = now
                 continue
@@ -329,22 +356,24 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
              resumed=len(tr.resumed), story_text=tr.text.get(story, "") if story else "",
              echo_heard_db=echo.heard_db() if echo else None, clipped_samples=mic.clipped,
              voice_dbfs=dbfs(voice_rms), noise_dbfs=dbfs(rms(loop)) if loop is not None else None)
-    if story is None or story not in tr.first_audio:
-        r["status"] = "no reply"
-        return r
-    first = tr.first_audio[story]
-    stops = tr.real_stops()
-    r["story_audio_s"] = round(sum(p.size for p, seg in zip(player.pcm, player.segments) if seg[1] == story) / RATE, 2)
+    first, stops = story_start(tr, story), tr.real_stops()
+    if first is None:  # none of the story sounded
+        if clip is not None or not stops:
+            r["status"] = "stopped before it sounded" if stops else "no reply"
+            return r
+        first = stops[0]["at"]  # a story stopped before it began: its window runs from that stop
+    mine = {story} | tr.resumed  # the story's audio as the server sent it, its resumptions too
+    r["story_audio_s"] = round(sum(p.size for p, seg in zip(player.pcm, player.segments) if seg[1] in mine) / RATE, 2)
     r["story_played_dbfs"] = _played_level(player, first, WINDOW_S)
     if clip is None:
-        r.update(stop_figures(tr, stops, first, first + WINDOW_S))
+        r.update(stop_figures(tr, stops, asked, first + WINDOW_S, origin=first))
         r.update(story_figures(tr, stops, story, first))
         return r
     onset, lv = mic.marks.get("onset"), mic.marks.get("last_voiced")
     if onset is None or lv is None:
         r["status"] = "not said"
         return r
-    before = stop_figures(tr, stops, first, onset)
+    before = stop_figures(tr, stops, asked, onset, origin=first)
     r.update(stops_before=before["stops"], self_interruptions_before=before["self_interruptions"],
              playing_at_onset=on_at_onset is not None)
     if spec.kind == "cutin":
@@ -354,15 +383,15 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
         r.update(decide_voice(tr.first_audio.get(nxt) if nxt is not None else None, tr.committed,
                               [t for t, _ in tr.backchannels], resumed, onset, until))
         r["taken"] = r["verdict"] == "interruption"
-        end = heard_until(tr, onset)
-        r["last_played_ms"] = round(max(0.0, end - onset) * 1000, 1) if end is not None else 0.0
+        end = heard_until(tr, onset)  # None when nothing was playing at the onset: nothing to cut
+        r["last_played_ms"] = round(max(0.0, end - onset) * 1000, 1) if end is not None and on_at_onset else None
         return r
     window = lv + BACKCHANNEL_WINDOW_S
     if on_at_onset is None:  # the story had stopped before the voice, and not come back
         r.update(why=["gone before the voice"], paused=False, false_interruption=False, story_lost=True,
                  story_back_ms=None)
         return r
-    reply = on_at_onset[1]
+    reply = on_at_onset
     seen = any(onset <= t <= window for t in tr.speech_started)
     done_t, status, _ = tr.done.get(reply, (None, None, None))
     cancelled = status == "cancelled" and done_t is not None and done_t >= onset
