@@ -211,7 +211,7 @@ async def _replaced():
     assert [(s["why"], s["response"]) for s in tr.real_stops()] == [("new_response", "r1"), ("cancelled", "r2")]
 
 
-def test_a_stop_before_the_story_sounded_counts_once_and_its_window_starts_at_the_resumption():
+def test_a_halt_before_the_first_audio_counts_once_and_its_window_starts_at_the_resumption():
     asyncio.run(_stopped_before_it_sounded())
 
 
