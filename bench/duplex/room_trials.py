@@ -228,11 +228,12 @@ def story_figures(tr: Trial, stops: list[dict[str, Any]], story: str, start: flo
                   window_s: float = WINDOW_S) -> dict[str, Any]:
     """What the listener heard of the story in [start, start + window_s) from the player (clears
     applied): the story is its response and the responses resuming one. ``played_s``; the gaps,
-    each split at its first stop (``RoomTrial.real_stops``): before it, or the whole gap
-    when none came, a stall (``underrun_s``: the server had not produced audio yet) unless the story
-    had completed and played out (``ended_s``; ``stopped_s`` when a stop came before: a story
-    resumed after a stop ends short); from it on, ``stopped_s``. ``share`` = played over the window
-    less stalls and the end."""
+    each split at its first stop (``RoomTrial.real_stops``): before it a stall (``underrun_s``: the
+    server had not produced audio yet), from it on ``stopped_s``. A gap with no stop in it is a stall
+    when the story plays again after it; the gap that ends the window is ``stopped_s`` when a stop
+    came before it (the story never came back, or came back short), ``ended_s`` when the story had
+    completed and played out, else a stall. ``share`` = played over the window less stalls and the
+    end."""
     end = start + window_s
     mine = {story} | set(tr.resumed)
     spans = sorted((max(s, start), min(e, end)) for _, r, s, e in tr.player.segments
@@ -261,12 +262,14 @@ def story_figures(tr: Trial, stops: list[dict[str, Any]], story: str, start: flo
         if first is not None:
             underrun += max(0.0, first - a)
             stopped += b - max(first, a)
-        elif completed and a >= heard_until - 1e-9 and not any(t < a for t in stop_times):
-            ended += b - a  # it ended of itself (a story stopped earlier and resumed ends short: stopped)
+        elif b < end:
+            underrun += b - a  # the story went on after it: the server was late
+        elif any(t < a for t in stop_times):
+            stopped += b - a  # the story never came back (or came back short) after an earlier stop
         elif completed and a >= heard_until - 1e-9:
-            stopped += b - a
+            ended += b - a  # it ended of itself
         else:
-            underrun += b - a
+            underrun += b - a  # never stopped, not finished: the server was late
     denominator = window_s - underrun - ended
     return {"window_s": window_s, "played_s": round(played, 3), "underrun_s": round(underrun, 3),
             "stopped_s": round(stopped, 3), "ended_s": round(ended, 3),

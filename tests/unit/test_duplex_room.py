@@ -257,6 +257,11 @@ async def _plays_through():
     await asyncio.sleep(0)
     after = room_trials.story_figures(cut, cut.real_stops(), "r1", 1.0, window_s=12.0)
     assert after["ended_s"] == 0.0 and abs(after["stopped_s"] - 10.0) < 1e-6 and abs(after["share"] - 2 / 12) < 1e-3
+    _feed(cut, [(2.8, _created("r3")), (2.8, {"type": "response.resumed", "response_id": "r3", "item_id": "item_r3"}),
+                (2.9, _delta("r3", 0.1))])  # resumed again, then silent while still open: no stall either
+    await asyncio.sleep(0)
+    held = room_trials.story_figures(cut, cut.real_stops(), "r1", 1.0, window_s=12.0)
+    assert held["underrun_s"] == 0.0 and abs(held["share"] - 2.1 / 12) < 1e-3  # r3 plays 3.6-3.7
 
 
 def test_the_plan_and_the_session_fields():
