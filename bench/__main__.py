@@ -11,6 +11,7 @@
     python -m bench turns       # turn-taking: spoken V2V and mid-sentence cut-ins per turn-detection mode
     python -m bench answers     # answer quality via REST: simple questions answered right and short
     python -m bench duplex      # full duplex: pause takeover, turn latency, interruptions, backchannels (Full-Duplex-Bench style)
+    python -m bench duplex --room --set dev   # the same in a room: the mic hears the loudspeaker (echo) and noise
     python -m bench calls       # WebRTC calls: V2V against WebSocket, gateway CPU per call, 20 calls without underruns
     python -m bench heard       # questions heard as spoken: an Agents SDK call in Chromium vs a WebSocket session
     python -m bench tracing     # OpenTelemetry tracing on vs off: the worker's turn hook, a typed turn's e2e
