@@ -18,13 +18,15 @@ long-answer prompt as a text item, ``response.create`` with the long instruction
 - **story** (no user voice; echo or noise only), a 20 s window (``WINDOW_S``). A
   self-interruption is the story stopped while the user said nothing (``RoomTrial.stops``):
   ``speech_started`` while the assistant's audio was playing or due (the client clears and
-  truncates), a response cancelled that the client had not cut, or a new response created while
-  another was still playing or due. One that came back: a resumed response
+  truncates), or a response cancelled, or one still playing or due when a new response was
+  created, that the client had not cut (one stop per response). One that came back: a resumed response
   (``response.resumed``) sounded within 1 s of the server's end of that voice (the next
   ``speech_stopped``). Story played: the seconds of the story's audio (the story's response and
   its resumptions) the player played in the window, clears applied; its share of the window less
-  the stalls (a gap with no stop in it: the server had not produced audio yet; reported apart as
-  underrun seconds) and less any time after a story that completed before the window's end. Stops
+  the stalls (a gap with no stop in it that the story plays on after, or the last gap of a story
+  never stopped and not finished: the server had not produced audio yet; reported apart as
+  underrun seconds) and less any time after a story that completed, unstopped, before the
+  window's end (``story_figures``). Stops
   are counted from the request: one before the story's first audio (the window then starts at the
   first audio of its resumption, or at that stop when none came) is a self-interruption too.
 - **cut-in** over echo or noise: a dev cut-in clip spoken 4-7 s into the story (from its first
