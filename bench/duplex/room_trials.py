@@ -23,8 +23,8 @@ long-answer prompt as a text item, ``response.create`` with the long instruction
   (``response.resumed``) sounded within 1 s of the server's end of that voice (the next
   ``speech_stopped``). Story played: the seconds of the story's audio (the story's response and
   its resumptions) the player played in the window, clears applied; its share of the window less
-  the stalls (a gap with no stop in it that the story plays on after, or the last gap of a story
-  never stopped and not finished: the server had not produced audio yet; reported apart as
+  the stalls (a gap free of stops that more of the tale follows, or the window's last gap when
+  nothing ever halted it and it had not finished: the server had not produced audio yet; reported apart as
   underrun seconds) and less any time after a story that completed, unstopped, before the
   window's end (``story_figures``). Stops
   are counted from the request: one before the story's first audio (the window then starts at the
