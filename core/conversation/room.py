@@ -12,7 +12,8 @@ a maintained native build with wheels for every platform, under 1 % of a core pe
   left between them (the network both ways, the client's buffers, the room) is the echo path's
   delay, which AEC3 estimates itself (tested 40-300 ms). Audio sent faster than real time (a
   file, a test's burst) is no live microphone: it passes uncancelled until chunks come in real
-  time again. A client that pauses sending moves the clock on.
+  time again. Chunks that come late in a bunch (a busy loop) keep their places; a client that
+  paused sending (every chunk late for 2 s) moves the clock on.
 - **No echo, no cancelling.** AEC3 that has never found an echo path (a headset, a test's clean
   microphone) suppresses a voice that speaks over the reply during its first seconds; so its
   output is used unless the microphone is seen not to follow the reply (``EchoPresence``); while
@@ -31,7 +32,8 @@ RATE = 16000  # what the VAD and every model here take
 FRAME = RATE // 100  # the audio processing module takes 10 ms frames
 REF_FRAME = PlayedAudio.rate // 100
 FRAME_S = 0.01
-RESYNC_S = 0.5  # audio this much later than the microphone's clock: the client paused sending
+LATE_WINDOW_S = 2.0  # every chunk this long late by more than LATE_SLACK_S: the client paused sending
+LATE_SLACK_S = 0.02
 MAX_LEAD_S = 0.15  # audio this much ahead of real time is not live (network bunching stays under it)
 BURST_TOLERANCE_S = 0.005  # after a burst, a chunk that took its own length to come is live again
 
@@ -111,6 +113,7 @@ class RoomFilter:
         self._pending_t: float | None = None  # monotonic time of the first pending sample
         self._last_arrival = 0.0
         self._moved_back = 0.0  # how far the clock went back to meet early chunks since it started
+        self._late, self._late_since = float("inf"), 0.0  # the least lateness of the chunks since then
         self._burst = False  # audio is coming faster than real time: no echo of the room in it
         self.frames = 0
 
@@ -143,6 +146,7 @@ class RoomFilter:
             self._burst = False  # the first chunk, or real time again after a burst: the clock starts here
             self._pending_t = start - self._pending.size / RATE
             self._moved_back = 0.0
+            self._late, self._late_since = float("inf"), arrived_at
             return True
         if self._burst:
             return False
@@ -153,9 +157,14 @@ class RoomFilter:
                 return False
             self._moved_back += expected - start
             self._pending_t -= expected - start
-        elif start > expected + RESYNC_S:  # the client paused sending a while: time went on
-            self._pending_t += start - expected
-            self._moved_back = 0.0
+        # Late chunks move the clock on only when every chunk for a while came late (the client
+        # paused sending): a stalled loop delivers a bunch whose last chunk is on time.
+        self._late = min(self._late, max(0.0, start - expected))
+        if arrived_at - self._late_since >= LATE_WINDOW_S:
+            if self._late > LATE_SLACK_S:
+                self._pending_t += self._late
+                self._moved_back = 0.0
+            self._late, self._late_since = float("inf"), arrived_at
         return True
 
     def _frame(self, mic: np.ndarray, t: float, live: bool) -> np.ndarray:

@@ -199,3 +199,39 @@ def test_noise_reduction_changes_what_the_vad_hears(voice):
     assert level(heard["near_field"][0]) < level(heard[None][0]) - 10  # the noise before the voice
     for _, reports in heard.values():
         assert reports[0] == "start" and reports[-1] == "end"
+
+
+def test_chunks_bunched_by_a_busy_loop_are_still_cancelled(voice):
+    """The worker's loop stalls 0.8 s (a resumed reply's audio sent at once) and the microphone's
+    chunks then arrive together: they keep their places, and their echo is cancelled."""
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, -10, 150, None, stop)
+    room = RoomFilter(played_reply(reply24), noise_suppression=False)
+    out = []
+    for i in range(0, mic.size, 320):
+        due = T0 + (i + 320) / RATE
+        arrived = T0 + 6.0 if T0 + 5.2 <= due < T0 + 6.0 else due  # 5.2-6.0 s arrive at 6.0 s
+        out.append(room.process(mic[i:i + 320], arrived))
+    out = np.concatenate(out)
+    bunched = slice(int(5.2 * RATE), 6 * RATE)
+    assert level(out[bunched]) < level(mic[bunched]) - 25
+    assert level(out[6 * RATE: 8 * RATE]) < level(mic[6 * RATE: 8 * RATE]) - 25
+
+
+def test_a_client_that_paused_sending_is_followed(voice):
+    """A client stops sending for 3 s and goes on in real time: within a few seconds its echo is
+    cancelled again (the clock moved on with it)."""
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, -10, 80, None, stop)
+    room = RoomFilter(played_reply(reply24), noise_suppression=False)
+    out = []
+    for i in range(0, mic.size, 320):
+        due = T0 + (i + 320) / RATE
+        if due <= T0 + 2.0:
+            out.append(room.process(mic[i:i + 320], due))
+        elif due > T0 + 5.0:  # 2-5 s never sent: the microphone's audio from 5 s on, 3 s late
+            out.append(room.process(mic[i:i + 320], due))
+    out = np.concatenate(out)
+    later = slice(out.size - 3 * RATE, out.size)  # the last 3 s (of the audio sent from 5 s on)
+    sent = np.concatenate([mic[: 2 * RATE], mic[5 * RATE:]])
+    assert level(out[later]) < level(sent[later]) - 20
