@@ -294,8 +294,9 @@ def heard_until(tr: Trial, onset: float) -> float | None:
 
 
 async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: float,
-                     noises: dict[str, np.ndarray]) -> dict[str, Any]:
-    """One trial of the plan: a story in the room of ``spec``, with its clip if it has one."""
+                     noises: dict[str, np.ndarray], window_s: float = WINDOW_S) -> dict[str, Any]:
+    """One trial of the plan: a story in the room of ``spec``, with its clip if it has one; a story
+    alone is heard for ``window_s`` (the tests' are shorter than the bench's)."""
     clip = spec.clip
     r: dict[str, Any] = {"condition": spec.condition, "kind": spec.kind, "prompt": spec.prompt,
                          "echo_db": spec.echo_db, "delay_ms": spec.delay_ms if spec.echo_db is not None else None,
@@ -332,7 +333,7 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
                     break
                 continue
             if clip is None:
-                if now >= first + WINDOW_S + 0.2:
+                if now >= first + window_s + 0.2:
                     break
                 continue
             if said_at is None:
@@ -369,10 +370,10 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
         first = stops[0]["at"]  # a story stopped before it began: its window runs from that stop
     mine = {story} | tr.resumed  # the story's audio as the server sent it, its resumptions too
     r["story_audio_s"] = round(sum(p.size for p, seg in zip(player.pcm, player.segments) if seg[1] in mine) / RATE, 2)
-    r["story_played_dbfs"] = _played_level(player, first, WINDOW_S)
+    r["story_played_dbfs"] = _played_level(player, first, window_s)
     if clip is None:
-        r.update(stop_figures(tr, stops, asked, first + WINDOW_S, origin=first))
-        r.update(story_figures(tr, stops, story, first))
+        r.update(stop_figures(tr, stops, asked, first + window_s, origin=first))
+        r.update(story_figures(tr, stops, story, first, window_s))
         return r
     onset, lv = mic.marks.get("onset"), mic.marks.get("last_voiced")
     if onset is None or lv is None:

@@ -74,10 +74,15 @@ def played_reply(reply24: np.ndarray) -> PlayedAudio:
     return played
 
 
-def filtered(room: RoomFilter, mic: np.ndarray, chunk: int = 320) -> np.ndarray:
-    """``mic`` through ``room`` in 20 ms chunks, each arriving as its last sample was captured."""
-    return np.concatenate([room.process(mic[i:i + chunk], T0 + (i + chunk) / RATE)
-                           for i in range(0, mic.size, chunk)])
+def filtered(room: RoomFilter, mic: np.ndarray, chunk: int = 320, arrival=lambda due: due) -> np.ndarray:
+    """``mic`` through ``room`` in 20 ms chunks, each arriving when ``arrival`` says (default: as
+    its last sample was captured; None: never sent)."""
+    out = []
+    for i in range(0, mic.size, chunk):
+        at = arrival(T0 + (i + chunk) / RATE)
+        if at is not None:
+            out.append(room.process(mic[i:i + chunk], at))
+    return np.concatenate(out)
 
 
 def test_played_audio_lays_each_piece_where_it_plays():
@@ -207,12 +212,7 @@ def test_chunks_bunched_by_a_busy_loop_are_still_cancelled(voice):
     reply24, reply16, stop = voice
     mic = microphone(reply16, -10, 150, None, stop)
     room = RoomFilter(played_reply(reply24), noise_suppression=False)
-    out = []
-    for i in range(0, mic.size, 320):
-        due = T0 + (i + 320) / RATE
-        arrived = T0 + 6.0 if T0 + 5.2 <= due < T0 + 6.0 else due  # 5.2-6.0 s arrive at 6.0 s
-        out.append(room.process(mic[i:i + 320], arrived))
-    out = np.concatenate(out)
+    out = filtered(room, mic, arrival=lambda due: T0 + 6.0 if T0 + 5.2 <= due < T0 + 6.0 else due)  # 5.2-6 s at 6 s
     bunched = slice(int(5.2 * RATE), 6 * RATE)
     assert level(out[bunched]) < level(mic[bunched]) - 25
     assert level(out[6 * RATE: 8 * RATE]) < level(mic[6 * RATE: 8 * RATE]) - 25
@@ -224,14 +224,8 @@ def test_a_client_that_paused_sending_is_followed(voice):
     reply24, reply16, stop = voice
     mic = microphone(reply16, -10, 80, None, stop)
     room = RoomFilter(played_reply(reply24), noise_suppression=False)
-    out = []
-    for i in range(0, mic.size, 320):
-        due = T0 + (i + 320) / RATE
-        if due <= T0 + 2.0:
-            out.append(room.process(mic[i:i + 320], due))
-        elif due > T0 + 5.0:  # 2-5 s never sent: the microphone's audio from 5 s on, 3 s late
-            out.append(room.process(mic[i:i + 320], due))
-    out = np.concatenate(out)
+    # 2-5 s never sent: the microphone's audio from 5 s on comes 3 s after the audio before it
+    out = filtered(room, mic, arrival=lambda due: None if T0 + 2.0 < due <= T0 + 5.0 else due)
     later = slice(out.size - 3 * RATE, out.size)  # the last 3 s (of the audio sent from 5 s on)
     sent = np.concatenate([mic[: 2 * RATE], mic[5 * RATE:]])
     assert level(out[later]) < level(sent[later]) - 20
