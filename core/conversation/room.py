@@ -47,6 +47,10 @@ ACTIVE_LEVEL = 100.0  # PCM16 RMS of a frame of the reply that counts as soundin
 ECHO_CORRELATION = 0.5  # at or above: an echo is there
 CLEAN_CORRELATION = 0.3  # below: none is (between the two the last decision stands)
 DECIDE_EVERY = 10  # frames between decisions
+# Once an echo was found, the listener talking over it lowers the correlation for as long as the
+# window holds the voice: only this many decisions in a row without one (10 s of the reply
+# sounding) say the echo has gone (a headset plugged in).
+CLEAN_AFTER_ECHO = 100
 
 
 class EchoPresence:
@@ -58,6 +62,7 @@ class EchoPresence:
         self._ref = np.zeros(WINDOW_FRAMES, np.float32)
         self._frames = 0
         self.echo: bool | None = None
+        self._clean_streak = 0  # decisions in a row that found no echo
         self.correlation = 0.0
         self.delay_ms: int | None = None  # the lag of the best correlation
 
@@ -84,9 +89,10 @@ class EchoPresence:
         lag = int(np.argmax(c))
         best = float(c[lag])
         self.correlation, self.delay_ms = best, lag * 10
+        self._clean_streak = self._clean_streak + 1 if best < CLEAN_CORRELATION else 0
         if best >= ECHO_CORRELATION:
             self.echo = True
-        elif best < CLEAN_CORRELATION:
+        elif self._clean_streak >= (CLEAN_AFTER_ECHO if self.echo else 1):
             self.echo = False
 
 

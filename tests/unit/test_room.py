@@ -229,3 +229,18 @@ def test_a_client_that_paused_sending_is_followed(voice):
     later = slice(out.size - 3 * RATE, out.size)  # the last 3 s (of the audio sent from 5 s on)
     sent = np.concatenate([mic[: 2 * RATE], mic[5 * RATE:]])
     assert level(out[later]) < level(sent[later]) - 20
+
+
+def test_the_echo_stays_cancelled_after_the_listener_talks_over_it(voice):
+    """The listener's voice over the echo lowers how well the microphone follows the reply for as
+    long as the window holds it; that must not be read as the echo gone (a headset): the echo
+    between the voices is still cancelled."""
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, -10, 150, None, stop)
+    for at in (3.0, 4.5, 6.0, 7.5):  # a listener who talks over it, 10 dB above the echo
+        i = int(at * RATE)
+        mic[i:i + stop.size] += stop * 2.0
+    out = filtered(RoomFilter(played_reply(reply24), noise_suppression=False), mic)
+    between = np.concatenate([out[int(a * RATE) + stop.size + RATE // 10: int((a + 1.5) * RATE)] for a in (4.5, 6.0)])
+    heard = np.concatenate([mic[int(a * RATE) + stop.size + RATE // 10: int((a + 1.5) * RATE)] for a in (4.5, 6.0)])
+    assert level(between) < level(heard) - 20
