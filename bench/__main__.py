@@ -107,8 +107,9 @@ def main(argv: list[str] | None = None) -> None:
                              "eval-informed)")
     parser.add_argument("--runs", type=int,
                         help="tools, turns, calls, duplex, tracing, answers, heard (default 3): repeat on one stack, report the median and spread")
-    parser.add_argument("--parts", nargs="+", choices=["v2v", "transport", "load"],
-                        help="calls: which parts (default: all three)")
+    parser.add_argument("--parts", nargs="+", choices=["v2v", "transport", "load", "room"],
+                        help="calls: which parts (default: v2v, transport, load; room: the worker's echo canceller "
+                             "and noise suppressor per session, in process)")
     parser.add_argument("--calls", type=int, nargs="+", help="calls: concurrent calls per load level (default 1 5 10 20)")
     parser.add_argument("--llm-url", help="answers: also run the cascade with this OpenAI-compatible LLM")
     parser.add_argument("--llm-model", help="answers: the model name at --llm-url")
