@@ -46,11 +46,24 @@ MIN_ACTIVE_FRAMES = 50  # the reply must have sounded this long in the window be
 ACTIVE_LEVEL = 100.0  # PCM16 RMS of a frame of the reply that counts as sounding (-50 dBFS)
 ECHO_CORRELATION = 0.5  # at or above: an echo is there
 CLEAN_CORRELATION = 0.3  # below: none is (between the two the last decision stands)
+ECHO_FLOOR = 0.01  # an echo path 40 dB down is still one
+ECHO_FOLLOWS = 0.6  # share of the reply's sounding frames the microphone must sound in with it
 DECIDE_EVERY = 10  # frames between decisions
 # Once an echo was found, the listener talking over it lowers the correlation for as long as the
 # window holds the voice: only this many decisions in a row without one (10 s of the reply
 # sounding) say the echo has gone (a headset plugged in).
 CLEAN_AFTER_ECHO = 100
+# Until the levels can tell (the reply's first ~1.1 s), a voice in the microphone is told from the
+# echo by its waveform: an echo is the reply filtered by the room, so the microphone's last 200 ms
+# (whitened, at 8 kHz) match some 200 ms of the reply's last 800 ms (normalised peak 0.6-0.9 at
+# -6 to -20 dB, delays 40-300 ms, RT60 150-300 ms); a voice matches none (0.10-0.15, the reply's
+# own TTS voice saying other words included). Between the bounds the last reading stands.
+QUICK_EVERY = 5  # frames between readings
+QUICK_MIC_S = 0.2
+QUICK_REF_S = 0.8
+QUICK_ECHO = 0.4
+QUICK_VOICE = 0.25
+QUICK_LEVEL = 60.0  # PCM16 RMS (-55 dBFS): a quieter microphone holds nothing to tell
 
 
 class EchoPresence:
@@ -89,8 +102,14 @@ class EchoPresence:
         lag = int(np.argmax(c))
         best = float(c[lag])
         self.correlation, self.delay_ms = best, lag * 10
+        # An echo sounds in the microphone whenever the reply does; a voice or two that happen to
+        # line up with the reply's level do not (their correlation can reach the bound by chance).
+        heard, lagged = mic[MAX_LAG_FRAMES:], refs[lag]
+        sounding = lagged > ACTIVE_LEVEL
+        floor = np.maximum(lagged[sounding] * ECHO_FLOOR, 2.0 * float(np.percentile(heard, 10)))  # above its own hiss
+        follows = np.count_nonzero(heard[sounding] >= floor) / max(1, np.count_nonzero(sounding))
         self._clean_streak = self._clean_streak + 1 if best < CLEAN_CORRELATION else 0
-        if best >= ECHO_CORRELATION:
+        if best >= ECHO_CORRELATION and follows >= ECHO_FOLLOWS:
             self.echo = True
         elif self._clean_streak >= (CLEAN_AFTER_ECHO if self.echo else 1):
             self.echo = False
@@ -113,6 +132,8 @@ class RoomFilter:
             self._aec = rtc.AudioProcessingModule(echo_cancellation=True, high_pass_filter=True)
             self._aec.set_stream_delay_ms(0)  # the delay is AEC3's to estimate
             self.presence = EchoPresence()
+            self._recent = np.zeros(int(QUICK_MIC_S * RATE), np.int16)  # the microphone's last 200 ms
+            self._voice: bool | None = None  # the last waveform reading: a voice (True) or the echo (False)
         if noise_suppression:
             self._ns = rtc.AudioProcessingModule(noise_suppression=True, high_pass_filter=True)
         self._pending = np.zeros(0, np.int16)
@@ -173,6 +194,21 @@ class RoomFilter:
             self._late, self._late_since = float("inf"), arrived_at
         return True
 
+    def _read_waveform(self, mic: np.ndarray, t: float) -> None:
+        """While the levels cannot tell yet: does the microphone hold a voice, or the reply's echo?"""
+        self._recent = np.concatenate([self._recent[mic.size:], mic])
+        if self.frames % QUICK_EVERY or _rms(self._recent) < QUICK_LEVEL:
+            return
+        ref = self.played.read(t + FRAME / RATE - QUICK_REF_S, int(QUICK_REF_S * PlayedAudio.rate))
+        if _rms(ref) < ACTIVE_LEVEL:
+            self._voice = True  # nothing played that could come back: whatever is heard is the room's
+            return
+        match = waveform_match(self._recent, ref)
+        if match >= QUICK_ECHO:
+            self._voice = False
+        elif match < QUICK_VOICE:
+            self._voice = True
+
     def _frame(self, mic: np.ndarray, t: float, live: bool) -> np.ndarray:
         self.frames += 1
         rtc = self._rtc
@@ -183,7 +219,9 @@ class RoomFilter:
             frame = rtc.AudioFrame(mic.tobytes(), RATE, 1, FRAME)
             self._aec.process_stream(frame)
             self.presence.add(_rms(mic), _rms(ref))
-            if self.presence.echo is not False:
+            if self.presence.echo is None:
+                self._read_waveform(mic, t)
+            if self.presence.echo or (self.presence.echo is None and not self._voice):
                 out = np.frombuffer(frame.data, np.int16)
         if self._ns is not None:
             frame = rtc.AudioFrame(out.tobytes(), RATE, 1, FRAME)
@@ -194,3 +232,18 @@ class RoomFilter:
 
 def _rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(x.astype(np.float32) ** 2)))
+
+
+def waveform_match(mic16: np.ndarray, ref24: np.ndarray) -> float:
+    """The best normalised correlation of ``mic16`` (16 kHz) against any stretch of ``ref24``
+    (24 kHz, longer), both taken to 8 kHz by decimation and whitened by a first difference."""
+    m = np.diff(mic16[::2].astype(np.float64))
+    r = np.diff(ref24[::3].astype(np.float64))
+    n = m.size
+    if n == 0 or r.size < n:
+        return 0.0
+    size = 1 << int(np.ceil(np.log2(r.size + n)))
+    corr = np.fft.irfft(np.fft.rfft(r, size) * np.conj(np.fft.rfft(m, size)), size)[: r.size - n + 1]
+    energy = np.concatenate([[0.0], np.cumsum(r * r)])
+    den = np.sqrt((energy[n:] - energy[:-n]) * float((m * m).sum()))
+    return float(np.max(np.abs(corr) / np.maximum(den, 1e-9)))

@@ -244,3 +244,24 @@ def test_the_echo_stays_cancelled_after_the_listener_talks_over_it(voice):
     between = np.concatenate([out[int(a * RATE) + stop.size + RATE // 10: int((a + 1.5) * RATE)] for a in (4.5, 6.0)])
     heard = np.concatenate([mic[int(a * RATE) + stop.size + RATE // 10: int((a + 1.5) * RATE)] for a in (4.5, 6.0)])
     assert level(between) < level(heard) - 20
+
+
+@pytest.mark.parametrize("at_s", [0.5, 1.0])
+def test_a_voice_early_in_the_reply_passes_a_clean_microphone(voice, at_s):
+    """A headset user who speaks half a second into the reply, before the levels can tell there is
+    no echo: the waveform says it is no echo of the reply, and the voice passes as it came."""
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, None, 0, at_s, stop)
+    out = filtered(RoomFilter(played_reply(reply24), noise_suppression=False), mic)
+    spoken = slice(int(at_s * RATE), int(at_s * RATE) + stop.size)
+    assert level(out[spoken]) > level(mic[spoken]) - 1.5
+
+
+def test_the_echo_of_the_replys_first_second_is_cancelled(voice):
+    """The other side of that reading: the echo at the start of the reply is cancelled before the
+    levels have decided (it would be the first self-interruption)."""
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, -10, 150, None, stop)
+    out = filtered(RoomFilter(played_reply(reply24), noise_suppression=False), mic)
+    first = slice(int(0.5 * RATE), int(1.1 * RATE))
+    assert level(out[first]) < level(mic[first]) - 15
