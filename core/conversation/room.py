@@ -17,8 +17,9 @@ a maintained native build with wheels for every platform, ~1.2 % of a core per s
   paused sending (every chunk late for 2 s) moves the clock on.
 - **No echo, no cancelling.** AEC3 that has never found an echo path (a headset, a test's clean
   microphone) suppresses a voice that speaks over the reply during its first seconds; so its
-  output is used unless the microphone is seen not to follow the reply (``EchoPresence``); while
-  it does not, the microphone passes as it came (the canceller still adapts, for when it does).
+  output is used only while the microphone follows the reply: by their levels once the reply has
+  sounded long enough (``EchoPresence``), by the waveform before (``waveform_match``). While it
+  does not, the microphone passes as it came (the canceller still adapts, for when it does).
 - **Noise suppression** (``noise_reduction``: ``near_field``/``far_field``, OpenAI's field) runs on
   what the canceller kept. The binding offers one suppression level, so both types run the same.
 """
