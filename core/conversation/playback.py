@@ -42,7 +42,7 @@ class PlaybackClock:
         self.ends_at = starts + samples / OUTPUT_RATE
         self.sent_samples += samples
         if self.played is not None and pcm:
-            self.played.add(pcm, starts)
+            self.played.add(pcm, starts, now)
 
     def queued_samples(self) -> int:
         """Sent but not yet played."""

@@ -35,13 +35,16 @@ class PlayedAudio:
     def _index(self, t: float) -> int:
         return int(round(t * self.rate))
 
-    def add(self, pcm: bytes, starts_at: float) -> None:
-        """``pcm`` (PCM16 at 24 kHz) plays from monotonic time ``starts_at``."""
+    def add(self, pcm: bytes, starts_at: float, now: float | None = None) -> None:
+        """``pcm`` (PCM16 at 24 kHz) plays from monotonic time ``starts_at``; what ended ``KEEP_S``
+        before ``now`` is let go (a session whose canceller is off never reads it)."""
         samples = np.frombuffer(pcm, "<i2")
         if samples.size == 0:
             return
         start = self._index(starts_at)
         with self._lock:
+            if now is not None:
+                self._forget_before(self._index(now) - self._keep)
             if self._starts and start < self._starts[-1] + self._pieces[-1].size:
                 start = self._starts[-1] + self._pieces[-1].size  # rounding: never overlap the last
             self._starts.append(start)
@@ -63,12 +66,7 @@ class PlayedAudio:
         end = start + count
         out = np.zeros(count, np.int16)
         with self._lock:
-            # what ended KEEP_S before the reader's time is of no more use (reads move forward)
-            drop = 0
-            while drop < len(self._starts) and self._starts[drop] + self._pieces[drop].size < start - self._keep:
-                drop += 1
-            if drop:
-                del self._starts[:drop], self._pieces[:drop]
+            self._forget_before(start - self._keep)  # of no more use: reads move forward
             i = max(0, bisect.bisect_right(self._starts, start) - 1)
             while i < len(self._starts) and self._starts[i] < end:
                 s0, piece = self._starts[i], self._pieces[i]
@@ -77,3 +75,16 @@ class PlayedAudio:
                     out[lo - start:hi - start] = piece[lo - s0:hi - s0]
                 i += 1
         return out
+
+    def _forget_before(self, index: int) -> None:
+        """Drop the pieces that ended before ``index``; under the lock."""
+        drop = 0
+        while drop < len(self._starts) and self._starts[drop] + self._pieces[drop].size < index:
+            drop += 1
+        if drop:
+            del self._starts[:drop], self._pieces[:drop]
+
+    @property
+    def held_samples(self) -> int:
+        with self._lock:
+            return sum(p.size for p in self._pieces)

@@ -149,11 +149,6 @@ class RoomFilter:
     def suppressing(self) -> bool:
         return self._ns is not None
 
-    @property
-    def cancelling(self) -> bool:
-        """The canceller's output is what the session hears (an echo was found)."""
-        return self._aec is not None and self.presence.echo is not False
-
     def process(self, audio: np.ndarray, arrived_at: float) -> np.ndarray:
         chunk = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
         live = self._clock(chunk.size, arrived_at)

@@ -265,3 +265,18 @@ def test_the_echo_of_the_replys_first_second_is_cancelled(voice):
     out = filtered(RoomFilter(played_reply(reply24), noise_suppression=False), mic)
     first = slice(int(0.5 * RATE), int(1.1 * RATE))
     assert level(out[first]) < level(mic[first]) - 15
+
+
+def test_a_session_that_never_cancels_does_not_keep_every_reply():
+    """On a call the server's canceller is off and nothing reads the played audio: the play head
+    still lays each reply on it, and what played more than a moment ago is let go."""
+    from core.conversation.playback import PlaybackClock
+
+    clock_now = [T0]
+    played = PlayedAudio()
+    clock = PlaybackClock(now=lambda: clock_now[0], played=played)
+    piece = np.zeros(4800, "<i2").tobytes()  # 200 ms
+    for k in range(600):  # two minutes of replies, sent as they play
+        clock.sent("item_1", 4800, piece)
+        clock_now[0] += 0.2
+    assert played.held_samples <= 24000 * 3  # the last ~2 s (KEEP_S), not two minutes
