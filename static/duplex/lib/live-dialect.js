@@ -12,10 +12,12 @@
 //   output_audio_buffer.clear, ...) is never sent: the server paces the reply ~200 ms ahead and
 //   stops sending when the user takes the floor, so the page plays all it gets, never flushes.
 // - Stop: session.close, then up to CLOSE_WAIT_MS for session.closed, then the connection closes.
+//   The server lets the reply being spoken finish first (at most 9 s, docs/protocol.md "Live
+//   dialect"); the page is quiet from Stop on and drops that drained output.
 
 const OUTPUT_PAUSE_MS = 1000; // no reply audio or text for this long: the next output is a new entry
 const USER_PAUSE_MS = 1500; // user transcript deltas further apart than this are separate turns
-const CLOSE_WAIT_MS = 1500; // Stop waits this long for session.closed
+const CLOSE_WAIT_MS = 10000; // Stop waits this long for session.closed (the server drains <= 9 s, as Pipecat waits)
 
 // What a Realtime event of the session becomes in Live (the Live events it sends itself pass).
 const LIVE_OUT = {
@@ -56,10 +58,11 @@ export class LiveDialect {
         this._emit("session", ev.session || {});
         break;
       case "session.output_audio.delta": // on a call the audio rides the track
-        if (!this.player) break;
+        if (!this.player || this._liveClosing) break; // after Stop, what the server drains is not played
         this._onEvent({ type: "response.output_audio.delta", item_id: this._liveOutput(), delta: ev.delta });
         break;
       case "session.output_transcript.delta":
+        if (this._liveClosing) break;
         this._onEvent({ type: "response.output_audio_transcript.delta", item_id: this._liveOutput(), delta: ev.delta });
         break;
       case "session.input_transcript.delta":
