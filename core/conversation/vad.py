@@ -13,22 +13,11 @@ between turns, and far below the turn's speech level), the pause is reported at 
 speculation point moves: the end of speech and the silence that ends a turn stay Silero's.
 After such a pause the energy also says when the voice is back (``LOUD_MS`` of loud frames):
 Silero's trailing windows call the silence voiced, and a short last syllable "trailing off".
-
-In a loud room (a café's voices, issue 70) Silero hears every voice, near or far, and babble
-never stops: a reply was cut by the room and the user's own onset, inside that endless "speech",
-was never reported. So a window counts as voiced only when it also stands out from the room: the
-room's level is the ``ROOM_PERCENTILE``th percentile of the last ``ROOM_S`` of windows outside
-speech, and, once it is above ``ROOM_FLOOR_DB`` (a quiet room never gates), speech starts only
-``ONSET_ABOVE_ROOM_DB`` above it and goes on while ``VOICE_ABOVE_ROOM_DB`` above it. Chosen on
-the dev clips over the bench's babble (``bench/duplex/room.py``): at 10 dB SNR false starts fell
-from 8 to 1 a minute, every dev cut-in, interruption and backchannel still started (+16 ms), a
-minute of talk with 0.3 s gaps was never split.
 """
 
 from __future__ import annotations
 
 import importlib.resources
-from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,12 +35,6 @@ LOUD_MS = 20  # loud frames in a row after such a pause that mean the voice is b
 NOISE_FACTOR = 3.0  # quiet: below this many times the noise floor ...
 SPEECH_SHARE = 0.05  # ... and below this share of the turn's speech level
 MIN_LEVEL = 1e-4  # digital silence
-ROOM_S = 8.0  # the room's level: over this much of the latest windows outside speech ...
-ROOM_PERCENTILE = 20  # ... this percentile of their levels (dBFS)
-ROOM_MIN_WINDOWS = 30  # no gate before ~1 s of the room was heard
-ROOM_FLOOR_DB = -55.0  # a room quieter than this never gates (a clean microphone is untouched)
-ONSET_ABOVE_ROOM_DB = 10.0  # speech starts only this far above a loud room ...
-VOICE_ABOVE_ROOM_DB = 4.0  # ... and goes on while this far above it
 
 
 class SileroModel:
@@ -125,7 +108,6 @@ class StreamingVad:
         self._quiet_since: int | None = None  # first sample of the current run of quiet frames
         self._loud_since: int | None = None  # first sample of the current run of loud frames
         self._early_at: int | None = None  # where an energy pause put the end of the voice
-        self._room: deque[float] = deque(maxlen=int(ROOM_S * RATE / WINDOW))  # dBFS of windows outside speech
 
     def configure(self, threshold: float, silence_ms: int, pause_ms: int | None = None) -> None:
         self.threshold = threshold
@@ -148,25 +130,12 @@ class StreamingVad:
             window = buf[i * WINDOW : (i + 1) * WINDOW]
             x = np.concatenate([self._context, window]).astype(np.float32, copy=False)
             prob, self._state = self.model.step(x, self._state)
-            prob = self._above_room(prob, window)
             self._context = window[-CONTEXT:]
             start, end = self.processed, self.processed + WINDOW
             self.processed = end
             self._advance(prob, start, end, events)
         self._pending = buf[n_windows * WINDOW :].copy()
         return events
-
-    def _above_room(self, prob: float, window: np.ndarray) -> float:
-        """Silero's probability, or 0 for a window that does not stand out from a loud room."""
-        level = 10 * np.log10(max(float(np.dot(window, window)) / window.size, 1e-12))
-        if len(self._room) >= ROOM_MIN_WINDOWS:
-            room = float(np.percentile(self._room, ROOM_PERCENTILE))
-            above = VOICE_ABOVE_ROOM_DB if self.in_speech else ONSET_ABOVE_ROOM_DB
-            if room >= ROOM_FLOOR_DB and level < room + above:
-                prob = 0.0
-        if prob < self.threshold:
-            self._room.append(level)
-        return prob
 
     def _quiet_level(self) -> float:
         noise = self._noise if self._noise is not None else MIN_LEVEL
