@@ -121,9 +121,11 @@ class AudioInput:
         audio cannot end a turn later."""
         segment = self.buffer
         self.clear()
-        self.vad = self._new_vad()
+        old, self.vad = self.vad, self._new_vad()
         if self.vad is not None:
             self.vad.processed = self.stream_samples
+            if old is not None:
+                self.vad.hear_room_of(old)
         return segment
 
     def clear(self) -> None:

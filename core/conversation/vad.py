@@ -13,11 +13,23 @@ between turns, and far below the turn's speech level), the pause is reported at 
 speculation point moves: the end of speech and the silence that ends a turn stay Silero's.
 After such a pause the energy also says when the voice is back (``LOUD_MS`` of loud frames):
 Silero's trailing windows call the silence voiced, and a short last syllable "trailing off".
+
+In a loud room (a café's voices, issue 70) Silero hears every voice, near or far, and babble
+never stops: it cut the reply, and a near voice inside that endless "speech" was never reported.
+So where the room itself talks (a steady level, ``ROOM_STEADY_DB`` between its 20th and 80th
+percentiles, above ``ROOM_FLOOR_DB``, with Silero hearing a voice in ``ROOM_TALKS`` of it), a
+window counts as voiced only when it stands out: speech starts ``ONSET_ABOVE_ROOM_DB`` above the
+room's 20th percentile and goes on while ``VOICE_ABOVE_ROOM_DB`` above it. The room is the last
+``ROOM_S`` of windows outside speech, and every window of a stream's first ``ROOM_MIN_WINDOWS``
+(speech starts wait for them; where it started is kept), so a session that opens in a café is not
+taken by it. Steady noise that does not talk (a fan, typing, music) is left to Silero, and a quiet
+room, or a near voice from the first sample (its level is not steady), is never gated.
 """
 
 from __future__ import annotations
 
 import importlib.resources
+from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,6 +47,15 @@ LOUD_MS = 20  # loud frames in a row after such a pause that mean the voice is b
 NOISE_FACTOR = 3.0  # quiet: below this many times the noise floor ...
 SPEECH_SHARE = 0.05  # ... and below this share of the turn's speech level
 MIN_LEVEL = 1e-4  # digital silence
+ROOM_S = 8.0  # the room's level: over this much of the latest windows outside speech ...
+ROOM_PERCENTILE = 20  # ... this percentile of their levels (dBFS)
+ROOM_MIN_WINDOWS = 15  # a stream's first 480 ms are all room; speech starts wait for them
+ROOM_FLOOR_DB = -55.0  # a room quieter than this never gates (a clean microphone is untouched)
+ROOM_STEADY_DB = 10.0  # a room whose 80th percentile is further above its 20th is not steady: no gate
+ROOM_TALKS = 0.08  # Silero's mean probability over windows at the room's level for it to talk (a fan's: 0.001) ...
+ROOM_NEAR_VOICE = 0.7  # ... below this: Silero hears one near voice clearly (a stream that starts mid-word)
+ONSET_ABOVE_ROOM_DB = 10.0  # speech starts only this far above a loud room ...
+VOICE_ABOVE_ROOM_DB = 4.0  # ... and goes on while this far above it
 
 
 class SileroModel:
@@ -108,6 +129,9 @@ class StreamingVad:
         self._quiet_since: int | None = None  # first sample of the current run of quiet frames
         self._loud_since: int | None = None  # first sample of the current run of loud frames
         self._early_at: int | None = None  # where an energy pause put the end of the voice
+        self._room: deque[float] = deque(maxlen=int(ROOM_S * RATE / WINDOW))  # dBFS of windows outside speech
+        self._talk: deque[float] = deque(maxlen=int(ROOM_S * RATE / WINDOW))  # Silero's for windows at the room's level
+        self._windows = 0  # windows seen
 
     def configure(self, threshold: float, silence_ms: int, pause_ms: int | None = None) -> None:
         self.threshold = threshold
@@ -130,12 +154,42 @@ class StreamingVad:
             window = buf[i * WINDOW : (i + 1) * WINDOW]
             x = np.concatenate([self._context, window]).astype(np.float32, copy=False)
             prob, self._state = self.model.step(x, self._state)
+            prob = self._above_room(prob, window)
             self._context = window[-CONTEXT:]
             start, end = self.processed, self.processed + WINDOW
             self.processed = end
             self._advance(prob, start, end, events)
         self._pending = buf[n_windows * WINDOW :].copy()
         return events
+
+    def _above_room(self, prob: float, window: np.ndarray) -> float:
+        """Silero's probability, or 0 for a window that does not stand out from a talking room."""
+        level = 10 * np.log10(max(float(np.dot(window, window)) / window.size, 1e-12))
+        low = self._room_low()
+        first = self._windows < ROOM_MIN_WINDOWS  # a stream's first windows are all room
+        if first or (low is not None and not self.in_speech and level < low + ONSET_ABOVE_ROOM_DB):
+            self._talk.append(prob)  # how much Silero hears a voice at the room's own level
+        gated = prob
+        if low is not None and self._talk and ROOM_TALKS <= sum(self._talk) / len(self._talk) < ROOM_NEAR_VOICE:
+            if level < low + (VOICE_ABOVE_ROOM_DB if self.in_speech else ONSET_ABOVE_ROOM_DB):
+                gated = 0.0
+        self._windows += 1
+        if first or gated < self.threshold:
+            self._room.append(level)
+        return gated
+
+    def _room_low(self) -> float | None:
+        """The room's 20th percentile when it is loud and steady (see the module docstring), else None."""
+        if len(self._room) < ROOM_MIN_WINDOWS:
+            return None
+        low, high = np.percentile(self._room, (ROOM_PERCENTILE, 100 - ROOM_PERCENTILE))
+        if low < ROOM_FLOOR_DB or high - low > ROOM_STEADY_DB:
+            return None
+        return float(low)
+
+    def hear_room_of(self, other: "StreamingVad") -> None:
+        """Carry the room heard by ``other`` over (a VAD restarted after a commit: the room is the same)."""
+        self._room, self._talk, self._windows = other._room.copy(), other._talk.copy(), other._windows
 
     def _quiet_level(self) -> float:
         noise = self._noise if self._noise is not None else MIN_LEVEL
@@ -181,7 +235,7 @@ class StreamingVad:
                 if self._candidate_start is None:
                     self._candidate_start = start
                 self._last_voiced_end = end
-                if end - self._candidate_start >= self.min_speech_samples:
+                if end - self._candidate_start >= self.min_speech_samples and self._windows > ROOM_MIN_WINDOWS:
                     self.in_speech = True
                     self._paused = False
                     self.end_wait_samples = None
