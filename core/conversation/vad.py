@@ -132,6 +132,9 @@ class StreamingVad:
         self._room: deque[float] = deque(maxlen=int(ROOM_S * RATE / WINDOW))  # dBFS of windows outside speech
         self._talk: deque[float] = deque(maxlen=int(ROOM_S * RATE / WINDOW))  # Silero's for windows at the room's level
         self._windows = 0  # windows seen
+        self._level = -120.0  # dBFS of the window being decided
+        self._candidate_peak = -120.0  # the loudest window of the speech candidate
+        self._held = False  # a candidate long enough to start came within the first windows
 
     def configure(self, threshold: float, silence_ms: int, pause_ms: int | None = None) -> None:
         self.threshold = threshold
@@ -164,19 +167,25 @@ class StreamingVad:
 
     def _above_room(self, prob: float, window: np.ndarray) -> float:
         """Silero's probability, or 0 for a window that does not stand out from a talking room."""
-        level = 10 * np.log10(max(float(np.dot(window, window)) / window.size, 1e-12))
+        level = self._level = 10 * np.log10(max(float(np.dot(window, window)) / window.size, 1e-12))
         low = self._room_low()
         first = self._windows < ROOM_MIN_WINDOWS  # a stream's first windows are all room
         if first or (low is not None and not self.in_speech and level < low + ONSET_ABOVE_ROOM_DB):
             self._talk.append(prob)  # how much Silero hears a voice at the room's own level
         gated = prob
-        if low is not None and self._talk and ROOM_TALKS <= sum(self._talk) / len(self._talk) < ROOM_NEAR_VOICE:
-            if level < low + (VOICE_ABOVE_ROOM_DB if self.in_speech else ONSET_ABOVE_ROOM_DB):
-                gated = 0.0
+        low = self._gate_level(low)
+        if low is not None and level < low + (VOICE_ABOVE_ROOM_DB if self.in_speech else ONSET_ABOVE_ROOM_DB):
+            gated = 0.0
         self._windows += 1
         if first or gated < self.threshold:
             self._room.append(level)
         return gated
+
+    def _gate_level(self, low: float | None) -> float | None:
+        """The room's 20th percentile ``low`` when the room gates (it talks), else None."""
+        if low is None or not self._talk:
+            return None
+        return low if ROOM_TALKS <= sum(self._talk) / len(self._talk) < ROOM_NEAR_VOICE else None
 
     def _room_low(self) -> float | None:
         """The room's 20th percentile when it is loud and steady (see the module docstring), else None."""
@@ -231,21 +240,31 @@ class StreamingVad:
     def _advance(self, prob: float, start: int, end: int, events: list[VadEvent]) -> None:
         voiced = prob >= self.threshold
         if not self.in_speech:
+            holding = self._windows <= ROOM_MIN_WINDOWS  # the room is still being heard
             if voiced:
                 if self._candidate_start is None:
-                    self._candidate_start = start
+                    self._candidate_start, self._candidate_peak = start, self._level
+                self._candidate_peak = max(self._candidate_peak, self._level)
                 self._last_voiced_end = end
-                if end - self._candidate_start >= self.min_speech_samples and self._windows > ROOM_MIN_WINDOWS:
-                    self.in_speech = True
-                    self._paused = False
-                    self.end_wait_samples = None
-                    self._speech_start = self._candidate_start
-                    self._speech_level = 0.0
-                    self._early_at = None
-                    events.append(VadEvent("start", self._ms(self._speech_start)))
-            elif prob < self.neg_threshold:
+                if end - self._candidate_start >= self.min_speech_samples:
+                    if holding:
+                        self._held = True
+                    else:
+                        self._start(events)
+                return
+            if self._held and not holding:  # speech within the first windows: now the room is known
+                self._held = False
+                low = self._gate_level(self._room_low())
+                if low is None or self._candidate_peak >= low + ONSET_ABOVE_ROOM_DB:
+                    self._start(events)  # and this window is its first silence, below
+                else:
+                    self._candidate_start = None
+                    return
+            elif prob < self.neg_threshold and not self._held:
                 self._candidate_start = None
-            return
+                return
+            else:
+                return
         if voiced:
             self._last_voiced_end = end
             if self._early_at is not None:
@@ -265,6 +284,16 @@ class StreamingVad:
             events.append(VadEvent("pause", self._ms(self._last_voiced_end)))
         if end - self._last_voiced_end >= self._end_silence():
             events.append(self._end())
+
+    def _start(self, events: list[VadEvent]) -> None:
+        self.in_speech = True
+        self._held = False
+        self._paused = False
+        self.end_wait_samples = None
+        self._speech_start = self._candidate_start
+        self._speech_level = 0.0
+        self._early_at = None
+        events.append(VadEvent("start", self._ms(self._speech_start)))
 
     def _resume(self, at: int, events: list[VadEvent]) -> None:
         self._paused = False
