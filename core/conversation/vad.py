@@ -20,9 +20,10 @@ So where the room itself talks (a steady level, ``ROOM_STEADY_DB`` between its 2
 percentiles, above ``ROOM_FLOOR_DB``, with Silero hearing a voice in ``ROOM_TALKS`` of it), a
 window counts as voiced only when it stands out: speech starts ``ONSET_ABOVE_ROOM_DB`` above the
 room's 20th percentile and goes on while ``VOICE_ABOVE_ROOM_DB`` above it. The room is the last
-``ROOM_S`` of windows outside speech, and every window of a stream's first ``ROOM_MIN_WINDOWS``
-(speech starts wait for them; where it started is kept), so a session that opens in a café is not
-taken by it. Steady noise that does not talk (a fan, typing, music) is left to Silero, and a quiet
+``ROOM_S`` of windows outside speech, and every window of a stream's first ``ROOM_MIN_WINDOWS``:
+within them only a voice Silero is sure of (a near one) starts at once, another waits for them
+(where it began is kept) and starts if the room does not talk or it stood out, so a session that
+opens in a café is not taken by it. Steady noise that does not talk (a fan, typing, music) is left to Silero, and a quiet
 room, or a near voice from the first sample (its level is not steady), is never gated.
 """
 
@@ -133,7 +134,8 @@ class StreamingVad:
         self._talk: deque[float] = deque(maxlen=int(ROOM_S * RATE / WINDOW))  # Silero's for windows at the room's level
         self._windows = 0  # windows seen
         self._level = -120.0  # dBFS of the window being decided
-        self._candidate_peak = -120.0  # the loudest window of the speech candidate
+        self._candidate_peak = -120.0  # the loudest window of the speech candidate ...
+        self._candidate_probs: list[float] = []  # ... and Silero's for its windows
         self._held = False  # a candidate long enough to start came within the first windows
 
     def configure(self, threshold: float, silence_ms: int, pause_ms: int | None = None) -> None:
@@ -243,11 +245,13 @@ class StreamingVad:
             holding = self._windows <= ROOM_MIN_WINDOWS  # the room is still being heard
             if voiced:
                 if self._candidate_start is None:
-                    self._candidate_start, self._candidate_peak = start, self._level
+                    self._candidate_start, self._candidate_peak, self._candidate_probs = start, self._level, []
                 self._candidate_peak = max(self._candidate_peak, self._level)
+                self._candidate_probs.append(prob)
                 self._last_voiced_end = end
                 if end - self._candidate_start >= self.min_speech_samples:
-                    if holding:
+                    # within the first windows only a voice Silero is sure of starts (a near one)
+                    if holding and sum(self._candidate_probs) < ROOM_NEAR_VOICE * len(self._candidate_probs):
                         self._held = True
                     else:
                         self._start(events)
