@@ -65,6 +65,7 @@ QUICK_REF_S = 0.8
 QUICK_ECHO = 0.4
 QUICK_VOICE = 0.25
 QUICK_LEVEL = 60.0  # PCM16 RMS (-55 dBFS): a quieter microphone holds nothing to tell
+QUICK_STRETCH_LEVEL = 10.0  # RMS of a stretch of the whitened reply below which it played nothing
 
 
 class EchoPresence:
@@ -241,5 +242,11 @@ def waveform_match(mic16: np.ndarray, ref24: np.ndarray) -> float:
     size = 1 << int(np.ceil(np.log2(r.size + n)))
     corr = np.fft.irfft(np.fft.rfft(r, size) * np.conj(np.fft.rfft(m, size)), size)[: r.size - n + 1]
     energy = np.concatenate([[0.0], np.cumsum(r * r)])
-    den = np.sqrt((energy[n:] - energy[:-n]) * float((m * m).sum()))
-    return float(np.max(np.abs(corr) / np.maximum(den, 1e-9)))
+    stretch = energy[n:] - energy[:-n]
+    # A stretch the reply was (nearly) silent in holds no echo; its tiny energy (and the FFT's and
+    # the running sum's rounding) would make any microphone "match" it far above 1.
+    sounding = stretch > max(QUICK_STRETCH_LEVEL ** 2 * n, 1e-6 * float(stretch.max(initial=0.0)))
+    if not sounding.any():
+        return 0.0
+    den = np.sqrt(stretch[sounding] * float((m * m).sum()))
+    return float(min(1.0, np.max(np.abs(corr[sounding]) / np.maximum(den, 1e-9))))

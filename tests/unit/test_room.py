@@ -9,7 +9,7 @@ import pytest
 
 from core.conversation import ConversationConfig
 from core.conversation.played_audio import PlayedAudio
-from core.conversation.room import RoomFilter
+from core.conversation.room import QUICK_ECHO, RoomFilter, waveform_match
 from core.protocol import Dialect, ProtocolError
 from worker.session_config import apply_session_update, session_object
 
@@ -255,6 +255,17 @@ def test_a_voice_early_in_the_reply_passes_a_clean_microphone(voice, at_s):
     out = filtered(RoomFilter(played_reply(reply24), noise_suppression=False), mic)
     spoken = slice(int(at_s * RATE), int(at_s * RATE) + stop.size)
     assert level(out[spoken]) > level(mic[spoken]) - 1.5
+
+
+def test_a_voice_is_no_match_for_a_reply_that_had_hardly_begun(voice):
+    """The waveform reading while the reply's last 800 ms are mostly silence (it has just begun, or
+    paused): the near-silent stretches used to "match" any microphone far above 1 (their tiny
+    energy divided the correlation), so a café's voices read as the echo 0.2 s into a reply."""
+    reply24, _, stop = voice
+    ref = np.concatenate([np.zeros(24000 * 6 // 10, np.float32), reply24[: 24000 // 5]])  # Piper's quiet onset
+    mic = stop[: RATE // 5]
+    match = waveform_match(np.round(mic * 32768).astype(np.int16), np.round(ref * 32768).astype(np.int16))
+    assert 0.0 <= match < QUICK_ECHO, match  # not the echo (below QUICK_VOICE: a voice)
 
 
 def test_the_echo_of_the_replys_first_second_is_cancelled(voice):
