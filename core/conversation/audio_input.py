@@ -82,6 +82,12 @@ class AudioInput:
             self.trim(self.stream_samples - self.pad - VAD_RATE)
         return audio, out
 
+    @property
+    def onset_sure(self) -> bool:
+        """Whether a voice's onset can be taken at its word: not while the echo canceller is still
+        learning the echo path (what it leaves can read as a voice; ``room.py``)."""
+        return self.room is None or not self.room.learning
+
     def end_within(self, wait_ms: int) -> VadReport | None:
         """Set the wait that ends the current pause (semantic turn detection); the ``end``
         report at once when the silence already lasted that long."""

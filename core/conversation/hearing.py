@@ -116,6 +116,11 @@ class Hearing:
         vad = self._input.vad
         return vad is not None and vad.in_speech
 
+    @property
+    def onset_sure(self) -> bool:
+        """A voice that begins now is one (not what a learning echo canceller left of the echo)."""
+        return self._input.onset_sure
+
     def now_ms(self) -> int:
         """The input stream's length so far, in ms."""
         return int(self._input.stream_samples * 1000 / VAD_RATE)

@@ -175,6 +175,10 @@ class Overlap:
     paused: bool = False  # the voice is in a pause (the VAD's) right now
     pauses: int = 0  # pauses so far (a judgement waiting out one is stale once another began)
     yielded: bool = False  # the reply stopped at the onset (``yield_at_onset``): speech_started was sent
+    # Its onset came while the echo canceller was learning (``room.py``): it may be the echo's
+    # residue, whose glances Whisper reads as words ("T clip.", "Take it."); only a stop word or
+    # its length takes the floor then.
+    unsure: bool = False
     in_a_row: int = 0  # glances in a row that heard non-backchannel words
     words: str = ""  # the last glance's words
     verdict: Verdict | None = None
@@ -194,7 +198,7 @@ class Overlap:
         self.words = words
         if says_stop(words, said):
             return self.decide("interruption", voice_ms, f"stop words {words!r}")
-        floor = takes_the_floor(words, interruption) and not echoes(words, said)
+        floor = takes_the_floor(words, interruption) and not echoes(words, said) and not self.unsure
         self.in_a_row = self.in_a_row + 1 if floor else 0
         if self.in_a_row >= CONFIRM:
             return self.decide("interruption", voice_ms, f"words {words!r}{_p(interruption)}")
@@ -209,11 +213,19 @@ class Overlap:
     def ended(self, words: str, voice_ms: int, interruption: float | None = None, said: str = "") -> Verdict:
         """The voice paused after ``voice_ms``; ``words``: the whole clip's."""
         self.words = words
-        verdict = verdict_of(words, interruption, said)
+        verdict = self.reading(words, interruption, said)
         why = f"words {words!r}{_p(interruption)}"
         if verdict == "noise":
-            why = f"its own words heard back {words!r}" if words_of(words) else "no words"
+            why = ("no words" if not words_of(words) else f"its own words heard back {words!r}" if echoes(words, said)
+                   else f"words {words!r} over a learning canceller, no stop word")
         return self.decide(verdict, voice_ms, why)
+
+    def reading(self, words: str, interruption: float | None = None, said: str = "") -> Verdict:
+        """``verdict_of`` the words, for this voice (``unsure``: only a stop word takes the floor)."""
+        verdict = verdict_of(words, interruption, said)
+        if self.unsure and verdict == "interruption" and not says_stop(words, said):
+            return "noise"
+        return verdict
 
     def decide(self, verdict: Verdict, voice_ms: int, why: str) -> Verdict:
         if self.verdict is None:

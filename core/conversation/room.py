@@ -20,6 +20,12 @@ a maintained native build with wheels for every platform, ~1.2 % of a core per s
   output is used only while the microphone follows the reply: by their levels once the reply has
   sounded long enough (``EchoPresence``), by the waveform before (``waveform_match``). While it
   does not, the microphone passes as it came (the canceller still adapts, for when it does).
+- **While it learns.** In a session's first seconds of reply AEC3 can leave 8-20 dB of a phrase's
+  echo (a phrase after a pause, ~1.0-1.5 s in), and Silero takes that residue for a voice: the
+  story stopped itself about once in five. By its levels that residue looks like a voice over the
+  echo whose first 100 ms the learning canceller suppressed (a gate on them lost 9 of 30 early
+  voices), so nothing is taken out: ``learning`` says that a voice's onset is unsure for now, and
+  the turn policy waits for its words before it yields (``vad_turns.py``).
 - **Noise suppression** (``noise_reduction``: ``near_field``/``far_field``, OpenAI's field) runs on
   what the canceller kept. The binding offers one suppression level, so both types run the same.
 """
@@ -66,6 +72,7 @@ QUICK_ECHO = 0.4
 QUICK_VOICE = 0.25
 QUICK_LEVEL = 60.0  # PCM16 RMS (-55 dBFS): a quieter microphone holds nothing to tell
 QUICK_STRETCH_LEVEL = 10.0  # RMS of a stretch of the whitened reply below which it played nothing
+LEARNING_FRAMES = 200  # the canceller learns while the reply has sounded less than this (2 s) in the session
 
 
 class EchoPresence:
@@ -136,6 +143,7 @@ class RoomFilter:
             self.presence = EchoPresence()
             self._recent = np.zeros(int(QUICK_MIC_S * RATE), np.int16)  # the microphone's last 200 ms
             self._voice: bool | None = None  # the last waveform reading: a voice (True) or the echo (False)
+            self._sounded = 0  # frames the reply sounded in
         if noise_suppression:
             self._ns = rtc.AudioProcessingModule(noise_suppression=True, high_pass_filter=True)
         self._pending = np.zeros(0, np.int16)
@@ -145,6 +153,7 @@ class RoomFilter:
         self._late, self._late_since = float("inf"), 0.0  # the least lateness of the chunks since then
         self._burst = False  # audio is coming faster than real time: no echo of the room in it
         self.frames = 0
+        self.learning = False  # the last frame came out of a canceller still learning the echo path
 
     @property
     def suppressing(self) -> bool:
@@ -215,11 +224,15 @@ class RoomFilter:
             self._aec.process_reverse_stream(rtc.AudioFrame(ref.tobytes(), PlayedAudio.rate, 1, REF_FRAME))
             frame = rtc.AudioFrame(mic.tobytes(), RATE, 1, FRAME)
             self._aec.process_stream(frame)
-            self.presence.add(_rms(mic), _rms(ref))
+            ref_level = _rms(ref)
+            self.presence.add(_rms(mic), ref_level)
+            self._sounded += ref_level > ACTIVE_LEVEL
             if self.presence.echo is None:
                 self._read_waveform(mic, t)
-            if self.presence.echo or (self.presence.echo is None and not self._voice):
+            cancelled = bool(self.presence.echo or (self.presence.echo is None and not self._voice))
+            if cancelled:
                 out = np.frombuffer(frame.data, np.int16)
+            self.learning = cancelled and self._sounded < LEARNING_FRAMES
         if self._ns is not None:
             frame = rtc.AudioFrame(out.tobytes(), RATE, 1, FRAME)
             self._ns.process_stream(frame)

@@ -35,8 +35,7 @@ from core.conversation.echo_words import EchoWords
 from core.conversation.events import Backchannel, ConversationError, InputTranscript, SpeechStarted, SpeechStopped
 from core.conversation.hearing import Hearing, Speculation
 from core.conversation.items import Item
-from core.conversation.overlap import (GLANCE_EVERY_MS, GLANCE_FIRST_MS, SETTLE_MS, Glance, Overlap, says_stop,
-                                       verdict_of)
+from core.conversation.overlap import GLANCE_EVERY_MS, GLANCE_FIRST_MS, SETTLE_MS, Glance, Overlap, says_stop
 from core.conversation.replies import Replies
 from core.conversation.reply import Response
 from core.conversation.runtime import Runtime
@@ -219,7 +218,10 @@ class VadTurns:
         self._overlap = None
         if self._judges_overlap(ms):
             ov = self._overlap = Overlap(item_id, ms, self.rt.playback.item_id, time.monotonic())
-            if self.rt.config.turn_detection.yield_at_onset:  # stop now; a voice that is no turn resumes it
+            if not self.hearing.onset_sure:  # maybe the echo's residue: a stop word or its length decides
+                ov.unsure = True
+                ov.reasons.append("no yield at the onset: the echo canceller is still learning")
+            elif self.rt.config.turn_detection.yield_at_onset:  # stop now; a voice that is no turn resumes it
                 ov.yielded = True
                 self.rt.emit(SpeechStarted(item_id, ms))
                 await self._interrupt()
@@ -296,7 +298,7 @@ class VadTurns:
                 await self._decided(ov)
             return
         if (words is None or (fragment and not says_stop(words, said))
-                or verdict_of(words, seen.interruption, said) != "interruption"):
+                or ov.reading(words, seen.interruption, said) != "interruption"):
             # SETTLE_MS of silence in the stream, or of wall time for a client that stopped sending
             give_up = time.monotonic() + SETTLE_MS / 1000
             while self.hearing.now_ms() - pause_ms < SETTLE_MS and time.monotonic() < give_up:

@@ -208,3 +208,58 @@ async def test_no_wait_cuts_the_reply_though_it_just_said_no():
     assert "input_committed" in kinds(col)
     await conv.close()
     backend.close()
+
+
+class LearningCanceller:
+    """Test double for ``RoomFilter`` in a session's first seconds of echo: the audio passes as it
+    came, and the canceller says it is still learning the echo path (``RoomFilter.learning``)."""
+
+    played = None
+    suppressing = False
+    learning = True
+
+    def process(self, audio, arrived_at):
+        return audio
+
+
+async def test_a_voice_while_the_canceller_learns_stops_nothing_until_its_words_do():
+    """What a learning canceller leaves of the echo can start the VAD: the reply does not yield at
+    that onset (``yield_at_onset`` on), and the glance that hears the reply's own words drops it."""
+    hear = {}
+    backend, conv, col = await telling(STORY, lambda clip: hear["echo"](clip), yield_at_onset=True)
+    hear["echo"] = echo_of(conv, STORY)
+    conv.hearing._input.room = LearningCanceller()
+    await feed(conv, tone(0.7) + quiet(0.8))
+    assert (await col.wait_for("backchannel")).transcript == ""
+    done = await col.wait_for("response_done")
+    assert done.status == "completed" and done.text.split() == STORY, "it played on, never stopped"
+    assert "speech_started" not in kinds(col) and "input_committed" not in kinds(col)
+    await conv.close()
+    backend.close()
+
+
+async def test_words_over_a_learning_canceller_take_the_floor_only_with_a_stop_word():
+    """The residue a learning canceller leaves, read by Whisper as words that are not the reply's
+    ("T clip."), must not take the floor and lose the story: only a stop word or its length can."""
+    backend, conv, col = await telling(STORY, "T clip.", yield_at_onset=True)
+    conv.hearing._input.room = LearningCanceller()
+    await feed(conv, tone(0.7) + quiet(0.8))
+    await col.wait_for("backchannel")
+    done = await col.wait_for("response_done")
+    assert done.status == "completed" and done.text.split() == STORY
+    assert "speech_started" not in kinds(col) and "input_committed" not in kinds(col)
+    await conv.close()
+    backend.close()
+
+
+async def test_a_stop_while_the_canceller_learns_still_cuts_the_reply():
+    backend, conv, col = await telling(LONG_AGO, "Stop.", yield_at_onset=True)
+    conv.hearing._input.room = LearningCanceller()
+    await asyncio.sleep(1.4)
+    await feed(conv, tone(0.6) + quiet(0.8))
+    done = await col.wait_for("response_done")
+    assert done.status == "cancelled" and done.reason == "turn_detected"
+    await col.wait_for("response_started", count=2)  # and it is answered
+    assert not col.of("response_resumed")
+    await conv.close()
+    backend.close()

@@ -252,9 +252,28 @@ def test_a_voice_early_in_the_reply_passes_a_clean_microphone(voice, at_s):
     no echo: the waveform says it is no echo of the reply, and the voice passes as it came."""
     reply24, reply16, stop = voice
     mic = microphone(reply16, None, 0, at_s, stop)
-    out = filtered(RoomFilter(played_reply(reply24), noise_suppression=False), mic)
+    room = RoomFilter(played_reply(reply24), noise_suppression=False)
+    out = filtered(room, mic[: int(at_s * RATE) + stop.size])
     spoken = slice(int(at_s * RATE), int(at_s * RATE) + stop.size)
     assert level(out[spoken]) > level(mic[spoken]) - 1.5
+    assert not room.learning, "its onset is sure: the reply yields at once"
+
+
+def test_the_canceller_learns_for_the_replys_first_two_seconds_of_sound(voice):
+    """What AEC3 leaves of the echo while it learns can start the VAD (the turn policy then waits
+    for words before it yields); once the reply has sounded ``LEARNING_FRAMES``, onsets are sure."""
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, -10, 150, None, stop)
+    room = RoomFilter(played_reply(reply24), noise_suppression=False)
+    seen = []
+    for i in range(0, mic.size, 320):
+        room.process(mic[i:i + 320], T0 + (i + 320) / RATE)
+        seen.append(room.learning)
+    chunks_per_s = RATE // 320
+    assert all(seen[int(0.2 * chunks_per_s):int(1.5 * chunks_per_s)]), "learning in the reply's first second"
+    first_sure = seen.index(False, int(0.2 * chunks_per_s))
+    assert 2.0 <= first_sure / chunks_per_s <= 3.5, first_sure / chunks_per_s  # 2 s of sound, with its pauses
+    assert not any(seen[first_sure:]), "and it stays sure"
 
 
 def test_a_voice_is_no_match_for_a_reply_that_had_hardly_begun(voice):
