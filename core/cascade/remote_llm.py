@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core.conversation import ReplyJob, ReplyStats
-from core.processors.chat_completions import (
+from core.cascade.chat_completions import (
     ChatServer,
     ToolCallStream,
     append_message,

@@ -72,7 +72,7 @@ class Response:
     held_events: list = field(default_factory=list)
     pending_finish: tuple | None = None
     calls: list = field(default_factory=list)  # FunctionCall, in the order made
-    # Barge-in (``barge_in.py``): every audio piece made (a false interruption replays the rest),
+    # Barge-in (``vad_turns.py``, ``replies.py``): every audio piece made (a false interruption replays the rest),
     # what the listener had heard when it was cut, and after a cut with no words yet, output
     # is held (``shadow``: its generator waits at ``gate``) and, once resumed, goes to the response that resumes it.
     pcm: list[bytes] = field(default_factory=list)

@@ -44,7 +44,7 @@ from core.processors.base import (
     Transcription,
     TranscriptSegment,
 )
-from core.processors.chat_completions import check_base_url, until_cancelled
+from core.cascade.chat_completions import check_base_url, until_cancelled
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from core.conversation import Item, ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
 from core.media import wav_bytes
 from core.processors.base import Capability, ModelCapabilities, ModelThreads, ProgressCallback
-from core.processors.chat_completions import (
+from core.cascade.chat_completions import (
     ChatServer,
     ChatServerError,
     ToolCallStream,

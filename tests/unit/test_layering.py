@@ -168,10 +168,12 @@ def test_no_import_cycles():
 
 
 # Who may import what inside core: its top-level modules are what the gateway and the worker share;
-# the conversation core knows no backend (it defines the ``ConversationModel`` they implement).
+# the conversation core knows no backend (it defines the ``ConversationModel`` they implement); the
+# cascade's parts are what backends are built of, never the other way round (issue 71).
 FORBIDDEN = {
     "core": ("core.conversation", "core.processors", "core.cascade"),  # top-level core modules
     "core.conversation": ("core.processors", "core.cascade"),
+    "core.cascade": ("core.processors",),
 }
 
 
@@ -181,6 +183,8 @@ def test_core_layers():
     for name, path in sorted(mods.items()):
         if name.startswith("core.conversation"):
             rule = FORBIDDEN["core.conversation"]
+        elif name.startswith("core.cascade"):
+            rule = FORBIDDEN["core.cascade"]
         elif name.startswith("core.") and name.count(".") == 1 and name not in FORBIDDEN["core"] or name == "core":
             rule = FORBIDDEN["core"]
         else:
