@@ -27,6 +27,7 @@ from core.conversation.events import (
     CancelResult,
     ConversationError,
     ConversationEvent,
+    FunctionCall,
     FunctionCallDelta,
     FunctionCallDone,
     FunctionCallStarted,
@@ -306,6 +307,13 @@ class Replies:
         resp.calls.append(call)
         self.emit_for(resp, FunctionCallStarted(resp.response_id, call))
 
+    def add_call(self, resp: Response, call: FunctionCall) -> None:
+        """A call made whole before the model (one the user approved): its events at once."""
+        resp.calls.append(call)
+        self.emit_for(resp, FunctionCallStarted(resp.response_id, call))
+        self.emit_for(resp, FunctionCallDelta(resp.response_id, call, call.arguments))
+        self.emit_for(resp, FunctionCallDone(resp.response_id, call))
+
     def call_arguments(self, resp: Response, index: int, delta: str) -> None:
         if resp.cancelled or index >= len(resp.calls):
             return
@@ -425,6 +433,19 @@ class Replies:
             item.status = "incomplete"
         self.rt.history_edited()
         self.rt.emit(ItemTruncated(item_id, heard * 1000 // OUTPUT_RATE))
+
+    def keep_cut(self, cut: Response, heard_samples: int) -> None:
+        """A reply cut by a voice that may be no turn: where its listener stopped hearing it
+        (``resume`` plays on from there)."""
+        cut.cut_samples = heard_samples
+
+    def stop_cut(self, cut: Response, *, confirmed: bool = False) -> None:
+        """A cut reply that will not resume: its generator, waiting at the gate, stops.
+        ``confirmed``: the interruption was real, and the reply keeps nothing it still makes."""
+        if confirmed:
+            cut.shadow = False
+        cut.cancel.set()
+        cut.gate.set()
 
     def resume(self, cut: Response) -> None:
         """Play the rest of a reply cut by a false interruption, as a new response: what was

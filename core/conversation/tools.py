@@ -14,14 +14,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from core.conversation.events import (
-    FunctionCall,
-    FunctionCallDelta,
-    FunctionCallDone,
-    FunctionCallStarted,
-    McpCallFinished,
-    McpCallRunning,
-)
+from core.conversation.events import FunctionCall, McpCallFinished, McpCallRunning
 from core.conversation.items import Item
 from core.conversation.mcp_tools import SEPARATOR, McpTools, ToolOutcome, for_model, pending_approvals
 from core.conversation.reply import ReplyJob, Response
@@ -62,10 +55,7 @@ class ToolCalls:
             call = FunctionCall(new_id("item"), new_id("call"), f"{request.server_label}{SEPARATOR}{request.name}",
                                 request.arguments or "{}", True, request.server_label, request.name,
                                 approval_request_id=request.item_id)
-            resp.calls.append(call)
-            self.replies.emit_for(resp, FunctionCallStarted(resp.response_id, call))
-            self.replies.emit_for(resp, FunctionCallDelta(resp.response_id, call, call.arguments))
-            self.replies.emit_for(resp, FunctionCallDone(resp.response_id, call))
+            self.replies.add_call(resp, call)
             item = await self._run(resp, len(resp.calls) - 1)
             job.items = job.items + for_model([item])
 
@@ -115,8 +105,8 @@ class ToolCalls:
     def speak_results(self, resp: Response, job: ReplyJob) -> None:
         """A follow-up reply reads the MCP results and speaks (no client ``response.create``).
         After ``MAX_TOOL_ROUNDS`` in a row, the last may call no tool."""
-        follow = Response(new_id("resp"), new_id("item"), resp.output_audio, True, resp.metadata)
-        follow.tool_round = resp.tool_round + 1
+        follow = Response(new_id("resp"), new_id("item"), resp.output_audio, True, resp.metadata,
+                          tool_round=resp.tool_round + 1)
         cfg = job.config
         if follow.tool_round >= MAX_TOOL_ROUNDS or cfg.tool_choice not in ("auto", "none"):
             cfg = cfg.model_copy(update={"tool_choice": "auto" if follow.tool_round < MAX_TOOL_ROUNDS else "none"})

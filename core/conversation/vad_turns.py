@@ -379,19 +379,16 @@ class VadTurns:
         resumable = cut is not None and cut.output_audio and cut.in_conversation and (yielding or (
             td is not None and td.resume_false_interruption and self.rt.backend.capabilities.transcript_first))
         if cut is not None and resumable:
-            cut.cut_samples = heard if heard is not None and heard_item == cut.item_id else cut.audio_samples
+            self.replies.keep_cut(cut, heard if heard is not None and heard_item == cut.item_id else cut.audio_samples)
             self._cut = cut
         elif cut is not None:
-            cut.cancel.set()
-            cut.gate.set()
+            self.replies.stop_cut(cut)
 
     def confirm_cut(self) -> None:
         """The interruption was real (words came, or a new reply starts): stop the cut reply."""
         cut, self._cut = self._cut, None
         if cut is not None:
-            cut.shadow = False
-            cut.cancel.set()
-            cut.gate.set()
+            self.replies.stop_cut(cut, confirmed=True)
 
     def _false_interruption(self) -> bool:
         """The voice after an interruption was no turn (no words, or the judge said so): resume
@@ -399,8 +396,7 @@ class VadTurns:
         cut, self._cut = self._cut, None
         if cut is None or self.replies.current is not None or self.rt.closed:
             if cut is not None:
-                cut.cancel.set()
-                cut.gate.set()
+                self.replies.stop_cut(cut)
             return False
         self.replies.resume(cut)
         return True

@@ -279,3 +279,39 @@ def test_no_product_file_over_600_lines():
                 if n > MOST_LINES:
                     long.append(f"{path.relative_to(ROOT)}: {n} lines")
     assert not long, "files over 600 lines:\n  " + "\n  ".join(long)
+
+
+# A reply's state (``reply.Response``) is owned by ``Replies``: other parts ask it to cut, keep, stop
+# or add to a reply, and never write its fields themselves (issue 71).
+RESPONSE_OWNERS = ("replies.py", "reply.py")
+MUTATORS = {"set", "clear", "append", "extend", "pop", "update"}
+
+
+def test_only_replies_writes_a_replys_state():
+    import dataclasses
+
+    from core.conversation.reply import Response
+
+    files = sorted((ROOT / "core" / "conversation").glob("*.py"))
+    trees = {p: ast.parse(p.read_text()) for p in files}
+    # Field names other classes here use for their own state (``self.text = ...``) prove nothing.
+    own = {n.attr for p, t in trees.items() if p.name != "reply.py" for n in ast.walk(t)
+           if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+           and isinstance(n.value, ast.Name) and n.value.id == "self"}
+    fields = {f.name for f in dataclasses.fields(Response)} - own
+    assert {"cut_samples", "shadow", "gate", "cancel", "calls", "tool_round"} <= fields
+    bad = []
+    for p, tree in trees.items():
+        if p.name in RESPONSE_OWNERS:
+            continue
+        for n in ast.walk(tree):
+            target = None
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                target = n
+            elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in MUTATORS
+                  and isinstance(n.func.value, ast.Attribute)):
+                target = n.func.value
+            if (target is not None and target.attr in fields
+                    and not (isinstance(target.value, ast.Name) and target.value.id == "self")):
+                bad.append(f"{p.relative_to(ROOT)}:{n.lineno} writes .{target.attr}")
+    assert not bad, "a reply's state written outside replies.py/reply.py:\n  " + "\n  ".join(bad)
