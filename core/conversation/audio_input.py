@@ -35,6 +35,9 @@ class AudioInput:
         self.room: RoomFilter | None = None
         self.set_room(cfg)
         self.buffer = np.zeros(0, dtype=np.float32)
+        # What the glances read, sample for sample beside ``buffer`` (the room's ``words``: over an
+        # echo, a linear canceller's output that keeps the voice whole); None: the same as ``buffer``.
+        self.words: np.ndarray | None = None
         self.buffer_start = 0  # stream offset (16 kHz samples) of buffer[0]
         self.stream_samples = 0
 
@@ -67,8 +70,10 @@ class AudioInput:
         """Resample, clean, buffer, detect; returns the 16 kHz audio and the VAD reports it caused.
         ``arrived_at``: when the samples arrived (monotonic; the echo canceller's clock)."""
         audio = self.resampler.process(samples)
+        words = None
         if self.room is not None:
-            audio = self.room.process(audio, time.monotonic() if arrived_at is None else arrived_at)
+            audio, words = self.room.clean(audio, time.monotonic() if arrived_at is None else arrived_at)
+        self._keep_words(words, audio)
         self.buffer = np.concatenate([self.buffer, audio]) if self.buffer.size else audio.copy()
         self.stream_samples += audio.size
         if self.buffer.size > MAX_BUFFER_SECONDS * VAD_RATE:
@@ -111,15 +116,32 @@ class AudioInput:
             self.trim(self.vad.last_voiced_end_samples)
         return ev.kind, ev.ms, segment
 
-    def slice(self, start: int, end: int) -> np.ndarray:
+    @property
+    def reads_through_echo(self) -> bool:
+        """The glances read the linear canceller's output (the room found an echo lately)."""
+        return self.words is not None
+
+    def _keep_words(self, words: np.ndarray | None, audio: np.ndarray) -> None:
+        """Buffer what the glances read of this chunk (before ``audio`` joins ``buffer``)."""
+        if words is None and self.words is None:
+            return
+        if self.words is None:  # the first chunk that differs: what came before read the same
+            self.words = self.buffer.copy()
+        self.words = np.concatenate([self.words, audio if words is None else words])
+
+    def slice(self, start: int, end: int, for_words: bool = False) -> np.ndarray:
+        """Buffered audio between two stream offsets; ``for_words``: what the glances read."""
         a = max(0, start - self.buffer_start)
         b = max(a, min(self.buffer.size, end - self.buffer_start))
-        return self.buffer[a:b].copy()
+        source = self.words if for_words and self.words is not None else self.buffer
+        return source[a:b].copy()
 
     def trim(self, keep_from: int) -> None:
         drop = keep_from - self.buffer_start
         if drop > 0:
             self.buffer = self.buffer[drop:]
+            if self.words is not None:
+                self.words = self.words[drop:]
             self.buffer_start += drop
 
     def take(self) -> np.ndarray:
@@ -136,4 +158,5 @@ class AudioInput:
 
     def clear(self) -> None:
         self.buffer = np.zeros(0, dtype=np.float32)
+        self.words = None
         self.buffer_start = self.stream_samples

@@ -26,14 +26,21 @@ a maintained native build with wheels for every platform, ~1.2 % of a core per s
   echo whose first 100 ms the learning canceller suppressed (a gate on them lost 9 of 30 early
   voices), so nothing is taken out: ``learning`` says that a voice's onset is unsure for now, and
   the turn policy waits for its words before it yields (``vad_turns.py``).
+- **Words read through a linear canceller.** While the listener talks over a loud echo, AEC3's
+  suppressor takes syllables of the voice too ("Stop." read as "It's gone."): the glances read a
+  linear canceller's output instead (``linear_echo.py``), aligned to the echo path's delay that
+  the waveform reading finds (``echo_match``). ``clean`` returns both.
 - **Noise suppression** (``noise_reduction``: ``near_field``/``far_field``, OpenAI's field) runs on
   what the canceller kept. The binding offers one suppression level, so both types run the same.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
+from core.conversation import linear_echo
 from core.conversation.played_audio import PlayedAudio
 
 RATE = 16000  # what the VAD and every model here take
@@ -72,6 +79,7 @@ QUICK_ECHO = 0.4
 QUICK_VOICE = 0.25
 QUICK_LEVEL = 60.0  # PCM16 RMS (-55 dBFS): a quieter microphone holds nothing to tell
 QUICK_STRETCH_LEVEL = 10.0  # RMS of a stretch of the whitened reply below which it played nothing
+ALIGN_EVERY = 50  # frames between waveform readings, once the levels decided, that keep the linear canceller aligned
 LEARNING_FRAMES = 200  # the canceller learns while the reply has sounded less than this (2 s) in the session
 
 
@@ -124,6 +132,14 @@ class EchoPresence:
             self.echo = False
 
 
+class Cleaned(NamedTuple):
+    """A chunk of the microphone cleaned two ways, the same length: ``heard`` (for the VAD and the
+    turn's transcript) and ``words`` (for the glances: the voice kept whole, ``linear_echo.py``)."""
+
+    heard: np.ndarray
+    words: np.ndarray | None  # None: the same as ``heard``
+
+
 class RoomFilter:
     """One session's microphone cleaner: echo cancellation against ``played`` (None: off) and
     noise suppression (``noise_suppression``), both with the high-pass filter. Feed it 16 kHz
@@ -144,6 +160,7 @@ class RoomFilter:
             self._recent = np.zeros(int(QUICK_MIC_S * RATE), np.int16)  # the microphone's last 200 ms
             self._voice: bool | None = None  # the last waveform reading: a voice (True) or the echo (False)
             self._sounded = 0  # frames the reply sounded in
+            self.linear = linear_echo.LinearEcho() if linear_echo.available() else None
         if noise_suppression:
             self._ns = rtc.AudioProcessingModule(noise_suppression=True, high_pass_filter=True)
         self._pending = np.zeros(0, np.int16)
@@ -160,16 +177,23 @@ class RoomFilter:
         return self._ns is not None
 
     def process(self, audio: np.ndarray, arrived_at: float) -> np.ndarray:
+        """What the VAD hears of ``audio`` (``clean``'s ``heard``)."""
+        return self.clean(audio, arrived_at).heard
+
+    def clean(self, audio: np.ndarray, arrived_at: float) -> Cleaned:
         chunk = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
         live = self._clock(chunk.size, arrived_at)
         pcm = np.concatenate([self._pending, chunk]) if self._pending.size else chunk
         whole = pcm.size // FRAME * FRAME
-        out = np.empty(whole, np.int16)
+        heard, words = np.empty(whole, np.int16), np.empty(whole, np.int16)
+        differs = False
         for k in range(0, whole, FRAME):
-            out[k:k + FRAME] = self._frame(pcm[k:k + FRAME], self._pending_t + k / RATE, live)
+            h, w = self._frame(pcm[k:k + FRAME], self._pending_t + k / RATE, live)
+            heard[k:k + FRAME], words[k:k + FRAME] = h, w
+            differs = differs or w is not h
         self._pending = pcm[whole:].copy()
         self._pending_t += whole / RATE
-        return out.astype(np.float32) / 32768.0
+        return Cleaned(heard.astype(np.float32) / 32768.0, words.astype(np.float32) / 32768.0 if differs else None)
 
     def _clock(self, samples: int, arrived_at: float) -> bool:
         """Place a chunk on the monotonic clock; whether it is live (arrives in real time)."""
@@ -209,16 +233,20 @@ class RoomFilter:
         if _rms(ref) < ACTIVE_LEVEL:
             self._voice = True  # nothing played that could come back: whatever is heard is the room's
             return
-        match = waveform_match(self._recent, ref)
+        match, lag_s = echo_match(self._recent, ref)
         if match >= QUICK_ECHO:
             self._voice = False
+            if self.linear is not None:
+                self.linear.align(lag_s)
         elif match < QUICK_VOICE:
             self._voice = True
 
-    def _frame(self, mic: np.ndarray, t: float, live: bool) -> np.ndarray:
+    def _frame(self, mic: np.ndarray, t: float, live: bool) -> tuple[np.ndarray, np.ndarray]:
+        """One 10 ms frame: what the VAD hears, and what the glances read."""
         self.frames += 1
         rtc = self._rtc
         out = mic
+        words = None
         if self._aec is not None and live:
             ref = self.played.read(t, REF_FRAME)
             self._aec.process_reverse_stream(rtc.AudioFrame(ref.tobytes(), PlayedAudio.rate, 1, REF_FRAME))
@@ -227,17 +255,20 @@ class RoomFilter:
             ref_level = _rms(ref)
             self.presence.add(_rms(mic), ref_level)
             self._sounded += ref_level > ACTIVE_LEVEL
-            if self.presence.echo is None:
+            if self.presence.echo is None or (self.presence.echo and self.frames % ALIGN_EVERY == 0):
                 self._read_waveform(mic, t)
+            linear = self.linear.frame(mic, ref) if self.linear is not None else None
             cancelled = bool(self.presence.echo or (self.presence.echo is None and not self._voice))
             if cancelled:
-                out = np.frombuffer(frame.data, np.int16)
+                out, words = np.frombuffer(frame.data, np.int16), linear
             self.learning = cancelled and self._sounded < LEARNING_FRAMES
         if self._ns is not None:
             frame = rtc.AudioFrame(out.tobytes(), RATE, 1, FRAME)
             self._ns.process_stream(frame)
             out = np.frombuffer(frame.data, np.int16)
-        return out if mic.any() else mic  # digital silence holds no echo or noise: kept, not comfort-noised
+        if not mic.any():
+            return mic, mic  # digital silence holds no echo or noise: kept, not comfort-noised
+        return out, out if words is None else words
 
 
 def _rms(x: np.ndarray) -> float:
@@ -247,11 +278,17 @@ def _rms(x: np.ndarray) -> float:
 def waveform_match(mic16: np.ndarray, ref24: np.ndarray) -> float:
     """The best normalised correlation of ``mic16`` (16 kHz) against any stretch of ``ref24``
     (24 kHz, longer), both taken to 8 kHz by decimation and whitened by a first difference."""
+    return echo_match(mic16, ref24)[0]
+
+
+def echo_match(mic16: np.ndarray, ref24: np.ndarray) -> tuple[float, float]:
+    """``waveform_match`` and where: how long after the end of the stretch of ``ref24`` that matches
+    best the microphone's last sample came (both end at the same time): the echo path's delay."""
     m = np.diff(mic16[::2].astype(np.float64))
     r = np.diff(ref24[::3].astype(np.float64))
     n = m.size
     if n == 0 or r.size < n:
-        return 0.0
+        return 0.0, 0.0
     size = 1 << int(np.ceil(np.log2(r.size + n)))
     corr = np.fft.irfft(np.fft.rfft(r, size) * np.conj(np.fft.rfft(m, size)), size)[: r.size - n + 1]
     energy = np.concatenate([[0.0], np.cumsum(r * r)])
@@ -260,6 +297,9 @@ def waveform_match(mic16: np.ndarray, ref24: np.ndarray) -> float:
     # the running sum's rounding) would make any microphone "match" it far above 1.
     sounding = stretch > max(QUICK_STRETCH_LEVEL ** 2 * n, 1e-6 * float(stretch.max(initial=0.0)))
     if not sounding.any():
-        return 0.0
+        return 0.0, 0.0
     den = np.sqrt(stretch[sounding] * float((m * m).sum()))
-    return float(min(1.0, np.max(np.abs(corr[sounding]) / np.maximum(den, 1e-9))))
+    scores = np.abs(corr[sounding]) / np.maximum(den, 1e-9)
+    best = int(np.argmax(scores))
+    start = int(np.flatnonzero(sounding)[best])  # the matching stretch is r[start:start + n]
+    return float(min(1.0, scores[best])), (r.size - start - n) / 8000.0

@@ -218,8 +218,8 @@ class LearningCanceller:
     suppressing = False
     learning = True
 
-    def process(self, audio, arrived_at):
-        return audio
+    def clean(self, audio, arrived_at):
+        return audio, None  # heard, and nothing else for the glances
 
 
 async def test_a_voice_while_the_canceller_learns_stops_nothing_until_its_words_do():

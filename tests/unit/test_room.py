@@ -119,6 +119,47 @@ def test_a_voice_over_the_echo_keeps_its_level(voice):
     assert level(out[spoken]) > level(out[before]) + 20
 
 
+def cleaned(room: RoomFilter, mic: np.ndarray, chunk: int = 320) -> tuple[np.ndarray, np.ndarray]:
+    """``mic`` through ``room.clean`` in real time: what the VAD hears and what the glances read."""
+    heard, words = [], []
+    for i in range(0, mic.size, chunk):
+        got = room.clean(mic[i:i + chunk], T0 + (i + chunk) / RATE)
+        heard.append(got.heard)
+        words.append(got.heard if got.words is None else got.words)
+    return np.concatenate(heard), np.concatenate(words)
+
+
+@pytest.mark.parametrize("delay_ms", [40, 300])
+def test_the_glances_read_a_stop_over_a_loud_echo_whole(voice, delay_ms):
+    """A "Stop." over an echo only 6 dB down: AEC3's suppressor takes syllables of a voice that
+    talks over so loud an echo (Whisper read "It's gone.", "Top."), so the glances read a linear
+    canceller's output, aligned to the echo path's delay it found: the voice whole, the echo down."""
+    from core.conversation import linear_echo
+    from tests.support.whisper import _whisper, words
+
+    if not linear_echo.available():
+        pytest.skip("pyaec has no wheel for this platform (requirements.txt): glances read AEC3's output")
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, -6, delay_ms, 6.0, stop)
+    room = RoomFilter(played_reply(reply24), noise_suppression=False)
+    heard, read = cleaned(room, mic)
+    assert abs(room.linear.lag_s - delay_ms / 1000) <= 0.02, room.linear.lag_s  # found, not assumed
+    spoken = slice(6 * RATE, 6 * RATE + stop.size)
+    before = slice(5 * RATE, 6 * RATE)  # the echo alone
+    assert abs(level(read[spoken]) - level(stop * 0.5)) < 1.5, "the voice kept whole"
+    assert level(read[before]) < level(mic[before]) - 10, "the echo taken down"
+    assert level(heard[before]) < level(read[before]) - 10, "the VAD still hears AEC3's deeper cut"
+    clip = np.concatenate([read[6 * RATE - RATE // 4: 6 * RATE + stop.size], np.zeros(RATE // 10, np.float32)])
+    assert "stop" in words(_whisper().glance(clip))
+
+
+def test_a_clean_microphone_gives_the_glances_what_the_vad_hears(voice):
+    reply24, reply16, stop = voice
+    room = RoomFilter(played_reply(reply24), noise_suppression=False)
+    chunks = [room.clean(c, T0 + (i + 1) * 0.02) for i, c in enumerate(np.split(microphone(reply16, None, 0, 2.5, stop)[: 4 * RATE], 200))]
+    assert room.presence.echo is False and all(c.words is None for c in chunks[100:])
+
+
 def test_a_clean_microphone_passes_as_it_came(voice):
     """A headset: nothing of the reply in the microphone. AEC3 that never found an echo path would
     suppress the listener's voice over the reply; the presence check keeps its output out."""
