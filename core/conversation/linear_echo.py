@@ -12,8 +12,9 @@ output while the canceller's is in use; the VAD keeps AEC3's.
 Speex's MDF filter (``pyaec``, a maintained binding with wheels for Linux x86-64, macOS arm64 and
 Windows; where it has none, glances read AEC3's output as before). Its 4096 taps cover 256 ms of
 echo after a bulk delay: the echo path's delay as the waveform reading finds it (``room.py``,
-``echo_lag``), less a margin. The filter runs only while the reply has sounded lately (an idle
-session costs nothing); ~70 us per 10 ms frame.
+``echo_match``), less a margin. The filter runs only while the reply has sounded lately and the
+microphone may hear it (an idle session or a headset costs nothing): ~1.3 % of a core per
+echoing session (``python -m bench calls --parts room``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ MAX_DELAY_S = 0.6  # the waveform reading finds lags up to 600 ms
 REALIGN_S = 0.03  # a lag this far from the one in use ...
 REALIGN_AGREE = 3  # ... found this many times in a row (within REALIGN_S of each other) moves the filter
 QUIET_FRAMES = 60  # frames after the reply last sounded (its tail and the filter's) before the filter rests
-SOUNDING_LEVEL = 100.0  # PCM16 RMS of a reference frame that counts as sounding (-50 dBFS)
 
 
 def available() -> bool:
@@ -65,6 +65,10 @@ class LinearEcho:
         self._candidates: list[float] = []
         self._quiet = QUIET_FRAMES  # frames since the reference last sounded
         self._resting = False  # the filter skipped frames with nothing of the reply in them
+        # the frames handed to speex, and pointers to them made once (a cast per call costs more than a copy)
+        self._mic, self._ref, self._out = (np.zeros(FRAME, np.int16) for _ in range(3))
+        ptr = POINTER(c_int16)
+        self._ptrs = tuple(a.ctypes.data_as(ptr) for a in (self._mic, self._ref, self._out))
 
     def align(self, lag_s: float) -> None:
         """The echo path's delay, as found once more; the filter moves (and learns again) only when
@@ -87,18 +91,23 @@ class LinearEcho:
         self._candidates.clear()
         self._drop_filter()
 
+    def rest(self) -> None:
+        """Frames will be skipped (the microphone hears no echo): the filter's history is cleared
+        when it runs again."""
+        self._resting = self._handle is not None
+
     def _drop_filter(self) -> None:
         if self._handle is not None:
             _speex.AecDestroy(self._handle)
             self._handle = None
 
-    def frame(self, mic: np.ndarray, ref24: np.ndarray) -> np.ndarray:
+    def frame(self, mic: np.ndarray, ref24: np.ndarray, sounding: bool) -> np.ndarray:
         """The microphone's 10 ms (16 kHz PCM16) less its linear echo estimate; ``ref24``: what
-        played at the same time (24 kHz PCM16)."""
+        played at the same time (24 kHz PCM16), ``sounding`` when it was more than silence."""
         ref16 = self._reference(ref24)
-        self._quiet = 0 if float(np.sqrt(np.mean(ref24.astype(np.float32) ** 2))) > SOUNDING_LEVEL else self._quiet + 1
+        self._quiet = 0 if sounding else self._quiet + 1
         if self._quiet > QUIET_FRAMES + self.shift // FRAME:
-            self._resting = True  # nothing of the reply can be in the microphone
+            self.rest()  # nothing of the reply can be in the microphone
             return mic
         if self._handle is None:
             self._handle = _speex.AecNew(FRAME, TAPS, RATE, False)  # linear only: no residual suppressor
@@ -107,14 +116,12 @@ class LinearEcho:
             for _ in range(TAPS // FRAME + 1):
                 self._cancel(silence, silence)
         self._resting = False
-        return self._cancel(np.ascontiguousarray(mic, np.int16), np.ascontiguousarray(ref16))
+        return self._cancel(mic, ref16)
 
     def _cancel(self, mic: np.ndarray, ref16: np.ndarray) -> np.ndarray:
-        out = np.empty(FRAME, np.int16)
-        ptr = POINTER(c_int16)
-        _speex.AecCancelEcho(self._handle, mic.ctypes.data_as(ptr), ref16.ctypes.data_as(ptr),
-                             out.ctypes.data_as(ptr), FRAME)
-        return out
+        self._mic[:], self._ref[:] = mic, ref16
+        _speex.AecCancelEcho(self._handle, *self._ptrs, FRAME)
+        return self._out.copy()
 
     def _reference(self, ref24: np.ndarray) -> np.ndarray:
         """The reference ``shift`` samples ago, at 16 kHz (never later: the resampler's latency is

@@ -257,7 +257,12 @@ class RoomFilter:
             self._sounded += ref_level > ACTIVE_LEVEL
             if self.presence.echo is None or (self.presence.echo and self.frames % ALIGN_EVERY == 0):
                 self._read_waveform(mic, t)
-            linear = self.linear.frame(mic, ref) if self.linear is not None else None
+            # the linear canceller for the glances, unless the microphone is known to hear no echo
+            linear = None
+            if self.linear is not None and self.presence.echo is not False:
+                linear = self.linear.frame(mic, ref, ref_level > ACTIVE_LEVEL)
+            elif self.linear is not None:
+                self.linear.rest()
             cancelled = bool(self.presence.echo or (self.presence.echo is None and not self._voice))
             if cancelled:
                 out, words = np.frombuffer(frame.data, np.int16), linear

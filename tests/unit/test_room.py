@@ -153,6 +153,23 @@ def test_the_glances_read_a_stop_over_a_loud_echo_whole(voice, delay_ms):
     assert "stop" in words(_whisper().glance(clip))
 
 
+def test_the_linear_canceller_moves_only_for_a_delay_found_again_and_again():
+    """One waveform reading over the listener's voice can find a wrong lag: the filter, which learns
+    for seconds, moves only when a new delay is found three times in a row."""
+    from core.conversation import linear_echo
+
+    if not linear_echo.available():
+        pytest.skip("pyaec has no wheel for this platform")
+    lin = linear_echo.LinearEcho()
+    lin.align(0.15)
+    assert lin.shift == int((0.15 - linear_echo.MARGIN_S) * RATE)
+    for lag in (0.40, 0.16, 0.41, 0.40):  # an outlier, the delay in use again, a new one twice
+        lin.align(lag)
+    assert lin.lag_s == 0.15
+    lin.align(0.405)
+    assert lin.lag_s == pytest.approx(0.405, abs=0.006)
+
+
 def test_a_clean_microphone_gives_the_glances_what_the_vad_hears(voice):
     reply24, reply16, stop = voice
     room = RoomFilter(played_reply(reply24), noise_suppression=False)
