@@ -27,6 +27,7 @@ Model work runs in the backend's threads; the event loop only routes.
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -81,17 +82,31 @@ class Conversation:
         self.backend = backend
         self.rt = rt = Runtime(backend, self._checked(config))
         self.mcp = McpTools(rt)  # MCP servers' tools, run by the server (the worker sets the connector)
-        self.tools = ToolCalls(rt, self.mcp)
-        self.replies = Replies(rt, self.tools, self._checked)
-        self.hearing = Hearing(rt, self.replies.until_idle)
+        self.hearing = Hearing(rt, reports=self)  # what it hears goes to the turn policy chosen below
+        self.replies = Replies(rt, self.mcp, self._checked, turn_scored=self.hearing.turn_scored)
+        self.tools = self.replies.tools
         standard = VadTurns(rt, self.hearing, self.replies)
         own = backend.turn_policy(ConversationParts(rt, self.hearing, self.replies, self.tools, standard))
         self.turns: TurnPolicy = own if own is not None else standard
-        self.hearing.policy = self.turns
-        self.replies.on_turn_scored = self.hearing.turn_scored
         self.idle_timeout = IdleTimeout(rt, self.hearing, self.replies, self.turns)  # ``idle_timeout_ms``
         rt.observers.append(self.idle_timeout.observe)
         self.turns.configured(None)
+
+    # ------------------------------------------------------------------ what the hearing reports (``TurnReports``)
+    # The hearing exists before the policy that takes its reports (a policy is given the hearing),
+    # so the conversation, which chose the policy, passes them on.
+
+    async def heard(self, audio16: np.ndarray) -> None:
+        await self.turns.heard(audio16)
+
+    async def on_vad(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
+        await self.turns.on_vad(kind, ms, segment)
+
+    async def after_audio(self) -> None:
+        await self.turns.after_audio()
+
+    def words_at_pause(self, generation: int, transcript: concurrent.futures.Future) -> bool:
+        return self.turns.words_at_pause(generation, transcript)
 
     # ------------------------------------------------------------------ config & state
 

@@ -4,7 +4,7 @@ It owns the input (``AudioInput``: resampling, the buffer, the streaming VAD), t
 speech being heard, the speculative transcript taken at each pause, ``semantic_vad``'s scoring of
 that pause (how long it may last), transcripts of turns (for a text model, or for display) and
 glances at a voice over the assistant. What a VAD report means for the floor (a turn, an
-interruption, a backchannel) is the turn policy's: every report goes to ``policy``.
+interruption, a backchannel) is the turn policy's: every report goes to ``reports``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from typing import Any
 
 import numpy as np
 
@@ -28,7 +27,7 @@ from core.conversation.items import Item, Part
 from core.conversation.overlap import Glance, echoes, only_hums, says_stop, words_of
 from core.conversation.reply import Response
 from core.conversation.runtime import Runtime
-from core.conversation.turn_policy import TurnPolicy
+from core.conversation.turn_policy import TurnReports
 from core.errors import InvalidAudioError
 from core.ids import new_id
 
@@ -46,13 +45,12 @@ Speculation = tuple[int, concurrent.futures.Future]  # (pause generation, its tr
 
 
 class Hearing:
-    """One conversation's listening. ``policy`` (set by the conversation) hears every report."""
+    """One conversation's listening; ``reports`` (the conversation's turn policy) hears every report."""
 
-    def __init__(self, rt: Runtime, replies_idle: Any) -> None:
+    def __init__(self, rt: Runtime, reports: TurnReports) -> None:
         self.rt = rt
-        self.policy: TurnPolicy | None = None
+        self._reports = reports
         self.lock = asyncio.Lock()  # one piece of input at a time; held while a turn's end is acted on
-        self._replies_idle = replies_idle  # awaitable factory: no reply running (display transcripts wait)
         self._input = AudioInput(rt.backend.vad_model, rt.config, rt.played)
         self._speech_item: str | None = None
         self._speculation: Speculation | None = None
@@ -78,7 +76,7 @@ class Hearing:
         """PCM16 mono at ``config.input_sample_rate``: VAD reports go to the policy, in order."""
         samples = pcm16_to_float(pcm, self.rt.config.input_sample_rate)
         arrived = time.monotonic()  # the echo canceller puts the microphone on the play head's clock
-        policy = self.policy
+        policy = self._reports
         async with self.lock:
             audio16, reports = await self.rt.in_thread(self.rt.backend.io_pool, self._input.process, samples,
                                                        arrived)
@@ -186,7 +184,7 @@ class Hearing:
             # read beside the scoring (the LLM's), on the glance thread: joined in _on_turn_score
             words = strip_trailing_punctuation(fut.result())
             self._completion = (generation, backend.glance_pool.submit(backend.completion_probability, words))
-        scored = self.policy.words_at_pause(generation, fut)
+        scored = self._reports.words_at_pause(generation, fut)
         if self.semantic and generation == self._generation and not self.rt.closed and not scored:
             self._score_turn(generation, "" if fut.exception() is not None else (fut.result() or ""))
 
@@ -255,7 +253,7 @@ class Hearing:
                 return
             report = self._input.end_within(wait)
             if report is not None:
-                await self.policy.on_vad(*report)
+                await self._reports.on_vad(*report)
 
     # ------------------------------------------------------------------ transcripts
 
@@ -288,7 +286,7 @@ class Hearing:
         """The transcript is for the client's display: it waits until the reply it may have
         triggered is done, so it never delays the answer (both need the one model thread)."""
         await asyncio.sleep(0)
-        await self._replies_idle()
+        await self.rt.replies_idle.wait()
         try:
             text = await self.rt.in_thread(self.rt.backend.transcribe_pool, self.rt.backend.transcribe_turn,
                                            item.audio)

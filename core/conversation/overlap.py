@@ -214,11 +214,17 @@ class Overlap:
         """The voice paused after ``voice_ms``; ``words``: the whole clip's."""
         self.words = words
         verdict = self.reading(words, interruption, said)
-        why = f"words {words!r}{_p(interruption)}"
-        if verdict == "noise":
-            why = ("no words" if not words_of(words) else f"its own words heard back {words!r}" if echoes(words, said)
-                   else f"words {words!r} over a learning canceller, no stop word")
-        return self.decide(verdict, voice_ms, why)
+        return self.decide(verdict, voice_ms, self._why(verdict, words, interruption, said))
+
+    def _why(self, verdict: Verdict, words: str, interruption: float | None, said: str) -> str:
+        """What the log says a whole clip's reading was decided by."""
+        if verdict != "noise":
+            return f"words {words!r}{_p(interruption)}"
+        if not words_of(words):
+            return "no words"
+        if echoes(words, said):
+            return f"its own words heard back {words!r}"
+        return f"words {words!r} over a learning canceller, no stop word"
 
     def reading(self, words: str, interruption: float | None = None, said: str = "") -> Verdict:
         """``verdict_of`` the words, for this voice (``unsure``: only a stop word takes the floor)."""

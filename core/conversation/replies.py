@@ -38,7 +38,7 @@ from core.conversation.events import (
     TextDelta,
 )
 from core.conversation.items import Item, Part
-from core.conversation.mcp_tools import for_model
+from core.conversation.mcp_tools import McpTools, for_model
 from core.conversation.reply import ReplyJob, Response, Segment, heard_text
 from core.conversation.runtime import Runtime
 from core.conversation.tools import ToolCalls
@@ -55,20 +55,19 @@ CUT_MARK = "…"  # ends an item cut by an interruption: the next reply reads wh
 class Replies:
     """Responses of one conversation (at most one active)."""
 
-    def __init__(self, rt: Runtime, tools: ToolCalls, check: Callable[[ConversationConfig], ConversationConfig]) -> None:
+    def __init__(self, rt: Runtime, mcp: McpTools, check: Callable[[ConversationConfig], ConversationConfig],
+                 turn_scored: Callable[[Response, MessageEnd | float | None], None]) -> None:
         self.rt = rt
-        self.tools = tools
+        self.tools = ToolCalls(rt, mcp, self)  # calls run inside the reply that made them
         self.context = ContextWindow(rt.backend)  # what each reply reads under ``truncation``
-        self.on_turn_scored: Callable[[Response, MessageEnd | float | None], None] = lambda resp, p: None
+        self._turn_scored = turn_scored  # a held reply's prefill scored the turn (the hearing's semantic_vad)
         self.last_spoken: Response | None = None  # the last reply with audio, once finished
         self._check = check  # validates a reply's own settings (the conversation's config rules)
         self._response: Response | None = None
         self._reading: Response | None = None  # a read-ahead not yet done (``read_ahead``)
         self._past_segments: dict[str, list[Segment]] = {}
         self._truncated: dict[str, int] = {}  # item -> samples a client (or the gateway) said were heard
-        self._idle = asyncio.Event()  # no reply running: display transcripts wait for this
-        self._idle.set()
-        tools.replies = self
+        self._idle = rt.replies_idle  # no reply running: display transcripts wait for this
 
     # ------------------------------------------------------------------ state
 
@@ -101,10 +100,6 @@ class Replies:
     def segments(self, item_id: str) -> list[Segment] | None:
         """The audio accounting of a recent reply's item (None once forgotten)."""
         return self._past_segments.get(item_id)
-
-    async def until_idle(self) -> None:
-        """Wait until no reply is running."""
-        await self._idle.wait()
 
     def system_prompt(self, instructions: str | None) -> str:
         return instructions or self.rt.config.instructions or self.rt.backend.default_instructions or ""
@@ -265,7 +260,7 @@ class Replies:
 
     def turn_scored(self, resp: Response, probability: MessageEnd | float | None) -> None:
         """The held reply's prefill scored the words it answers (``ReplyJob.end_of_message``)."""
-        self.on_turn_scored(resp, probability)
+        self._turn_scored(resp, probability)
 
     def emit_text(self, resp: Response, delta: str) -> None:
         if resp.forward is not None:
@@ -439,13 +434,15 @@ class Replies:
         (``resume`` plays on from there)."""
         cut.cut_samples = heard_samples
 
-    def stop_cut(self, cut: Response, *, confirmed: bool = False) -> None:
-        """A cut reply that will not resume: its generator, waiting at the gate, stops.
-        ``confirmed``: the interruption was real, and the reply keeps nothing it still makes."""
-        if confirmed:
-            cut.shadow = False
+    def stop_cut(self, cut: Response) -> None:
+        """A cut reply that will not resume: its generator, waiting at the gate, stops."""
         cut.cancel.set()
         cut.gate.set()
+
+    def confirm_cut(self, cut: Response) -> None:
+        """The interruption was real: the cut reply stops and keeps nothing it still makes."""
+        cut.shadow = False
+        self.stop_cut(cut)
 
     def resume(self, cut: Response) -> None:
         """Play the rest of a reply cut by a false interruption, as a new response: what was

@@ -56,6 +56,8 @@ class Runtime:
         self.observers: list[Callable[[ConversationEvent], None]] = []  # see every event as it is emitted
         self.history_listeners: list[Callable[[], None]] = []  # told when the history is edited in place
         self.closed = False
+        self.replies_idle = asyncio.Event()  # no reply running (``Replies`` keeps it): display transcripts wait
+        self.replies_idle.set()
         self._queue: asyncio.Queue[ConversationEvent | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task] = set()
         # The session's context (its log ids): a callback from a model thread runs in it, not in

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Any
+from typing import Protocol
 
-from core.conversation.events import FunctionCall, McpCallFinished, McpCallRunning
+from core.conversation.config import ConversationConfig
+from core.conversation.events import ConversationEvent, FunctionCall, McpCallFinished, McpCallRunning
 from core.conversation.items import Item
 from core.conversation.mcp_tools import SEPARATOR, McpTools, ToolOutcome, for_model, pending_approvals
 from core.conversation.reply import ReplyJob, Response
@@ -25,14 +26,24 @@ MAX_TOOL_ROUNDS = 4  # MCP results spoken by follow-up replies in a row; the las
 CALL_POLL_S = 0.05  # how often a running MCP call checks whether its reply was cancelled
 
 
-class ToolCalls:
-    """One conversation's tool calls. ``replies`` (set by ``Replies``) emits their events inside
-    the reply that made them and runs the follow-up reply."""
+class ReplyHost(Protocol):
+    """What tool calls need of the replies that make them (``Replies``)."""
 
-    def __init__(self, rt: Runtime, mcp: McpTools) -> None:
+    def add_call(self, resp: Response, call: FunctionCall) -> None: ...
+
+    def emit_for(self, resp: Response, event: ConversationEvent) -> None: ...
+
+    def run(self, resp: Response, cfg: ConversationConfig, instructions: str | None) -> None: ...
+
+
+class ToolCalls:
+    """One conversation's tool calls. ``replies`` emits their events inside the reply that made
+    them and runs the follow-up reply."""
+
+    def __init__(self, rt: Runtime, mcp: McpTools, replies: ReplyHost) -> None:
         self.rt = rt
         self.mcp = mcp
-        self.replies: Any = None  # the conversation's Replies (it sets itself here)
+        self.replies = replies
 
     def new_call(self, name: str) -> FunctionCall:
         """The call a reply begins: an MCP server's tool when ``name`` routes to one (the server

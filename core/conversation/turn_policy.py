@@ -17,7 +17,9 @@ import numpy as np
 from core.conversation.config import ConversationConfig
 
 
-class TurnPolicy(Protocol):
+class TurnReports(Protocol):
+    """What ``Hearing`` reports, in order: all it knows of the turn policy."""
+
     async def heard(self, audio16: np.ndarray) -> None:
         """Every input sample at 16 kHz, before the VAD's reports on it."""
 
@@ -30,6 +32,9 @@ class TurnPolicy(Protocol):
     def words_at_pause(self, generation: int, transcript: concurrent.futures.Future) -> bool:
         """The speculative transcript of a pause is ready; True when a reply started on it scores
         the turn itself (``semantic_vad`` then asks no separate score)."""
+
+
+class TurnPolicy(TurnReports, Protocol):
 
     async def committed(self, item_id: str, segment: np.ndarray) -> None:
         """The client committed the input buffer as a turn (turn-based mode)."""

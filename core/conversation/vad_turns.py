@@ -388,7 +388,7 @@ class VadTurns:
         """The interruption was real (words came, or a new reply starts): stop the cut reply."""
         cut, self._cut = self._cut, None
         if cut is not None:
-            self.replies.stop_cut(cut, confirmed=True)
+            self.replies.confirm_cut(cut)
 
     def _false_interruption(self) -> bool:
         """The voice after an interruption was no turn (no words, or the judge said so): resume

@@ -38,11 +38,24 @@ class Parts:
         self.rt = Runtime(backend, config)
         self.seen: list = []
         self.rt.observers.append(self.seen.append)
-        self.tools = ToolCalls(self.rt, McpTools(self.rt))
-        self.replies = Replies(self.rt, self.tools, lambda cfg: cfg)
-        self.hearing = Hearing(self.rt, self.replies.until_idle)
+        self.hearing = Hearing(self.rt, reports=self)
+        self.replies = Replies(self.rt, McpTools(self.rt), lambda cfg: cfg, turn_scored=self.hearing.turn_scored)
+        self.tools = self.replies.tools
         self.turns = VadTurns(self.rt, self.hearing, self.replies)
-        self.hearing.policy = policy or self.turns
+        self.policy = policy or self.turns
+
+    # what the hearing reports goes to the policy, as ``Conversation`` passes it on
+    async def heard(self, audio16) -> None:
+        await self.policy.heard(audio16)
+
+    async def on_vad(self, kind, ms, segment) -> None:
+        await self.policy.on_vad(kind, ms, segment)
+
+    async def after_audio(self) -> None:
+        await self.policy.after_audio()
+
+    def words_at_pause(self, generation, transcript) -> bool:
+        return self.policy.words_at_pause(generation, transcript)
 
     def kinds(self) -> list[str]:
         out: list[str] = []

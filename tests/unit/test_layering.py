@@ -315,3 +315,26 @@ def test_only_replies_writes_a_replys_state():
                     and not (isinstance(target.value, ast.Name) and target.value.id == "self")):
                 bad.append(f"{p.relative_to(ROOT)}:{n.lineno} writes .{target.attr}")
     assert not bad, "a reply's state written outside replies.py/reply.py:\n  " + "\n  ".join(bad)
+
+
+# A conversation's parts get what they talk to in their constructors, typed by a narrow protocol
+# (``TurnReports``, ``ReplyHost``): none is wired after construction (``hearing.policy = ...``,
+# ``tools.replies = self``) or holds another as ``Any`` (issue 71).
+PARTS = {"hearing", "replies", "tools", "turns", "policy", "idle_timeout", "mcp", "vad_turns",
+         "standard"}
+
+
+def test_parts_are_given_each_other_in_their_constructors():
+    bad = []
+    for pkg in ("core/conversation", "core/processors"):
+        for path in sorted((ROOT / pkg).glob("*.py")):
+            tree = ast.parse(path.read_text())
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                    owner = n.value.attr if isinstance(n.value, ast.Attribute) else getattr(n.value, "id", None)
+                    if owner in PARTS:
+                        bad.append(f"{path.relative_to(ROOT)}:{n.lineno}: {ast.unparse(n)} = ... (wired after construction)")
+                if (isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Attribute) and n.target.attr in PARTS
+                        and ast.unparse(n.annotation) == "Any"):
+                    bad.append(f"{path.relative_to(ROOT)}:{n.lineno}: {ast.unparse(n.target)}: Any")
+    assert not bad, "parts wired after construction or held as Any:\n  " + "\n  ".join(bad)
