@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -106,11 +107,15 @@ class Hearing:
         """Drop buffered input (a judged voice), keeping the pause's transcript."""
         self._input.clear()
 
-    def drop_voice(self) -> None:
-        """The voice being heard was not a turn: nothing of it is kept."""
+    async def drop_voice(self) -> tuple | None:
+        """The voice being heard was not a turn: the VAD's speech ends here and nothing of it is
+        kept; its end report, if it was in speech."""
+        async with self.lock:
+            report = self._input.end_within(0)
         self._speech_item = None
         self._input.clear()
         self.forget_speculation()
+        return report
 
     # ------------------------------------------------------------------ where we are
 
@@ -144,11 +149,6 @@ class Hearing:
 
     def forget_speech_item(self) -> None:
         self._speech_item = None
-
-    async def end_now(self) -> tuple | None:
-        """End the VAD's speech here (the voice is over); its end report, if it was in speech."""
-        async with self.lock:
-            return self._input.end_within(0)
 
     # ------------------------------------------------------------------ pauses: speculation
 
@@ -301,7 +301,7 @@ class Hearing:
 
     # ------------------------------------------------------------------ glances (a voice over the reply)
 
-    def clip_since(self, onset_ms: int) -> np.ndarray:
+    def _clip_since(self, onset_ms: int) -> np.ndarray:
         """The voice from just before its onset to now, with a little silence after it, as the
         glances read it (over an echo: the linear canceller's output, ``room.py``)."""
         before = LOOK_BEFORE_ECHO_MS if self._input.reads_through_echo else LOOK_BEFORE_MS
@@ -309,13 +309,18 @@ class Hearing:
         clip = self._input.slice(start, self._input.stream_samples, for_words=True)
         return np.concatenate([clip, np.zeros(GLANCE_PAD, dtype=np.float32)])
 
-    def glance_soon(self, clip: np.ndarray, then, said: str = "") -> None:
-        """A quick read of ``clip`` on the glance thread; ``then(future)`` runs on the loop with
-        the ``Glance``. ``said``: the assistant's words heard lately (its echo is no voice)."""
-        fut = self.rt.backend.glance_pool.submit(self._read, clip, said)
+    def glance_soon(self, onset_ms: int, then, said_within: Callable[[int], str]) -> None:
+        """A quick read of the voice since ``onset_ms`` on the glance thread; ``then(future)`` runs
+        on the loop with the ``Glance``. ``said_within(ms)``: the assistant's words heard in the
+        clip's last ``ms`` (their echo is no voice)."""
+        clip = self._clip_since(onset_ms)
+        fut = self.rt.backend.glance_pool.submit(self._read, clip, said_within(clip.size * 1000 // VAD_RATE))
         fut.add_done_callback(lambda f: self.rt.call_soon(then, f))
 
-    async def glance(self, clip: np.ndarray, said: str = "") -> Glance:
+    async def glance(self, onset_ms: int, said_within: Callable[[int], str]) -> Glance:
+        """``glance_soon``, awaited."""
+        clip = self._clip_since(onset_ms)
+        said = said_within(clip.size * 1000 // VAD_RATE)
         return await self.rt.in_thread(self.rt.backend.glance_pool, self._read, clip, said)
 
     def _read(self, clip: np.ndarray, said: str = "") -> Glance:

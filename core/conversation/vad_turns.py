@@ -253,12 +253,7 @@ class VadTurns:
             return
         ov.looking = True
         ov.glances = (voice - GLANCE_FIRST_MS) // GLANCE_EVERY_MS + 1  # the next one is due after this voice
-        clip = self.hearing.clip_since(ov.onset_ms)
-        self.hearing.glance_soon(clip, lambda f: self._on_glance(ov, voice, f), self._said_over(clip))
-
-    def _said_over(self, clip: np.ndarray) -> str:
-        """The assistant's words that an echo in ``clip`` can repeat."""
-        return self.echo.said_within(clip.size * 1000 // VAD_RATE)
+        self.hearing.glance_soon(ov.onset_ms, lambda f: self._on_glance(ov, voice, f), self.echo.said_within)
 
     def _on_glance(self, ov: Overlap, voice: int, fut: concurrent.futures.Future) -> None:
         ov.looking = False
@@ -283,9 +278,8 @@ class VadTurns:
         pause = ov.pauses
         voice = self._voice_ms(ov)
         fragment = voice < GLANCE_FIRST_MS
-        clip = self.hearing.clip_since(ov.onset_ms)
         try:
-            seen = await self.hearing.glance(clip, self._said_over(clip))
+            seen = await self.hearing.glance(ov.onset_ms, self.echo.said_within)
         except Exception:  # judged by its length instead
             log.exception("glance failed")
             seen = Glance(None)
@@ -325,10 +319,9 @@ class VadTurns:
             if segment is not None:
                 self.hearing.speculate(segment)  # the pause that settled it is the turn's first pause
             return
-        report = await self.hearing.end_now()  # the voice is over: the VAD's turn ends here
+        report = await self.hearing.drop_voice()  # the voice is over: the VAD's turn ends here
         end_ms = report[1] if report is not None else ov.onset_ms + self._voice_ms(ov)
         self._overlap = None
-        self.hearing.drop_voice()
         self._not_a_turn(ov, end_ms, ov.words.strip() if ov.verdict == "backchannel" else "")
 
     def _overlap_ended(self, ov: Overlap) -> bool:
