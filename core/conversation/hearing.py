@@ -301,34 +301,45 @@ class Hearing:
 
     # ------------------------------------------------------------------ glances (a voice over the reply)
 
-    def _clip_since(self, onset_ms: int) -> np.ndarray:
+    def _clip_since(self, onset_ms: int) -> tuple[np.ndarray, np.ndarray | None]:
         """The voice from just before its onset to now, with a little silence after it, as the
-        glances read it (over an echo: the linear canceller's output, ``room.py``)."""
-        before = LOOK_BEFORE_ECHO_MS if self._input.reads_through_echo else LOOK_BEFORE_MS
-        start = (onset_ms - before) * VAD_RATE // 1000
-        clip = self._input.slice(start, self._input.stream_samples, for_words=True)
-        return np.concatenate([clip, np.zeros(GLANCE_PAD, dtype=np.float32)])
+        glances read it (over an echo: the linear canceller's output, ``room.py``), and over an
+        echo also as the VAD heard it (AEC3's output)."""
+        pad = np.zeros(GLANCE_PAD, dtype=np.float32)
+        echo = self._input.reads_through_echo
+        start = (onset_ms - (LOOK_BEFORE_ECHO_MS if echo else LOOK_BEFORE_MS)) * VAD_RATE // 1000
+        clip = np.concatenate([self._input.slice(start, self._input.stream_samples, for_words=True), pad])
+        if not echo:
+            return clip, None
+        start = (onset_ms - LOOK_BEFORE_MS) * VAD_RATE // 1000
+        return clip, np.concatenate([self._input.slice(start, self._input.stream_samples), pad])
 
     def glance_soon(self, onset_ms: int, then, said_within: Callable[[int], str]) -> None:
         """A quick read of the voice since ``onset_ms`` on the glance thread; ``then(future)`` runs
         on the loop with the ``Glance``. ``said_within(ms)``: the assistant's words heard in the
         clip's last ``ms`` (their echo is no voice)."""
-        clip = self._clip_since(onset_ms)
-        fut = self.rt.backend.glance_pool.submit(self._read, clip, said_within(clip.size * 1000 // VAD_RATE))
+        clip, heard = self._clip_since(onset_ms)
+        fut = self.rt.backend.glance_pool.submit(self._read, clip, said_within(clip.size * 1000 // VAD_RATE), heard)
         fut.add_done_callback(lambda f: self.rt.call_soon(then, f))
 
     async def glance(self, onset_ms: int, said_within: Callable[[int], str]) -> Glance:
         """``glance_soon``, awaited."""
-        clip = self._clip_since(onset_ms)
+        clip, heard = self._clip_since(onset_ms)
         said = said_within(clip.size * 1000 // VAD_RATE)
-        return await self.rt.in_thread(self.rt.backend.glance_pool, self._read, clip, said)
+        return await self.rt.in_thread(self.rt.backend.glance_pool, self._read, clip, said, heard)
 
-    def _read(self, clip: np.ndarray, said: str = "") -> Glance:
+    def _read(self, clip: np.ndarray, said: str = "", heard: np.ndarray | None = None) -> Glance:
         """The clip's words and, when the backend reads meaning, how likely they take the floor (a
-        stop word, a hum or an echo of ``said`` settles it without asking). Blocking: on the glance
-        thread."""
+        stop word, a hum or an echo of ``said`` settles it without asking). Over an echo the clip as
+        the VAD heard it (``heard``, AEC3's output) is read too, and a stop word in it counts: early
+        in a session the linear canceller still leaves enough echo to misread a "Stop." ("Start.").
+        Blocking: on the glance thread."""
         backend = self.rt.backend
         words = backend.transcribe_glance(clip)
+        if heard is not None and words is not None and not says_stop(words, said):
+            other = backend.transcribe_glance(heard)
+            if other is not None and says_stop(other, said):
+                words = other
         if (words is None or not words_of(words) or says_stop(words, said) or only_hums(words)
                 or echoes(words, said)):
             return Glance(words, said=said)
