@@ -318,15 +318,17 @@ class Hearing:
         """A quick read of the voice since ``onset_ms`` on the glance thread; ``then(future)`` runs
         on the loop with the ``Glance``. ``said_within(ms)``: the assistant's words heard in the
         clip's last ``ms`` (their echo is no voice)."""
-        clip, heard = self._clip_since(onset_ms)
-        fut = self.rt.backend.glance_pool.submit(self._read, clip, said_within(clip.size * 1000 // VAD_RATE), heard)
+        fut = self.rt.backend.glance_pool.submit(self._read, *self._look(onset_ms, said_within))
         fut.add_done_callback(lambda f: self.rt.call_soon(then, f))
 
     async def glance(self, onset_ms: int, said_within: Callable[[int], str]) -> Glance:
         """``glance_soon``, awaited."""
+        return await self.rt.in_thread(self.rt.backend.glance_pool, self._read, *self._look(onset_ms, said_within))
+
+    def _look(self, onset_ms: int, said_within: Callable[[int], str]) -> tuple[np.ndarray, str, np.ndarray | None]:
+        """What a glance reads: the clip, the assistant's words heard over it, AEC3's clip (over an echo)."""
         clip, heard = self._clip_since(onset_ms)
-        said = said_within(clip.size * 1000 // VAD_RATE)
-        return await self.rt.in_thread(self.rt.backend.glance_pool, self._read, clip, said, heard)
+        return clip, said_within(clip.size * 1000 // VAD_RATE), heard
 
     def _read(self, clip: np.ndarray, said: str = "", heard: np.ndarray | None = None) -> Glance:
         """The clip's words and, when the backend reads meaning, how likely they take the floor (a
