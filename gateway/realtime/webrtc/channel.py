@@ -46,7 +46,10 @@ MAX_INBOX = 1000  # events for the worker not yet taken (40 s of microphone): a 
 EARLY_AUDIO_APPENDS = 75  # the microphone's last 3 s before the session starts, kept for it
 MAX_BUFFERED_BYTES = 8 * 2**20  # a client this far behind on the data channel is not reading
 CLOSE_NOT_READING = 1008
-DRAIN_S = 1.0  # how long a closing call waits for its last events to leave
+DRAIN_S = 2.0  # how long a closing call waits for the client to acknowledge its last events
+# aiortc's SCTP association keeps what it has not handed on, not sent and not acknowledged in
+# these (private) queues; it has no graceful shutdown (closing sends an ABORT that drops them).
+_SCTP_QUEUES = ("_data_channel_queue", "_outbound_queue", "_sent_queue")
 WATCHED = frozenset({"session.created", "session.updated", "response.done", "input_audio_buffer.speech_started",
                      "error"})
 _CLIENT_MARKERS = ('"output_audio_buffer.clear"', '"session.update"', '"response.cancel"')
@@ -75,6 +78,13 @@ def client_event_type(text: str, max_bytes: int) -> str:
         return ""
     kind = event.get("type")
     return kind if isinstance(kind, str) else ""
+
+
+def _unacknowledged(dc: RTCDataChannel) -> bool:
+    """Whether the client may still lack something sent on ``dc``: ``bufferedAmount`` 0 only
+    means it was handed to SCTP, not that it arrived."""
+    sctp = getattr(dc, "transport", None)
+    return dc.bufferedAmount > 0 or any(getattr(sctp, queue, None) for queue in _SCTP_QUEUES)
 
 
 class WebRTCChannel(EventChannel):
@@ -308,7 +318,7 @@ class WebRTCChannel(EventChannel):
         dc = self._dc
         if dc is not None and self._gone is None:
             deadline = time.monotonic() + DRAIN_S
-            while dc.readyState == "open" and dc.bufferedAmount > 0 and time.monotonic() < deadline:
+            while dc.readyState == "open" and _unacknowledged(dc) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
         self.peer_gone(code, reason)
         if self.on_close is not None:
