@@ -27,7 +27,6 @@ Model work runs in the backend's threads; the event loop only routes.
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +48,7 @@ from core.conversation.reply import Response
 from core.conversation.runtime import ConversationStats, Runtime
 from core.conversation.tools import ToolCalls
 from core.conversation.truncation import ContextWindow
-from core.conversation.turn_policy import TurnPolicy
+from core.conversation.turn_policy import PassesReportsOn, TurnPolicy
 from core.conversation.vad_turns import VadTurns
 from core.errors import (
     DuplicateItemError,
@@ -75,7 +74,7 @@ class ConversationParts:
     vad_turns: VadTurns  # the standard policy, for a backend's policy to wrap
 
 
-class Conversation:
+class Conversation(PassesReportsOn):
     """One session's conversation. Not thread-safe: call from one event loop."""
 
     def __init__(self, backend: ConversationModel, config: ConversationConfig) -> None:
@@ -96,17 +95,9 @@ class Conversation:
     # The hearing exists before the policy that takes its reports (a policy is given the hearing),
     # so the conversation, which chose the policy, passes them on.
 
-    async def heard(self, audio16: np.ndarray) -> None:
-        await self.turns.heard(audio16)
-
-    async def on_vad(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
-        await self.turns.on_vad(kind, ms, segment)
-
-    async def after_audio(self) -> None:
-        await self.turns.after_audio()
-
-    def words_at_pause(self, generation: int, transcript: concurrent.futures.Future) -> bool:
-        return self.turns.words_at_pause(generation, transcript)
+    @property
+    def report_to(self) -> TurnPolicy:
+        return self.turns
 
     # ------------------------------------------------------------------ config & state
 

@@ -4,7 +4,9 @@ It owns the input (``AudioInput``: resampling, the buffer, the streaming VAD), t
 speech being heard, the speculative transcript taken at each pause, ``semantic_vad``'s scoring of
 that pause (how long it may last), transcripts of turns (for a text model, or for display) and
 glances at a voice over the assistant. What a VAD report means for the floor (a turn, an
-interruption, a backchannel) is the turn policy's: every report goes to ``reports``.
+interruption, a backchannel) is the turn policy's: it hears that speech began, paused, resumed and
+ended (``TurnReports``), with the speech's item id, its clip and the pause's transcript, and keeps
+none of this bookkeeping itself.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 
@@ -28,7 +30,7 @@ from core.conversation.items import Item, Part
 from core.conversation.overlap import Glance, echoes, only_hums, says_stop, words_of
 from core.conversation.reply import Response
 from core.conversation.runtime import Runtime
-from core.conversation.turn_policy import TurnReports
+from core.conversation.turn_policy import Speculation, TurnReports
 from core.errors import InvalidAudioError
 from core.ids import new_id
 
@@ -42,7 +44,6 @@ LOOK_BEFORE_MS = 100  # a glance starts this long before the VAD's onset (its on
 LOOK_BEFORE_ECHO_MS = 250
 GLANCE_PAD = VAD_RATE // 10  # silence after a glanced voice: Whisper hears a cut-off word better
 
-Speculation = tuple[int, concurrent.futures.Future]  # (pause generation, its transcript)
 
 
 class Hearing:
@@ -65,7 +66,7 @@ class Hearing:
         ):
             self._input = AudioInput(self.rt.backend.vad_model, new, self.rt.played)
             self._speech_item = None
-            self.forget_speculation()
+            self._forget_speculation()
             return
         if new.turn_detection is not None:
             self._input.configure(new.turn_detection)
@@ -77,14 +78,30 @@ class Hearing:
         """PCM16 mono at ``config.input_sample_rate``: VAD reports go to the policy, in order."""
         samples = pcm16_to_float(pcm, self.rt.config.input_sample_rate)
         arrived = time.monotonic()  # the echo canceller puts the microphone on the play head's clock
-        policy = self._reports
         async with self.lock:
             audio16, reports = await self.rt.in_thread(self.rt.backend.io_pool, self._input.process, samples,
                                                        arrived)
-            await policy.heard(audio16)
+            await self._reports.heard(audio16)
             for kind, ms, segment in reports:
-                await policy.on_vad(kind, ms, segment)
-            await policy.after_audio()
+                await self._report(kind, ms, segment)
+            await self._reports.after_audio()
+
+    async def _report(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
+        """One VAD report, told to the policy as what it means for the speech being heard."""
+        reports = self._reports
+        if kind == "start":
+            self._speech_item = new_id("item")
+            await reports.speech_began(self._speech_item, ms, self._input.onset_sure)
+        elif kind == "pause":
+            if await reports.speech_paused(ms, segment):
+                self.speculate(segment)
+        elif kind == "resume":
+            self._forget_speculation()
+            await reports.speech_resumed()
+        elif kind == "end":
+            item_id, speculation = self._take_speech_item(), self._take_speculation()
+            if not await reports.speech_ended(item_id, ms, segment, speculation):
+                self._input.clear()  # not a turn: nothing of the voice is kept
 
     async def take_buffer(self) -> tuple[str, np.ndarray]:
         """The buffered audio as a turn (turn-based mode): its item id and samples at 16 kHz."""
@@ -96,26 +113,22 @@ class Hearing:
                     param="audio",
                 )
             segment = self._input.take()
-        return self.take_speech_item(), segment
+        return self._take_speech_item(), segment
 
     def clear(self) -> None:
         """Drop buffered, uncommitted input audio."""
         self._input.clear()
-        self.forget_speculation()
+        self._forget_speculation()
 
-    def clear_buffer(self) -> None:
-        """Drop buffered input (a judged voice), keeping the pause's transcript."""
-        self._input.clear()
-
-    async def drop_voice(self) -> tuple | None:
+    async def drop_voice(self) -> int | None:
         """The voice being heard was not a turn: the VAD's speech ends here and nothing of it is
-        kept; its end report, if it was in speech."""
+        kept; where it ended (stream ms), if it was in speech."""
         async with self.lock:
             report = self._input.end_within(0)
         self._speech_item = None
         self._input.clear()
-        self.forget_speculation()
-        return report
+        self._forget_speculation()
+        return report[1] if report is not None else None
 
     # ------------------------------------------------------------------ where we are
 
@@ -123,11 +136,6 @@ class Hearing:
     def in_speech(self) -> bool:
         vad = self._input.vad
         return vad is not None and vad.in_speech
-
-    @property
-    def onset_sure(self) -> bool:
-        """A voice that begins now is one (not what a learning echo canceller left of the echo)."""
-        return self._input.onset_sure
 
     def now_ms(self) -> int:
         """The input stream's length so far, in ms."""
@@ -137,18 +145,11 @@ class Hearing:
         """The input between two stream offsets (what the buffer still holds of it)."""
         return self._input.slice(start_ms * VAD_RATE // 1000, end_ms * VAD_RATE // 1000)
 
-    def new_speech_item(self) -> str:
-        self._speech_item = new_id("item")
-        return self._speech_item
-
-    def take_speech_item(self) -> str:
+    def _take_speech_item(self) -> str:
         """The id of the speech just heard (a new one when none began), ended here."""
         item_id = self._speech_item or new_id("item")
         self._speech_item = None
         return item_id
-
-    def forget_speech_item(self) -> None:
-        self._speech_item = None
 
     # ------------------------------------------------------------------ pauses: speculation
 
@@ -167,10 +168,6 @@ class Hearing:
         self._speculation = (generation, fut)
         fut.add_done_callback(lambda f: self.rt.call_soon(self._on_partial_transcript, generation, f))
 
-    def is_current(self, generation: int) -> bool:
-        """No speech since that pause."""
-        return generation == self._generation
-
     @property
     def semantic(self) -> bool:
         td = self.rt.config.turn_detection
@@ -184,17 +181,17 @@ class Hearing:
             # read beside the scoring (the LLM's), on the glance thread: joined in _on_turn_score
             words = strip_trailing_punctuation(fut.result())
             self._completion = (generation, backend.glance_pool.submit(backend.completion_probability, words))
-        scored = self._reports.words_at_pause(generation, fut)
+        scored = self._reports.words_at_pause(generation, fut, generation == self._generation)
         if self.semantic and generation == self._generation and not self.rt.closed and not scored:
             self._score_turn(generation, "" if fut.exception() is not None else (fut.result() or ""))
 
-    def forget_speculation(self) -> None:
+    def _forget_speculation(self) -> None:
         self._generation += 1
         if self._speculation is not None:
             self._speculation[1].cancel()  # still queued: the next pause's ASR must not wait behind it
         self._speculation = None
 
-    def take_speculation(self) -> Speculation | None:
+    def _take_speculation(self) -> Speculation | None:
         """The pause's transcript when the turn ended with no speech after it (else None)."""
         spec, self._speculation = self._speculation, None
         return spec if spec is not None and spec[0] == self._generation else None
@@ -253,7 +250,7 @@ class Hearing:
                 return
             report = self._input.end_within(wait)
             if report is not None:
-                await self._reports.on_vad(*report)
+                await self._report(*report)
 
     # ------------------------------------------------------------------ transcripts
 
@@ -314,16 +311,11 @@ class Hearing:
         start = (onset_ms - LOOK_BEFORE_MS) * VAD_RATE // 1000
         return clip, np.concatenate([self._input.slice(start, self._input.stream_samples), pad])
 
-    def glance_soon(self, onset_ms: int, then, said_within: Callable[[int], str]) -> None:
-        """A quick read of the voice since ``onset_ms`` on the glance thread; ``then(future)`` runs
-        on the loop with the ``Glance``. ``said_within(ms)``: the assistant's words heard in the
-        clip's last ``ms`` (their echo is no voice)."""
-        fut = self.rt.backend.glance_pool.submit(self._read, *self._look(onset_ms, said_within))
-        fut.add_done_callback(lambda f: self.rt.call_soon(then, f))
-
-    async def glance(self, onset_ms: int, said_within: Callable[[int], str]) -> Glance:
-        """``glance_soon``, awaited."""
-        return await self.rt.in_thread(self.rt.backend.glance_pool, self._read, *self._look(onset_ms, said_within))
+    def glance(self, onset_ms: int, said_within: Callable[[int], str]) -> Awaitable[Glance]:
+        """A quick read of the voice from ``onset_ms`` to now (the clip is taken at this call) on
+        the glance thread. ``said_within(ms)``: the assistant's words heard in the clip's last
+        ``ms`` (their echo is no voice)."""
+        return self.rt.loop.run_in_executor(self.rt.backend.glance_pool, self._read, *self._look(onset_ms, said_within))
 
     def _look(self, onset_ms: int, said_within: Callable[[int], str]) -> tuple[np.ndarray, str, np.ndarray | None]:
         """What a glance reads: the clip, the assistant's words heard over it, AEC3's clip (over an echo)."""

@@ -16,6 +16,8 @@ import numpy as np
 
 from core.conversation.config import ConversationConfig
 
+Speculation = tuple[int, concurrent.futures.Future]  # (pause generation, its transcript)
+
 
 class TurnReports(Protocol):
     """What ``Hearing`` reports, in order: all it knows of the turn policy."""
@@ -23,15 +25,61 @@ class TurnReports(Protocol):
     async def heard(self, audio16: np.ndarray) -> None:
         """Every input sample at 16 kHz, before the VAD's reports on it."""
 
-    async def on_vad(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
-        """A VAD report: ``start``, ``pause``, ``resume`` or ``end`` of speech at stream ``ms``."""
+    async def speech_began(self, item_id: str, ms: int, sure: bool) -> None:
+        """A voice began at stream ``ms``; its turn would be ``item_id``. ``sure``: not what a
+        still-learning echo canceller left of the assistant's echo."""
+
+    async def speech_paused(self, ms: int, segment: np.ndarray | None) -> bool:
+        """The voice paused (its last voiced sample at ``ms``; ``segment``: the speech so far).
+        True: the hearing reads its words now (a speculative transcript, ``words_at_pause``)."""
+
+    async def speech_resumed(self) -> None:
+        """The voice came back after a pause (the pause's transcript is forgotten)."""
+
+    async def speech_ended(self, item_id: str, ms: int, segment: np.ndarray | None,
+                           speculation: Speculation | None) -> bool:
+        """The VAD ended the voice at ``ms``: ``segment`` is its clip, ``speculation`` the last
+        pause's transcript when no speech came after it. False: it was no turn, and the hearing
+        drops what it buffered of it."""
 
     async def after_audio(self) -> None:
         """After each piece of input (a voice over the reply may need another look)."""
 
-    def words_at_pause(self, generation: int, transcript: concurrent.futures.Future) -> bool:
-        """The speculative transcript of a pause is ready; True when a reply started on it scores
-        the turn itself (``semantic_vad`` then asks no separate score)."""
+    def words_at_pause(self, generation: int, transcript: concurrent.futures.Future, current: bool) -> bool:
+        """The speculative transcript of a pause is ready (``current``: no speech since); True
+        when a reply started on it scores the turn itself (``semantic_vad`` then asks no
+        separate score)."""
+
+
+class PassesReportsOn:
+    """``TurnReports`` passed on, each to ``report_to`` (a policy that wraps another, or the
+    conversation, which chose the policy after making the hearing that reports to it)."""
+
+    @property
+    def report_to(self) -> TurnReports:
+        raise NotImplementedError
+
+    async def heard(self, audio16: np.ndarray) -> None:
+        await self.report_to.heard(audio16)
+
+    async def speech_began(self, item_id: str, ms: int, sure: bool) -> None:
+        await self.report_to.speech_began(item_id, ms, sure)
+
+    async def speech_paused(self, ms: int, segment: np.ndarray | None) -> bool:
+        return await self.report_to.speech_paused(ms, segment)
+
+    async def speech_resumed(self) -> None:
+        await self.report_to.speech_resumed()
+
+    async def speech_ended(self, item_id: str, ms: int, segment: np.ndarray | None,
+                           speculation: Speculation | None) -> bool:
+        return await self.report_to.speech_ended(item_id, ms, segment, speculation)
+
+    async def after_audio(self) -> None:
+        await self.report_to.after_audio()
+
+    def words_at_pause(self, generation: int, transcript: concurrent.futures.Future, current: bool) -> bool:
+        return self.report_to.words_at_pause(generation, transcript, current)
 
 
 class TurnPolicy(TurnReports, Protocol):

@@ -25,6 +25,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import numpy as np
@@ -33,12 +34,13 @@ from core.conversation.audio_input import VAD_RATE
 from core.conversation.config import ConversationConfig
 from core.conversation.echo_words import EchoWords
 from core.conversation.events import Backchannel, ConversationError, InputTranscript, SpeechStarted, SpeechStopped
-from core.conversation.hearing import Hearing, Speculation
+from core.conversation.hearing import Hearing
 from core.conversation.items import Item
 from core.conversation.overlap import GLANCE_EVERY_MS, GLANCE_FIRST_MS, SETTLE_MS, Glance, Overlap, says_stop
 from core.conversation.replies import Replies
 from core.conversation.reply import Response
 from core.conversation.runtime import Runtime
+from core.conversation.turn_policy import Speculation
 from core.ids import new_id
 
 log = logging.getLogger(__name__)
@@ -83,45 +85,59 @@ class VadTurns:
     def busy(self) -> bool:
         return self._overlap is not None or self._cut is not None
 
-    # ------------------------------------------------------------------ VAD reports
+    # ------------------------------------------------------------------ what the hearing reports
 
-    async def on_vad(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
+    async def speech_began(self, item_id: str, ms: int, sure: bool) -> None:
+        """A voice began at ``ms``: judged first when it is over the assistant."""
+        self.replies.drop_held()
+        self._overlap = None
+        if self._judges_overlap(ms):
+            ov = self._overlap = Overlap(item_id, ms, self.rt.playback.item_id, time.monotonic())
+            if not sure:  # maybe the echo's residue: a stop word or its length decides
+                ov.unsure = True
+                ov.reasons.append("no yield at the onset: the echo canceller is still learning")
+            elif self.rt.config.turn_detection.yield_at_onset:  # stop now; a voice that is no turn resumes it
+                ov.yielded = True
+                self.rt.emit(SpeechStarted(item_id, ms))
+                await self._interrupt()
+            return
+        self.rt.emit(SpeechStarted(item_id, ms))
         td = self.rt.config.turn_detection
-        hearing = self.hearing
-        if kind == "start":
-            self.replies.drop_held()
-            await self._speech_began(hearing.new_speech_item(), ms)
-        elif kind == "pause":
-            ov = self._overlap_pending()
-            if ov is not None:
-                ov.paused = True
-                ov.pauses += 1
-                self.rt.spawn(self._overlap_paused(ov, segment, ms))
-                return
-            hearing.speculate(segment)
-        elif kind == "resume":
-            ov = self._overlap_pending()
-            if ov is not None:
-                ov.paused = False
-            hearing.forget_speculation()
-            self.replies.drop_held()
-        elif kind == "end":
-            ov = self._overlap
-            if ov is not None and self._overlap_ended(ov):
-                hearing.forget_speech_item()
-                return
-            item_id = hearing.take_speech_item()
-            self.rt.emit(SpeechStopped(item_id, ms, hearing.now_ms()))
-            self._turn_ended_ms = ms
-            if td is None or not td.vad_turns:
-                return  # model_duplex: the model hears everything itself; nothing to commit
-            spec = hearing.take_speculation()
-            item = self._commit(item_id, segment)
-            if self.rt.backend.capabilities.transcript_first:
-                self.rt.spawn(self._finish_turn(item, segment, td.create_response, spec))
-                return
-            if td.create_response and self.replies.current is None and not self.rt.closed:
-                await self.respond()
+        if td is not None and td.vad_turns and td.interrupt_response and (self.replies.active
+                                                                          or self.rt.playback.audible):
+            await self._interrupt()
+
+    async def speech_paused(self, ms: int, segment: np.ndarray | None) -> bool:
+        ov = self._overlap_pending()
+        if ov is None:
+            return True  # a pause in a turn: its words are read ahead
+        ov.paused = True
+        ov.pauses += 1
+        self.rt.spawn(self._overlap_paused(ov, segment, ms))
+        return False
+
+    async def speech_resumed(self) -> None:
+        ov = self._overlap_pending()
+        if ov is not None:
+            ov.paused = False
+        self.replies.drop_held()
+
+    async def speech_ended(self, item_id: str, ms: int, segment: np.ndarray | None,
+                           speculation: Speculation | None) -> bool:
+        ov = self._overlap
+        if ov is not None and self._overlap_ended(ov):
+            return False
+        self.rt.emit(SpeechStopped(item_id, ms, self.hearing.now_ms()))
+        self._turn_ended_ms = ms
+        td = self.rt.config.turn_detection
+        if td is None or not td.vad_turns:
+            return True  # model_duplex: the model hears everything itself; nothing to commit
+        item = self._commit(item_id, segment)
+        if self.rt.backend.capabilities.transcript_first:
+            self.rt.spawn(self._finish_turn(item, segment, td.create_response, speculation))
+        elif td.create_response and self.replies.current is None and not self.rt.closed:
+            await self.respond()
+        return True
 
     async def committed(self, item_id: str, segment: np.ndarray) -> None:
         item = self._commit(item_id, segment)
@@ -142,13 +158,13 @@ class VadTurns:
 
     # ------------------------------------------------------------------ turns: transcript first
 
-    def words_at_pause(self, generation: int, fut: concurrent.futures.Future) -> bool:
+    def words_at_pause(self, generation: int, fut: concurrent.futures.Future, current: bool) -> bool:
         if self._cut is not None and fut.exception() is None and (fut.result() or "").strip():
             self.confirm_cut()  # words after the interruption: it was real
-        resp = self._speculate_reply(generation, fut)
+        resp = self._speculate_reply(generation, fut, current)
         return resp is not None and resp.scores_turn
 
-    def _speculate_reply(self, generation: int, fut: concurrent.futures.Future) -> Response | None:
+    def _speculate_reply(self, generation: int, fut: concurrent.futures.Future, current: bool) -> Response | None:
         """Start the reply to a speculative transcript while the hangover runs; hold its output."""
         rt = self.rt
         td = rt.config.turn_detection
@@ -164,7 +180,7 @@ class VadTurns:
         text = fut.result()
         if not text:
             return None
-        if not self.hearing.is_current(generation):  # the voice went on: its words so far can be read now
+        if not current:  # the voice went on: its words so far can be read now
             self.replies.read_ahead(text)
             return None
         scores_turn = td.type == "semantic_vad" and rt.backend.capabilities.scores_turn_in_reply
@@ -213,25 +229,6 @@ class VadTurns:
         return (td is not None and td.vad_turns and td.interrupt_response and td.ignore_backchannels
                 and self.rt.playback.audible and not continues)
 
-    async def _speech_began(self, item_id: str, ms: int) -> None:
-        """The VAD heard a voice start at ``ms``: judge it first when it is over the assistant."""
-        self._overlap = None
-        if self._judges_overlap(ms):
-            ov = self._overlap = Overlap(item_id, ms, self.rt.playback.item_id, time.monotonic())
-            if not self.hearing.onset_sure:  # maybe the echo's residue: a stop word or its length decides
-                ov.unsure = True
-                ov.reasons.append("no yield at the onset: the echo canceller is still learning")
-            elif self.rt.config.turn_detection.yield_at_onset:  # stop now; a voice that is no turn resumes it
-                ov.yielded = True
-                self.rt.emit(SpeechStarted(item_id, ms))
-                await self._interrupt()
-            return
-        self.rt.emit(SpeechStarted(item_id, ms))
-        td = self.rt.config.turn_detection
-        if td is not None and td.vad_turns and td.interrupt_response and (self.replies.active
-                                                                          or self.rt.playback.audible):
-            await self._interrupt()
-
     def _overlap_pending(self) -> Overlap | None:
         ov = self._overlap
         return ov if ov is not None and ov.verdict is None else None
@@ -253,18 +250,22 @@ class VadTurns:
             return
         ov.looking = True
         ov.glances = (voice - GLANCE_FIRST_MS) // GLANCE_EVERY_MS + 1  # the next one is due after this voice
-        self.hearing.glance_soon(ov.onset_ms, lambda f: self._on_glance(ov, voice, f), self.echo.said_within)
+        self.rt.spawn(self._glanced(ov, voice, self.hearing.glance(ov.onset_ms, self.echo.said_within)))
 
-    def _on_glance(self, ov: Overlap, voice: int, fut: concurrent.futures.Future) -> None:
+    async def _glanced(self, ov: Overlap, voice: int, reading: Awaitable[Glance]) -> None:
+        try:
+            seen = await reading
+        except Exception:  # judged by its length instead
+            log.exception("glance failed")
+            seen = Glance(None)
         ov.looking = False
         if self.rt.closed or self._overlap is not ov or ov.verdict is not None:
             return
-        seen = Glance(None) if fut.exception() is not None else fut.result()
         if seen.words is None:  # no fast recogniser: the voice's length decides
             ov.blind = True
             return
         if ov.glanced(seen.words, voice, seen.interruption, seen.said) is not None:
-            self.rt.spawn(self._decided(ov))
+            await self._decided(ov)
 
     async def _overlap_paused(self, ov: Overlap, segment: np.ndarray | None, pause_ms: int) -> None:
         """The voice paused (its last voiced sample at ``pause_ms``): judge the whole clip. An
@@ -319,8 +320,9 @@ class VadTurns:
             if segment is not None:
                 self.hearing.speculate(segment)  # the pause that settled it is the turn's first pause
             return
-        report = await self.hearing.drop_voice()  # the voice is over: the VAD's turn ends here
-        end_ms = report[1] if report is not None else ov.onset_ms + self._voice_ms(ov)
+        end_ms = await self.hearing.drop_voice()  # the voice is over: the VAD's turn ends here
+        if end_ms is None:
+            end_ms = ov.onset_ms + self._voice_ms(ov)
         self._overlap = None
         self._not_a_turn(ov, end_ms, ov.words.strip() if ov.verdict == "backchannel" else "")
 
@@ -334,7 +336,6 @@ class VadTurns:
             ov.decide("noise", self._voice_ms(ov), "ended before a verdict")
             self._overlap = None
             self._not_a_turn(ov, ov.onset_ms + self._voice_ms(ov), "")
-        self.hearing.clear_buffer()
         return True
 
     def _not_a_turn(self, ov: Overlap, end_ms: int, words: str) -> None:

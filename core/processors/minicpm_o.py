@@ -32,6 +32,7 @@ from pydantic import Field, field_validator
 
 from core.conversation import ConversationError, ConversationParts, Item, ReplyJob, ReplyStats
 from core.conversation.audio_input import VAD_RATE
+from core.conversation.turn_policy import PassesReportsOn, TurnReports
 from core.errors import InvalidInputError
 from core.ids import new_id
 from core.processors.base import Capability, ModelCapabilities, ModelThreads, ProgressCallback
@@ -260,7 +261,7 @@ class MiniCpmOBackend(OmniBackendBase):
             self.duplex.set_session_stop()
 
 
-class ModelDuplexTurns:
+class ModelDuplexTurns(PassesReportsOn):
     """MiniCPM-o's turn policy: in ``model_duplex`` the model hears every second of audio and
     decides when it speaks and when its turn ends; replies open and close on its word. The VAD's
     reports (speech started/stopped, no commits) and every other mode are the standard policy's,
@@ -290,14 +291,9 @@ class ModelDuplexTurns:
 
     # ------------------------------------------------------------------ the standard policy's
 
-    async def on_vad(self, kind: str, ms: int, segment: np.ndarray | None) -> None:
-        await self.standard.on_vad(kind, ms, segment)
-
-    async def after_audio(self) -> None:
-        await self.standard.after_audio()
-
-    def words_at_pause(self, generation: int, transcript) -> bool:
-        return self.standard.words_at_pause(generation, transcript)
+    @property
+    def report_to(self) -> TurnReports:
+        return self.standard
 
     async def committed(self, item_id: str, segment: np.ndarray) -> None:
         await self.standard.committed(item_id, segment)

@@ -15,6 +15,7 @@ from core.conversation.mcp_tools import McpTools
 from core.conversation.replies import CUT_MARK, Replies
 from core.conversation.runtime import Runtime
 from core.conversation.tools import ToolCalls
+from core.conversation.turn_policy import PassesReportsOn
 from core.conversation.vad_turns import VadTurns
 from core.errors import InvalidInputError
 from core.ids import new_id
@@ -31,7 +32,7 @@ def backend():
     b.close()
 
 
-class Parts:
+class Parts(PassesReportsOn):
     """A runtime and its parts, wired as ``Conversation`` does, with every event seen kept."""
 
     def __init__(self, backend, config: ConversationConfig = VAD, policy=None) -> None:
@@ -44,18 +45,10 @@ class Parts:
         self.turns = VadTurns(self.rt, self.hearing, self.replies)
         self.policy = policy or self.turns
 
-    # what the hearing reports goes to the policy, as ``Conversation`` passes it on
-    async def heard(self, audio16) -> None:
-        await self.policy.heard(audio16)
-
-    async def on_vad(self, kind, ms, segment) -> None:
-        await self.policy.on_vad(kind, ms, segment)
-
-    async def after_audio(self) -> None:
-        await self.policy.after_audio()
-
-    def words_at_pause(self, generation, transcript) -> bool:
-        return self.policy.words_at_pause(generation, transcript)
+    @property
+    def report_to(self):
+        """What the hearing reports goes to the policy, as ``Conversation`` passes it on."""
+        return self.policy
 
     def kinds(self) -> list[str]:
         out: list[str] = []
@@ -76,13 +69,24 @@ class RecordingPolicy:
     async def heard(self, audio16) -> None:
         self.heard_samples += audio16.size
 
-    async def on_vad(self, kind, ms, segment) -> None:
-        self.reports.append((kind, ms))
+    async def speech_began(self, item_id, ms, sure) -> None:
+        self.reports.append(("began", ms))
+
+    async def speech_paused(self, ms, segment) -> bool:
+        self.reports.append(("paused", ms))
+        return False
+
+    async def speech_resumed(self) -> None:
+        self.reports.append(("resumed", None))
+
+    async def speech_ended(self, item_id, ms, segment, speculation) -> bool:
+        self.reports.append(("ended", ms))
+        return False
 
     async def after_audio(self) -> None:
         pass
 
-    def words_at_pause(self, generation, transcript) -> bool:
+    def words_at_pause(self, generation, transcript, current) -> bool:
         return False
 
 
@@ -142,7 +146,7 @@ async def test_hearing_alone_reports_a_voice_to_its_policy(backend):
     for i in range(0, len(pcm), step):
         await p.hearing.append(pcm[i:i + step])
     kinds = [k for k, _ in policy.reports]
-    assert kinds[0] == "start" and kinds[-1] == "end", kinds
+    assert kinds[0] == "began" and kinds[-1] == "ended", kinds
     assert policy.heard_samples == len(pcm) // 2  # every sample reached the policy, at 16 kHz
     assert p.hearing.now_ms() == len(pcm) // 2 * 1000 // 16000
     assert p.seen == []  # hearing reports; what a voice means is the policy's
@@ -155,9 +159,9 @@ async def test_vad_turns_judge_a_voice_over_the_reply_before_stopping_it(backend
     judged = VAD.model_copy(update={"turn_detection": VAD.turn_detection.model_copy(update={"yield_at_onset": False})})
     p = Parts(backend, judged)
     p.rt.playback.sent("item_playing", 24000 * 5)  # five seconds of the assistant still to be heard
-    await p.turns.on_vad("start", 100, None)
+    await p.turns.speech_began("item_voice", 100, True)
     assert p.seen == [] and p.turns.busy  # no speech_started yet: the voice is being judged
-    await p.turns.on_vad("end", 400, np.zeros(4800, dtype=np.float32))
+    await p.turns.speech_ended("item_voice", 400, np.zeros(4800, dtype=np.float32), None)
     assert [e.type for e in p.seen] == ["backchannel"] and p.seen[0].transcript == ""  # noise: dropped
     assert not p.turns.busy and p.rt.items.snapshot() == []  # nothing committed
 
@@ -165,17 +169,17 @@ async def test_vad_turns_judge_a_voice_over_the_reply_before_stopping_it(backend
 async def test_vad_turns_by_default_yield_at_a_voice_over_the_reply_and_drop_noise(backend):
     p = Parts(backend)
     p.rt.playback.sent("item_playing", 24000 * 5)
-    await p.turns.on_vad("start", 100, None)
+    await p.turns.speech_began("item_voice", 100, True)
     assert [e.type for e in p.seen] == ["speech_started"] and p.turns.busy  # stopped at once, then judged
-    await p.turns.on_vad("end", 400, np.zeros(4800, dtype=np.float32))
+    await p.turns.speech_ended("item_voice", 400, np.zeros(4800, dtype=np.float32), None)
     assert [e.type for e in p.seen] == ["speech_started", "speech_stopped", "backchannel"]
     assert not p.turns.busy and p.rt.items.snapshot() == []  # nothing committed
 
 
 async def test_vad_turns_take_a_voice_in_silence_as_a_turn(backend):
     p = Parts(backend)
-    await p.turns.on_vad("start", 100, None)
-    await p.turns.on_vad("end", 900, np.full(12800, 0.5, dtype=np.float32))
+    await p.turns.speech_began("item_voice", 100, True)
+    await p.turns.speech_ended("item_voice", 900, np.full(12800, 0.5, dtype=np.float32), None)
     await p.rt.wait_idle()
     assert p.kinds()[:4] == ["speech_started", "speech_stopped", "input_committed", "input_transcript"]
     assert p.kinds()[-1] == "response_done"
@@ -193,7 +197,7 @@ class OwnPolicyBackend(ScriptedBackend):
         return self.policy
 
 
-class RefusingPolicy:
+class RefusingPolicy(PassesReportsOn):
     def __init__(self, standard: VadTurns) -> None:
         self.standard = standard
         self.heard_samples = 0
@@ -202,14 +206,9 @@ class RefusingPolicy:
     async def heard(self, audio16) -> None:
         self.heard_samples += audio16.size
 
-    async def on_vad(self, kind, ms, segment) -> None:
-        await self.standard.on_vad(kind, ms, segment)
-
-    async def after_audio(self) -> None:
-        await self.standard.after_audio()
-
-    def words_at_pause(self, generation, transcript) -> bool:
-        return self.standard.words_at_pause(generation, transcript)
+    @property
+    def report_to(self):
+        return self.standard
 
     async def committed(self, item_id, segment) -> None:
         await self.standard.committed(item_id, segment)

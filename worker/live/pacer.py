@@ -25,6 +25,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from core.play_head import PlayHead
+
 LEAD_MS = 200  # audio sent ahead of real time: a jitter buffer's worth, and the most heard after a yield
 TRANSCRIPT_GAP_MS = 400  # the longest a queued transcript delta waits after the last one went out
 # Audio waiting to go out: ten minutes is longer than any reply is ahead of its playback (one is
@@ -59,7 +61,7 @@ class Pacer:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self.position_ms = 0.0  # where the audio sent so far ends on the session timeline
+        self.head = PlayHead(self.now_ms)  # where the audio sent so far ends on the session timeline
         self.sent_ms: dict[str, float] = {}  # item id -> its audio sent (the client plays all of it)
         self.last_item = ""  # the item of the audio sent last
         self.sent_text: dict[str, str] = {}  # item id -> its transcript sent
@@ -92,6 +94,11 @@ class Pacer:
         if self._task is None:
             self._task = asyncio.create_task(self._run())
 
+    @property
+    def position_ms(self) -> float:
+        """Where the audio sent so far ends on the session timeline."""
+        return self.head.ends_at
+
     def still_playing(self) -> str | None:
         """The item whose audio the client is still playing (sent, not yet played out), if any."""
         return self.last_item or None if self.position_ms > self.now_ms() else None
@@ -121,12 +128,10 @@ class Pacer:
                 continue
             kind, event, duration = self._queue[0]
             if kind == "audio":
-                now = self.now_ms()
-                self.position_ms = max(self.position_ms, now)  # after a silence the audio starts now
-                ahead = self.position_ms - now - self.lead_ms
+                ahead = self.head.ahead() - self.lead_ms  # after a silence the audio starts now
                 if ahead > 0:
                     text = self._text_behind_audio()
-                    wait = min(ahead, self._text_at + TRANSCRIPT_GAP_MS - now) if text else ahead
+                    wait = min(ahead, self._text_at + TRANSCRIPT_GAP_MS - self.now_ms()) if text else ahead
                     if wait > 0:
                         await asyncio.sleep(wait / 1000)
                         continue  # a flush may have dropped it meanwhile
@@ -136,7 +141,7 @@ class Pacer:
                     await self._send(self._stamp(event, at))
                     continue
                 event, item = event
-                self.position_ms += duration
+                self.head.lay(duration)
                 remember(self.sent_ms, item, self.sent_ms.get(item, 0.0) + duration)
                 self.last_item = item
             elif kind == "timed":
