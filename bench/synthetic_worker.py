@@ -33,6 +33,8 @@ import time
 import uvicorn
 from fastapi import FastAPI, WebSocket
 
+from core.audio_frames import MEDIA_FRAMES, MEDIA_PARAM, read_mic_frame, reply_frame
+
 DELTA = base64.b64encode(bytes(4800)).decode()  # 100 ms of 24 kHz PCM16 silence
 RATE = 24000
 DELTA_S = 0.1
@@ -66,11 +68,13 @@ def create_app(events: int, paced: bool = False, slots: int = 1, probe: bool = F
     async def realtime(ws: WebSocket) -> None:
         await ws.accept()
         await ws.send_text(json.dumps({"type": "session.created", "session": {"id": "synthetic"}}))
+        # A call's gateway sends and takes audio as binary frames, as the real worker then does.
+        framed = ws.query_params.get(MEDIA_PARAM) == MEDIA_FRAMES
         if paced:
-            await _paced(ws, voiced, next(sessions))
+            await _paced(ws, voiced, next(sessions), framed)
             return
         if probe:
-            await _probe(ws, voiced[0], next(sessions))
+            await _probe(ws, voiced[0], next(sessions), framed)
             return
         frame = json.dumps({"type": "response.output_audio.delta", "response_id": "resp_x", "item_id": "item_x",
                             "output_index": 0, "content_index": 0, "delta": DELTA}, separators=(",", ":"))
@@ -82,7 +86,19 @@ def create_app(events: int, paced: bool = False, slots: int = 1, probe: bool = F
     return app
 
 
-async def _paced(ws: WebSocket, voiced: list[str], n: int) -> None:
+def _audio_out(rid: str, iid: str, delta: str, framed: bool) -> str | bytes:
+    """A reply's audio delta as the real worker sends it: a binary frame to a call's gateway."""
+    if framed:
+        return reply_frame(rid, iid, base64.b64decode(delta), RATE)
+    return json.dumps({"type": "response.output_audio.delta", "response_id": rid, "item_id": iid, "output_index": 0,
+                       "content_index": 0, "delta": delta}, separators=(",", ":"))
+
+
+async def _send(ws: WebSocket, message: str | bytes) -> None:
+    await (ws.send_bytes(message) if isinstance(message, bytes) else ws.send_text(message))
+
+
+async def _paced(ws: WebSocket, voiced: list[str], n: int, framed: bool) -> None:
     rid, iid = f"resp_synth{n}", f"item_synth{n}"
 
     async def drain() -> None:
@@ -92,8 +108,7 @@ async def _paced(ws: WebSocket, voiced: list[str], n: int) -> None:
                 return
 
     reader = asyncio.create_task(drain())
-    frames = [json.dumps({"type": "response.output_audio.delta", "response_id": rid, "item_id": iid, "output_index": 0,
-                          "content_index": 0, "delta": d}, separators=(",", ":")) for d in voiced]
+    frames = [_audio_out(rid, iid, d, framed) for d in voiced]
     try:
         await ws.send_text(json.dumps({"type": "response.created", "response": {
             "id": rid, "object": "realtime.response", "status": "in_progress", "output": []}}))
@@ -107,7 +122,7 @@ async def _paced(ws: WebSocket, voiced: list[str], n: int) -> None:
                     return
             elif reader.done():
                 return
-            await ws.send_text(frames[k % len(frames)])
+            await _send(ws, frames[k % len(frames)])
     except Exception:  # noqa: BLE001 - the gateway closed the session: the reply ends with it
         return
     finally:
@@ -121,7 +136,7 @@ LOUD = 3000  # |sample| above this is "loud"
 QUIET_S = 0.1  # an onset follows at least this much quiet
 
 
-async def _probe(ws: WebSocket, delta: str, n: int) -> None:
+async def _probe(ws: WebSocket, delta: str, n: int, framed: bool) -> None:
     import numpy as np
 
     quiet = QUIET_S * RATE  # samples of quiet so far (an onset is possible from the start)
@@ -133,13 +148,16 @@ async def _probe(ws: WebSocket, delta: str, n: int) -> None:
             if msg.get("type") == "websocket.disconnect":
                 return
             now = time.monotonic()
-            try:
-                event = json.loads(msg.get("text") or "{}")
-            except ValueError:
-                continue
-            if event.get("type") != "input_audio_buffer.append":
-                continue
-            pcm = np.frombuffer(base64.b64decode(event.get("audio", "")), dtype="<i2")
+            if msg.get("bytes"):  # a call's microphone frame
+                pcm = np.frombuffer(read_mic_frame(msg["bytes"])[0], dtype="<i2")
+            else:
+                try:
+                    event = json.loads(msg.get("text") or "{}")
+                except ValueError:
+                    continue
+                if event.get("type") != "input_audio_buffer.append":
+                    continue
+                pcm = np.frombuffer(base64.b64decode(event.get("audio", "")), dtype="<i2")
             loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > LOUD)
             if loud.size and quiet + loud[0] >= QUIET_S * RATE:
                 await ws.send_text(json.dumps({"type": "bench.heard", "t": now}))
@@ -154,10 +172,9 @@ async def _probe(ws: WebSocket, delta: str, n: int) -> None:
             rid = f"resp_probe{n}_{k}"
             await ws.send_text(json.dumps({"type": "response.created", "response": {
                 "id": rid, "object": "realtime.response", "status": "in_progress", "output": []}}))
-            frame = json.dumps({"type": "response.output_audio.delta", "response_id": rid, "item_id": f"item_probe{n}_{k}",
-                                "output_index": 0, "content_index": 0, "delta": delta}, separators=(",", ":"))
+            frame = _audio_out(rid, f"item_probe{n}_{k}", delta, framed)
             sent = time.monotonic()
-            await ws.send_text(frame)
+            await _send(ws, frame)
             await ws.send_text(json.dumps({"type": "response.done", "response": {
                 "id": rid, "object": "realtime.response", "status": "completed", "output": []}}))
             await ws.send_text(json.dumps({"type": "bench.sent", "t": sent, "response_id": rid}))

@@ -107,13 +107,15 @@ def loads(data: str | bytes) -> Any:
     return value
 
 
+BINARY_REFUSED = "binary frames are not supported; send each event as a JSON text frame"
+
+
 def parse_client_json(message: str | bytes, max_bytes: int) -> dict[str, Any]:
     """One client message as a JSON object, or ``ProtocolError`` (param ``message``) saying why
     not: ``invalid_json`` (a binary frame, not JSON, not an object), ``message_too_large`` (over
     ``max_bytes``: dropped unread) or ``nesting_too_deep`` (dropped unparsed). Cheapest check first."""
     if not isinstance(message, str):
-        raise ProtocolError("binary frames are not supported; send each event as a JSON text frame",
-                            code="invalid_json", param="message")
+        raise ProtocolError(BINARY_REFUSED, code="invalid_json", param="message")
     if message_too_large(message, max_bytes):
         raise ProtocolError(f"message larger than {max_bytes} bytes was dropped", code="message_too_large",
                             param="message")

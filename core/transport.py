@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import json
+from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
@@ -44,6 +46,14 @@ class EventChannel(abc.ABC):
     @abc.abstractmethod
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Close with ``code``; never raises, and does nothing once closed."""
+
+    # A channel that translates the session's events (the Live dialect's) takes them as dicts,
+    # before they are text, and the reply's audio as PCM (``bytes`` in ``delta``), not base64.
+    takes_events = False
+
+    async def send_event(self, event: dict[str, Any]) -> None:
+        """One server event, serialised here, once."""
+        await self.send(json.dumps(event, separators=(",", ":")))
 
 
 class WebSocketChannel(EventChannel):

@@ -22,6 +22,7 @@ from core.processors import ModelThreads, create_backend
 from core.processors.base import LoadProgress
 from core.protocol import Dialect, parse_extensions
 from core.session_store import SESSION_ID, new_session_id
+from core.audio_frames import MEDIA_FRAMES, MEDIA_PARAM
 from core.transport import EventChannel, WebSocketChannel
 from core.worker_auth import INSTANCE_ENV, load_worker_secret
 from worker.auth import WorkerSecretMiddleware
@@ -127,6 +128,7 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         # Extension events only for a client that asked (the gateway asks for what its client
         # asked, plus session.metrics for its own figures); unknown names were reported there.
         extensions, _ = parse_extensions(q.get("extensions"))
+        frames = q.get(MEDIA_PARAM) == MEDIA_FRAMES  # a call's gateway sends its microphone as binary frames
         client = ReadAhead(WebSocketChannel(ws), config.limits.read_ahead_bytes)
         channel: EventChannel = client
         if live:
@@ -134,12 +136,14 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
             # only the extension events asked for.
             channel = LiveChannel(channel, session_id, model, config.limits.max_session_s, client_extensions=extensions,
                                   turn_types=backend.capabilities.turn_detection_types,
-                                  max_message_bytes=config.limits.max_message_bytes, client_left=client.left)
+                                  max_message_bytes=config.limits.max_message_bytes, client_left=client.left,
+                                  binary_audio=frames)
             extensions = extensions | {"response.resumed"}
         session = RealtimeSession(channel, backend, Dialect(beta), config.limits, model=model, session_id=session_id,
                                   recorder=recorder, extensions=extensions,
                                   transcription=q.get("intent") == "transcription", mcp_config=config.tools.mcp,
-                                  echo_cancelled=q.get("input") == "echo_cancelled")
+                                  echo_cancelled=q.get("input") == "echo_cancelled", binary_audio=frames,
+                                  binary_reply=frames and not live)  # Live: its channel frames the reply
 
         def on_state(state: str) -> None:
             ws_state.sessions[session.session_id] = state

@@ -87,7 +87,7 @@ class _Segment:
 
     def __init__(self, t: float, rate: int, item_id: str | None = None, response_id: str | None = None) -> None:
         self.t = t
-        self.chunks: list[str] = []  # base64, decoded in the pool
+        self.chunks: list[str | bytes] = []  # base64 (decoded in the pool) or PCM
         self.nbytes = 0
         self.rate = rate
         self.last = t
@@ -186,7 +186,8 @@ class SessionRecorder:
 
     # ------------------------------------------------------------------ client -> worker
 
-    def user_audio(self, b64: str, rate: int) -> None:
+    def user_audio(self, audio: str | bytes, rate: int) -> None:
+        """The user's audio: base64 (an append event) or PCM16 (a binary microphone frame)."""
         if self._finished:
             return
         t = self._now()
@@ -196,8 +197,8 @@ class SessionRecorder:
             seg = None
         if seg is None:
             seg = self._user = _Segment(t, rate)
-        seg.chunks.append(b64)
-        seg.nbytes += len(b64) * 3 // 4
+        seg.chunks.append(audio)
+        seg.nbytes += len(audio) if isinstance(audio, bytes) else len(audio) * 3 // 4
         seg.last = t
         if seg.nbytes >= seg.rate * 2 * SEGMENT_S and not self._critical:
             self._flush_user()
@@ -361,9 +362,9 @@ class SessionRecorder:
             seg = None
         if seg is None:
             seg = self._ai = _Segment(t, OUTPUT_RATE, item, ev.get("response_id"))
-        delta = ev.get("delta") or ""
+        delta = ev.get("delta") or ""  # base64, or the PCM itself (a call's session)
         seg.chunks.append(delta)
-        seg.nbytes += len(delta) * 3 // 4
+        seg.nbytes += len(delta) if isinstance(delta, bytes) else len(delta) * 3 // 4
         if seg.nbytes >= OUTPUT_RATE * 2 * SEGMENT_S:
             self._flush_ai()
 
@@ -379,8 +380,8 @@ class SessionRecorder:
 
     # ------------------------------------------------------------------ pool jobs
 
-    def _write_wav(self, name: str, chunks: list[str], rate: int) -> None:
-        write_wav(self.path / name, b"".join(_b64(c) for c in chunks), rate)  # atomic; an odd byte dropped
+    def _write_wav(self, name: str, chunks: list[str | bytes], rate: int) -> None:
+        write_wav(self.path / name, b"".join(c if isinstance(c, bytes) else _b64(c) for c in chunks), rate)  # atomic; an odd byte dropped
 
     def _write_image(self, name: str, b64: str) -> None:
         data = _b64(b64)

@@ -50,8 +50,11 @@ class _Reply:
 
 class ReplyEvents:
     def __init__(self, dialect: Dialect, send: Callable[[dict[str, Any]], None], conversation_id: str,
-                 record_audio: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 record_audio: Callable[[dict[str, Any]], None] | None = None, raw_audio: bool = False) -> None:
         self.d = dialect
+        # Audio deltas carry the PCM itself (``bytes``), for a writer that sends it as a binary
+        # frame (a call's gateway, ``core/audio_frames.py``); else base64, as the API has it.
+        self.raw_audio = raw_audio
         self.send = send
         self.conversation_id = conversation_id
         self.record_audio = record_audio  # G.711 sessions: the recording keeps the 24 kHz PCM
@@ -206,7 +209,10 @@ class ReplyEvents:
         r = self._replies.get(e.response_id)
         index = r.message_index if r is not None and r.message_index is not None else 0
         return server_event(self.d.audio_delta, response_id=e.response_id, item_id=e.item_id, output_index=index,
-                            content_index=0, delta=base64.b64encode(data).decode("ascii"))
+                            content_index=0, delta=self._delta(data))
+
+    def _delta(self, data: bytes) -> str | bytes:
+        return data if self.raw_audio else base64.b64encode(data).decode("ascii")
 
     def done(self, e: ResponseDone, item: dict[str, Any]) -> None:
         """``item``: the assistant message as the output shows it (rendered by the session)."""
@@ -224,7 +230,7 @@ class ReplyEvents:
             if started.output_audio:
                 tail = r.encoder.flush()
                 if tail:
-                    self.send(server_event(d.audio_delta, delta=base64.b64encode(tail).decode("ascii"), **ids))
+                    self.send(server_event(d.audio_delta, delta=self._delta(tail), **ids))
                 self.send(server_event(d.audio_done, **ids))
                 self.send(server_event(d.transcript_done, transcript=e.text, **ids))
                 part = {"type": "audio", "transcript": e.text}

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+from core.audio import OUTPUT_RATE
+from core.audio_frames import read_mic_frame, reply_frame
 from core.config import LimitsConfig, McpConfig
 from core.conversation import ConversationConfig, Item
 from core.conversation.items import Part
@@ -91,6 +92,8 @@ class RealtimeSession:
         transcription: bool = False,
         mcp_config: McpConfig | None = None,
         echo_cancelled: bool = False,
+        binary_audio: bool = False,
+        binary_reply: bool = False,
     ) -> None:
         self.channel = channel
         self.backend = backend
@@ -104,6 +107,10 @@ class RealtimeSession:
         self.settings = SessionSettings(kind="transcription" if transcription else "realtime")
         self.mcp_config = mcp_config or McpConfig()  # default: no MCP host allowed
         self.echo_cancelled = echo_cancelled  # the client's input comes echo-cancelled (a WebRTC call)
+        self.binary_audio = binary_audio  # the microphone may come as binary frames (a call, via its gateway)
+        self.binary_reply = binary_reply  # the reply's audio goes as binary frames (a Realtime call's gateway)
+        if binary_reply and channel.takes_events:
+            raise ValueError("a channel that takes events frames the reply's audio itself")
         self._out: asyncio.Queue[dict | None] = asyncio.Queue()
         self.paused_at: float | None = None
         self.started = time.monotonic()
@@ -114,7 +121,8 @@ class RealtimeSession:
         self.end_reason = "worker_shutdown"  # unless a task says otherwise (cancelled = shutdown)
         self.frame_rate = FrameRate(limits.max_frame_rate)
         self.replies = ReplyEvents(dialect, self.send, "conv_" + self.session_id.rsplit("_", 1)[-1],
-                                   record_audio=recorder.server_event if recorder is not None else None)
+                                   record_audio=recorder.server_event if recorder is not None else None,
+                                   raw_audio=binary_reply or channel.takes_events)
         self._last_response_id: str | None = None
         # Hooks for the worker's metrics (set by worker/app.py); called on the event loop.
         self.on_limit: Callable[[str], None] | None = None
@@ -145,7 +153,11 @@ class RealtimeSession:
                 return
             kind = event["type"]
             if kind not in EXTENSION_EVENTS or kind in self.extensions:
-                await self.channel.send(json.dumps(event, separators=(",", ":")))
+                delta = event.get("delta")
+                if isinstance(delta, bytes) and self.binary_reply:  # the reply's audio, for a call's gateway
+                    await self.channel.send(reply_frame(event["response_id"], event["item_id"], delta, OUTPUT_RATE))
+                else:
+                    await self.channel.send_event(event)
             if self.recorder is not None and not (kind == self.dialect.audio_delta and self.settings.output_format.g711):
                 self.recorder.server_event(event)  # the recording has every event (G.711 audio as PCM)
 
@@ -255,6 +267,9 @@ class RealtimeSession:
             try:
                 # Refusals are dropped unread or unparsed; the session goes on (docs/protocol.md
                 # "Errors and close codes").
+                if isinstance(message, bytes) and self.binary_audio:
+                    await self._microphone(message)
+                    continue
                 data = parse_client_json(message, self.limits.max_message_bytes)
                 event = parse_client_event(data)
                 recorded = await self._handle(event)
@@ -268,6 +283,20 @@ class RealtimeSession:
             except OmniDuplexError as exc:
                 ev_id = data.get("event_id") if isinstance(data, dict) else None
                 self.send_error(exc.message, exc.code, exc.param, ev_id if isinstance(ev_id, str) else None)
+
+    async def _microphone(self, frame: bytes) -> None:
+        """A binary microphone frame (``core/audio_frames.py``): an append without base64 or JSON."""
+        pcm, rate = read_mic_frame(frame)
+        expected = self.conv.config.input_sample_rate
+        if rate != expected or self.settings.input_format.g711:
+            raise ProtocolError(f"a microphone frame of PCM16 at {rate} Hz; this session takes "
+                                f"{self.settings.input_format.type} at {expected} Hz", code="invalid_audio",
+                                param="audio")
+        if self.paused_at is not None:
+            return  # audio sent while paused is dropped, by design
+        await self.conv.append_audio(pcm)
+        if self.recorder is not None:
+            self.recorder.user_audio(pcm, rate)
 
     async def _pcm(self, data: bytes, param: str, event_id: str | None) -> bytes:
         fmt = self.settings.input_format

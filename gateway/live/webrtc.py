@@ -16,7 +16,6 @@ reach the data channel (the Realtime call's ``output_audio_buffer.*`` do not).
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 import logging
@@ -27,7 +26,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from core.config import AppConfig
-from core.live_events import parse_client_event, server_types
+from core.json_limits import BINARY_REFUSED
+from core.live_events import live_error, parse_client_event, server_types
 from core.protocol import ProtocolError
 from core.session_store import new_session_id
 from core.transport import Message
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 PATH = "/v1/live/sessions"
 MAX_BODY_BYTES = MAX_SDP_BYTES + 256 * 1024
-_MIC = '"input_audio_buffer.append"'
 _CAMERA = '{"type":"input_image_buffer.append"'
 
 
@@ -52,23 +51,17 @@ def live_call_channel(media: Any, budget: InboundBudget) -> Any:
     """A ``WebRTCChannel`` for a Live call (its class is made here: aiortc loads with the first call)."""
 
     class LiveCallChannel(media.WebRTCChannel):
-        audio_delta_kind = "session.output_audio.delta"
         realtime_client = False  # Live events pass to the worker as they are
 
         def __init__(self) -> None:
             super().__init__(beta=False, budget=budget)
-            self.audio_delta = self.audio_delta_kind
 
-        def deliver_microphone(self, append: str) -> None:
-            super().deliver_microphone(append.replace(_MIC, '"session.input_audio.append"', 1))
+        def binary_refusal(self) -> dict[str, Any]:
+            return live_error(BINARY_REFUSED, "invalid_json", "message")
 
         def _to_client(self, event: dict[str, Any]) -> None:
             if event.get("type") in server_types():  # not the Realtime call's output_audio_buffer.*
                 super()._to_client(event)
-
-        def _encode_delta(self, text: str) -> tuple[str, str, list[bytes]]:
-            """Live audio has no response or item: one stream."""
-            return "live", "", self.framer.encode("live", base64.b64decode(json.loads(text).get("delta", "")))
 
         def deliver(self, message: Message) -> None:
             if isinstance(message, str) and message.startswith(_CAMERA):

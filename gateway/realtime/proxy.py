@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 import websockets
 
 from core import logctx, telemetry
+from core.audio_frames import MEDIA_FRAMES, MEDIA_PARAM
 from core.config import AppConfig
 from core.ids import new_id
 from core.protocol import EXTENSION_EVENTS, error_event, server_event, unknown_extensions_error
@@ -262,7 +263,8 @@ class RealtimeProxy:
         make room (a client streaming its microphone while it waits keeps its latest seconds, as a
         call does), and what still does not fit closes the session."""
         while len(self.early) >= MAX_EARLY_MESSAGES or not self.budget.take(message):
-            oldest_audio = next((i for i, m in enumerate(self.early) if _APPEND in m[:100]), None)
+            oldest_audio = next((i for i, m in enumerate(self.early) if isinstance(m, str) and _APPEND in m[:100]),
+                                None)
             if oldest_audio is None:
                 return False
             self.budget.give(self.early.pop(oldest_audio))
@@ -297,6 +299,8 @@ class RealtimeProxy:
                   "extensions": ",".join(sorted(self.extensions | {"session.metrics"}))}
         if self.intent:
             params["intent"] = self.intent
+        if getattr(self.client, "binary_audio", False):  # a call: its microphone comes as binary frames
+            params[MEDIA_PARAM] = MEDIA_FRAMES
         if self.echo_cancelled:  # the worker's own canceller starts off (the session can turn it on)
             params["input"] = "echo_cancelled"
         if self.record:

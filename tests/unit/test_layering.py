@@ -338,3 +338,38 @@ def test_parts_are_given_each_other_in_their_constructors():
                         and ast.unparse(n.annotation) == "Any"):
                     bad.append(f"{path.relative_to(ROOT)}:{n.lineno}: {ast.unparse(n.target)}: Any")
     assert not bad, "parts wired after construction or held as Any:\n  " + "\n  ".join(bad)
+
+
+# The turn policy hears turns (``TurnReports``: speech began, paused, resumed, ended, with the
+# item id, clip and pause transcript) instead of driving the hearing's bookkeeping (issue 71: it
+# called 15 of its methods).
+MOST_HEARING_CALLS = 6
+
+
+def test_the_turn_policy_uses_few_of_the_hearings_methods():
+    tree = ast.parse((ROOT / "core" / "conversation" / "vad_turns.py").read_text())
+    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)
+            and n.value.attr == "hearing" and isinstance(n.value.value, ast.Name) and n.value.value.id == "self"}
+    assert len(used) <= MOST_HEARING_CALLS, f"vad_turns uses {len(used)} of Hearing's methods: {sorted(used)}"
+
+
+# A call's audio crosses the gateway as binary frames (``core/audio_frames.py``): the call channel
+# decodes no base64 and parses JSON only for the few events it acts on (issue 71).
+CALL_CHANNELS = ("gateway/realtime/webrtc/channel.py", "gateway/live/webrtc.py")
+PARSES_JSON = {"event_type", "_watch"}  # the events the channel owns: session.created/updated, ...
+
+
+def test_the_call_channel_never_parses_audio():
+    bad = []
+    for rel in CALL_CHANNELS:
+        tree = ast.parse((ROOT / rel).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                if "base64" in names:
+                    bad.append(f"{rel}:{node.lineno}: imports base64")
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in PARSES_JSON:
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Call) and ast.unparse(inner.func) == "json.loads":
+                        bad.append(f"{rel}:{inner.lineno}: json.loads in {node.name}")
+    assert not bad, "the call channel parses what it only passes on:\n  " + "\n  ".join(bad)

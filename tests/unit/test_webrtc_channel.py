@@ -8,12 +8,12 @@ The end-to-end calls with a real ``aiortc`` peer are in ``tests/e2e/webrtc/test_
 
 from __future__ import annotations
 
-import base64
 import json
 
 import pytest
 from aiortc.sdp import SessionDescription
 
+from core.audio_frames import reply_frame
 from core.openai_events import validation_error
 from core.transport import ChannelClosed
 from gateway.realtime.webrtc.channel import WebRTCChannel, event_type
@@ -176,9 +176,9 @@ def server(kind: str, **fields) -> str:
     return json.dumps({"type": kind, "event_id": "event_1", **fields}, separators=(",", ":"))
 
 
-def delta(ms: int, response_id: str = "resp_1", item_id: str = "item_1") -> str:
-    return server("response.output_audio.delta", response_id=response_id, item_id=item_id, output_index=0,
-                  content_index=0, delta=base64.b64encode(bytes(48 * ms)).decode())
+def delta(ms: int, response_id: str = "resp_1", item_id: str = "item_1") -> bytes:
+    """``ms`` of the reply's audio as the worker sends it to a call's gateway: a binary frame."""
+    return reply_frame(response_id, item_id, bytes(48 * ms), 24000)
 
 
 def session(turn_detection) -> dict:
@@ -308,8 +308,7 @@ async def test_beta_dialect_audio_and_barge_in():
     dc = DataChannelDouble()
     channel.attach(dc)
     await channel.send(server("session.created", session={"turn_detection": {"type": "server_vad"}}))
-    await channel.send(server("response.audio.delta", response_id="resp_1", item_id="item_1", output_index=0,
-                              content_index=0, delta=base64.b64encode(bytes(48 * 200)).decode()))
+    await channel.send(delta(200))
     assert channel.playback.buffered == 200 * 24 and [e["type"] for e in dc.sent] == ["session.created"]
     play(channel.playback, 100)
     await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
@@ -320,18 +319,37 @@ async def test_beta_dialect_audio_and_barge_in():
 async def test_the_microphone_before_the_session_starts_is_kept_and_heard_first():
     """A user who speaks as soon as the call connects (still queued, or being assigned) is heard
     from the first word: the last 3 s of appends wait for ``session.created``, then go first."""
+    from core.audio_frames import mic_frame, read_mic_frame
     from gateway.realtime.webrtc.channel import EARLY_AUDIO_APPENDS
 
     channel = channel_double()
     channel.attach(DataChannelDouble())
-    appends = [json.dumps({"type": "input_audio_buffer.append", "audio": str(i)}) for i in range(100)]
-    for append in appends:
-        channel.deliver_microphone(append)
-    assert await inbox(channel) == []  # nothing for the worker before its session exists
+    for i in range(100):
+        channel.deliver_microphone(mic_frame(i.to_bytes(2, "little"), 24000))
+    assert channel._inbox.empty()  # nothing for the worker before its session exists
     await channel.send(server("session.created", session=session({"type": "server_vad"})))
-    channel.deliver_microphone(json.dumps({"type": "input_audio_buffer.append", "audio": "live"}))
-    got = [e["audio"] for e in await inbox(channel)]
-    assert got == [str(i) for i in range(100 - EARLY_AUDIO_APPENDS, 100)] + ["live"]
+    channel.deliver_microphone(mic_frame(b"\xff\x7f", 24000))
+    got = []
+    while not channel._inbox.empty():
+        got.append(read_mic_frame(await channel.receive()))
+    assert got == [(i.to_bytes(2, "little"), 24000) for i in range(100 - EARLY_AUDIO_APPENDS, 100)] + [
+        (b"\xff\x7f", 24000)]
+
+
+async def test_a_binary_message_from_the_client_is_refused_not_passed_to_the_worker():
+    """The worker takes binary frames from the call's microphone only: one on the data channel is
+    answered as a WebSocket's would be (``invalid_json``), and nothing reaches the worker."""
+    from core.audio_frames import mic_frame
+
+    channel = channel_double()
+    dc = DataChannelDouble()
+    channel.attach(dc)
+    await channel.send(server("session.created", session=session({"type": "server_vad"})))
+    channel._from_data_channel(mic_frame(b"\x00\x00" * 960, 24000))
+    assert channel._inbox.empty()
+    error = dc.sent[-1]
+    assert error["type"] == "error" and error["error"]["code"] == "invalid_json", error
+    assert "binary" in error["error"]["message"]
 
 
 def test_each_channel_names_its_transport_for_traces():

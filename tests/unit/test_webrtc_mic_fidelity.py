@@ -1,7 +1,7 @@
 """A call's microphone reaches the worker as it was sent (issue 69 item 5, "WebRTC hears what
 WebSocket hears"): a spoken clip, Opus-encoded as a browser sends it (48 kHz mono, 32 kbit/s, voip,
 20 ms frames), decoded by aiortc's receiver decoder (48 kHz stereo s16) and made
-``input_audio_buffer.append`` events by ``tracks.pump_audio`` (24 kHz mono), is the clip: no
+binary microphone frames by ``tracks.pump_audio`` (24 kHz mono PCM16), is the clip: no
 sample lost or added, the onset where it was (the VAD's pre-roll before it intact), the same
 level, the same waveform. Diagnosis found the call path sample-true (the words a call lost came
 with Chromium's capture processing, before the gateway); this keeps it so."""
@@ -9,9 +9,7 @@ with Chromium's capture processing, before the gateway); this keeps it so."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import fractions
-import json
 
 import av
 import numpy as np
@@ -21,6 +19,7 @@ from aiortc.codecs.opus import OpusDecoder
 from aiortc.jitterbuffer import JitterFrame
 from aiortc.mediastreams import MediaStreamError
 
+from core.audio_frames import read_mic_frame
 from gateway.realtime.webrtc.tracks import INPUT_RATE, pump_audio
 
 LEAD_S = 0.5
@@ -84,11 +83,11 @@ async def test_a_calls_microphone_reaches_the_worker_sample_true():
     packets = browser_packets(clip)
     track = DecodedTrack(packets)
     frames = len(track.frames)
-    appends: list[str] = []
+    appends: list[bytes] = []
     await pump_audio(track, appends.append)
-    events = [json.loads(a) for a in appends]
-    assert {e["type"] for e in events} == {"input_audio_buffer.append"}
-    got = np.concatenate([np.frombuffer(base64.b64decode(e["audio"]), "<i2") for e in events]).astype(np.float32)
+    frames_read = [read_mic_frame(a) for a in appends]
+    assert {rate for _, rate in frames_read} == {INPUT_RATE}
+    got = np.concatenate([np.frombuffer(pcm, "<i2") for pcm, _ in frames_read]).astype(np.float32)
     sent = np.concatenate([np.zeros(int(LEAD_S * INPUT_RATE), np.float32), clip.astype(np.float32)])
 
     # Every sample: the stream is as long as the frames' audio in whole 40 ms appends, less the

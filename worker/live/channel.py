@@ -7,7 +7,7 @@ backchannels, tools, limits, recording, metrics); this channel only changes the 
   transcription on, the format and voice, function tools from Responses delegation) and the
   startup ``input`` items; the next ``session.updated`` answers as ``session.started`` /
   ``session.updated``;
-- microphone appends become ``input_audio_buffer.append`` (silence while muted);
+- microphone appends become ``input_audio_buffer.append`` (silence while muted; ``microphone.py``);
 - instructions, thinking and commentary appends become system messages (commentary then asks for
   a reply that says it), acknowledged once the session added them;
 - the user's transcript, the reply's audio and transcript go out as Live deltas with their times
@@ -19,6 +19,10 @@ backchannels, tools, limits, recording, metrics); this channel only changes the 
   a delegation to ``client`` (``delegation.py``);
 - ``session.close`` drains the reply being spoken (at most ``CLOSE_DRAIN_S``), then
   ``session.closed``.
+
+The session hands this channel its events as dicts (``send_event``: translated before anything is
+serialised) and the reply's audio as PCM; it becomes base64 in JSON only for a WebSocket client,
+and a call's gateway gets it (and sends the microphone) as binary frames (``core/audio_frames.py``).
 
 The client's messages are read as the Realtime session reads its own (``parse_client_json``): a
 hostile one is an ``error`` and the session goes on; anything else that goes wrong in the reader
@@ -32,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import collections
 import contextlib
 import json
@@ -41,6 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from core.audio_frames import read_mic_frame, reply_frame
 from core.cascade.tool_calls import DELEGATION_TOOL
 from core.config import LimitsConfig
 from core.conversation.replies import words_after
@@ -59,6 +63,7 @@ from core.protocol import EXTENSION_EVENTS, ProtocolError
 from core.transport import ChannelClosed, EventChannel, Message
 from worker.live.config import initial_message, realtime_update
 from worker.live.delegation import ACKNOWLEDGE, Delegations
+from worker.live.microphone import LiveMicrophone
 from worker.live.pacer import Pacer, remember
 from worker.session import CLOSE_SLOW_CLIENT, LIMIT_CODES, SEND_QUEUE_LIMIT, SLOW_CLIENT
 
@@ -85,7 +90,6 @@ SAY_COMMENTARY = "Say this to the user now, briefly and in your own words: "
 SILENT_THINKING = "Context for you (do not read it out): "
 # The output of the hidden delegation function's call: the request is with the application.
 HANDED_OVER = "Handed to the application; its answer will come as a message to say."
-SILENCE = {"audio/pcmu": b"\xff", "audio/pcma": b"\xd5"}  # one sample of silence; PCM16's is zero bytes
 
 
 class LiveChannel(EventChannel):
@@ -95,8 +99,9 @@ class LiveChannel(EventChannel):
                  client_extensions: frozenset[str] = frozenset(),
                  turn_types: tuple[str, ...] = ("server_vad", "semantic_vad"),
                  max_message_bytes: int = LimitsConfig().max_message_bytes,
-                 client_left: asyncio.Event | None = None) -> None:
+                 client_left: asyncio.Event | None = None, binary_audio: bool = False) -> None:
         self.inner = inner
+        self.binary_audio = binary_audio  # the microphone may come as binary frames (a call, via its gateway)
         # Set once the client has gone (``worker/read_ahead.py``): the reader stops waiting for the
         # session to take what is pending and learns of it, so a flood is not worked through first.
         self.client_left = client_left if client_left is not None else asyncio.Event()
@@ -114,11 +119,9 @@ class LiveChannel(EventChannel):
         self.config: dict[str, Any] = {}  # the Live session config, resolved
         self.started = False
         self.closed = False
-        self.muted = False
-        self._bytes_per_s = 48000
-        self._input_s = 0.0
+        self.microphone = LiveMicrophone(INTERNAL)  # what the session hears, muted or not; usage.seconds
         # Events for the session, or why it ends (the client left, or the reader failed).
-        self._to_session: asyncio.Queue[str | BaseException] = asyncio.Queue()
+        self._to_session: asyncio.Queue[Message | BaseException] = asyncio.Queue()
         self._taken = asyncio.Event()  # the session took an event (room for the reader)
         self._reader: asyncio.Task | None = None
         self._send_lock = asyncio.Lock()
@@ -152,10 +155,15 @@ class LiveChannel(EventChannel):
             raise got
         return got
 
+    takes_events = True  # the session's events arrive as dicts, its reply's audio as PCM
+
+    async def send_event(self, event: dict[str, Any]) -> None:
+        if not self.closed:
+            self._from_session(event)
+
     async def send(self, message: Message) -> None:
-        if isinstance(message, bytes) or self.closed:
-            return
-        self._from_session(json.loads(message))
+        if isinstance(message, str) and not self.closed:
+            self._from_session(json.loads(message))
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         if self.closed:
@@ -176,10 +184,24 @@ class LiveChannel(EventChannel):
 
     # ------------------------------------------------------------------ out to the client
 
+    def _reply_audio(self, delta: str | bytes, item_id: str) -> None:
+        """The reply's audio (PCM from the session, or base64 sent as text), paced out as Live's one
+        stream."""
+        size = len(delta) if isinstance(delta, bytes) else len(delta) * 3 // 4
+        self.pacer.audio({"type": "session.output_audio.delta", "delta": delta},
+                         size * 1000 / self.microphone.bytes_per_s, item_id)
+
     async def _emit(self, event: dict[str, Any]) -> None:
+        delta = event.get("delta")
+        if isinstance(delta, bytes) and self.binary_audio:  # a call's gateway takes it as a binary frame
+            message: Message = reply_frame("live", "", delta, self.config["format"].get("rate", 24000))
+        else:
+            if isinstance(delta, bytes):  # the one place a Live client's audio becomes base64
+                event = {**event, "delta": base64.b64encode(delta).decode("ascii")}
+            message = json.dumps(event, separators=(",", ":"))
         async with self._send_lock:
             with contextlib.suppress(ChannelClosed):
-                await self.inner.send(json.dumps(event, separators=(",", ":")))
+                await self.inner.send(message)
 
     def _now_ms(self) -> int:
         return round((time.monotonic() - self.origin) * 1000)
@@ -221,7 +243,7 @@ class LiveChannel(EventChannel):
 
     async def _send_closed(self, reason: str, cid: str | None = None) -> None:
         await self._emit(live_event("session.closed", cid, reason=reason, session=self._resource(),
-                                    usage={"seconds": round(self._input_s, 3)}))
+                                    usage={"seconds": round(self.microphone.seconds, 3)}))
 
     # ------------------------------------------------------------------ in from the client
 
@@ -254,6 +276,9 @@ class LiveChannel(EventChannel):
         """One client message: handled, or refused with a Live ``error`` (the session goes on)."""
         client_id = None
         try:
+            if isinstance(message, bytes) and self.binary_audio:
+                self._microphone(message)
+                return
             event = parse_client_json(message, self.max_message_bytes)
             if isinstance(event.get("event_id"), str):
                 client_id = event["event_id"]
@@ -284,10 +309,11 @@ class LiveChannel(EventChannel):
             raise ProtocolError(f"send session.start and wait for session.started before {kind}",
                                 code="session_not_started")
         if kind == "session.input_audio.append":
-            self._append(ev["audio"])
+            self._to_session.put_nowait(self.microphone.append(ev["audio"]))
         elif kind in ("session.input_audio.mute", "session.input_audio.unmute"):
-            self.muted = kind.endswith(".mute")
-            self._direct(live_event("session.input_audio.muted" if self.muted else "session.input_audio.unmuted", cid))
+            self.microphone.muted = kind.endswith(".mute")
+            self._direct(live_event("session.input_audio.muted" if self.microphone.muted
+                                    else "session.input_audio.unmuted", cid))
         elif kind in ("session.instructions.append", "session.thinking.append", "session.commentary.append"):
             self._context(kind, ev, cid)
         elif kind == "session.update":
@@ -310,11 +336,12 @@ class LiveChannel(EventChannel):
     # ------------------------------------------------------------------ client events, one by one
 
     def _start(self, s: dict[str, Any], cid: str | None) -> None:
-        update, self._bytes_per_s = realtime_update(s, self.turn_detection)
+        update, self.microphone.bytes_per_s = realtime_update(s, self.turn_detection)
         voice = update["audio"]["output"]["voice"]
         self.config = {"format": (s.get("audio") or {}).get("format") or DEFAULT_FORMAT, "voice": voice,
                        "delegation": s.get("delegation"), "instructions": s.get("instructions"),
                        "input": s.get("input"), "store": s.get("store")}
+        self.microphone.format = self.config["format"].get("type", "audio/pcm")
         internal = new_id(INTERNAL)
         self._pending.append(("start", cid, internal))
         self._push({"type": "session.update", "event_id": internal, "session": update})
@@ -340,17 +367,15 @@ class LiveChannel(EventChannel):
                 merged[key] = {**(before if isinstance(before, dict) else {}), **value} if isinstance(value, dict) else value
             self.config["delegation"] = merged
 
-    def _append(self, audio: str) -> None:
-        try:
-            size = len(base64.b64decode(audio, validate=True))
-        except (binascii.Error, ValueError):
-            raise ProtocolError("session.input_audio.append: audio is not valid base64", code="invalid_value",
-                                param="audio") from None
-        self._input_s += size / self._bytes_per_s
-        if self.muted:  # the model hears silence: the timeline goes on
-            silence = SILENCE.get(self.config["format"].get("type"), b"\x00")
-            audio = base64.b64encode(silence * size).decode()
-        self._push({"type": "input_audio_buffer.append", "event_id": new_id(INTERNAL), "audio": audio})
+    def _microphone(self, frame: bytes) -> None:
+        """A binary microphone frame from a call: dropped while the session closes."""
+        if self._closing is not None:
+            read_mic_frame(frame)  # a bad one is still refused
+            return
+        if not self.started:
+            raise ProtocolError("send session.start and wait for session.started before the microphone",
+                                code="session_not_started")
+        self._to_session.put_nowait(self.microphone.frame(frame))
 
     def _delegation_type(self) -> str | None:
         """``client`` or ``responses`` as the session set it; None: no delegation named."""
@@ -451,9 +476,7 @@ class LiveChannel(EventChannel):
             if creating is not None and creating[1] is not None:
                 self.delegations.created(self._responding, creating[1])
         elif kind == "response.output_audio.delta":
-            size = len(ev["delta"]) * 3 // 4
-            self.pacer.audio({"type": "session.output_audio.delta", "delta": ev["delta"]},
-                             size * 1000 / self._bytes_per_s, ev.get("item_id", ""))
+            self._reply_audio(ev["delta"], ev.get("item_id", ""))
         elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
             self._transcript(ev.get("item_id", ""), ev.get("delta") or "")
         elif kind == "response.output_item.done" and ev["item"].get("type") == "function_call":
@@ -552,7 +575,7 @@ class LiveChannel(EventChannel):
         # "The weather in London today is quite exceptional..." before the function's result).
         delay = (self.config.get("delegation") or {}).get("acknowledgement_delay_ms")
         self.delegations.done(response, delay)
-        self.pacer.event(live_event("session.usage.updated", usage={"seconds": round(self._input_s, 3)}))
+        self.pacer.event(live_event("session.usage.updated", usage={"seconds": round(self.microphone.seconds, 3)}))
         self._next_response()
 
 

@@ -18,7 +18,6 @@ from the client. The client's ``output_audio_buffer.clear`` is handled here, not
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import contextlib
 import json
@@ -27,8 +26,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from core.audio_frames import read_reply_frame
 from core.config import LimitsConfig
-from core.json_limits import parse_client_json
+from core.json_limits import BINARY_REFUSED, parse_client_json
 from core.protocol import ProtocolError, error_event
 from core.transport import ChannelClosed, EventChannel, Message
 from gateway.realtime.budget import CLOSE_POLICY, InboundBudget
@@ -94,6 +94,9 @@ class WebRTCChannel(EventChannel):
     # The client speaks Realtime: its clear, cancel and session.update are read here (a Live
     # call's client sends none of them; its events go to the worker as they are).
     realtime_client = True
+    # The microphone goes to the worker as binary frames (``core/audio_frames.py``): the proxy
+    # opens the worker's socket with ``media=frames``.
+    binary_audio = True
 
     def __init__(self, beta: bool = False, framer: OpusFramer | None = None,
                  budget: InboundBudget | None = None) -> None:
@@ -101,7 +104,6 @@ class WebRTCChannel(EventChannel):
         # The session's one byte budget (``budget.py``): the proxy counts what it holds while queued
         # against it too.
         self.budget = budget or InboundBudget(LimitsConfig().queued_bytes)
-        self.audio_delta = "response.audio.delta" if beta else "response.output_audio.delta"
         self._inbox: asyncio.Queue[Message | None] = asyncio.Queue()
         self._dc: RTCDataChannel | None = None
         self._pending: list[str] = []
@@ -119,7 +121,7 @@ class WebRTCChannel(EventChannel):
         # What the microphone said before the session started (connected, still queued or being
         # assigned): its last seconds go to the worker first, so a user who speaks as soon as the
         # call connects is heard from the first word.
-        self._early_audio: collections.deque[str] = collections.deque(maxlen=EARLY_AUDIO_APPENDS)
+        self._early_audio: collections.deque[bytes] = collections.deque(maxlen=EARLY_AUDIO_APPENDS)
 
     # ------------------------------------------------------------------ the client side
 
@@ -174,13 +176,13 @@ class WebRTCChannel(EventChannel):
             return
         self._inbox.put_nowait(message)
 
-    def deliver_microphone(self, append: str) -> None:
-        """An ``input_audio_buffer.append`` from the microphone track: to the worker once the
-        session has started, kept (the last few seconds) until then."""
+    def deliver_microphone(self, frame: bytes) -> None:
+        """A binary microphone frame (``core/audio_frames.py``) from the track: to the worker once
+        the session has started, kept (the last few seconds) until then."""
         if self.live:
-            self.deliver(append)
+            self.deliver(frame)
         elif self._gone is None:
-            self._early_audio.append(append)
+            self._early_audio.append(frame)
 
     def start_media(self) -> None:
         """The worker's session has started: the microphone flows to it, its last seconds first."""
@@ -204,6 +206,10 @@ class WebRTCChannel(EventChannel):
         """Queue a client event for the worker; False if it does not fit the session's budget."""
         if self._gone is not None:
             return True
+        if isinstance(message, bytes):  # the worker takes binary frames from the microphone only
+            with contextlib.suppress(ChannelClosed):
+                self._write(json.dumps(self.binary_refusal(), separators=(",", ":")))
+            return True
         if isinstance(message, str) and self.realtime_client and any(marker in message for marker in _CLIENT_MARKERS):
             kind = client_event_type(message, self.budget.limit)
             if kind == "output_audio_buffer.clear":
@@ -217,6 +223,10 @@ class WebRTCChannel(EventChannel):
             return False
         self._inbox.put_nowait(message)
         return True
+
+    def binary_refusal(self) -> dict[str, Any]:
+        """The error a binary message from the client gets: events are JSON text, as on a socket."""
+        return error_event(BINARY_REFUSED, "invalid_json", "message")
 
     def _to_worker(self, event: dict[str, Any]) -> None:
         if self.live:
@@ -259,13 +269,11 @@ class WebRTCChannel(EventChannel):
     async def send(self, message: Message) -> None:
         if self._gone is not None:
             raise ChannelClosed(self._gone.code, self._gone.reason)
-        if not isinstance(message, str):
-            return  # the worker sends text only
-        kind = event_type(message)
-        if kind == self.audio_delta:
-            response_id, item_id, frames = await self._offloop(self._encode_delta, message)
+        if isinstance(message, bytes):  # the reply's audio: a binary frame (``core/audio_frames.py``)
+            response_id, item_id, frames = await self._offloop(self._encode_reply, message)
             self.playback.push(response_id, item_id, frames)
             return
+        kind = event_type(message)
         if kind in WATCHED:
             message = await self._watch(kind, message)
             if message is None:
@@ -275,12 +283,10 @@ class WebRTCChannel(EventChannel):
     async def _offloop(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(MEDIA_EXECUTOR, fn, *args)
 
-    def _encode_delta(self, text: str) -> tuple[str, str, list[bytes]]:
-        """In the executor: an audio delta's text -> (response id, item id, Opus frames)."""
-        event = json.loads(text)
-        response_id = event.get("response_id", "")
-        return response_id, event.get("item_id", ""), self.framer.encode(response_id, base64.b64decode(
-            event.get("delta", "")))
+    def _encode_reply(self, frame: bytes) -> tuple[str, str, list[bytes]]:
+        """In the executor: a reply frame -> (response id, item id, Opus frames)."""
+        response_id, item_id, pcm = read_reply_frame(frame)
+        return response_id, item_id, self.framer.encode(response_id, pcm)
 
     async def _watch(self, kind: str, text: str) -> str | None:
         """Act on a watched event; the text to pass on, or None to keep it from the client."""

@@ -2,9 +2,10 @@
 
 - In, audio: aiortc decodes the Opus track in its receiver's own thread, each packet as it arrives
   (``MicJitterBuffer``: no playout buffer, the audio feeds VAD and ASR), and hands us 20 ms frames
-  (48 kHz stereo). They become ``input_audio_buffer.append`` events of PCM16 mono at the session's
-  24 kHz, two frames (40 ms) an event, as our pages send them. Resampling, base64 and the JSON
-  text are made in a small executor of our own, never on the event loop.
+  (48 kHz stereo). They become binary microphone frames for the worker (``core/audio_frames.py``:
+  PCM16 mono at the session's 24 kHz, two frames (40 ms) each, what an ``input_audio_buffer.append``
+  would carry without its base64 and JSON). Resampling is done in a small executor of our own,
+  never on the event loop.
 - In, camera: frames are sampled at most ``limits.max_frame_rate`` a second, scaled to at most
   640 px wide and JPEG-encoded (PyAV's mjpeg) in the same executor, and sent as the
   ``input_image_buffer.append`` events the WebSocket pages send.
@@ -38,6 +39,7 @@ from aiortc.mediastreams import MediaStreamError
 from aiortc.rtp import RtpPacket
 from aiortc.utils import uint16_add
 
+from core.audio_frames import mic_frame
 from gateway.realtime.webrtc.playback import FRAME_SAMPLES, OUTPUT_RATE, Playback
 
 log = logging.getLogger(__name__)
@@ -83,7 +85,7 @@ class MicJitterBuffer(JitterBuffer):
         return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
 
 
-Deliver = Callable[[str], None]
+Deliver = Callable[[str], None]  # a JSON event for the worker
 Live = Callable[[], bool]
 
 
@@ -194,15 +196,15 @@ def quick_mic(receiver) -> bool:
     return True
 
 
-def _append_event(resampler: av.AudioResampler, frames: list[av.AudioFrame]) -> str:
+def _mic_frame(resampler: av.AudioResampler, frames: list[av.AudioFrame]) -> bytes:
     pcm = b"".join(bytes(out.planes[0])[: out.samples * 2] for f in frames for out in resampler.resample(f))
-    return json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode("ascii")},
-                      separators=(",", ":"))
+    return mic_frame(pcm, INPUT_RATE)
 
 
-async def pump_audio(track: MediaStreamTrack, deliver: Deliver) -> None:
-    """Microphone frames -> ``input_audio_buffer.append`` events, until the track ends (the
-    channel keeps those made before the session started: ``deliver_microphone``)."""
+async def pump_audio(track: MediaStreamTrack, deliver: Callable[[bytes], None]) -> None:
+    """Microphone frames -> binary microphone frames for the worker (``core/audio_frames.py``,
+    what an ``input_audio_buffer.append`` carries, without base64 or JSON), until the track ends
+    (the channel keeps those made before the session started: ``deliver_microphone``)."""
     loop = asyncio.get_running_loop()
     resampler = av.AudioResampler(format="s16", layout="mono", rate=INPUT_RATE)
     batch: list[av.AudioFrame] = []
@@ -216,7 +218,7 @@ async def pump_audio(track: MediaStreamTrack, deliver: Deliver) -> None:
         samples += frame.samples
         if samples >= APPEND_S * (frame.sample_rate or 48000):
             frames, batch, samples = batch, [], 0
-            deliver(await loop.run_in_executor(MEDIA_EXECUTOR, _append_event, resampler, frames))
+            deliver(await loop.run_in_executor(MEDIA_EXECUTOR, _mic_frame, resampler, frames))
 
 
 def _jpeg_event(frame: av.VideoFrame) -> str | None:
