@@ -428,7 +428,9 @@ async def close_worker(conn, timeout: float = 2.0, abandon: bool = False) -> Non
     if abandon:
         sock = conn.transport.get_extra_info("socket")
         if sock is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            # The worker may have closed it already (its fd is gone): there is nothing to reset then.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         conn.transport.abort()
         return
     draining = asyncio.create_task(discard())
