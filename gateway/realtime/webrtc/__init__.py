@@ -3,8 +3,9 @@
 A call ends at the gateway. The offer is answered at once; the call then waits in the FIFO queue
 like any session and reaches its worker through the same ``RealtimeProxy`` as a WebSocket, over a
 ``WebRTCChannel``: JSON events ride the ``oai-events`` data channel, the microphone's Opus track
-becomes ``input_audio_buffer.append`` events, and the reply's audio leaves on a paced outbound
-track instead of as ``response.output_audio.delta`` events, so the gateway knows what was heard
+becomes binary PCM frames for the worker (``core/audio_frames.py``), and the reply's audio, which
+the worker sends back as frames, leaves on a paced outbound track instead of as
+``response.output_audio.delta`` events, so the gateway knows what was heard
 (``output_audio_buffer.*``, truncation on barge-in).
 
 - ``routes.py``: the HTTP endpoints (offer, hangup), auth and the answer's errors;

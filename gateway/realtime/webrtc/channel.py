@@ -1,12 +1,12 @@
 """``WebRTCChannel``: a call as the ``EventChannel`` the realtime proxy runs on.
 
 ``receive()`` yields what the worker should get: the client's events from the ``oai-events`` data
-channel, the microphone's audio as ``input_audio_buffer.append`` events (``tracks.py``), and the
+channel, the microphone's audio as binary frames (``tracks.py``, ``core/audio_frames.py``), and the
 few client events the gateway itself sends for the call (a truncate after barge-in, a cancel after
-a client's clear). ``send()`` routes the worker's events: audio deltas are parsed, decoded and
-encoded to Opus frames off the event loop (they are the big ones) and queued for the outbound track
-(``Playback``), never sent on the data channel; everything else goes to the data channel as the
-same JSON text the WebSocket carries. Events sent before the data channel is open wait for it.
+a client's clear). ``send()`` routes the worker's messages: the reply's audio comes as binary
+frames (the worker's socket is opened with ``media=frames``), encoded to Opus off the event loop
+and queued for the outbound track (``Playback``), never sent on the data channel; every event goes
+to the data channel as the same JSON text the WebSocket carries. Events sent before the data channel is open wait for it.
 
 The channel watches a few events on the way (the type is read from the text's head, so most events
 are never parsed): ``session.created`` starts the media, ``session.updated`` says whether barge-in

@@ -1,8 +1,8 @@
 """What a call's outbound audio track holds and has played, and the events OpenAI sends only on
 WebRTC because only there does the server play the audio itself.
 
-Reply audio reaches the call as ``response.output_audio.delta`` events from the worker; instead of
-passing them on, the channel encodes their PCM into 20 ms Opus frames (``tracks.OpusFramer``, off
+Reply audio reaches the call as binary frames from the worker (what ``response.output_audio.delta``
+events would carry, ``core/audio_frames.py``); instead of passing them on, the channel encodes their PCM into 20 ms Opus frames (``tracks.OpusFramer``, off
 the event loop) and queues the frames here, and the outbound track takes one frame every 20 ms in
 real time (``pull``). So the gateway knows, per response, how much was received and how much was
 actually played, and says so as OpenAI does:
