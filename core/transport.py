@@ -47,6 +47,10 @@ class EventChannel(abc.ABC):
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Close with ``code``; never raises, and does nothing once closed."""
 
+    # A call (``gateway/realtime/webrtc/``): its audio crosses the gateway-worker socket as binary
+    # frames (``core/audio_frames.py``); the proxy asks the worker for them.
+    binary_audio = False
+
     # A channel that translates the session's events (the Live dialect's) takes them as dicts,
     # before they are text, and the reply's audio as PCM (``bytes`` in ``delta``), not base64.
     takes_events = False

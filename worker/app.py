@@ -17,12 +17,12 @@ from fastapi import FastAPI, Response, WebSocket
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from core import logctx, telemetry
+from core.audio_frames import MEDIA_FRAMES, MEDIA_PARAM
 from core.config import AppConfig
 from core.processors import ModelThreads, create_backend
 from core.processors.base import LoadProgress
 from core.protocol import Dialect, parse_extensions
 from core.session_store import SESSION_ID, new_session_id
-from core.audio_frames import MEDIA_FRAMES, MEDIA_PARAM
 from core.transport import EventChannel, WebSocketChannel
 from core.worker_auth import INSTANCE_ENV, load_worker_secret
 from worker.auth import WorkerSecretMiddleware

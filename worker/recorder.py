@@ -94,6 +94,11 @@ class _Segment:
         self.item_id = item_id
         self.response_id = response_id
 
+    def add(self, chunk: str | bytes) -> None:
+        """A piece of audio: base64 (an event's) or PCM (a call's binary frame)."""
+        self.chunks.append(chunk)
+        self.nbytes += len(chunk) if isinstance(chunk, bytes) else len(chunk) * 3 // 4
+
 
 class SessionRecorder:
     def __init__(self, pool: RecorderPool, path: Path, session_id: str, meta: dict[str, Any]) -> None:
@@ -197,8 +202,7 @@ class SessionRecorder:
             seg = None
         if seg is None:
             seg = self._user = _Segment(t, rate)
-        seg.chunks.append(audio)
-        seg.nbytes += len(audio) if isinstance(audio, bytes) else len(audio) * 3 // 4
+        seg.add(audio)
         seg.last = t
         if seg.nbytes >= seg.rate * 2 * SEGMENT_S and not self._critical:
             self._flush_user()
@@ -362,9 +366,7 @@ class SessionRecorder:
             seg = None
         if seg is None:
             seg = self._ai = _Segment(t, OUTPUT_RATE, item, ev.get("response_id"))
-        delta = ev.get("delta") or ""  # base64, or the PCM itself (a call's session)
-        seg.chunks.append(delta)
-        seg.nbytes += len(delta) if isinstance(delta, bytes) else len(delta) * 3 // 4
+        seg.add(ev.get("delta") or "")  # base64, or the PCM itself (a call's session)
         if seg.nbytes >= OUTPUT_RATE * 2 * SEGMENT_S:
             self._flush_ai()
 

@@ -252,12 +252,17 @@ class VadTurns:
         ov.glances = (voice - GLANCE_FIRST_MS) // GLANCE_EVERY_MS + 1  # the next one is due after this voice
         self.rt.spawn(self._glanced(ov, voice, self.hearing.glance(ov.onset_ms, self.echo.said_within)))
 
-    async def _glanced(self, ov: Overlap, voice: int, reading: Awaitable[Glance]) -> None:
+    @staticmethod
+    async def _seen(reading: Awaitable[Glance]) -> Glance:
+        """A glance's reading; no words when it failed (the voice's length decides then)."""
         try:
-            seen = await reading
-        except Exception:  # judged by its length instead
+            return await reading
+        except Exception:
             log.exception("glance failed")
-            seen = Glance(None)
+            return Glance(None)
+
+    async def _glanced(self, ov: Overlap, voice: int, reading: Awaitable[Glance]) -> None:
+        seen = await self._seen(reading)
         ov.looking = False
         if self.rt.closed or self._overlap is not ov or ov.verdict is not None:
             return
@@ -279,11 +284,7 @@ class VadTurns:
         pause = ov.pauses
         voice = self._voice_ms(ov)
         fragment = voice < GLANCE_FIRST_MS
-        try:
-            seen = await self.hearing.glance(ov.onset_ms, self.echo.said_within)
-        except Exception:  # judged by its length instead
-            log.exception("glance failed")
-            seen = Glance(None)
+        seen = await self._seen(self.hearing.glance(ov.onset_ms, self.echo.said_within))
         words, said = seen.words, seen.said
         if self._overlap is not ov or ov.verdict is not None or self.rt.closed:
             return

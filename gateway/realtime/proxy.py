@@ -299,7 +299,7 @@ class RealtimeProxy:
                   "extensions": ",".join(sorted(self.extensions | {"session.metrics"}))}
         if self.intent:
             params["intent"] = self.intent
-        if getattr(self.client, "binary_audio", False):  # a call: its microphone comes as binary frames
+        if self.client.binary_audio:  # a call: its audio crosses to the worker as binary frames
             params[MEDIA_PARAM] = MEDIA_FRAMES
         if self.echo_cancelled:  # the worker's own canceller starts off (the session can turn it on)
             params["input"] = "echo_cancelled"

@@ -12,10 +12,11 @@ import json
 import wave
 
 import numpy as np
+import pytest
 
 from core.audio_frames import mic_frame, read_mic_frame, read_reply_frame
 from core.config import LimitsConfig
-from core.protocol import Dialect
+from core.protocol import Dialect, ProtocolError
 from tests.support.scripted_backend import ScriptedBackend, quiet, tone
 from tests.support.session_channel import SessionChannel
 from worker.live.channel import LiveChannel
@@ -41,16 +42,12 @@ def test_a_frame_carries_its_pcm_and_rate_and_nothing_else_passes_for_one():
     pcm = np.arange(-480, 480, dtype="<i2").tobytes()
     assert read_mic_frame(mic_frame(pcm, RATE)) == (pcm, RATE)
     for bad in (b"", b"OD", b"XX" + mic_frame(pcm, RATE)[2:], b'{"type": "input_audio_buffer.append"}'):
-        try:
+        with pytest.raises(ProtocolError) as refused:
             read_mic_frame(bad)
-        except Exception as exc:  # noqa: BLE001 - the error's code is what is checked
-            assert getattr(exc, "code", None) == "invalid_json", exc
-        else:
-            raise AssertionError(f"{bad[:20]!r} read as a frame")
-    try:
+        assert refused.value.code == "invalid_json", bad
+    with pytest.raises(ProtocolError) as odd:
         read_mic_frame(mic_frame(b"\x00\x00\x00", RATE))
-    except Exception as exc:  # noqa: BLE001
-        assert getattr(exc, "code", None) == "invalid_audio"
+    assert odd.value.code == "invalid_audio"
 
 
 class FramesChannel(SessionChannel):

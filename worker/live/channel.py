@@ -188,6 +188,7 @@ class LiveChannel(EventChannel):
         """The reply's audio (PCM from the session, or base64 sent as text), paced out as Live's one
         stream."""
         size = len(delta) if isinstance(delta, bytes) else len(delta) * 3 // 4
+        # Live has one audio format both ways: the microphone's rate is the reply's
         self.pacer.audio({"type": "session.output_audio.delta", "delta": delta},
                          size * 1000 / self.microphone.bytes_per_s, item_id)
 

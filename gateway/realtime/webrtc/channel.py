@@ -94,9 +94,7 @@ class WebRTCChannel(EventChannel):
     # The client speaks Realtime: its clear, cancel and session.update are read here (a Live
     # call's client sends none of them; its events go to the worker as they are).
     realtime_client = True
-    # The microphone goes to the worker as binary frames (``core/audio_frames.py``): the proxy
-    # opens the worker's socket with ``media=frames``.
-    binary_audio = True
+    binary_audio = True  # the microphone and the reply cross to the worker as binary frames
 
     def __init__(self, beta: bool = False, framer: OpusFramer | None = None,
                  budget: InboundBudget | None = None) -> None:
