@@ -13,6 +13,10 @@
 const KEY_STORE = "omniduplex.apiKey";
 const GATHER_MAX_MS = 1000; // host candidates take milliseconds; never hold the offer longer
 const STATS_MS = 500;
+// Stop waits this long for the hangup's answer before it closes the connection itself. The gateway
+// answers once the call has ended (it closes the connection then): closing first raced the
+// request, which then found no call (404) while the call had ended anyway.
+const HANGUP_WAIT_MS = 3000;
 // The camera is sampled by the gateway at most limits.max_frame_rate a second (2 by default):
 // frames beyond that would be encoded here and decoded there only to be dropped.
 const CAMERA_FPS = 2;
@@ -198,13 +202,16 @@ export class RealtimeCall extends EventTarget {
     this._emit("stats", this.stats);
   }
 
-  /** Stop: hang up (the slot is free when the gateway answers) and close the connection. */
+  /** Stop: quiet at once, hang up (the slot is free when the gateway answers), then close the
+   * connection (the gateway's own close, meanwhile, is this Stop's too). */
   async hangup() {
     if (this.ended) return;
-    // Sent before the connection closes (either ends the call; the hangup says so at once).
-    const sent = this.location ? this._hangupRequest() : null;
+    this._hangingUp = true;
+    if (this.audio) this.audio.srcObject = null;
+    if (this.location) {
+      await Promise.race([this._hangupRequest(), new Promise((r) => setTimeout(r, HANGUP_WAIT_MS))]);
+    }
     this._end(1000, "");
-    if (sent) await sent;
   }
 
   /** POST .../hangup, with keepalive so that it still leaves when the page is being closed. */
@@ -215,6 +222,7 @@ export class RealtimeCall extends EventTarget {
 
   _end(code, reason) {
     if (this.ended) return;
+    if (this._hangingUp) [code, reason] = [1000, ""]; // the connection closed on our hangup
     this.ended = true;
     this._teardown();
     this._emit("closed", { code, reason });
