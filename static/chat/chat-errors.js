@@ -24,6 +24,12 @@ export const CLOSE_TEXT = {
   4003: "The session reached its maximum length.",
 };
 
+/** What to say when the socket closed with `code` (after `lastError`, the last error event's, if any). */
+export function closedText(code, lastError) {
+  if (lastError && lastError.code && ERROR_TEXT[lastError.code]) return ERROR_TEXT[lastError.code];
+  return `${CLOSE_TEXT[code] || `The connection closed (code ${code}).`} Send your message again to retry.`;
+}
+
 export function friendlyError(err) {
   if (!err) return "";
   const code = err.code || "";

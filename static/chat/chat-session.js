@@ -6,20 +6,22 @@
 // MCP tools (settings.mcp) are run by the server: it lists them, runs the model's calls and speaks
 // the results by itself; this class shows those items and answers approval requests. They exist
 // only in the GA dialect, which is the only one this class speaks.
-// Its methods are in files by job: the socket in chat-connection.js, function calls and MCP items
-// in chat-tools.js; the texts for error and close codes in chat-errors.js.
+// It is composed of parts, each in its own file: the socket (chat-connection.js), the messages
+// as shown (chat-messages.js), function calls and MCP items (chat-tools.js); the texts for error
+// and close codes are in chat-errors.js.
 import { b64 } from "../shared/wire.js";
-import { addMethods } from "../shared/mixin.js";
 import { AudioPlayer } from "../duplex/lib/audio-player.js";
-import { ChatConnection, RATE } from "./chat-connection.js";
-import { friendlyError } from "./chat-errors.js";
+import { ChatConnection, RATE, sessionUpdate } from "./chat-connection.js";
+import { closedText, friendlyError } from "./chat-errors.js";
+import { ChatMessages } from "./chat-messages.js";
 import { ChatToolCalls } from "./chat-tools.js";
 
 export { RATE };
 export { friendlyError };
 const CLIP_CHUNK_BYTES = RATE * 2; // one second per input_audio_buffer.append
+const REPLAY_MAX = 16; // the worker keeps 16 history messages by default
 
-let nextLocalId = 1;
+let nextEventId = 1;
 const FOLLOW_UP_WAIT_MS = 10000; // after MCP calls the server starts the reply that speaks them
 
 export class ChatSession extends EventTarget {
@@ -27,41 +29,67 @@ export class ChatSession extends EventTarget {
     super();
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}&extensions=all`;
+    this.connection = new ChatConnection({ url: this.url, onEvent: (ev) => this._onEvent(ev), onClose: (e) => this._onClose(e) });
+    this.thread = new ChatMessages((detail) => this._emit("message", detail));
     // tools: function declarations for session.update; toolChoice: auto | required | none;
     // mcp: one session.tools entry of type "mcp" (the server lists and runs its tools), or null.
     this.settings = { instructions: "", temperature: 0.3, maxOutputTokens: 160, outputAudio: true, voice: "joe",
       tools: [], toolChoice: "auto", mcp: null };
     // Runs a function call: (name, argumentsJson) -> output object (or a promise of one).
     this.toolHandler = null;
-    // {id, role: user|assistant|tool, text, at, kind, image, status, note, itemId, clipMs};
-    // tool entries: kind "call" ({name, callId, arguments}) or "result" ({name, callId, output, isError});
-    // MCP: "call"/"result" with `server` (the server ran it), "list" ({server, tools, error}: the
-    // server's listing) and "approval" ({server, name, arguments, itemId}; status pending |
-    // approving | declining | approved | declined | failed | expired)
-    this.messages = [];
+    this.tools = new ChatToolCalls({ messages: this.thread, settings: this.settings, host: this._toolsHost() });
     this.state = "idle";
     this.queue = null; // {position, queue_length, eta_s} while queued
     this.error = null; // last error {code, message} (raw, for tests and logs)
     this.lastMetrics = null;
     this.recording = null; // {session_id, share_url} when the server records this session
-    this.sessions = 0; // sessions opened so far (a reconnect re-sends the history)
     this.deltaCount = 0; // text deltas of the current/last reply: >1 proves it streamed
-    this.ws = null;
     this._conn = "none"; // none | connecting | queued | assigned | open
-    this._outbox = [];
     this._acks = []; // pending conversation.item.create: {eventId, resolve, reject}
     this._turn = null; // the user message being answered: {entry, kind}
     this._response = null; // {id, entry}
     this._muted = new Set(); // assistant items whose audio the user stopped
     this._audible = false;
-    this._byItem = new Map(); // server item id -> message entry
-    this._toolRounds = 0; // function outputs answered since the user's last message
     this._followUp = 0; // timer: waiting for the server's reply to MCP results
+  }
+
+  /** What the function calls and MCP items (chat-tools.js) ask of the session. */
+  _toolsHost() {
+    return {
+      busy: () => this.busy,
+      session: () => (this.connection.connected ? this.sessions : null),
+      beginTurn: (fresh) => {
+        const turn = (this._turn = { entry: null, kind: "tool" });
+        if (fresh) {
+          this.error = null;
+          this.deltaCount = 0;
+        }
+        this._emitState();
+        return turn;
+      },
+      isTurn: (turn) => this._turn === turn,
+      endTurn: (turn) => {
+        if (this._turn === turn) this._turn = null;
+        this._emitState();
+      },
+      failTurn: (err) => this._failTurn(err),
+      createItem: (item) => this._createRawItem(item),
+      respond: (extra) => this._createResponse(extra),
+      mcpRefused: (message) => {
+        this._emit("mcp-refused", { message });
+        this._send(sessionUpdate(this.settings));
+      },
+      handler: () => this.toolHandler,
+    };
   }
 
   // ------------------------------------------------------------------ public
 
   get playedMs() { return this.player ? this.player.totalPlayedMs : 0; }
+  /** The conversation as shown (chat-messages.js has the entries' fields). */
+  get messages() { return this.thread.list; }
+  /** Sessions opened so far (a reconnect re-sends the history). */
+  get sessions() { return this.connection.sessions; }
   get busy() { return Boolean(this._turn || this._response); }
   get responding() { return Boolean(this._response); }
   get speaking() { return this._audible; }
@@ -91,14 +119,14 @@ export class ChatSession extends EventTarget {
     const voiceWasOn = this.settings.outputAudio;
     Object.assign(this.settings, s);
     if (voiceWasOn && !this.settings.outputAudio) this._silence();
-    if (this.ws) this._send(this._sessionUpdate());
+    if (this.connection.connected) this._send(sessionUpdate(this.settings));
   }
 
   /** Send a typed message, optionally with an image ({dataUrl, thumb}). */
   async sendMessage(text, image = null) {
     text = (text || "").trim();
     if (!text && !image) return;
-    const entry = this._add({ role: "user", text, kind: image ? "image" : "text", image: image ? image.thumb : null });
+    const entry = this.thread.add({ role: "user", text, kind: image ? "image" : "text", image: image ? image.thumb : null });
     const content = [];
     if (image) content.push({ type: "input_image", image_url: image.dataUrl });
     if (text) content.push({ type: "input_text", text });
@@ -108,13 +136,13 @@ export class ChatSession extends EventTarget {
     } catch (err) {
       return this._failTurn(err);
     }
-    this._update(entry, { status: "sent" });
+    this.thread.update(entry, { status: "sent" });
     this._createResponse();
   }
 
   /** Send a recorded clip (PCM16 24 kHz bytes): append chunks, commit, then answer its transcript. */
   async sendClip(pcm, ms) {
-    const entry = this._add({ role: "user", text: "", kind: "voice", status: "transcribing", clipMs: ms });
+    const entry = this.thread.add({ role: "user", text: "", kind: "voice", status: "transcribing", clipMs: ms });
     await this._beginTurn(entry, "voice");
     for (let i = 0; i < pcm.length; i += CLIP_CHUNK_BYTES) {
       this._send({ type: "input_audio_buffer.append", audio: b64(pcm.subarray(i, i + CLIP_CHUNK_BYTES)) });
@@ -142,8 +170,7 @@ export class ChatSession extends EventTarget {
   newChat() {
     this._closeSocket("new chat");
     this._silence();
-    this.messages = [];
-    this._byItem.clear();
+    this.thread.clear();
     this.error = null;
     this._emit("message", { reset: true });
     this._emitState();
@@ -157,9 +184,12 @@ export class ChatSession extends EventTarget {
 
   /** The conversation as shown, minus turns that never reached the model: what Save & share posts. */
   transcript() {
-    return this.messages
-      .filter((m) => m.role !== "tool" && m.status !== "failed" && ((m.text && m.text.trim()) || m.image))
-      .map((m) => ({ role: m.role, text: m.text || "", at: m.at, ...(m.image ? { image: m.image } : {}) }));
+    return this.thread.transcript();
+  }
+
+  /** Answer an MCP approval request (an "approval" entry); see chat-tools.js. */
+  answerApproval(entry, approve, reason = "") {
+    return this.tools.answerApproval(entry, approve, reason);
   }
 
   // ------------------------------------------------------------------ turns
@@ -167,15 +197,15 @@ export class ChatSession extends EventTarget {
   async _beginTurn(entry, kind) {
     if (this.player && this._audible) await this._silence(); // the user moved on
     this.deltaCount = 0;
-    this._toolRounds = 0;
+    this.tools.newTurn();
     this.error = null;
-    this._turn = { entry, kind, eventId: `evt_${Date.now().toString(36)}_${nextLocalId++}` };
+    this._turn = { entry, kind, eventId: `evt_${Date.now().toString(36)}_${nextEventId++}` };
     this._ensureConnected();
     this._emitState();
   }
 
   _failTurn(err) {
-    if (this._turn && this._turn.entry) this._update(this._turn.entry, { status: "failed", note: friendlyError(err) });
+    if (this._turn && this._turn.entry) this.thread.update(this._turn.entry, { status: "failed", note: friendlyError(err) });
     this._turn = null;
     this._emitState();
   }
@@ -185,7 +215,7 @@ export class ChatSession extends EventTarget {
   }
 
   _createRawItem(item) {
-    const eventId = `evt_${Date.now().toString(36)}_${nextLocalId++}`;
+    const eventId = `evt_${Date.now().toString(36)}_${nextEventId++}`;
     return new Promise((resolve, reject) => {
       this._acks.push({ eventId, type: item.type, resolve, reject });
       this._send({ type: "conversation.item.create", event_id: eventId, item });
@@ -202,16 +232,16 @@ export class ChatSession extends EventTarget {
 
   _onTranscript(ev) {
     const turn = this._turn;
-    const entry = this._byItem.get(ev.item_id) || (turn && turn.kind === "voice" ? turn.entry : null);
+    const entry = this.thread.byItem(ev.item_id) || (turn && turn.kind === "voice" ? turn.entry : null);
     if (!entry) return;
     const text = (ev.transcript || "").trim();
     if (!text) {
-      this._update(entry, { status: "failed", note: "No speech was heard in that clip. Hold Record while you speak, close to the microphone." });
+      this.thread.update(entry, { status: "failed", note: "No speech was heard in that clip. Hold Record while you speak, close to the microphone." });
       if (turn && turn.entry === entry) this._turn = null;
       this._emitState();
       return;
     }
-    this._update(entry, { text, status: "sent" });
+    this.thread.update(entry, { text, status: "sent" });
     if (turn && turn.entry === entry) this._createResponse();
   }
 
@@ -236,7 +266,7 @@ export class ChatSession extends EventTarget {
         break;
       case "conversation.item.added":
         if (ev.item && ev.item.type === "mcp_list_tools") {
-          this._onListing(ev.item, "listing");
+          this.tools.listing(ev.item, "listing");
           break;
         }
         // Items are created one at a time, in order: the next "added" of the same type (outside
@@ -247,17 +277,17 @@ export class ChatSession extends EventTarget {
         }
         break;
       case "conversation.item.done":
-        if (ev.item && ev.item.type === "mcp_list_tools") this._onListing(ev.item, "done");
+        if (ev.item && ev.item.type === "mcp_list_tools") this.tools.listing(ev.item, "done");
         break;
       case "mcp_list_tools.failed": {
-        const entry = this._byItem.get(ev.item_id);
-        if (entry) this._update(entry, { status: "failed", isError: true });
+        const entry = this.thread.byItem(ev.item_id);
+        if (entry) this.thread.update(entry, { status: "failed", isError: true });
         break;
       }
       case "input_audio_buffer.committed":
         if (this._turn && this._turn.kind === "voice") {
           this._turn.entry.itemId = ev.item_id;
-          this._byItem.set(ev.item_id, this._turn.entry);
+          this.thread.track(ev.item_id, this._turn.entry);
         }
         break;
       case "conversation.item.input_audio_transcription.completed":
@@ -265,9 +295,9 @@ export class ChatSession extends EventTarget {
         break;
       case "response.created": {
         clearTimeout(this._followUp);
-        const entry = this._add({ role: "assistant", text: "", kind: "text", status: "streaming" });
+        const entry = this.thread.add({ role: "assistant", text: "", kind: "text", status: "streaming" });
         this._response = { id: ev.response && ev.response.id, entry };
-        if (this._turn && this._turn.kind !== "tool") this._update(this._turn.entry, { status: "sent" });
+        if (this._turn && this._turn.kind !== "tool") this.thread.update(this._turn.entry, { status: "sent" });
         this._turn = null;
         break;
       }
@@ -275,37 +305,37 @@ export class ChatSession extends EventTarget {
         if (this._response && ev.item && ["function_call", "mcp_call", "mcp_approval_request"].includes(ev.item.type)) {
           this._onCallAdded(ev.item);
         } else if (this._response && ev.item && ev.item.id) {
-          if (!this._response.entry) this._response.entry = this._add({ role: "assistant", text: "", kind: "text", status: "streaming" });
+          if (!this._response.entry) this._response.entry = this.thread.add({ role: "assistant", text: "", kind: "text", status: "streaming" });
           this._response.entry.itemId = ev.item.id;
-          this._byItem.set(ev.item.id, this._response.entry);
+          this.thread.track(ev.item.id, this._response.entry);
         }
         break;
       case "response.mcp_call_arguments.delta":
       case "response.function_call_arguments.delta": {
-        const entry = this._byItem.get(ev.item_id);
-        if (entry && entry.kind === "call") this._update(entry, { arguments: entry.arguments + (ev.delta || "") });
+        const entry = this.thread.byItem(ev.item_id);
+        if (entry && entry.kind === "call") this.thread.update(entry, { arguments: entry.arguments + (ev.delta || "") });
         break;
       }
       case "response.mcp_call_arguments.done":
       case "response.function_call_arguments.done": {
-        const entry = this._byItem.get(ev.item_id);
-        if (entry && entry.kind === "call") this._update(entry, { name: ev.name || entry.name, arguments: ev.arguments ?? entry.arguments, status: "done" });
+        const entry = this.thread.byItem(ev.item_id);
+        if (entry && entry.kind === "call") this.thread.update(entry, { name: ev.name || entry.name, arguments: ev.arguments ?? entry.arguments, status: "done" });
         break;
       }
       case "response.mcp_call.in_progress": {
-        const entry = this._byItem.get(ev.item_id);
-        if (entry) this._update(entry, { status: "running" });
+        const entry = this.thread.byItem(ev.item_id);
+        if (entry) this.thread.update(entry, { status: "running" });
         break;
       }
       case "response.output_item.done":
-        if (ev.item && (ev.item.type === "mcp_call" || ev.item.type === "mcp_approval_request")) this._onMcpItemDone(ev.item);
+        if (ev.item && (ev.item.type === "mcp_call" || ev.item.type === "mcp_approval_request")) this.tools.mcpItemDone(ev.item);
         break;
       case "response.output_audio_transcript.delta":
       case "response.output_text.delta": {
-        const entry = this._byItem.get(ev.item_id) || (this._response && this._response.entry);
+        const entry = this.thread.byItem(ev.item_id) || (this._response && this._response.entry);
         if (!entry) break;
         this.deltaCount++;
-        this._update(entry, { text: entry.text + (ev.delta || "") });
+        this.thread.update(entry, { text: entry.text + (ev.delta || "") });
         break;
       }
       case "response.output_audio.delta":
@@ -336,16 +366,16 @@ export class ChatSession extends EventTarget {
     this._response = null;
     const calls = (r.output || []).filter((o) => o.type === "function_call");
     for (const call of calls) {
-      const callEntry = this._byItem.get(call.id);
-      if (callEntry) this._update(callEntry, { status: r.status === "completed" ? "done" : r.status || "done" });
+      const callEntry = this.thread.byItem(call.id);
+      if (callEntry) this.thread.update(callEntry, { status: r.status === "completed" ? "done" : r.status || "done" });
     }
     for (const item of (r.output || []).filter((o) => o.type === "mcp_call")) {
-      const callEntry = this._byItem.get(item.id);
+      const callEntry = this.thread.byItem(item.id);
       if (callEntry && (callEntry.status === "streaming" || callEntry.status === "running")) {
-        this._update(callEntry, { status: r.status === "completed" ? "done" : r.status || "done" });
+        this.thread.update(callEntry, { status: r.status === "completed" ? "done" : r.status || "done" });
       }
     }
-    if (r.status === "completed" && calls.length) this._runCalls(calls);
+    if (r.status === "completed" && calls.length) this.tools.run(calls);
     const last = (r.output || [])[(r.output || []).length - 1];
     if (r.status === "completed" && last && last.type === "mcp_call" && !this._turn) {
       // The server speaks MCP results in a reply of its own: wait for it (a while, at most).
@@ -368,7 +398,7 @@ export class ChatSession extends EventTarget {
     if (r.status === "cancelled") patch.note = "Stopped";
     else if (r.status === "incomplete" && reason === "max_output_tokens") patch.note = "Cut off at the max tokens setting";
     else if (r.status === "failed") patch.note = "The answer failed";
-    this._update(entry, patch);
+    this.thread.update(entry, patch);
     if (this.player && entry.itemId) this.player.end(entry.itemId);
   }
 
@@ -378,7 +408,7 @@ export class ChatSession extends EventTarget {
     const head = this._acks[0];
     // session.* errors answer the session.update, never a pending item (they carry no event_id)
     const ofSession = typeof err.param === "string" && err.param.startsWith("session.");
-    if (err.code === "mcp_server_not_allowed" || err.code === "mcp_list_tools_failed") this._mcpFailed(err);
+    if (err.code === "mcp_server_not_allowed" || err.code === "mcp_list_tools_failed") this.tools.mcpFailed(err);
     if (head && !ofSession && (err.event_id === head.eventId || (!err.event_id && err.type === "invalid_request_error"))) {
       this._acks.shift().reject(err);
       return; // the turn's own failure: shown on its message
@@ -410,25 +440,73 @@ export class ChatSession extends EventTarget {
     this._emitState();
   }
 
-  // ------------------------------------------------------------------ model of the page
-
-  _add(fields) {
-    const entry = { id: nextLocalId++, at: new Date().toISOString(), image: null, status: "done", note: "", ...fields };
-    this.messages.push(entry);
-    this._emit("message", { entry, added: true });
-    return entry;
+  _onCallAdded(item) {
+    // The placeholder bubble opened at response.created belongs after the call: drop it while
+    // it is still empty (a message that follows opens a new one).
+    const placeholder = this._response.entry;
+    if (placeholder && !placeholder.text && !placeholder.itemId) {
+      this.thread.remove(placeholder);
+      this._response.entry = null;
+    }
+    this.tools.addCall(item);
   }
 
-  _remove(entry) {
-    const i = this.messages.indexOf(entry);
-    if (i >= 0) this.messages.splice(i, 1);
-    this._emit("message", { entry, removed: true });
+  // ------------------------------------------------------------------ the socket
+
+  /** Open a session if none is: the settings first, then the conversation so far, as text. */
+  _ensureConnected() {
+    if (this.connection.connected) return;
+    const replay = this.messages
+      .filter((m) => (m.role === "user" || m.role === "assistant") && m.text && m.status !== "failed"
+        && m !== (this._turn && this._turn.entry))
+      .slice(-REPLAY_MAX);
+    this._conn = "connecting";
+    this.connection.open();
+    this._send(sessionUpdate(this.settings));
+    // A new session after a reconnect: give the model the conversation so far, as text.
+    for (const m of replay) {
+      this._createItem(m.role, [{ type: m.role === "user" ? "input_text" : "output_text", text: m.text }]).catch(() => {});
+    }
   }
 
-  _update(entry, patch) {
-    Object.assign(entry, patch);
-    this._emit("message", { entry });
+  _send(event) {
+    this.connection.send(event);
   }
+
+  _closeSocket(reason) {
+    if (this.connection.close(reason)) this._reset(); // this close is ours, not an error to report
+  }
+
+  _reset() {
+    this._conn = "none";
+    this.recording = null;
+    clearTimeout(this._followUp);
+    this.queue = null;
+    for (const a of this._acks.splice(0)) a.reject({ code: "closed", message: "the session closed" });
+    if (this._response && this._response.entry) this.thread.update(this._response.entry, { status: "stopped" });
+    this._response = null;
+    this._turn = null;
+  }
+
+  /** The server closed the session: a calm end, or an error to show. */
+  _onClose(e) {
+    const pending = this._turn || this._response;
+    const entry = this._turn ? this._turn.entry : null;
+    const lastError = this.error;
+    this._reset();
+    if (e.code === 1000 || e.code === 4001) {
+      // Normal end or idle timeout: nothing broke; the next message opens a new session.
+      this._emit("notice", { text: "Session ended. Your next message starts a new one (the chat so far is sent along)." });
+    } else {
+      const text = closedText(e.code, lastError);
+      if (!lastError) this.error = { code: `close_${e.code}`, message: text };
+      if (entry) this.thread.update(entry, { status: "failed", note: text });
+      this._emit("error", { text, code: e.code, during: Boolean(pending) });
+    }
+    this._emitState();
+  }
+
+  // ------------------------------------------------------------------ state
 
   _computeState() {
     if (this._conn === "connecting") return "connecting";
@@ -453,6 +531,3 @@ export class ChatSession extends EventTarget {
     this.dispatchEvent(new CustomEvent(type, { detail }));
   }
 }
-
-// The socket (chat-connection.js), function calls and MCP items (chat-tools.js).
-addMethods(ChatSession, ChatConnection, ChatToolCalls);

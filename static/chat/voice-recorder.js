@@ -1,6 +1,8 @@
 // Voice clips: mic -> the duplex capture worklet (PCM16 mono frames at 24 kHz) -> one buffer.
 // The mic is opened per clip and released right after, so the browser's "recording"
-// indicator is only on while the user is actually recording.
+// indicator is only on while the user is actually recording. The mic is opened (and a refusal
+// explained) by shared/microphone.js, as for the duplex pages.
+import { MicError, openMic } from "../shared/microphone.js";
 
 const RATE = 24000;
 const FRAME_MS = 40;
@@ -8,37 +10,6 @@ const CAPTURE_URL = new URL("../duplex/lib/capture-processor.js", import.meta.ur
 const loaded = new WeakSet(); // contexts that already have the capture worklet
 
 export const MAX_CLIP_MS = 120_000;
-
-export class MicError extends Error {
-  constructor(kind, message) {
-    super(message);
-    this.kind = kind;
-  }
-}
-
-/** getUserMedia with messages that say what to do, not what failed. */
-export async function openMic() {
-  if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
-    throw new MicError("insecure", "This browser gives no microphone access here. Open the page over HTTPS or from localhost.");
-  }
-  try {
-    return await navigator.mediaDevices.getUserMedia({
-      audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
-    });
-  } catch (e) {
-    const name = e && e.name;
-    if (name === "NotAllowedError" || name === "SecurityError") {
-      throw new MicError("denied", "Microphone permission was denied. Allow the microphone for this site (the icon in the address bar), then press Record again. You can still type or attach images.");
-    }
-    if (name === "NotFoundError" || name === "OverconstrainedError") {
-      throw new MicError("missing", "No microphone was found. Plug one in (or enable it in the system settings) and press Record again.");
-    }
-    if (name === "NotReadableError") {
-      throw new MicError("busy", "The microphone is in use by another application. Close it and press Record again.");
-    }
-    throw new MicError("other", `Could not open the microphone: ${e && e.message ? e.message : e}`);
-  }
-}
 
 async function addCapture(ctx) {
   if (!loaded.has(ctx)) {
@@ -65,7 +36,7 @@ export class VoiceRecorder extends EventTarget {
     if (this.recording) return;
     this._chunks = [];
     this._bytes = 0;
-    this.stream = await openMic();
+    this.stream = await openMic({ button: "Record", meanwhile: "You can still type or attach images." });
     try {
       await this._wire(ctx);
     } catch (e) {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -373,3 +374,20 @@ def test_the_call_channel_never_parses_audio():
                     if isinstance(inner, ast.Call) and ast.unparse(inner.func) == "json.loads":
                         bad.append(f"{rel}:{inner.lineno}: json.loads in {node.name}")
     assert not bad, "the call channel parses what it only passes on:\n  " + "\n  ".join(bad)
+
+
+# The browser pages are composed of parts (issue 71): a duplex session owns a transport chosen once
+# (WebRTC call or WebSocket) and a dialect adapter (Realtime or Live) that answer what differs as
+# methods, so no branch asks which one it is; no class is assembled from several files' methods.
+PAGE_SMELLS = re.compile(r"\baddMethods\b|\bthis\.(transport|dialect)\s*[!=]==")
+
+
+def test_browser_pages_are_composed_not_branched():
+    bad = []
+    for path in sorted((ROOT / "static").rglob("*")):
+        if path.suffix not in (".js", ".mjs", ".html") or "node_modules" in path.parts:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if PAGE_SMELLS.search(line):
+                bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not bad, "a page branches on its transport or dialect, or installs methods:\n  " + "\n  ".join(bad)

@@ -1,24 +1,26 @@
-// One audio duplex session (OpenAI Realtime GA dialect), over either transport:
-// - "webrtc" (the default): the microphone (and camera) as tracks of a WebRTC call, the reply's
-//   audio on the call's remote track played by an <audio> element, events on the "oai-events"
-//   data channel (realtime-call.js). The browser's echo canceller hears the reply, its jitter
-//   buffer plays it, and the gateway plays out and truncates on barge-in (it knows what was heard).
-// - "websocket": mic -> capture worklet -> PCM16 over the WebSocket -> player worklet; the page
-//   guards against echo, holds and flushes its player and truncates what was not played.
-// UI-free: it emits events and keeps its state in plain fields so the page (and tests, through
-// window.omni) can read them.
-// Its methods are in files by job: the audio graph (microphone, worklets, mixer, meters) in
-// duplex-audio.js; the echo guard, local barge-in and the stop stopwatch in barge-in.js; the
-// Live dialect (/v1/live/sessions, `dialect: "live"`) in live-dialect.js.
-import { onEvents } from "../../shared/wire.js";
-import { addMethods } from "../../shared/mixin.js";
+// One audio duplex session, composed of parts chosen once, in the constructor:
+// - a transport: WebRTCTransport (the default: a call whose tracks carry the microphone, camera
+//   and reply, and whose gateway plays and cuts the reply) or WebSocketTransport (PCM16 frames as
+//   events, the reply played, echo-guarded, held and truncated by the page);
+// - a dialect adapter: RealtimeDialect (OpenAI Realtime GA) or LiveDialect (/v1/live/sessions),
+//   which translates the events both ways and knows its path, start and close;
+// - the audio graph (duplex-audio.js), and the barge-in (barge-in.js), given the transport as
+//   the reply's output, the mic's levels and `send`.
+// The session itself follows the server's Realtime events (the state, queue, transcripts, metrics)
+// and wires the parts. UI-free: it emits events and keeps its state in plain fields and getters
+// so the page (and tests, through window.omni) can read them.
+import { echoCancelled, openMic } from "../../shared/microphone.js";
 import { BargeIn } from "./barge-in.js";
 import { DuplexAudio, RATE } from "./duplex-audio.js";
 import { LiveDialect } from "./live-dialect.js";
-import { CallError, RealtimeCall } from "./realtime-call.js";
+import { RealtimeDialect } from "./realtime-dialect.js";
+import { WebRTCTransport } from "./webrtc-transport.js";
+import { WebSocketTransport } from "./websocket-transport.js";
 
-export const TRANSPORTS = ["webrtc", "websocket"];
-export const DIALECTS = ["realtime", "live"];
+const TRANSPORT_PARTS = { webrtc: WebRTCTransport, websocket: WebSocketTransport };
+const DIALECT_PARTS = { realtime: RealtimeDialect, live: LiveDialect };
+export const TRANSPORTS = Object.keys(TRANSPORT_PARTS);
+export const DIALECTS = Object.keys(DIALECT_PARTS);
 
 /** The `turn_detection` object for a mode: "semantic_vad" (a wait that follows an end-of-turn
  * score of what was said; `eagerness` low/medium/high/auto) or "server_vad" (a fixed silence). */
@@ -27,51 +29,16 @@ export function turnDetectionFor({ turnDetection = "semantic_vad", eagerness = "
   return { type: "semantic_vad", eagerness, create_response: true, interrupt_response: true };
 }
 
-// A call's input audio starts with what the microphone said in the last 3 s before session.created
-// (the gateway keeps that much while the call waits), then goes on without a gap.
-const CALL_PREROLL_MS = 3000;
-
-// An error event's code -> the WebSocket close code the same ending has (a call has no close code).
-const ENDING_CODES = {
-  queue_full: 1013, queue_timeout: 1013, cluster_unavailable: 1013, no_capable_worker: 1008,
-  idle_timeout: 4001, pause_timeout: 4002, session_expired: 4003,
-  session_ended_by_operator: 4004, queue_cancelled: 4004, worker_failed: 1011, worker_unavailable: 1011,
-};
-
-export class MicError extends Error {
-  constructor(kind, message) {
-    super(message);
-    this.kind = kind;
-  }
-}
-
 export class DuplexSession extends EventTarget {
   constructor({ url, model = "omniduplex-cascade", turnDetection = "semantic_vad", eagerness = "auto",
                 silenceMs = 500, chimes = true, app = "audio_duplex", record = true, transport = "webrtc",
                 audio = null, videoTrack = null, dialect = "realtime", instructions = "" } = {}) {
     super();
-    this.chimesEnabled = chimes;
-    this.transport = transport === "websocket" ? "websocket" : "webrtc";
-    this.dialect = dialect === "live" ? "live" : "realtime";
+    this.transport = Object.hasOwn(TRANSPORT_PARTS, transport) ? transport : "webrtc";
+    this.dialect = Object.hasOwn(DIALECT_PARTS, dialect) ? dialect : "realtime";
     this.model = model;
     this.instructions = instructions; // Live: sent in session.start
-    const proto = location.protocol === "https:" ? "wss:" : "ws:";
-    // extensions=all: queue position, the recording's share link, metrics, pause acks.
-    const query = new URLSearchParams({ model, app, record: record ? "true" : "false", extensions: "all" });
-    if (this.dialect === "live") query.delete("model"); // Live names it in session.start
-    const path = this.dialect === "live" ? "/v1/live/sessions"
-      : this.transport === "webrtc" ? "/v1/realtime/calls" : "/v1/realtime";
-    this.url = url || (this.transport === "webrtc" ? `${path}?${query}` : `${proto}//${location.host}${path}?${query}`);
-    this.liveDropped = {}; // Live: client event type -> how many were not sent (no Live form)
-    this.liveClosed = null; // Live: session.closed's reason
-    this._liveItems = 0;
-    this.audio = audio; // webrtc: the <audio> element that plays the reply (one is made if null)
     this.videoTrack = videoTrack; // webrtc: the camera's track, sent on the call
-    this.call = null; // webrtc: the RealtimeCall
-    this._playing = false; // webrtc: output_audio_buffer.started seen, not yet stopped or cleared
-    this._heardMs = 0; // webrtc: time the remote track carried sound (not the idle silence frames)
-    this._heardTimer = null;
-    this._lastError = null;
     this.sentEvents = {}; // client event type -> how many were sent (for tests)
     this.recording = null; // {session_id, share_url} when the server records this session
     this.turnDetection = turnDetection; // "semantic_vad" | "server_vad"
@@ -83,26 +50,55 @@ export class DuplexSession extends EventTarget {
     this.transcripts = []; // {role, text, item}
     this.lastMetrics = null;
     this.paused = false;
-    this.framesSent = 0;
-    this.framesGated = 0;
     this.error = null;
-    this._assistant = new Map(); // item id -> transcript entry
-    this._truncated = new Set(); // items we already sent conversation.item.truncate for
-    this._interrupted = new Set(); // items cut off by the user: late deltas are dropped
-    this.truncates = []; // {item_id, audio_end_ms}, for display and tests
-    this._currentItem = null; // assistant item whose audio is playing/streaming
-    this._lastLoudPlayback = 0;
-    this._playLevel = 0;
-    this._userSpeaking = false;
     this.live = false; // session.created seen: audio goes to a worker, not into the queue
     this.framesAcked = 0; // camera frames the worker confirmed
-    this.bargeIns = []; // {stopMs, via}: user speech over the reply -> playback silent, measured here
-    this._loudRun = 0;
-    this._onsetAt = null; // capture time of the current loud run's first sample
-    this._inaudibleAt = 0; // last frame at which nothing was playing
-    this._hold = null; // {at, timer} while playback is held on a local onset
-    this._frameLog = []; // [inputAudioEndMs, capturedAt] of recent frames, to place server onsets
-    this._sentMs = 0;
+    this.micLevel = 0; // the last mic frame's RMS
+    this._assistant = new Map(); // item id -> transcript entry
+
+    this.adapter = new DIALECT_PARTS[this.dialect](this._dialectHost(), { model, instructions });
+    const Transport = TRANSPORT_PARTS[this.transport];
+    // extensions=all: queue position, the recording's share link, metrics, pause acks.
+    const query = new URLSearchParams({ model, app, record: record ? "true" : "false", extensions: "all" });
+    this.url = url || Transport.url(this.adapter.path || Transport.PATH, this.adapter.query(query));
+    this.link = new Transport({ url: this.url, audio, host: this._transportHost() });
+    this.graph = new DuplexAudio({ chimes, onFrame: (frame) => this._onFrame(frame) });
+    this.bargeIn = new BargeIn({ output: this.link, send: (e) => this._send(e),
+      localHold: this.link.pagePlays && this.adapter.localHold });
+    for (const type of ["bargein", "log"]) this.bargeIn.addEventListener(type, (e) => this._emit(type, e.detail));
+  }
+
+  /** What the transport tells the session. */
+  _transportHost() {
+    return {
+      receive: (ev) => this.adapter.receive(ev),
+      opened: () => this.adapter.opened(),
+      send: (ev) => this._send(ev),
+      progress: (stats) => this._onProgress(stats),
+      log: (detail) => this._emit("log", detail),
+      closed: (code, reason, extra) => this._closed(code, reason, extra),
+      lastError: () => this.error,
+    };
+  }
+
+  /** What the dialect adapter asks of the session (Live: live-dialect.js). */
+  _dialectHost() {
+    return {
+      onEvent: (ev) => this._onEvent(ev),
+      send: (ev) => this._send(ev),
+      started: (session) => {
+        this._nowLive();
+        this._emit("session", session);
+      },
+      userWords: (text, join) => this._userWords(text, join),
+      endItem: (item) => this.link.end(item),
+      quiet: () => this.link.quiet(),
+      pagePlays: () => this.link.pagePlays,
+      isLive: () => this.live,
+      state: () => this.state,
+      setState: (state) => this._set(state),
+      stop: () => this.stop(),
+    };
   }
 
   _set(state, detail = {}) {
@@ -114,77 +110,50 @@ export class DuplexSession extends EventTarget {
     this.dispatchEvent(new CustomEvent(type, { detail }));
   }
 
+  // ------------------------------------------------------------------ read by the page and tests
+
   /** Reply audio played so far (ms): what the player worklet played, or on a call the time the
    * call's remote track carried sound here (the gateway sends digital silence between replies and
    * while a reply's next audio is late, which is not counted). */
-  get playedMs() {
-    if (this.transport === "webrtc") return this._heardMs;
-    return this.player ? this.player.totalPlayedMs : 0;
-  }
-
+  get playedMs() { return this.link.playedMs; }
   /** Audio held ahead of the speaker: the player's queue, or on a call the jitter buffer's delay. */
-  get bufferedMs() {
-    if (this.transport === "webrtc") return this.call ? this.call.stats.bufferedMs : 0;
-    return this.player ? this.player.bufferedMs : 0;
-  }
-
+  get bufferedMs() { return this.link.bufferedMs; }
   /** Underruns of the player, or on a call the jitter buffer's concealment events (lost audio). */
-  get gaps() {
-    if (this.transport === "webrtc") return this.call ? this.call.stats.gaps : 0;
-    return this.player ? this.player.stats.gaps : 0;
-  }
-
-  get callId() {
-    return this.call ? this.call.callId : null;
-  }
-
+  get gaps() { return this.link.gaps; }
   /** Audio clock minus wall clock since start (ms): a drifting sound card shows here. */
-  get driftMs() {
-    if (!this.ctx || this._clock0 == null || this.ctx.state !== "running") return 0;
-    return (this.ctx.currentTime - this._clock0) * 1000 - (performance.now() - this._perf0);
-  }
-
+  get driftMs() { return this.graph.driftMs; }
   /** Momentary loudness (LUFS) of the mic as sent and of the assistant as played. */
-  get levels() {
-    return {
-      mic: this.micMeter ? this.micMeter.read() : -Infinity,
-      output: this.outMeter ? this.outMeter.read() : -Infinity,
-    };
-  }
+  get levels() { return this.graph.levels; }
+  get call() { return this.link.call || null; } // webrtc: the RealtimeCall
+  get ws() { return this.link.ws || null; } // websocket: the socket
+  get callId() { return this.call ? this.call.callId : null; }
+  get audio() { return this.link.audio || null; } // webrtc: the <audio> element that plays the reply
+  get stream() { return this.graph.stream; } // the microphone's
+  get chimes() { return this.graph.chimes; }
+  get mixer() { return this.graph.mixer; }
+  get micMeter() { return this.graph.micMeter; }
+  get bargeIns() { return this.bargeIn.bargeIns; } // {stopMs, via}: user speech over the reply -> silent
+  get truncates() { return this.bargeIn.truncates; } // {item_id, audio_end_ms}
+  get framesSent() { return this.link.framesSent; } // mic frames sent as events (WebSocket)
+  get framesGated() { return this.link.framesGated; } // ... of them as silence (probable echo)
+  get liveDropped() { return this.adapter.dropped; } // Live: client event type -> how many were not sent
+  get liveClosed() { return this.adapter.closed; } // Live: session.closed's reason
+
+  // ------------------------------------------------------------------ controls
 
   /** Mic first (so a refusal is reported before we take a queue slot), then the connection. */
   async start() {
     this._set("starting");
-    if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
-      throw new MicError("insecure", "This browser gives no microphone access here. Open the page over HTTPS or from localhost.");
-    }
+    const stream = await openMic({ button: "Start" });
+    await this.graph.start(stream);
+    await this.link.prepare(this.graph);
+    this._set("connecting");
     try {
-      this.stream = await navigator.mediaDevices.getUserMedia({
-        audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
-      });
+      await this.link.connect({ videoTrack: this.videoTrack, callSession: this.adapter.callSession() });
     } catch (e) {
-      const name = e && e.name;
-      if (name === "NotAllowedError" || name === "SecurityError") {
-        throw new MicError("denied", "Microphone permission was denied. Allow the microphone for this site (the icon in the address bar) and press Start again.");
-      }
-      if (name === "NotFoundError" || name === "OverconstrainedError") {
-        throw new MicError("missing", "No microphone was found. Plug one in (or enable it in system settings) and press Start again.");
-      }
-      if (name === "NotReadableError") {
-        throw new MicError("busy", "The microphone is in use by another application or could not be opened. Close the other app and press Start again.");
-      }
-      throw new MicError("other", `Could not open the microphone: ${e && e.message ? e.message : e}`);
+      this._stopAudio();
+      throw e;
     }
-    await this._startAudio();
-    if (this.transport === "webrtc") await this._call();
-    else this._connect();
-  }
-
-  /** Whether the browser applied its echo canceller to the microphone (getUserMedia's echoCancellation). */
-  _browserCancelsEcho() {
-    const track = this.stream && this.stream.getAudioTracks()[0];
-    const settings = track && track.getSettings ? track.getSettings() : {};
-    return settings.echoCancellation === true;
   }
 
   /** The `turn_detection` this session asks for. */
@@ -202,16 +171,9 @@ export class DuplexSession extends EventTarget {
     });
   }
 
-  _send(event) {
-    if (this.dialect === "live" && !(event = this._liveOut(event))) return false;
-    let sent = false;
-    if (this.call) sent = this.call.send(event);
-    else if (this.ws && this.ws.readyState === WebSocket.OPEN) {
-      this.ws.send(JSON.stringify(event));
-      sent = true;
-    }
-    if (sent) this.sentEvents[event.type] = (this.sentEvents[event.type] || 0) + 1;
-    return sent;
+  /** Mixer setting: "mic" 0..2 or "output" 0..1 (on a call, the <audio> element's volume). */
+  setLevel(channel, value) {
+    if (this.graph.setLevel(channel, value) && channel === "output") this.link.setVolume(this.graph.outputLevel);
   }
 
   /** Send a client event (e.g. a camera frame) once the session is live; false if not sent. */
@@ -219,42 +181,57 @@ export class DuplexSession extends EventTarget {
     return this.live && !this.paused ? this._send(event) : false;
   }
 
-  /** WebRTC: offer the mic (and camera) tracks; the events drive the same state as the socket's. */
-  async _call() {
-    this._set("connecting");
-    if (!this.audio) this.audio = new Audio();
-    this.audio.autoplay = true;
-    this.audio.volume = this.mixer.outputLevel;
-    const call = (this.call = new RealtimeCall({
-      url: this.url, micTrack: this.micOut.stream.getAudioTracks()[0], videoTrack: this.videoTrack, audio: this.audio,
-      liveSession: this.dialect === "live" ? this._liveConfig() : null,
-    }));
-    call.addEventListener("event", (e) => this._receive(e.detail));
-    call.addEventListener("remote", (e) => this._meterRemote(e.detail.stream));
-    call.addEventListener("stats", () => this._emit("progress", {}));
-    call.addEventListener("log", (e) => this._emit("log", e.detail));
-    call.addEventListener("closed", (e) => this._callClosed(e.detail.code));
-    try {
-      await call.connect();
-    } catch (e) {
-      if (!(e instanceof CallError)) {
-        this._stopAudio();
-        throw e;
-      }
-      const code = e.status === 429 && e.code !== "queue_full" ? 4029
-        : { 0: 1006, 401: 1008, 403: 1008, 429: 1013 }[e.status] || 1011;
-      this._closed(code, e.message, { keyRefused: e.status === 401 });
-      return;
-    }
-    this._emit("log", { level: "info", text: `WebRTC call ${call.callId} answered` });
+  pause() {
+    this._send({ type: "session.pause" });
+    this.paused = true; // stop sending at once; the server confirms with session.paused
+    this.graph.micEnabled(false);
   }
 
-  /** The call ended: by Stop (1000), or by the gateway, whose last error event says why. */
-  _callClosed(code) {
-    if (code === 1000) return this._closed(1000, closeReason(1000, ""));
-    const err = this._lastError;
-    const ending = err && ENDING_CODES[err.code];
-    return ending ? this._closed(ending, closeReason(ending, "")) : this._closed(code, closeReason(code, ""));
+  resume() {
+    this._send({ type: "session.resume" });
+    this.graph.micEnabled(true);
+  }
+
+  /** Flip camera on a call: the new track replaces the old one. */
+  async setVideoTrack(track) {
+    this.videoTrack = track;
+    await this.link.replaceVideoTrack(track);
+  }
+
+  stop() {
+    if (this.adapter.close()) return; // Live: session.close first, then as below
+    if (!this.link.close()) this._stopAudio(); // else the connection's close ends it
+  }
+
+  // ------------------------------------------------------------------ wiring
+
+  _send(event) {
+    const out = this.adapter.out(event);
+    if (!out) return false;
+    const sent = this.link.send(out);
+    if (sent) this.sentEvents[out.type] = (this.sentEvents[out.type] || 0) + 1;
+    return sent;
+  }
+
+  /** A mic frame: to the transport, then its level to the barge-in. Nothing is sent while
+   * queued: nobody listens yet, and the gateway keeps only a few events. */
+  _onFrame(frame) {
+    if (!this.live || this.paused) return;
+    const now = performance.now();
+    const passed = this.link.sendMic(frame, now);
+    if (passed == null) return;
+    this.micLevel = frame.rms;
+    this.bargeIn.micLevel(frame.rms, passed, now);
+  }
+
+  /** The page's player reported (`stats`), or a call's statistics were read (null). */
+  _onProgress(stats) {
+    if (stats) {
+      const audible = stats.playing || stats.buffered > 0;
+      if (this.state === "speaking" && !audible && !this.bargeIn.streaming) this._set("listening");
+      else if (audible && (this.state === "listening" || this.state === "thinking")) this._set("speaking");
+    }
+    this._emit("progress", stats || {});
   }
 
   _closed(code, reason, extra = {}) {
@@ -263,26 +240,37 @@ export class DuplexSession extends EventTarget {
     this._emit("closed", { code, reason, ...extra });
   }
 
-  _connect() {
-    this._set("connecting");
-    const ws = (this.ws = new WebSocket(this.url));
-    if (this.dialect === "live") ws.onopen = () => this._liveStart();
-    onEvents(ws, (ev) => this._receive(ev));
-    ws.onclose = (e) => this._closed(e.code, closeReason(e.code, e.reason));
-    ws.onerror = () => this._emit("log", { level: "error", text: "WebSocket error" });
+  _stopAudio() {
+    this.live = false;
+    this.bargeIn.stop();
+    this.link.stopAudio();
+    this.graph.stop();
   }
 
-  _receive(ev) {
-    if (this.dialect === "live") this._onLiveEvent(ev);
-    else this._onEvent(ev);
+  /** The session is live (session.created, or Live's session.started): audio flows from now on. */
+  _nowLive() {
+    this.live = true;
+    this.graph.chimes.ready();
+    this._set("listening");
+    this._emit("live", {});
   }
+
+  /** The user's words: a new entry, or (`join`) more of the last one if it is the user's. */
+  _userWords(text, join) {
+    const last = this.transcripts[this.transcripts.length - 1];
+    if (join && last && last.role === "user") last.text += text;
+    else this.transcripts.push({ role: "user", text: text.trimStart(), item: null });
+    this._emit("transcript", { role: "user" });
+  }
+
+  // ------------------------------------------------------------------ the server's events (Realtime)
 
   _onEvent(ev) {
     switch (ev.type) {
       case "queue.position": {
         const before = this.queue && this.queue.position;
         this.queue = { position: ev.position, queue_length: ev.queue_length, eta_s: ev.eta_s, at: performance.now() };
-        if (ev.position === 1 && before !== 1) this.chimes.waiting();
+        if (ev.position === 1 && before !== 1) this.graph.chimes.waiting();
         this._set("queued", this.queue);
         break;
       }
@@ -291,14 +279,12 @@ export class DuplexSession extends EventTarget {
         this._emit("recording", this.recording);
         break;
       case "queue.assigned":
-        if (this.queue) this.chimes.assigned(); // only worth a sound after a wait
+        if (this.queue) this.graph.chimes.assigned(); // only worth a sound after a wait
         this.queue = null;
         this._set("assigned", { worker_id: ev.worker_id, queued_s: ev.queued_s });
         break;
-      case "session.created": {
-        const now = performance.now();
-        const flowing = this.call && this.call.connectedAt != null ? now - this.call.connectedAt : 0;
-        this._inputStartAt = now - Math.min(CALL_PREROLL_MS, flowing);
+      case "session.created":
+        this.link.inputStarted(performance.now());
         this._send({
           type: "session.update",
           session: {
@@ -308,16 +294,12 @@ export class DuplexSession extends EventTarget {
               turn_detection: this.turnDetectionConfig(),
               // The browser cancelled the echo already: the server's canceller (our extension,
               // on by default over a WebSocket) would only cost time.
-              ...(this._browserCancelsEcho() ? { echo_cancellation: null } : {}),
+              ...(echoCancelled(this.graph.stream) ? { echo_cancellation: null } : {}),
             } },
           },
         });
-        this.live = true;
-        this.chimes.ready();
-        this._set("listening");
-        this._emit("live", {});
+        this._nowLive();
         break;
-      }
       case "session.updated": {
         const sess = ev.session || {};
         const input = (sess.audio && sess.audio.input) || {};
@@ -326,36 +308,16 @@ export class DuplexSession extends EventTarget {
         this._emit("session", sess);
         break;
       }
-      case "input_audio_buffer.speech_started": {
-        this._userSpeaking = true;
-        const wasAudible = this._audible();
-        const held = this._hold;
-        if (held) {
-          clearTimeout(held.timer);
-          this._hold = null;
-        }
-        const onsets = [this._onsetAt, this._capturedAt(ev.audio_start_ms)].filter((t) => t != null);
-        const overlapAt = onsets.length ? this._overlapStart(Math.min(...onsets)) : null;
-        if (this.transport === "webrtc") {
-          // The gateway stops the reply now (output_audio_buffer.cleared) and truncates it to what
-          // it played; what is measured here is when the reply went quiet at this end.
-          if (wasAudible) this._whenReplySilent().then((at) => { if (at != null) this._recordStop(overlapAt, "server", at); });
-          this._set("hearing");
-          break;
-        }
-        this._bargeIn().then(() => {
-          // Already measured when held locally; otherwise the server's VAD stopped it.
-          if (wasAudible && !held) this._recordStop(overlapAt, "server");
-        });
+      case "input_audio_buffer.speech_started":
+        this.bargeIn.speechStarted(this.link.capturedAt(ev.audio_start_ms));
         this._set("hearing");
         break;
-      }
       case "input_image_buffer.appended":
         this.framesAcked = ev.frames_received;
         this._emit("frames", { acked: this.framesAcked });
         break;
       case "input_audio_buffer.speech_stopped":
-        this._userSpeaking = false;
+        this.bargeIn.speechStopped();
         this._set("thinking");
         break;
       case "conversation.item.input_audio_transcription.completed":
@@ -363,38 +325,34 @@ export class DuplexSession extends EventTarget {
         this._emit("transcript", { role: "user" });
         break;
       case "response.created":
-        this._streaming = true;
-        this._currentItem = null; // the previous reply is history now
+        this.bargeIn.replyStarted();
         break;
       case "response.output_item.added":
-        if (ev.item && ev.item.id) this._currentItem = ev.item.id;
+        if (ev.item && ev.item.id) this.bargeIn.replyItem(ev.item.id);
         break;
       case "response.output_audio.delta":
         // Deltas already in flight when the user barged in must not start playing again.
-        if (this._truncated.has(ev.item_id) || this._interrupted.has(ev.item_id)) break;
-        this._currentItem = ev.item_id;
-        this.player.push(ev.item_id, ev.delta);
+        if (this.bargeIn.dropsLate(ev.item_id)) break;
+        this.bargeIn.replyItem(ev.item_id);
+        this.link.push(ev.item_id, ev.delta);
         if (this.state !== "speaking" && this.state !== "hearing") this._set("speaking");
         break;
       case "response.output_audio.done":
-        if (this.player) this.player.end(ev.item_id);
+        this.link.end(ev.item_id);
         break;
       // A call's reply plays at the gateway, which says when (WebRTC only).
       case "output_audio_buffer.started":
-        this._playing = true;
+        this.link.replyPlaying(true);
         if (this.state !== "hearing") this._set("speaking");
         break;
       case "output_audio_buffer.stopped":
       case "output_audio_buffer.cleared":
-        this._playing = false;
+        this.link.replyPlaying(false);
         if (this.state === "speaking") this._set("listening");
         break;
       case "conversation.item.truncated":
-        // On a call the gateway truncated the reply to what it played (the page's own truncates
-        // are counted when sent).
-        if (this.transport === "webrtc" && !this._truncated.has(ev.item_id)) {
-          this._truncated.add(ev.item_id);
-          this.truncates.push({ item_id: ev.item_id, audio_end_ms: ev.audio_end_ms });
+        // On a call the gateway truncated the reply to what it played.
+        if (this.bargeIn.truncatedByServer(ev.item_id, ev.audio_end_ms)) {
           const entry = this._assistant.get(ev.item_id);
           if (entry) entry.interrupted = true;
           this._emit("transcript", { role: "assistant" });
@@ -414,21 +372,17 @@ export class DuplexSession extends EventTarget {
         break;
       }
       case "response.done": {
-        this._streaming = false;
+        this.bargeIn.replyDone();
         const r = ev.response || {};
         if (r.status === "cancelled") {
-          if (this._hold) {
-            clearTimeout(this._hold.timer);
-            this._hold = null;
-          }
-          this._bargeIn();
+          this.bargeIn.cancelled();
           const entry = (r.output || []).map((o) => this._assistant.get(o.id)).find(Boolean);
           if (entry) entry.interrupted = true;
           this._emit("transcript", { role: "assistant" });
-        } else if (this.player) {
-          for (const o of r.output || []) this.player.end(o.id);
+        } else {
+          for (const o of r.output || []) this.link.end(o.id);
         }
-        if (!this._userSpeaking && this.state === "thinking") this._set("listening");
+        if (!this.bargeIn.userSpeaking && this.state === "thinking") this._set("listening");
         break;
       }
       case "session.metrics":
@@ -445,56 +399,10 @@ export class DuplexSession extends EventTarget {
         break;
       case "error":
         this.error = ev.error || ev;
-        this._lastError = this.error;
         this._emit("log", { level: "error", text: `${this.error.code || "error"}: ${this.error.message || ""}` });
         break;
       default:
         break;
     }
   }
-
-  pause() {
-    this._send({ type: "session.pause" });
-    this.paused = true; // stop sending at once; the server confirms with session.paused
-    this._micEnabled(false);
-  }
-
-  resume() {
-    this._send({ type: "session.resume" });
-    this._micEnabled(true);
-  }
-
-  /** Flip camera on a call: the new track replaces the old one. */
-  async setVideoTrack(track) {
-    this.videoTrack = track;
-    if (this.call) await this.call.replaceVideoTrack(track);
-  }
-
-  stop() {
-    if (this.dialect === "live" && this._liveClose()) return; // session.close first, then as below
-    if (this.call) {
-      if (!this.call.ended) this.call.hangup();
-      else this._stopAudio();
-    } else if (this.ws && this.ws.readyState <= WebSocket.OPEN) this.ws.close(1000, "client stop");
-    else this._stopAudio();
-  }
-}
-
-// The audio graph (duplex-audio.js), the echo guard and barge-in (barge-in.js), Live (live-dialect.js).
-addMethods(DuplexSession, DuplexAudio, BargeIn, LiveDialect);
-
-function closeReason(code, reason) {
-  const known = {
-    1000: "Session ended.",
-    1006: "Connection lost.",
-    1008: "The server refused this session (no capable worker, or the client was too slow).",
-    1011: "The model worker failed. Press Start to reconnect.",
-    1013: "The server is busy (queue full or wait exceeded). Try again in a moment.",
-    4001: "Closed after being idle.",
-    4002: "Closed: paused for too long.",
-    4003: "Maximum session length reached.",
-    4004: "The operator ended this session.",
-    4029: "Too many sessions just now. Try again in a moment.",
-  };
-  return `${known[code] || `Closed (${code}).`}${reason ? ` ${reason}` : ""}`;
 }

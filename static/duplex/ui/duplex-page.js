@@ -2,8 +2,9 @@
 // transcript, metrics, levels and (on the omni page) the camera to one DuplexSession.
 // `window.omni` exposes read-only views of the live session for the browser tests.
 import { renderNav } from "../../shared/app-nav.js";
+import { MicError } from "../../shared/microphone.js";
 import { Camera, CameraError, FrameSender } from "../lib/camera.js";
-import { DIALECTS, DuplexSession, MicError, TRANSPORTS } from "../lib/duplex-session.js";
+import { DIALECTS, DuplexSession, TRANSPORTS } from "../lib/duplex-session.js";
 import { rememberSession } from "../lib/recent-sessions.js";
 import { LevelMeters } from "./level-meters.js";
 import { MetricsPanel } from "./metrics-panel.js";
