@@ -183,7 +183,7 @@ def judge(r: dict, p, confirmed=None) -> tuple[str, int]:
         if ms >= r["ms"]:
             break
         words = _look(r, ms)
-        chance = p(words) if ov.words_of(words) and not ov.says_stop(words) else None
+        chance = p(ov.without_hums(words)) if ov.words_of(words) and not ov.says_stop(words) else None
         if o.glanced(words, ms, chance) is not None:
             if confirmed is None or confirmed(words, ms):
                 return o.verdict, ms
@@ -191,7 +191,7 @@ def judge(r: dict, p, confirmed=None) -> tuple[str, int]:
     if r["ms"] >= ov.LONGEST_BACKCHANNEL_MS:
         return "interruption", ov.LONGEST_BACKCHANNEL_MS
     words = r["whole"]
-    chance = p(words) if ov.words_of(words) and not ov.says_stop(words) else None
+    chance = p(ov.without_hums(words)) if ov.words_of(words) and not ov.says_stop(words) else None
     verdict = o.ended(words, r["ms"], chance)
     if verdict == "interruption" and confirmed is not None and not confirmed(words, None):
         return "backchannel", r["ms"]

@@ -86,14 +86,14 @@ class BaseEar:
 
 def floor(words: str, p) -> bool:
     """The words take the floor, as the judge reads a whole clip (``overlap.verdict_of``)."""
-    return ov.verdict_of(words, p(words) if ov.words_of(words) and not ov.says_stop(words) else None) == "interruption"
+    return ov.verdict_of(words, p(ov.without_hums(words)) if ov.words_of(words) and not ov.says_stop(words) else None) == "interruption"
 
 
 def floor_chance(words: str, p) -> float:
     """The words' probability of taking the floor: 1 for a stop word, 0 for no words or a hum."""
     if ov.says_stop(words):
         return 1.0
-    return 0.0 if not ov.words_of(words) or ov.only_hums(words) else p(words)
+    return 0.0 if not ov.words_of(words) or ov.only_hums(words) else p(ov.without_hums(words))
 
 
 def judge(r: dict, p, ear: BaseEar | None, veto_glances: str, veto_whole: str, soft: float | None = None) -> str:

@@ -27,7 +27,7 @@ from core.conversation.end_of_turn import (MessageEnd, end_of_turn_probability, 
 from core.conversation.end_of_turn import wait_ms as end_of_turn_wait_ms
 from core.conversation.events import ConversationError, InputCommitted, InputTranscript
 from core.conversation.items import Item, Part
-from core.conversation.overlap import Glance, echoes, only_hums, says_stop, words_of
+from core.conversation.overlap import Glance, echoes, only_hums, says_stop, without_hums, words_of
 from core.conversation.reply import Response
 from core.conversation.runtime import Runtime
 from core.conversation.turn_policy import Speculation, TurnReports
@@ -337,4 +337,4 @@ class Hearing:
         if (words is None or not words_of(words) or says_stop(words, said) or only_hums(words)
                 or echoes(words, said)):
             return Glance(words, said=said)
-        return Glance(words, backend.interruption_probability(words), said)
+        return Glance(words, backend.interruption_probability(without_hums(words)), said)

@@ -241,6 +241,36 @@ async def test_a_hum_read_as_taking_the_floor_by_meaning_still_resumes_the_reply
     backend.close()
 
 
+async def test_a_hum_beside_other_words_is_not_read_as_meaning():
+    """Issue 70: over the echo a dev voice's "Mm-hmm." was glanced as "And M.", and the meaning
+    reader took the hum beside "And" for the start of a turn. The reader gets the words less
+    their hums ("And"), which acknowledge; the paused reply comes back."""
+    read: list[str] = []
+
+    def meaning(words: str) -> float:
+        read.append(words)
+        return 0.95 if "M" in words.split() or "M." in words.split() else 0.05
+
+    backend, conv, col = await replying(glance="And M.", transcript="and m", step_s=0.15, meaning=meaning,
+                                        yield_at_onset=True)
+    await feed(conv, tone(0.6) + quiet(0.8))
+    await col.wait_for("backchannel")
+    await col.wait_for("response_resumed")
+    assert read and set(read) == {"And"}, read
+    assert "input_committed" not in kinds(col)
+    await conv.close()
+    backend.close()
+
+
+def test_hums_are_taken_out_of_what_the_meaning_reader_reads():
+    from core.conversation.overlap import only_hums, without_hums
+
+    assert without_hums("And M.") == "And" and without_hums("MMs and.") == "and."
+    assert without_hums("Hmm, what about the ending?") == "what about the ending?"
+    assert without_hums("Mm, no.") == "no." and without_hums("Um, actually") == "Um, actually"
+    assert only_hums("Mm-hmm.") and only_hums("M-M-") and not only_hums("And M.") and not only_hums("")
+
+
 async def test_a_hum_then_no_cuts_the_reply():
     backend, conv, col = await replying(glance="Mm, no.", transcript="mm no", step_s=0.15, meaning=0.1,
                                         yield_at_onset=True)
