@@ -16,6 +16,7 @@
     python -m bench heard       # questions heard as spoken: an Agents SDK call in Chromium vs a WebSocket session
     python -m bench tracing     # OpenTelemetry tracing on vs off: the worker's turn hook, a typed turn's e2e
     python -m bench omni        # qwen_omni at Qwen2.5-Omni-7B shapes (random weights) on a GPU: TTFP, RTF, E2E, memory
+    python -m bench resume      # a dropped connection brought back with its resume token vs a new session
     python -m bench fuzz        # hostile clients of both dialects and the call routes for --seconds (default 600); --seed replays
 
 Each prints a markdown table; ``--json`` prints one JSON object instead; ``--out DIR`` also
@@ -43,6 +44,7 @@ COMMANDS = {
     "duplex": "bench.duplex",
     "tracing": "bench.tracing",
     "fuzz": "bench.fuzz",
+    "resume": "bench.resume",
 }
 DELEGATED = {"pipeline": "bench.pipeline", "recording": "bench.recording", "rest": "bench.rest", "omni": "bench.omni_gpu"}
 
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=8,
                         help="serve: prompts per kind and level; calls: spoken prompts per transport and run; heard: "
                              "questions (dev parts only; each asked --asks times per transport a run); "
-                             "tracing: typed turns per run")
+                             "tracing: typed turns per run; resume: drops per run")
     parser.add_argument("--voices", type=int, default=1,
                         help="heard: voices, round-robin over the questions (the pipeline's Piper voice, then "
                              "espeak-ng dev voices; up to 6)")

@@ -163,6 +163,8 @@ class LimitsConfig(_Strict):
     max_session_s: float = Field(1800.0, gt=0)
     idle_timeout_s: float = Field(300.0, gt=0)
     pause_timeout_s: float = Field(120.0, gt=0)
+    resume_grace_s: float = Field(30.0, ge=0, le=600, description="how long a session whose connection dropped "
+                                  "is kept for its resume token (its worker slot stays taken); 0: never kept")
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     max_image_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="one image or camera frame, decoded")
     max_image_pixels: int = Field(4096 * 4096, ge=64, description="width x height of one image")

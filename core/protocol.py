@@ -175,8 +175,14 @@ TURN_STAGES = ("end_of_turn", "asr", "llm", "tts")
 EXTENSION_EVENTS = frozenset({
     "queue.position", "queue.assigned", "session.recording", "session.metrics", "session.paused",
     "session.resumed", "input_image_buffer.appended", "input_audio_buffer.backchannel", "response.resumed",
+    "session.resume_token", "session.reattached",
 })
-EXTENSION_GROUPS = {"all": EXTENSION_EVENTS, "queue": frozenset({"queue.position", "queue.assigned"})}
+# A client that asks for ``resume`` (or ``session.resume_token``) can come back after its connection
+# drops (issue 72). Not part of ``all``: a token changes what a drop does (the worker slot is held for
+# the grace period), so a client asks for it by name, knowing.
+RESUME_EVENTS = frozenset({"session.resume_token", "session.reattached"})
+EXTENSION_GROUPS = {"all": EXTENSION_EVENTS - RESUME_EVENTS, "queue": frozenset({"queue.position", "queue.assigned"}),
+                    "resume": RESUME_EVENTS}
 
 
 def parse_extensions(value: str | None) -> tuple[frozenset[str], list[str]]:

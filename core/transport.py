@@ -19,6 +19,8 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 Message = str | bytes
+NO_STATUS = 1005  # a close frame without a code
+ABNORMAL = 1006  # the connection was lost: no close frame at all
 
 
 class ChannelClosed(Exception):
@@ -76,7 +78,14 @@ class WebSocketChannel(EventChannel):
         except RuntimeError as exc:  # receive after the disconnect message
             raise ChannelClosed(1006, str(exc)) from None
         if message["type"] == "websocket.disconnect":
-            raise ChannelClosed(message.get("code", 1000) or 1000, message.get("reason") or "")
+            code = message.get("code", 1000) or 1000
+            if code == NO_STATUS and "reason" not in message:
+                # uvicorn's sans-I/O protocol reports a connection lost without a close frame as
+                # 1005, as it does a close frame without a code, but only the frame has a reason:
+                # a dropped connection is 1006, as the RFC names it (a resumable session is held
+                # for a drop, not for a close; issue 72).
+                code = ABNORMAL
+            raise ChannelClosed(code, message.get("reason") or "")
         text = message.get("text")
         if text is not None:
             return text

@@ -42,6 +42,7 @@ from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.webrtc.registry import CallRegistry
 from gateway.realtime.webrtc.routes import calls_router
 from gateway.realtime.webrtc.sideband import CallBridge
+from gateway.realtime.resume import ResumableSessions
 from gateway.realtime.websocket import realtime_websocket_route
 from gateway.recordings.cleanup import cleanup_loop
 from gateway.recordings.routes import recordings_router
@@ -146,7 +147,8 @@ def create_app(config: AppConfig) -> FastAPI:
     shared = getattr(pool, "shared", None)  # a cluster: sidebands reach calls on any gateway
     bridge = CallBridge(shared.redis, shared.prefix, shared.gateway_id) if shared is not None else None
     calls = app.state.calls = CallRegistry(pool, config, metrics, live, bridge)  # WebRTC calls, in `live` too
-    app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live, calls))
+    resumes = app.state.resumes = ResumableSessions(pool, config.limits.resume_grace_s)  # issue 72
+    app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live, calls, resumes))
     app.router.routes.append(live_websocket_route(admission, pool, config, metrics, live))
     app.router.routes.append(live_attach_route(admission, calls))
     app.include_router(calls_router(calls, admission, config))

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,12 +24,13 @@ from core.processors import ModelThreads, create_backend
 from core.processors.base import LoadProgress
 from core.protocol import Dialect, parse_extensions
 from core.session_store import SESSION_ID, new_session_id
-from core.transport import EventChannel, WebSocketChannel
+from core.transport import ChannelClosed, EventChannel, WebSocketChannel
 from core.worker_auth import INSTANCE_ENV, load_worker_secret
 from worker.auth import WorkerSecretMiddleware
 from worker.live.channel import LiveChannel
 from worker.metrics import WorkerMetrics
 from worker.read_ahead import ReadAhead
+from worker.reattachable import CLOSE_NO_SESSION, MAX_GRACE_S, Reattachable
 from worker.recorder import RecorderPool
 from worker.rest import rest_router
 from worker.session import RealtimeSession
@@ -103,6 +105,10 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         if ws_state.state == "ERROR" or backend is None or not backend.loaded:
             await ws.close(1013, "model is not loaded yet" if ws_state.state != "ERROR" else "worker failed")
             return
+        q = ws.query_params
+        if q.get("resume"):  # a gateway brings back the client of a held session (issue 72)
+            await _reattach(ws, ws_state, q.get("resume") or "", q.get("resume_hash") or "")
+            return
         # The gateway frees a slot as soon as its relay ends; the previous session may still be
         # tearing down here for a few milliseconds, so wait briefly before refusing.
         for _ in range(40):
@@ -112,7 +118,6 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         else:
             await ws.close(1013, "worker has no free slot")
             return
-        q = ws.query_params
         live = q.get("dialect") == "live"  # OpenAI's Live dialect, translated by worker/live/
         beta = q.get("dialect") == "beta" or "realtime=v1" in ws.headers.get("openai-beta", "")
         session_id = q.get("session_id") or ""
@@ -129,7 +134,13 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         # asked, plus session.metrics for its own figures); unknown names were reported there.
         extensions, _ = parse_extensions(q.get("extensions"))
         frames = q.get(MEDIA_PARAM) == MEDIA_FRAMES  # a call's gateway sends its microphone as binary frames
-        client = ReadAhead(WebSocketChannel(ws), config.limits.read_ahead_bytes)
+        connection: EventChannel = WebSocketChannel(ws)
+        link: Reattachable | None = None
+        if q.get("resume_hash") and not live:  # resumable: held for its token when its connection drops
+            grace = min(float(q.get("grace_s") or 0), MAX_GRACE_S)
+            connection = link = Reattachable(connection, grace, q.get("resume_hash") or "",
+                                             gateway_loss_holds=q.get("gateway_loss") == "hold")
+        client = ReadAhead(connection, config.limits.read_ahead_bytes)
         channel: EventChannel = client
         if live:
             # The channel reads the resumes itself (a resumed reply's transcript); it passes on
@@ -144,6 +155,10 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
                                   transcription=q.get("intent") == "transcription", mcp_config=config.tools.mcp,
                                   echo_cancelled=q.get("input") == "echo_cancelled", binary_audio=frames,
                                   binary_reply=frames and not live)  # Live: its channel frames the reply
+
+        if link is not None:
+            link.on_detached, link.on_attached = session.client_lost, session.client_back
+            ws_state.resumable[session_id] = (link, session)
 
         def on_state(state: str) -> None:
             ws_state.sessions[session.session_id] = state
@@ -168,9 +183,30 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
             metrics.sessions.labels(session.end_reason).inc()
             log.info("session ended: %s (close %s)", session.end_reason, session.close_code)
             ws_state.sessions.pop(session.session_id, None)
+            ws_state.resumable.pop(session.session_id, None)
             ws_state.refresh()
 
     return app
+
+
+async def _reattach(ws: WebSocket, state: WorkerState, session_id: str, token_hash: str) -> None:
+    """Attach this connection to a held (or still attached) resumable session whose token the
+    gateway checked (its hash must match too), and keep it open while it is attached."""
+    held = state.resumable.get(session_id)
+    if held is None or not held[0].matches(token_hash):
+        # Unknown, ended, or held past its grace: the gateway tells its client the token expired.
+        await ws.close(CLOSE_NO_SESSION, "no such session to resume: it ended or its grace period passed")
+        return
+    link, session = held
+    away = time.monotonic() - link.detached_at if link.detached_at is not None else 0.0
+    connection = WebSocketChannel(ws)
+    try:
+        ended = await link.attach(connection, session.reattach_opening(away))
+    except ChannelClosed:
+        await connection.close(CLOSE_NO_SESSION, "the session ended")
+        return
+    logctx.bind(session=session_id, worker=state.worker_id)
+    await ended.wait()
 
 
 def _chain(first: Callable[[dict[str, Any]], None] | None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -124,6 +125,7 @@ class RealtimeSession:
                                    record_audio=recorder.server_event if recorder is not None else None,
                                    raw_audio=binary_reply or channel.takes_events)
         self._last_response_id: str | None = None
+        self._lost: asyncio.Task | None = None  # the conversation stopping for a dropped connection
         # Hooks for the worker's metrics (set by worker/app.py); called on the event loop.
         self.on_limit: Callable[[str], None] | None = None
 
@@ -230,6 +232,26 @@ class RealtimeSession:
 
     def _session(self) -> dict[str, Any]:
         return session_object(self.conv.config, self.dialect, self.session_id, self.model, self.settings)
+
+    # ------------------------------------------------------------------ a dropped connection (issue 72)
+
+    def client_lost(self) -> None:
+        """The connection dropped and the session is held for its resume token
+        (``worker/reattachable.py``): what the listener was hearing stops at what it heard."""
+        self._lost = asyncio.create_task(self.conv.listener_gone(), name="listener-gone")
+
+    def client_back(self) -> None:
+        self.last_client_event = time.monotonic()  # the time away is not idleness
+
+    def reattach_opening(self, away_s: float) -> list[str]:
+        """What a reattached connection hears first: ``session.created`` (where the session stands,
+        so a client that opened a new socket needs nothing else) and, if asked for,
+        ``session.reattached``; what was kept for it while away follows."""
+        opening = [server_event("session.created", session=self._session())]
+        if "session.reattached" in self.extensions:
+            opening.append(server_event("session.reattached", session_id=self.session_id,
+                                        items=len(self.conv.items), away_ms=round(away_s * 1000)))
+        return [json.dumps(e, separators=(",", ":")) for e in opening]
 
     # ------------------------------------------------------------------ limits
 

@@ -20,6 +20,8 @@ class WorkerState:
         self.error: str | None = None
         self.progress = LoadProgress("starting", 0.0)
         self.sessions: dict[str, str] = {}  # session id -> session state
+        # Resumable sessions (issue 72), attached or held: session id -> (its Reattachable, the session)
+        self.resumable: dict[str, tuple[Any, Any]] = {}
         self.started = time.time()
         self.backend = None
 

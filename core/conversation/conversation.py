@@ -331,6 +331,24 @@ class Conversation(PassesReportsOn):
         """Drop buffered, uncommitted input audio."""
         self.hearing.clear()
 
+    async def listener_gone(self) -> None:
+        """The client's connection dropped and the session is held for its return (issue 72): the
+        reply it was hearing stops at what the play-head says it heard, as an interruption cuts
+        it (the item keeps what was heard; the model reads the cut), and a voice being heard ends
+        unkept: nothing is answered while nobody listens, and nothing is invented for the time away."""
+        clock = self.playback
+        heard_item = clock.item_id if clock.audible else None
+        heard = clock.heard_samples() if heard_item is not None else None
+        resp = self.replies.current
+        if resp is not None and not resp.held:
+            self.replies.cancel("client_cancelled", heard_samples=heard if heard_item == resp.item_id else None)
+            self.turns.cancelled()
+        elif heard_item is not None and heard is not None:
+            self.replies.cut_finished(heard_item, heard)
+        if heard_item is not None and heard is not None:
+            clock.stop(heard_item, heard)
+        await self.hearing.drop_voice()
+
     # ------------------------------------------------------------------ lifetime
 
     async def wait_idle(self) -> None:

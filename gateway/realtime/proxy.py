@@ -26,6 +26,7 @@ from core.audio_frames import MEDIA_FRAMES, MEDIA_PARAM
 from core.config import AppConfig
 from core.ids import new_id
 from core.protocol import EXTENSION_EVENTS, error_event, server_event, unknown_extensions_error
+from core.resume import CLOSE_CLIENT_LOST, CLOSE_TAKEN_OVER
 from core.session_store import new_session_id, new_share_token, token_hash
 from core.transport import ChannelClosed, EventChannel
 from gateway.metrics import METRICS_PREFIX, GatewayMetrics
@@ -43,6 +44,7 @@ from gateway.realtime.budget import CLOSE_POLICY, InboundBudget
 from gateway.realtime.initial_session import start_with_session
 from gateway.realtime.relay import RelayResult, relay
 from gateway.realtime.request import SessionRequest
+from gateway.realtime.resume import Resumable, ResumableSessions
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,10 @@ MAX_EARLY_MESSAGES = 256  # client events sent while queued, forwarded once assi
 _APPEND = '"input_audio_buffer.append"'
 CLOSE_TRY_AGAIN = 1013
 CLOSE_OPERATOR = 4004  # ended or removed from the queue by the operator
+CLOSE_RESUME_EXPIRED = 4010  # a resume token whose session is gone
+# A client's close that ends its session: normal, going away, no code, not reading. Any other (1006:
+# the connection dropped) keeps a resumable session for its token.
+DELIBERATE_CLOSES = frozenset({1000, 1001, 1005, 1008})
 
 
 class RealtimeProxy:
@@ -62,9 +68,11 @@ class RealtimeProxy:
                  "extensions", "unknown_extensions", "intent", "_outbox", "_sender", "_assigned_sent", "early",
                  "metrics", "client_ip", "created_at", "state", "session_id", "worker_id", "assigned_at",
                  "_stop", "_stop_reason", "initial_session", "_minted_session_id", "_span", "budget",
-                 "echo_cancelled")
+                 "echo_cancelled", "resumes", "owner", "resumable", "_attachment", "_lease_kept")
 
-    def __init__(self, client: EventChannel, request: SessionRequest, pool: SessionQueue, config: AppConfig) -> None:
+    def __init__(self, client: EventChannel, request: SessionRequest, pool: SessionQueue, config: AppConfig,
+                 resumes: ResumableSessions | None = None, owner: str | None = None,
+                 resume: Resumable | None = None) -> None:
         self.client = client
         self.pool = pool
         self.config = config
@@ -104,6 +112,13 @@ class RealtimeProxy:
         self._stop: asyncio.Event | None = None  # made when the relay starts, or when ended before
         self._stop_reason = ""
         self._span = None  # the session's trace span (core/telemetry.py), while tracing is on
+        # Resume (issue 72): the gateway's tokens, the key that opened the session, and the session
+        # this connection brings back (or, once issued, the one it may bring back later).
+        self.resumes = resumes
+        self.owner = owner
+        self.resumable: Resumable | None = resume
+        self._attachment = resume.connections if resume is not None else 1  # which of its connections this is
+        self._lease_kept = False  # the slot stays taken after this connection: held, or taken over
 
     def end_by_operator(self, reason: str = "ended by the operator") -> None:
         """Admin: end this session now (it gets ``session_ended_by_operator`` and close 4004)."""
@@ -174,15 +189,17 @@ class RealtimeProxy:
         if self.unknown_extensions:
             await self._send(unknown_extensions_error(list(self.unknown_extensions)))
         try:
-            lease = await self._wait_for_worker()
+            lease = self.resumable.lease if self.resumable is not None else await self._wait_for_worker()
             if lease is None:
                 return
-            if self.metrics is not None:
+            if self.metrics is not None and self.resumable is None:  # a session brought back did not queue
                 self.metrics.queue_wait.observe(lease.queued_s)
             await self._serve(lease)
         finally:
             self.state = "ended"
-            if lease is not None:
+            if lease is not None and not self._lease_kept and self._latest():
+                if self.resumable is not None and self.resumes is not None:
+                    self.resumes.end(self.resumable)
                 self.pool.release(lease)
             if self._span is not None:
                 self._trace_end("cancelled")
@@ -283,7 +300,8 @@ class RealtimeProxy:
         if not self._assigned_sent:  # assigned at once, without queueing
             self._on_assigned(lease)
         await self._flush()  # queue.* before anything from the worker
-        session_id = self._minted_session_id or new_session_id()
+        back = self.resumable  # this connection brings back a session whose connection dropped
+        session_id = back.session_id if back is not None else self._minted_session_id or new_session_id()
         self.session_id, self.worker_id, self.assigned_at = session_id, worker.id, time.time()
         self.state = "connecting"
         logctx.bind(session=session_id, worker=worker.id)
@@ -303,13 +321,20 @@ class RealtimeProxy:
             params[MEDIA_PARAM] = MEDIA_FRAMES
         if self.echo_cancelled:  # the worker's own canceller starts off (the session can turn it on)
             params["input"] = "echo_cancelled"
-        if self.record:
+        if back is not None:
+            params = {"resume": session_id, "resume_hash": back.token_hash}
+        elif self._wants_resume():
+            token, self.resumable = self.resumes.issue(session_id, self.owner, lease)
+            params.update(resume_hash=self.resumable.token_hash, grace_s=f"{self.resumes.grace_s:g}")
+            self._post(server_event("session.resume_token", session_id=session_id, resume_token=token,
+                                    grace_s=self.resumes.grace_s))
+        if self.record and back is None:
             # Only the hash reaches the worker and the disk; the link goes to this client alone.
             token = new_share_token()
             params["share_hash"] = token_hash(token)
             self._post(server_event("session.recording", session_id=session_id,
                                     share_url=f"/s/{session_id}?token={token}"))
-            await self._flush()
+        await self._flush()
         url = (
             worker.url.replace("http://", "ws://").replace("https://", "wss://").rstrip("/")
             + "/ws/realtime?" + urlencode(params)
@@ -342,9 +367,12 @@ class RealtimeProxy:
             return
         except websockets.ConnectionClosed:
             pass  # the relay reads the close and reports it
+        if back is not None and first is None:
+            await self._not_resumed(conn)
+            return
         if isinstance(first, str):
             opening: list[str | bytes] = [first]
-            if self.initial_session is not None:
+            if self.initial_session is not None and back is None:
                 opening = await start_with_session(conn, first, self.initial_session, wcfg.connect_timeout_s)
             for message in opening:
                 if self.metrics is not None and isinstance(message, str):
@@ -354,10 +382,18 @@ class RealtimeProxy:
         started = time.monotonic()
         self.state = "active"
         result: RelayResult | None = None
+        hold = False
         try:
             result = await self._relay_until_stopped(conn)
+            hold = self._dropped(result)
         finally:
-            await close_worker(conn, abandon=result is not None and result.ended_by == "client")
+            await close_worker(conn, abandon=result is not None and result.ended_by == "client" and not hold,
+                               hold=hold)
+        if hold or (result.ended_by == "worker" and result.code == CLOSE_TAKEN_OVER):
+            # Its slot stays taken: held for the token, or carried on by the newer connection.
+            self._lease_kept = True
+            if hold and self._latest():
+                self.resumes.hold(self.resumable)
         log.info("session %s on %s ended by %s (%s) after %.1fs", self.ticket, worker.id, result.ended_by,
                  result.code, time.monotonic() - started)
         if self._span is not None:
@@ -379,6 +415,30 @@ class RealtimeProxy:
                 await asyncio.wait_for(self._close(1008, result.reason), 2)
         elif result.ended_by == "worker":
             await self._close(result.code if result.code >= 1000 else 1011, result.reason)
+
+    def _wants_resume(self) -> bool:
+        """The client asked for a resume token and this gateway keeps sessions for one."""
+        return (self.resumes is not None and self.resumes.grace_s > 0 and not self.live
+                and not self.client.binary_audio and "session.resume_token" in self.extensions)
+
+    def _latest(self) -> bool:
+        """No newer connection brought this session back (that one owns its slot now)."""
+        return self.resumable is None or self.resumable.connections == self._attachment
+
+    def _dropped(self, result: RelayResult) -> bool:
+        """The client's connection dropped (no deliberate close) and its session can be resumed."""
+        return (self.resumable is not None and result.ended_by == "client"
+                and result.code not in DELIBERATE_CLOSES and self.resumes is not None)
+
+    async def _not_resumed(self, conn) -> None:
+        """The worker no longer holds the session (its grace passed, or it ended meanwhile)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(conn.close(), 1)
+        if self._span is not None:
+            self._trace_end("resume_expired", error="resume_token_expired")
+        await self._send(error_event("the session of this resume token has ended, or nobody came back within "
+                                     "its grace period", "resume_token_expired"))
+        await self._close(CLOSE_RESUME_EXPIRED, "the session can no longer be resumed")
 
     async def _worker_unavailable(self, worker_id: str, why: str) -> None:
         log.warning("worker %s unavailable for %s: %s", worker_id, self.ticket, why)
@@ -408,7 +468,7 @@ class RealtimeProxy:
         return RelayResult("operator", CLOSE_OPERATOR, self._stop_reason or "ended by the operator")
 
 
-async def close_worker(conn, timeout: float = 2.0, abandon: bool = False) -> None:
+async def close_worker(conn, timeout: float = 2.0, abandon: bool = False, hold: bool = False) -> None:
     """Close the worker's socket, reading and dropping what it still sends meanwhile.
 
     Once the relay has stopped nobody reads ``conn``: past a few unread events the socket stops
@@ -418,7 +478,11 @@ async def close_worker(conn, timeout: float = 2.0, abandon: bool = False) -> Non
 
     ``abandon``: the client left, so nothing it sent is for the worker any more: the socket is
     reset (no lingering), dropping what still waits in its buffers instead of delivering it
-    before the close, and the worker learns at once that its client is gone."""
+    before the close, and the worker learns at once that its client is gone (a resumable
+    session is not held for a reset: its worker holds only for ``CLOSE_CLIENT_LOST``).
+
+    ``hold``: the client dropped and may come back with its resume token: closed with
+    ``CLOSE_CLIENT_LOST``, and the worker holds the session."""
 
     async def discard() -> None:
         with contextlib.suppress(websockets.ConnectionClosed):
@@ -436,7 +500,7 @@ async def close_worker(conn, timeout: float = 2.0, abandon: bool = False) -> Non
     draining = asyncio.create_task(discard())
     try:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(conn.close(), timeout)
+            await asyncio.wait_for(conn.close(CLOSE_CLIENT_LOST, "client lost") if hold else conn.close(), timeout)
     finally:
         draining.cancel()
         with contextlib.suppress(BaseException):

@@ -25,8 +25,9 @@ from gateway.access.policy import chosen_subprotocol, presented_key
 from gateway.metrics import GatewayMetrics
 from gateway.pool.interface import SessionQueue
 from gateway.realtime.admission import CLOSE_POLICY, Admission, Refusal
-from gateway.realtime.proxy import RealtimeProxy
+from gateway.realtime.proxy import CLOSE_RESUME_EXPIRED, RealtimeProxy
 from gateway.realtime.request import session_request
+from gateway.realtime.resume import INVALID, ResumableSessions, ResumeRefusal
 from gateway.realtime.webrtc.registry import CallRegistry
 from gateway.realtime.webrtc.sideband import serve_sideband
 
@@ -34,7 +35,8 @@ PATH = "/v1/realtime"
 
 
 def realtime_websocket_route(admission: Admission, pool: SessionQueue, config: AppConfig, metrics: GatewayMetrics,
-                             live: dict[str, RealtimeProxy], calls: CallRegistry | None = None) -> WebSocketRoute:
+                             live: dict[str, RealtimeProxy], calls: CallRegistry | None = None,
+                             resumes: ResumableSessions | None = None) -> WebSocketRoute:
     access = admission.access
 
     async def realtime(ws: WebSocket) -> None:
@@ -61,7 +63,20 @@ def realtime_websocket_route(admission: Admission, pool: SessionQueue, config: A
                 admitted.close()
             return
         request = session_request(ws, access.client_ip(ws), admitted.grant)
-        await run_proxy(RealtimeProxy(channel, request, pool, config), metrics, live, admitted.close)
+        resume = None
+        token = ws.query_params.get("resume_token")
+        if token is not None:  # a session whose connection dropped, brought back (issue 72)
+            resume = resumes.claim(token, admitted.owner) if resumes is not None else INVALID
+            if isinstance(resume, ResumeRefusal):
+                admission.metrics.rejected.labels(resume.code).inc()
+                admitted.close()
+                with contextlib.suppress(Exception):
+                    await channel.send(json.dumps(error_event(resume.message, resume.code, "resume_token"),
+                                                  separators=(",", ":")))
+                await channel.close(CLOSE_POLICY if resume is INVALID else CLOSE_RESUME_EXPIRED, resume.message)
+                return
+        proxy = RealtimeProxy(channel, request, pool, config, resumes, admitted.owner, resume)
+        await run_proxy(proxy, metrics, live, admitted.close)
 
     return WebSocketRoute(PATH, realtime)
 

@@ -1,17 +1,21 @@
 // The chat's socket: one WebSocket per server session, opened when the session asks (lazily, on
 // the first message: a worker slot is exclusive, so an idle page must not hold one). Events are
 // sent at once; while it connects they wait here, in order. A close it did not ask for is told
-// to `onClose(event)`; one it asked for (New chat, leaving the page) is not. `sessionUpdate` is
+// to `onClose(event)`; one it asked for (New chat, leaving the page) is not. Between a dropped
+// socket and the one that brings the session back (`open(resumeUrl)`), events wait here too. `sessionUpdate` is
 // the session.update the chat's settings make.
+import { watchNetwork } from "../shared/resume.js";
 import { onEvents } from "../shared/wire.js";
 
 export const RATE = 24000; // PCM16 mono, both directions
 
 export class ChatConnection {
-  constructor({ url, onEvent, onClose }) {
+  constructor({ url, onEvent, onClose, onOnline = () => {} }) {
     this.url = url;
     this.onEvent = onEvent;
     this.onClose = onClose;
+    // The browser knows first when the network goes: the socket is dropped then, not minutes later.
+    watchNetwork({ offline: () => this._lost(), online: () => onOnline() });
     this.ws = null;
     this.sessions = 0; // sockets opened so far (each a new server session)
     this._outbox = [];
@@ -22,10 +26,13 @@ export class ChatConnection {
     return Boolean(this.ws);
   }
 
-  open() {
-    this.sessions++;
-    this._outbox = [];
-    const ws = (this.ws = new WebSocket(this.url));
+  /** A new socket: a new session, or with `url` (the resume token's) the same one brought back. */
+  open(url = null) {
+    if (!url) {
+      this.sessions++;
+      this._outbox = []; // a new session: nothing of the old one is for it
+    }
+    const ws = (this.ws = new WebSocket(url || this.url));
     ws.onopen = () => {
       for (const data of this._outbox.splice(0)) ws.send(data);
     };
@@ -33,16 +40,28 @@ export class ChatConnection {
     ws.onclose = (e) => {
       if (ws !== this.ws) return; // an old socket we closed on purpose
       this.ws = null;
-      this._outbox = [];
-      this.onClose(e);
+      this.onClose(e); // the outbox waits for a socket that brings the session back, or is dropped
     };
   }
 
+  /** The network went: the socket is given up as dropped (1006), and closed in the background. */
+  _lost() {
+    const ws = this.ws;
+    if (!ws) return;
+    this.ws = null;
+    try { ws.close(4000, "network lost"); } catch { /* closing already */ }
+    this.onClose({ code: 1006, reason: "network lost" });
+  }
+
   send(event) {
-    if (!this.ws) return;
     const data = JSON.stringify(event);
-    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(data);
-    else if (this.ws.readyState === WebSocket.CONNECTING) this._outbox.push(data);
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(data);
+    else if (!this.ws || this.ws.readyState === WebSocket.CONNECTING) this._outbox.push(data);
+  }
+
+  /** Forget what waits for a socket (the session ended). */
+  drop() {
+    this._outbox = [];
   }
 
   /** Close on purpose (not an error to report); false when no socket was open. */

@@ -13,6 +13,7 @@ export const ERROR_TEXT = {
   conversation_already_has_active_response: "Wait for the current answer to finish, or press Stop.",
   transcription_failed: "The voice clip could not be transcribed. Please try again.",
   queue_overflow: "Too much was sent while waiting in the queue; please wait for a worker.",
+  resume_token_expired: "The connection dropped and the session could not be brought back in time. Your next message starts a new one (the chat so far is sent along).",
 };
 
 export const CLOSE_TEXT = {
@@ -22,6 +23,8 @@ export const CLOSE_TEXT = {
   1013: "The service is busy (queue full or waited too long). Please try again in a moment.",
   4002: "The session was paused for too long.",
   4003: "The session reached its maximum length.",
+  4009: "This chat was reopened in another tab or connection.",
+  4010: "The connection dropped and the session could not be brought back in time.",
 };
 
 /** What to say when the socket closed with `code` (after `lastError`, the last error event's, if any). */

@@ -39,6 +39,7 @@ window.omni = Object.freeze({
   get queue() { return chat.queue; },
   get deltaCount() { return chat.deltaCount; },
   get sessions() { return chat.sessions; },
+  get reconnects() { return chat.reconnects; },
   get lastMetrics() { return chat.lastMetrics; },
   get alert() { return $("alert").hidden ? "" : $("alert-text").textContent; },
   get shareUrl() { return $("share-result").hidden ? "" : ($("share-result").querySelector("input") || {}).value || ""; },
@@ -55,6 +56,7 @@ $("alert-close").addEventListener("click", () => showAlert(""));
 const LABELS = {
   idle: () => "Ready",
   connecting: () => "Connecting…",
+  reconnecting: () => "Connection lost: reconnecting…",
   queued: (q) => (q ? `Queued: position ${q.position} of ${q.queue_length}` + (q.eta_s != null ? `, about ${Math.max(1, Math.ceil(q.eta_s))} s` : "") : "Queued…"),
   assigned: () => "Starting the session…",
   ready: () => "Connected",

@@ -13,6 +13,7 @@ import { b64 } from "../shared/wire.js";
 import { AudioPlayer } from "../duplex/lib/audio-player.js";
 import { ChatConnection, RATE, sessionUpdate } from "./chat-connection.js";
 import { closedText, friendlyError } from "./chat-errors.js";
+import { Resume } from "../shared/resume.js";
 import { ChatMessages } from "./chat-messages.js";
 import { ChatToolCalls } from "./chat-tools.js";
 
@@ -28,8 +29,9 @@ export class ChatSession extends EventTarget {
   constructor({ model = "omniduplex-cascade", url } = {}) {
     super();
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
-    this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}&extensions=all`;
-    this.connection = new ChatConnection({ url: this.url, onEvent: (ev) => this._onEvent(ev), onClose: (e) => this._onClose(e) });
+    this.url = url || `${proto}//${location.host}/v1/realtime?model=${encodeURIComponent(model)}&extensions=all,resume`;
+    this.connection = new ChatConnection({ url: this.url, onEvent: (ev) => this._onEvent(ev), onClose: (e) => this._onClose(e),
+      onOnline: () => this._retryNow() });
     this.thread = new ChatMessages((detail) => this._emit("message", detail));
     // tools: function declarations for session.update; toolChoice: auto | required | none;
     // mcp: one session.tools entry of type "mcp" (the server lists and runs its tools), or null.
@@ -51,6 +53,9 @@ export class ChatSession extends EventTarget {
     this._muted = new Set(); // assistant items whose audio the user stopped
     this._audible = false;
     this._followUp = 0; // timer: waiting for the server's reply to MCP results
+    this.resume = new Resume(); // the session's resume token: a dropped socket comes back to it
+    this._retry = 0; // timer: the next attempt to bring the session back
+    this.reconnects = 0; // sessions brought back after a drop (for tests)
   }
 
   /** What the function calls and MCP items (chat-tools.js) ask of the session. */
@@ -260,6 +265,14 @@ export class ChatSession extends EventTarget {
       case "session.created":
         this._conn = "open";
         this.queue = null;
+        if (this.resume.retrying) {
+          this.resume.back();
+          this.reconnects++;
+          this._emit("notice", { text: "Reconnected: the conversation goes on." });
+        }
+        break;
+      case "session.resume_token":
+        this.resume.issued(ev);
         break;
       case "session.recording":
         this.recording = { session_id: ev.session_id, share_url: ev.share_url };
@@ -455,7 +468,7 @@ export class ChatSession extends EventTarget {
 
   /** Open a session if none is: the settings first, then the conversation so far, as text. */
   _ensureConnected() {
-    if (this.connection.connected) return;
+    if (this.connection.connected || this._conn === "reconnecting") return; // events wait for the socket
     const replay = this.messages
       .filter((m) => (m.role === "user" || m.role === "assistant") && m.text && m.status !== "failed"
         && m !== (this._turn && this._turn.entry))
@@ -474,11 +487,15 @@ export class ChatSession extends EventTarget {
   }
 
   _closeSocket(reason) {
-    if (this.connection.close(reason)) this._reset(); // this close is ours, not an error to report
+    clearTimeout(this._retry);
+    const retrying = this.resume.retrying;
+    this.resume.forget();
+    if (this.connection.close(reason) || retrying) this._reset(); // this close is ours, not an error to report
   }
 
   _reset() {
     this._conn = "none";
+    this.connection.drop();
     this.recording = null;
     clearTimeout(this._followUp);
     this.queue = null;
@@ -488,8 +505,25 @@ export class ChatSession extends EventTarget {
     this._turn = null;
   }
 
+  /** The network is back: while bringing the session back, try at once instead of after the wait. */
+  _retryNow() {
+    if (this._conn !== "reconnecting" || this.connection.connected) return;
+    clearTimeout(this._retry);
+    this.connection.open(this.resume.url(this.url));
+  }
+
   /** The server closed the session: a calm end, or an error to show. */
   _onClose(e) {
+    if (this.resume.retries(e.code)) {
+      // Dropped, not ended: the page keeps everything and a new socket brings the session back.
+      this._conn = "reconnecting";
+      this._audible = false;
+      clearTimeout(this._retry);
+      this._retry = setTimeout(() => this.connection.open(this.resume.url(this.url)), this.resume.nextDelayMs());
+      this._emitState();
+      return;
+    }
+    this.resume.forget();
     const pending = this._turn || this._response;
     const entry = this._turn ? this._turn.entry : null;
     const lastError = this.error;
@@ -510,6 +544,7 @@ export class ChatSession extends EventTarget {
 
   _computeState() {
     if (this._conn === "connecting") return "connecting";
+    if (this._conn === "reconnecting") return "reconnecting";
     if (this._conn === "queued") return "queued";
     if (this._conn === "assigned") return "assigned";
     if (this._response) return "responding";

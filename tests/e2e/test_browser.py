@@ -164,6 +164,29 @@ def test_duplex_page_voice_exchange_over_websocket(stack, launch, question_wav, 
         assert Select(browser.find_element(By.ID, "transport")).first_selected_option.text == "WebSocket"
 
 
+def test_duplex_page_over_websocket_comes_back_after_the_network_drops(stack, launch, question_wav):
+    """Issue 72: the network goes (DevTools offline) and comes back mid-conversation; the page
+    reconnects with its resume token ("reconnecting", then listening again) and the same session
+    answers the question the microphone asks again."""
+    browser = start_duplex(launch, stack, question_wav, transport="websocket")
+    online = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+    with duplex_page(browser):
+        first = wait_for_snapshot(browser, done)
+        assert done(first), f"no first exchange: {json.dumps(first, indent=1)}"
+        answers = len([t for t in first["transcripts"] if t["role"] == "assistant"])
+        browser.execute_cdp_cmd("Network.enable", {})
+        browser.execute_cdp_cmd("Network.emulateNetworkConditions", {**online, "offline": True})
+        assert wait_for_snapshot(browser, lambda s: s["state"] == "reconnecting", 20)["state"] == "reconnecting"
+        time.sleep(1.0)
+        browser.execute_cdp_cmd("Network.emulateNetworkConditions", online)
+        assert wait_until(lambda: browser.execute_script("return window.omni.session.link.reconnects") == 1, 20)
+        again = wait_for_snapshot(browser, lambda s: len([t for t in s["transcripts"] if t["role"] == "assistant"])
+                                  > answers and s["state"] != "reconnecting", 90)
+        assert len([t for t in again["transcripts"] if t["role"] == "assistant"]) > answers, again
+        assert again["recording"] == first["recording"] and not again["error"], again  # the same session
+        browser.execute_script("window.omni.session.stop()")
+
+
 @pytest.fixture
 def long_question_wav(tmp_path, tts) -> Path:
     """The spoken question, then silence to 14 s: the fake device's loop asks again only after

@@ -279,3 +279,27 @@ def test_worker_failure_is_readable_and_next_message_starts_a_new_session(stack,
     except BaseException:
         dump_console(browser)
         raise
+
+
+def test_a_dropped_network_comes_back_to_the_same_session(stack, launch, silence):
+    """Issue 72: the network goes (DevTools offline) and comes back; the page reconnects with its
+    resume token, says so, and the same session answers the next message with what came before."""
+    browser = open_chat(launch, stack, silence, voice=False)
+    online = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+    try:
+        send_text(browser, "My name is Alice.")
+        wait_for_answer(browser)
+        browser.execute_cdp_cmd("Network.enable", {})
+        browser.execute_cdp_cmd("Network.emulateNetworkConditions", {**online, "offline": True})
+        assert wait_until(lambda: snapshot(browser)["state"] == "reconnecting", 20), snapshot(browser)
+        time.sleep(1.0)  # away a moment: the page keeps trying meanwhile
+        browser.execute_cdp_cmd("Network.emulateNetworkConditions", online)
+        assert wait_until(lambda: browser.execute_script("return window.omni.reconnects") == 1, 20), snapshot(browser)
+        send_text(browser, "What is my name?")
+        snap = wait_for_answer(browser, count=2)
+        assert browser.execute_script("return window.omni.sessions") == 1  # the same session, not a new one
+        assert [m["role"] for m in snap["messages"]] == ["user", "assistant", "user", "assistant"]
+        assert not snap["alert"] and not snap["error"], (snap["alert"], snap["error"])
+    except BaseException:
+        dump_console(browser)
+        raise

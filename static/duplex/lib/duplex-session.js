@@ -58,8 +58,9 @@ export class DuplexSession extends EventTarget {
 
     this.adapter = new DIALECT_PARTS[this.dialect](this._dialectHost(), { model, instructions });
     const Transport = TRANSPORT_PARTS[this.transport];
-    // extensions=all: queue position, the recording's share link, metrics, pause acks.
-    const query = new URLSearchParams({ model, app, record: record ? "true" : "false", extensions: "all" });
+    // extensions=all: queue position, the recording's share link, metrics, pause acks; resume: the token
+    // that brings the session back after a dropped socket (issue 72).
+    const query = new URLSearchParams({ model, app, record: record ? "true" : "false", extensions: "all,resume" });
     this.url = url || Transport.url(this.adapter.path || Transport.PATH, this.adapter.query(query));
     this.link = new Transport({ url: this.url, audio, host: this._transportHost() });
     this.graph = new DuplexAudio({ chimes, onFrame: (frame) => this._onFrame(frame) });
@@ -77,6 +78,7 @@ export class DuplexSession extends EventTarget {
       progress: (stats) => this._onProgress(stats),
       log: (detail) => this._emit("log", detail),
       closed: (code, reason, extra) => this._closed(code, reason, extra),
+      reconnecting: () => this._set("reconnecting"),
       lastError: () => this.error,
     };
   }

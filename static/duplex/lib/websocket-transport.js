@@ -3,6 +3,9 @@
 // own player worklet plays. So the page guards against the reply's echo itself (echo-guard.js),
 // places the server's audio times by the frames it sent, and is the one to hold, flush and
 // truncate the reply on a barge-in (`pagePlays`). Its parts answer the session through `host`.
+// A socket that drops without a deliberate close is opened again with the session's resume token
+// (issue 72, shared/resume.js): the same session goes on; the frames of the time away are not sent.
+import { Resume, watchNetwork } from "../../shared/resume.js";
 import { b64, onEvents } from "../../shared/wire.js";
 import { closeReason } from "./close-codes.js";
 import { RATE } from "./duplex-audio.js";
@@ -18,7 +21,8 @@ export class WebSocketTransport {
     return `${proto}//${location.host}${path}?${query}`;
   }
 
-  /** `host`: {receive(event), opened(), send(event), progress(stats), log(detail), closed(code, reason)}. */
+  /** `host`: {receive(event), opened(), send(event), progress(stats), log(detail), closed(code, reason),
+   * reconnecting()}. */
   constructor({ url, host }) {
     this.url = url;
     this.host = host;
@@ -30,6 +34,11 @@ export class WebSocketTransport {
     this.framesGated = 0; // sent as silence: probable echo
     this._sentMs = 0;
     this._frameLog = []; // [inputAudioEndMs, capturedAt] of recent frames
+    this.resume = new Resume();
+    this.reconnects = 0; // sockets that brought the session back after a drop
+    this._retry = 0;
+    this._stopping = false;
+    watchNetwork({ offline: () => this._lost(), online: () => this._retryNow() });
   }
 
   async prepare(graph) {
@@ -41,11 +50,52 @@ export class WebSocketTransport {
   }
 
   connect() {
-    const ws = (this.ws = new WebSocket(this.url));
-    ws.onopen = () => this.host.opened();
-    onEvents(ws, (ev) => this.host.receive(ev));
-    ws.onclose = (e) => this.host.closed(e.code, closeReason(e.code, e.reason));
+    this._open(this.url, true);
+  }
+
+  _open(url, first) {
+    const ws = (this.ws = new WebSocket(url));
+    if (first) ws.onopen = () => this.host.opened();
+    onEvents(ws, (ev) => this._receive(ev));
+    ws.onclose = (e) => {
+      if (ws === this.ws) this._dropped(e.code, e.reason);
+    };
     ws.onerror = () => this.host.log({ level: "error", text: "WebSocket error" });
+  }
+
+  _dropped(code, reason) {
+    this.ws = null;
+    if (!this._stopping && this.resume.retries(code)) {
+      this.host.reconnecting();
+      this._retry = setTimeout(() => this._open(this.resume.url(this.url), false), this.resume.nextDelayMs());
+      return;
+    }
+    this.host.closed(code, closeReason(code, reason));
+  }
+
+  /** The network went: the socket is given up as dropped, closed in the background. */
+  _lost() {
+    const ws = this.ws;
+    if (!ws || this._stopping) return;
+    this.ws = null;
+    try { ws.close(4000, "network lost"); } catch { /* closing already */ }
+    this._dropped(1006, "network lost");
+  }
+
+  _retryNow() {
+    if (this.ws || this._stopping || !this.resume.retrying) return;
+    clearTimeout(this._retry);
+    this._open(this.resume.url(this.url), false);
+  }
+
+  _receive(ev) {
+    if (ev.type === "session.resume_token") this.resume.issued(ev);
+    else if (ev.type === "session.created" && this.resume.retrying) {
+      this.resume.back();
+      this.reconnects++;
+      this.host.log({ level: "info", text: "reconnected: the same session goes on" });
+    }
+    this.host.receive(ev);
   }
 
   get open() {
@@ -60,6 +110,13 @@ export class WebSocketTransport {
 
   /** Stop: close the socket (the close event ends the session); false when there is none to close. */
   close() {
+    this._stopping = true;
+    if (this.resume.retrying && !this.ws) {
+      clearTimeout(this._retry); // between attempts: nothing to close; the session ends here
+      this.resume.forget();
+      this.host.closed(1000, "client stop");
+      return true;
+    }
     if (!this.ws || this.ws.readyState > WebSocket.OPEN) return false;
     this.ws.close(1000, "client stop");
     return true;

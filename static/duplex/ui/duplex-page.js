@@ -73,6 +73,7 @@ const LABELS = {
   speaking: () => "Speaking",
   paused: () => "Paused",
   closing: () => "Ending the session…",
+  reconnecting: () => "Connection lost: reconnecting…",
   closed: (d) => d.reason || "Closed",
   error: (d) => d.reason || "Error",
 };
