@@ -86,8 +86,8 @@ async def _kept(ws, items: list[str]) -> int:
 async def _resumed_trial(url: str, host: str, port: int, text: str) -> dict[str, Any]:
     async with CutProxy(host, port) as proxy:
         ws = await websockets.connect(url.replace(f":{port}/", f":{proxy.port}/") + "&extensions=resume")
+        token = (await _until(ws, "session.resume_token"))["resume_token"]  # before session.created
         await _until(ws, "session.created")
-        token = (await _until(ws, "session.resume_token"))["resume_token"]
         before, _, _ = await _turn(ws, "Remember the word lighthouse.", time.monotonic())
         proxy.cut()
     started = time.monotonic()
