@@ -64,8 +64,13 @@ export class Resume {
 }
 
 /** Calls `offline()` when the browser says the network went (a socket can hang on without
- * noticing for minutes: the browser knows first) and `online()` when it is back. */
+ * noticing for minutes: the browser knows first) and `online()` when it is back; returns the
+ * function that stops watching. */
 export function watchNetwork({ offline, online }) {
   window.addEventListener("offline", offline);
   window.addEventListener("online", online);
+  return () => {
+    window.removeEventListener("offline", offline);
+    window.removeEventListener("online", online);
+  };
 }

@@ -38,7 +38,7 @@ export class WebSocketTransport {
     this.reconnects = 0; // sockets that brought the session back after a drop
     this._retry = 0;
     this._stopping = false;
-    watchNetwork({ offline: () => this._lost(), online: () => this._retryNow() });
+    this._unwatch = watchNetwork({ offline: () => this._lost(), online: () => this._retryNow() });
   }
 
   async prepare(graph) {
@@ -70,6 +70,7 @@ export class WebSocketTransport {
       this._retry = setTimeout(() => this._open(this.resume.url(this.url), false), this.resume.nextDelayMs());
       return;
     }
+    this._unwatch(); // the session ended: nothing to bring back
     this.host.closed(code, closeReason(code, reason));
   }
 
@@ -114,6 +115,7 @@ export class WebSocketTransport {
     if (this.resume.retrying && !this.ws) {
       clearTimeout(this._retry); // between attempts: nothing to close; the session ends here
       this.resume.forget();
+      this._unwatch();
       this.host.closed(1000, "client stop");
       return true;
     }
