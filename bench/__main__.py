@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hold", type=float, default=10.0,
                         help="capacity: seconds to hold them; calls: seconds each load level is measured")
     parser.add_argument("--gateways", type=int, default=1,
-                        help="capacity, relay: gateways sharing one queue through a private redis-server "
+                        help="capacity, relay, resume: gateways sharing one queue through a private redis-server "
                              "(2+ also measures one gateway in the same run, side by side)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4], help="serve: levels")
     parser.add_argument("--prompts", type=int, default=8,

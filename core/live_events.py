@@ -14,7 +14,7 @@ import typing
 from functools import cache
 from typing import Any
 
-from openai.types.live import ClientEvent, ServerEvent
+from openai.types.live import ClientEvent, ForkClientEvent, ServerEvent
 from pydantic import TypeAdapter, ValidationError
 
 from core.protocol import ProtocolError, event_id
@@ -39,16 +39,23 @@ def client_types() -> dict[str, TypeAdapter]:
 
 
 @cache
+def fork_client_types() -> dict[str, TypeAdapter]:
+    """A fork's events (``ForkClientEvent``): its ``session.start`` holds overrides, no model."""
+    return {kind: TypeAdapter(model) for kind, model in _members(ForkClientEvent).items()}
+
+
+@cache
 def server_types() -> dict[str, TypeAdapter]:
     return {kind: TypeAdapter(model) for kind, model in _members(ServerEvent).items()}
 
 
-def parse_client_event(event: Any) -> dict[str, Any]:
-    """The event as sent, once its type's model accepts it; ``ProtocolError`` naming the field if not."""
+def parse_client_event(event: Any, fork: bool = False) -> dict[str, Any]:
+    """The event as sent, once its type's model accepts it; ``ProtocolError`` naming the field if not.
+    ``fork``: on a fork's connection (``ForkClientEvent``)."""
     if not isinstance(event, dict):
         raise ProtocolError("a client event must be a JSON object", code="invalid_json")
     kind = event.get("type")
-    adapter = client_types().get(kind) if isinstance(kind, str) else None
+    adapter = (fork_client_types() if fork else client_types()).get(kind) if isinstance(kind, str) else None
     if adapter is None:
         raise ProtocolError(f"unknown Live client event type {kind!r}", code="unknown_event", param="type")
     try:

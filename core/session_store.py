@@ -25,6 +25,7 @@ RECORDING = "recording.json"
 REPLAY_WAV = "merged_replay.wav"
 REPLAY_MP4 = "merged_replay.mp4"
 MEDIA_DIRS = ("user_audio", "user_frames", "user_images", "ai_audio")
+STORED_SESSION = "stored_session.json"  # a stored Live session's history and config, for its forks
 
 
 def new_session_id() -> str:
@@ -110,3 +111,25 @@ def list_sessions(data_dir: str | Path) -> list[StoredSession]:
     out = [s for p in root.iterdir() if (s := scan_session(p)) is not None]
     out.sort(key=lambda s: s.started_at, reverse=True)
     return out
+
+
+def read_stored_session(data_dir: str | Path, session_id: str | None,
+                        owner: str | None = None, check_owner: bool = False) -> tuple[dict[str, Any], dict[str, Any]] | str:
+    """(meta, stored document) of a closed, stored session (Live ``store: true``) that ``owner``
+    opened, or why not (blocking: call in a thread). One answer for "none" and "another key's"."""
+    path = session_dir(data_dir, session_id or "")
+    if path is None:
+        return "not_found"
+    try:
+        meta = read_json(path / META)
+    except (OSError, ValueError):
+        return "not_found"
+    if not isinstance(meta, dict) or (check_owner and meta.get("owner") != owner):
+        return "not_found"
+    if meta.get("status") != "finished":
+        return "not_closed"
+    try:
+        doc = read_json(path / STORED_SESSION)
+    except (OSError, ValueError):
+        return "not_stored"
+    return (meta, doc) if isinstance(doc, dict) else "not_stored"

@@ -31,7 +31,7 @@ from gateway.admin.sessions import AdminAuth
 from gateway.admin.settings import SettingsStore
 from gateway.admin.token import load_admin_token
 from gateway.live.webrtc import live_calls_router
-from gateway.live.websocket import live_attach_route, live_websocket_route
+from gateway.live.websocket import live_attach_route, live_fork_route, live_websocket_route
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.pool.factory import make_pool
 from gateway.pool.health_checker import HealthChecker
@@ -73,7 +73,6 @@ def create_app(config: AppConfig) -> FastAPI:
     telemetry.setup(config.telemetry, "gateway")  # off (nothing imported) without an OTLP endpoint
     live: dict[str, RealtimeProxy] = {}  # ticket -> open realtime session (queued or relaying)
 
-    pool.local_sessions = lambda: [p.info() for p in live.values()]
     pool.end_local = lambda ticket, reason: _end_local(live, ticket, reason)
 
     @contextlib.asynccontextmanager
@@ -146,11 +145,13 @@ def create_app(config: AppConfig) -> FastAPI:
     admission = app.state.admission = Admission(access, settings, limiter, metrics, ephemeral_keys)
     shared = getattr(pool, "shared", None)  # a cluster: sidebands reach calls on any gateway
     bridge = CallBridge(shared.redis, shared.prefix, shared.gateway_id) if shared is not None else None
-    calls = app.state.calls = CallRegistry(pool, config, metrics, live, bridge)  # WebRTC calls, in `live` too
     resumes = app.state.resumes = ResumableSessions(pool, config.limits.resume_grace_s)  # issue 72
+    calls = app.state.calls = CallRegistry(pool, config, metrics, live, bridge, resumes)  # WebRTC calls, in `live` too
+    pool.local_sessions = lambda: [p.info() for p in live.values()] + resumes.held()
     app.router.routes.append(realtime_websocket_route(admission, pool, config, metrics, live, calls, resumes))
     app.router.routes.append(live_websocket_route(admission, pool, config, metrics, live))
     app.router.routes.append(live_attach_route(admission, calls))
+    app.router.routes.append(live_fork_route(admission, pool, config, metrics, live))
     app.include_router(calls_router(calls, admission, config))
     app.include_router(live_calls_router(calls, admission, config))
 

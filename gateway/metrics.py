@@ -134,7 +134,7 @@ class _PoolCollector:
             states: dict[str, int] = {}
             for session in pool.local_sessions():
                 states[session["state"]] = states.get(session["state"], 0) + 1
-            for state in ("queued", "connecting", "active"):
+            for state in ("queued", "connecting", "active", "held"):
                 mine.add_metric([state], states.get(state, 0))
             yield mine
 

@@ -28,6 +28,7 @@ from core.transport import ChannelClosed, EventChannel, WebSocketChannel
 from core.worker_auth import INSTANCE_ENV, load_worker_secret
 from worker.auth import WorkerSecretMiddleware
 from worker.live.channel import LiveChannel
+from worker.live.fork import STORED, read_stored
 from worker.metrics import WorkerMetrics
 from worker.read_ahead import ReadAhead
 from worker.reattachable import CLOSE_NO_SESSION, MAX_GRACE_S, Reattachable
@@ -124,11 +125,18 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
         if not SESSION_ID.match(session_id):
             session_id = new_session_id()
         model = q.get("model") or "omniduplex-cascade"
+        fork_of = q.get("fork") if live and SESSION_ID.match(q.get("fork") or "") else None
+        stored = await asyncio.to_thread(read_stored, config.data_dir, fork_of) if fork_of else None
+        if fork_of and stored is None:  # the gateway checked it; gone since (the cleanup ran)
+            await ws.close(CLOSE_NO_SESSION, "the stored session to fork is gone")
+            return
         recorder = None
         if ws_state.recorders is not None and q.get("record", "true").lower() not in ("false", "0", "off"):
             recorder = ws_state.recorders.open(session_id, {
                 "app": (q.get("app") or "api")[:40], "model": model, "dialect": "live" if live else "beta" if beta else "ga",
                 "worker_id": ws_state.worker_id, "share_token_sha256": q.get("share_hash") or None,
+                # the key that opened it (a non-secret name; None on an open service): only that key forks it
+                "owner": (q.get("owner") or "")[:64] or None, **({"forked_from": fork_of} if fork_of else {}),
             })
         # Extension events only for a client that asked (the gateway asks for what its client
         # asked, plus session.metrics for its own figures); unknown names were reported there.
@@ -148,7 +156,7 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
             channel = LiveChannel(channel, session_id, model, config.limits.max_session_s, client_extensions=extensions,
                                   turn_types=backend.capabilities.turn_detection_types,
                                   max_message_bytes=config.limits.max_message_bytes, client_left=client.left,
-                                  binary_audio=frames)
+                                  binary_audio=frames, fork=stored)
             extensions = extensions | {"response.resumed"}
         session = RealtimeSession(channel, backend, Dialect(beta), config.limits, model=model, session_id=session_id,
                                   recorder=recorder, extensions=extensions,
@@ -156,6 +164,9 @@ def create_app(config: AppConfig, index: int = 0) -> FastAPI:
                                   echo_cancelled=q.get("input") == "echo_cancelled", binary_audio=frames,
                                   binary_reply=frames and not live)  # Live: its channel frames the reply
 
+        if isinstance(channel, LiveChannel) and recorder is not None:  # a stored Live session can be forked
+            recorder.keep_at_end = lambda live_channel=channel: (
+                None if (doc := live_channel.stored(session.conv.items)) is None else (STORED, doc))
         if link is not None:
             link.on_detached, link.on_attached = session.client_lost, session.client_back
             ws_state.resumable[session_id] = (link, session)

@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,8 @@ class SessionRecorder:
         self._written_version = 0
         self._last_snapshot = 0.0
         self._finished = False
+        # (file name, document) to leave beside the recording when it ends, or None (worker/app.py)
+        self.keep_at_end: Callable[[], tuple[str, dict] | None] | None = None
         self._dirty = False
         # Between the end of the user's turn and the reply's first audio every millisecond is
         # voice-to-voice latency: the once-a-second flushes wait until that window closes.
@@ -393,9 +396,17 @@ class SessionRecorder:
     # ------------------------------------------------------------------ end
 
     def finish(self, reason: str, code: int | None = None) -> cf.Future | None:
-        """Idempotent; every end path calls it. Returns the finaliser's future."""
+        """Idempotent; every end path calls it. Returns the finaliser's future. What
+        ``keep_at_end`` gives (a stored session's history) is written beside the recording before
+        the meta says finished."""
         if self._finished:
             return None
+        keep = None
+        if self.keep_at_end is not None:
+            try:
+                keep = self.keep_at_end()
+            except Exception:  # the recording must still finish
+                log.exception("session %s: what it keeps at the end was not made", self.session_id)
         self._flush_user()
         self._flush_ai()
         self.events.append({"t": self._now(), "type": "session_end", "reason": reason, "code": code})
@@ -409,10 +420,12 @@ class SessionRecorder:
                 "duration_s": round(ended - self.started_epoch, 3), "end_reason": reason, "close_code": code,
                 "counts": dict(self.counts)}
         pending = list(self._pending)
-        return self.pool.finisher.submit(self._finalise, pending, meta)
+        return self.pool.finisher.submit(self._finalise, pending, meta, keep)
 
-    def _finalise(self, pending: list[cf.Future], meta: dict[str, Any]) -> None:
+    def _finalise(self, pending: list[cf.Future], meta: dict[str, Any], keep: tuple[str, dict] | None = None) -> None:
         cf.wait(pending)
+        if keep is not None:
+            atomic_write_json(self.path / keep[0], keep[1])
         try:
             meta["replays"] = build_replays(self.path, read_json(self.path / RECORDING))
         except Exception as exc:  # noqa: BLE001 - a replay failure must not lose the recording

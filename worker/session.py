@@ -238,7 +238,8 @@ class RealtimeSession:
     def client_lost(self) -> None:
         """The connection dropped and the session is held for its resume token
         (``worker/reattachable.py``): what the listener was hearing stops at what it heard."""
-        self._lost = asyncio.create_task(self.conv.listener_gone(), name="listener-gone")
+        # the conversation's own task set: awaited (or cancelled) when the session closes
+        self._lost = self.conv.rt.spawn(self.conv.listener_gone())
 
     def client_back(self) -> None:
         self.last_client_event = time.monotonic()  # the time away is not idleness

@@ -37,7 +37,7 @@ ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
 # POST unless the preflight allows it).
 ALLOW_HEADERS = ("Authorization", "Content-Type", "OpenAI-Beta", "OpenAI-Organization", "OpenAI-Project",
                  "X-OpenAI-Agents-SDK")
-EXPOSE_HEADERS = "Location, x-request-id"
+EXPOSE_HEADERS = "Location, x-request-id, X-Resume-Token"  # the last: a resumable call's token (issue 72)
 MAX_AGE_S = "600"
 _ALLOWED_LOWER = frozenset(h.lower() for h in ALLOW_HEADERS)
 

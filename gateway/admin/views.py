@@ -23,7 +23,8 @@ class AdminViews:
         probe = w.last_probe or {}
         now = time.monotonic()
         by_ticket = self.state.live
-        remote = {s["ticket"]: s for s in pool.remote_sessions}
+        remote = {s["ticket"]: s for s in pool.remote_sessions} | {s["ticket"]: {**s, "gateway": pool.gateway_id}
+                                                                   for s in self._held()}
         sessions = []
         for ticket, since in w.sessions.items():
             proxy = by_ticket.get(ticket)
@@ -66,9 +67,15 @@ class AdminViews:
             info["age_s"] = round(now - info["created_at"], 1)
             info["gateway"] = self.pool.gateway_id
             out.append(info)
+        for info in self._held():  # dropped connections whose session waits for its token (their slot is taken)
+            out.append({**info, "age_s": round(now - info["created_at"], 1), "gateway": self.pool.gateway_id})
         for info in self.pool.remote_sessions:
-            out.append({**info, "age_s": round(now - info["created_at"], 1)})
+            out.append({**info, "age_s": round(now - (info.get("created_at") or now), 1)})
         return out
+
+    def _held(self) -> list[dict[str, Any]]:
+        resumes = getattr(self.state, "resumes", None)
+        return resumes.held() if resumes is not None else []
 
     def eta(self) -> dict[str, Any]:
         return {"session_s": self.pool.eta_session_s, "learned_avg_s": round(self.pool.avg_session_s, 1),

@@ -28,9 +28,16 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function release(ticket)
-  local l = redis.call('HMGET', p .. ':lease:' .. ticket, 'worker', 'gateway')
+local function release(ticket, only_gateway)
+  local l = redis.call('HMGET', p .. ':lease:' .. ticket, 'worker', 'gateway', 'resume')
   if not l[1] then return 0 end
+  -- a lease another gateway adopted (a resumed session, issue 72) is not its old gateway's to free
+  if only_gateway and only_gateway ~= '' and l[2] ~= only_gateway then return 0 end
+  if l[3] then  -- its resume token opens nothing any more, on any gateway
+    redis.call('DEL', p .. ':resume:' .. l[3])
+    redis.call('SET', p .. ':resume_gone:' .. l[3], '1', 'PX', 3600000)
+    redis.call('ZREM', p .. ':held', ticket)
+  end
   local key = p .. ':worker:' .. l[1]
   if redis.call('EXISTS', key) == 1 and tonumber(redis.call('HGET', key, 'busy') or '0') > 0 then
     redis.call('HINCRBY', key, 'busy', -1)
@@ -128,14 +135,15 @@ redis.call('PUBLISH', p .. ':events', 'queue')
 return {'queued', tostring(redis.call('ZRANK', p .. ':queue', ticket) + 1), tostring(redis.call('ZCARD', p .. ':queue'))}
 """
 
-# ARGV: ticket. Leaves the queue, or gives the lease back. -> 'left' | 'released' | 'none'
+# ARGV: ticket[, gateway]. Leaves the queue, or gives the lease back (with a gateway: only while
+# the lease is that gateway's). -> 'left' | 'released' | 'none'
 LEAVE = LIB + r"""
 local ticket = ARGV[1]
 local what = 'none'
 if leave_queue(ticket) == 1 then
   what = 'left'
   redis.call('PUBLISH', p .. ':events', 'queue')
-elseif release(ticket) == 1 then
+elseif release(ticket, ARGV[2]) == 1 then
   what = 'released'
 end
 dispatch()
@@ -246,7 +254,7 @@ end
 local restored = 0
 while i <= #ARGV do
   local t, id = ARGV[i], ARGV[i + 1]
-  if redis.call('EXISTS', p .. ':lease:' .. t) == 0 then
+  if redis.call('EXISTS', p .. ':lease:' .. t) == 0 and redis.call('EXISTS', p .. ':moved:' .. t) == 0 then
     redis.call('HSET', p .. ':lease:' .. t, 'worker', id, 'gateway', gw, 'started', ARGV[i + 2], 'queued_ms', 0)
     redis.call('SADD', p .. ':gw:' .. gw .. ':leases', t)
     redis.call('SADD', p .. ':wl:' .. id, t)
@@ -292,7 +300,17 @@ REAP = LIB + r"""
 local reaped = {}
 for _, g in ipairs(redis.call('SMEMBERS', p .. ':gateways')) do
   if redis.call('EXISTS', p .. ':gw:' .. g .. ':alive') == 0 then
-    for _, t in ipairs(redis.call('SMEMBERS', p .. ':gw:' .. g .. ':leases')) do release(t) end
+    for _, t in ipairs(redis.call('SMEMBERS', p .. ':gw:' .. g .. ':leases')) do
+      local l = redis.call('HMGET', p .. ':lease:' .. t, 'resume', 'grace_ms')
+      if l[1] and redis.call('EXISTS', p .. ':resume:' .. l[1]) == 1 then
+        -- resumable: its worker holds the session; the slot stays taken for the grace period,
+        -- for a client that comes back through another gateway
+        redis.call('HSET', p .. ':lease:' .. t, 'gateway', '')
+        redis.call('ZADD', p .. ':held', now_ms() + (tonumber(l[2]) or 0), t)
+      else
+        release(t)
+      end
+    end
     for _, t in ipairs(redis.call('SMEMBERS', p .. ':gw:' .. g .. ':queued')) do leave_queue(t) end
     redis.call('DEL', p .. ':gw:' .. g .. ':leases', p .. ':gw:' .. g .. ':queued')
     redis.call('HDEL', p .. ':live', g)
@@ -300,16 +318,61 @@ for _, g in ipairs(redis.call('SMEMBERS', p .. ':gateways')) do
     reaped[#reaped + 1] = g
   end
 end
-if #reaped > 0 then
+local expired = redis.call('ZRANGEBYSCORE', p .. ':held', '-inf', now_ms())
+for _, t in ipairs(expired) do  -- held for a resume nobody made
+  redis.call('ZREM', p .. ':held', t)
+  release(t)
+end
+if #reaped > 0 or #expired > 0 then
   redis.call('PUBLISH', p .. ':events', 'queue')
   dispatch()
 end
 return reaped
 """
 
+# A session's lease can be resumed with its token (issue 72). ARGV: ticket, token hash, session
+# id, owner ('' on an open service), grace_ms, gateway. -> 1, or 0 when the lease is gone.
+RESUMABLE = r"""
+local p = KEYS[1]
+local t, digest = ARGV[1], ARGV[2]
+if redis.call('EXISTS', p .. ':lease:' .. t) == 0 then return 0 end
+redis.call('HSET', p .. ':lease:' .. t, 'resume', digest, 'grace_ms', ARGV[5])
+redis.call('HSET', p .. ':resume:' .. digest, 'session', ARGV[3], 'owner', ARGV[4], 'ticket', t,
+           'gateway', ARGV[6])
+return 1
+"""
+
+# A gateway takes over the lease of a resumable session whose client came back to it (its old
+# gateway dropped the client, or died). ARGV: token hash, owner, gateway.
+# -> {'ok', session, ticket, worker, started_ms} | {'invalid'} | {'expired'}
+ADOPT = r"""
+local p = KEYS[1]
+local digest, owner, gw = ARGV[1], ARGV[2], ARGV[3]
+local r = redis.call('HMGET', p .. ':resume:' .. digest, 'session', 'owner', 'ticket')
+if not r[1] then
+  if redis.call('EXISTS', p .. ':resume_gone:' .. digest) == 1 then return {'expired'} end
+  return {'invalid'}
+end
+if r[2] ~= '' and r[2] ~= owner then return {'invalid'} end
+local t = r[3]
+local l = redis.call('HMGET', p .. ':lease:' .. t, 'worker', 'gateway', 'started')
+if not l[1] then return {'expired'} end
+if l[2] ~= gw then
+  redis.call('SREM', p .. ':gw:' .. l[2] .. ':leases', t)
+  redis.call('SADD', p .. ':gw:' .. gw .. ':leases', t)
+  redis.call('HSET', p .. ':lease:' .. t, 'gateway', gw)
+  redis.call('HSET', p .. ':resume:' .. digest, 'gateway', gw)
+  redis.call('ZREM', p .. ':held', t)
+  -- its old gateway must not re-assert it after an outage (RESTORE), nor free it
+  redis.call('SET', p .. ':moved:' .. t, gw, 'PX', 3600000)
+  if l[2] ~= '' then redis.call('PUBLISH', p .. ':events', 'adopted ' .. l[2] .. ' ' .. t) end
+end
+return {'ok', r[1], t, l[1], l[3]}
+"""
+
 # By the name ``RedisQueue.call`` runs them under.
 SCRIPTS = {
     "enqueue": ENQUEUE, "leave": LEAVE, "upsert": UPSERT_WORKER, "remove": REMOVE_WORKER, "heartbeat": HEARTBEAT,
     "reap": REAP, "add": ADD_WORKER, "probe": PROBE, "failure": FAILURE, "operator": OPERATOR, "restore": RESTORE,
-    "record": RECORD, "prober": PROBER,
+    "record": RECORD, "prober": PROBER, "resumable": RESUMABLE, "adopt": ADOPT,
 }

@@ -47,7 +47,7 @@ class Releases:
             while self._pending and not self._closing:
                 ticket, duration = self._pending[0]
                 try:
-                    await self.shared.call("leave", ticket)
+                    await self.shared.call("leave", ticket, self.shared.gateway_id)
                     if duration is not None:
                         await self.shared.call("record", duration, EMA_ALPHA, self.default_session_s)
                 except ClusterUnavailable as exc:

@@ -98,6 +98,8 @@ class SharedPool:
         self._tasks: list[asyncio.Task] = []
         self._closing = False  # the loops also stop on it: a cancellation inside redis-py can be lost
         self._spawned: set[asyncio.Task] = set()
+        self._adopting = 0  # resumes taking over a lease now: its ticket is not "unclaimed" meanwhile
+        self.on_adopted: Callable[[str], None] = lambda ticket: None  # another gateway took a lease of ours
 
     @property
     def healthy_after(self) -> int:
@@ -126,7 +128,7 @@ class SharedPool:
             await asyncio.wait(tasks, timeout=2.0)
         with contextlib.suppress(Exception):
             for ticket in self.releases.tickets() + list(self._mine):
-                await asyncio.wait_for(self.shared.call("leave", ticket), 1.0)
+                await asyncio.wait_for(self.shared.call("leave", ticket, self.gateway_id), 1.0)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.shared.redis.hdel(f"{self.prefix}:live", self.gateway_id), 1.0)
         await self.shared.close()
@@ -214,7 +216,7 @@ class SharedPool:
                 await self._restore(epoch)  # first contact, or Redis lost its data
             if self._mine:  # a lease reaped meanwhile (Redis back from an outage) is counted again
                 await self._assert_leases(with_workers=False)
-            for ticket in held:  # and one Redis kept that no session here holds goes back
+            for ticket in held if not self._adopting else ():  # one Redis kept that no session here holds goes back
                 self._unclaimed(ticket.decode())
             ids = sorted(i.decode() for i in ids)
             async with r.pipeline(transaction=False) as pipe:
@@ -319,6 +321,9 @@ class SharedPool:
             self.shared.fail(args[0], QueueCancelledError(reason))
         elif kind == "unclaimed" and args:
             self._unclaimed(args[0])
+        elif kind == "adopted" and len(args) == 2 and args[0] == self.gateway_id:
+            self._forget(args[1])
+            self.on_adopted(args[1])
         elif kind == "end" and args:
             self.end_local(args[0], args[1] if len(args) > 1 else "ended by the operator")
 
@@ -384,6 +389,45 @@ class SharedPool:
             return  # already released
         lease.worker.sessions.pop(lease.ticket, None)
         self.releases.put(lease.ticket, (now_ms() - mine[1]) / 1000 if record else None)
+
+    def _forget(self, ticket: str) -> None:
+        """A lease of ours that another gateway took over: no longer ours to hold or release."""
+        mine = self._mine.pop(ticket, None)
+        worker = self.registry.find(mine[0]) if mine is not None else None
+        if worker is not None:
+            worker.sessions.pop(ticket, None)
+
+    # ------------------------------------------------------------------ resumable sessions (issue 72)
+
+    async def share_resumable(self, lease: Lease, digest: str, session_id: str, owner: str | None,
+                              grace_s: float) -> None:
+        """Any gateway may now bring back this session with its token (``adopt_resumable``); if
+        this gateway dies, the reaper holds its slot for the grace period instead of freeing it."""
+        await self.shared.call("resumable", lease.ticket, digest, session_id, owner or "", int(grace_s * 1000),
+                               self.gateway_id)
+
+    async def adopt_resumable(self, digest: str, owner: str | None) -> tuple[Lease, str] | str | None:
+        """The lease and session id of the resumable session with token hash ``digest``, taken
+        over from the gateway that had it (dead or not); ``invalid`` or ``expired`` if none."""
+        self._adopting += 1
+        try:
+            answer = await self.shared.call("adopt", digest, owner or "", self.gateway_id)
+            if answer[0] != "ok":
+                return answer[0]
+            session_id, ticket, worker_id, started = answer[1:5]
+            self._mine[ticket] = (worker_id, int(started))
+        finally:
+            self._adopting -= 1
+        worker = self.registry.find(worker_id)
+        if worker is None:
+            with contextlib.suppress(Exception):
+                await self._sync()
+            worker = self.registry.find(worker_id)
+        if worker is None:  # its worker left the registry: nothing to bring back
+            self.release(Lease(worker=Worker(id=worker_id, url=""), ticket=ticket, queued_s=0.0), record=False)
+            return "expired"
+        worker.sessions[ticket] = time.monotonic()
+        return Lease(worker=worker, ticket=ticket, queued_s=0.0), session_id
 
     def cancel(self, ticket: str, reason: str = CANCELLED_BY_OPERATOR) -> bool:
         """A waiter on this gateway leaves the queue with QueueCancelledError (see admin_cancel)."""

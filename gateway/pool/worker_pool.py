@@ -260,6 +260,14 @@ class WorkerPool:
         (one-shot REST requests last a second and would make realtime ETAs far too short)."""
         self._release(lease, record=record)
 
+    async def share_resumable(self, lease: Lease, digest: str, session_id: str, owner: str | None,
+                              grace_s: float) -> None:
+        """One gateway: its own ``ResumableSessions`` is where a session is brought back."""
+
+    async def adopt_resumable(self, digest: str, owner: str | None) -> tuple[Lease, str] | str | None:
+        """None: no other gateway to take a session over from."""
+        return None
+
     # ------------------------------------------------------------------ operator actions
     # What the admin API awaits. Here they act at once; the shared pool (gateway/pool/shared_pool.py) acts in
     # Redis, so an action on any gateway reaches all of them.

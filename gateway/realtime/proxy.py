@@ -68,7 +68,8 @@ class RealtimeProxy:
                  "extensions", "unknown_extensions", "intent", "_outbox", "_sender", "_assigned_sent", "early",
                  "metrics", "client_ip", "created_at", "state", "session_id", "worker_id", "assigned_at",
                  "_stop", "_stop_reason", "initial_session", "_minted_session_id", "_span", "budget",
-                 "echo_cancelled", "resumes", "owner", "resumable", "_attachment", "_lease_kept")
+                 "echo_cancelled", "resumes", "owner", "resumable", "_attachment", "_lease_kept", "fork_of",
+                 "resume_token")
 
     def __init__(self, client: EventChannel, request: SessionRequest, pool: SessionQueue, config: AppConfig,
                  resumes: ResumableSessions | None = None, owner: str | None = None,
@@ -89,6 +90,7 @@ class RealtimeProxy:
         self.extensions, self.unknown_extensions = request.extensions, request.unknown_extensions
         self.intent = request.intent
         self.echo_cancelled = request.echo_cancelled
+        self.fork_of = request.fork_of
         # An ephemeral key's session config (a session.update), and the session id its mint announced.
         self.initial_session = request.initial_session
         self._minted_session_id = request.session_id
@@ -119,6 +121,9 @@ class RealtimeProxy:
         self.resumable: Resumable | None = resume
         self._attachment = resume.connections if resume is not None else 1  # which of its connections this is
         self._lease_kept = False  # the slot stays taken after this connection: held, or taken over
+        # A call's token, made when its offer is answered (the answer's header carries it); else
+        # one is made when the session starts.
+        self.resume_token: str | None = None
 
     def end_by_operator(self, reason: str = "ended by the operator") -> None:
         """Admin: end this session now (it gets ``session_ended_by_operator`` and close 4004)."""
@@ -321,11 +326,17 @@ class RealtimeProxy:
             params[MEDIA_PARAM] = MEDIA_FRAMES
         if self.echo_cancelled:  # the worker's own canceller starts off (the session can turn it on)
             params["input"] = "echo_cancelled"
+        if self.owner is not None:  # recorded with the session: only this key forks it
+            params["owner"] = self.owner
+        if self.fork_of is not None:
+            params["fork"] = self.fork_of
         if back is not None:
             params = {"resume": session_id, "resume_hash": back.token_hash}
         elif self._wants_resume():
-            token, self.resumable = self.resumes.issue(session_id, self.owner, lease)
+            token, self.resumable = await self.resumes.issue(session_id, self.owner, lease, self.resume_token)
             params.update(resume_hash=self.resumable.token_hash, grace_s=f"{self.resumes.grace_s:g}")
+            if self.pool.gateway_id is not None:  # other gateways can bring it back if this one dies
+                params["gateway_loss"] = "hold"
             self._post(server_event("session.resume_token", session_id=session_id, resume_token=token,
                                     grace_s=self.resumes.grace_s))
         if self.record and back is None:
@@ -387,8 +398,11 @@ class RealtimeProxy:
             result = await self._relay_until_stopped(conn)
             hold = self._dropped(result)
         finally:
-            await close_worker(conn, abandon=result is not None and result.ended_by == "client" and not hold,
-                               hold=hold)
+            # A reset would read as a lost gateway to a worker told to hold for one (a resumable
+            # session of a cluster): that one is closed, not reset, when its client leaves.
+            resets_hold = self.resumable is not None and self.pool.gateway_id is not None
+            await close_worker(conn, abandon=result is not None and result.ended_by == "client" and not hold
+                               and not resets_hold, hold=hold)
         if hold or (result.ended_by == "worker" and result.code == CLOSE_TAKEN_OVER):
             # Its slot stays taken: held for the token, or carried on by the newer connection.
             self._lease_kept = True
@@ -418,8 +432,7 @@ class RealtimeProxy:
 
     def _wants_resume(self) -> bool:
         """The client asked for a resume token and this gateway keeps sessions for one."""
-        return (self.resumes is not None and self.resumes.grace_s > 0 and not self.live
-                and not self.client.binary_audio and "session.resume_token" in self.extensions)
+        return self.resumes is not None and self.resumes.wanted(self.extensions, self.live)
 
     def _latest(self) -> bool:
         """No newer connection brought this session back (that one owns its slot now)."""

@@ -34,6 +34,8 @@ class SessionRequest:
     session_id: str | None = None
     # A WebRTC call: the browser cancelled the echo before sending; the worker's canceller starts off.
     echo_cancelled: bool = False
+    # A Live fork (``/v1/live/sessions/{id}/fork``): the stored session it starts from.
+    fork_of: str | None = None
 
 
 def session_request(conn: HTTPConnection, client_ip: str, grant: Grant | None = None) -> SessionRequest:

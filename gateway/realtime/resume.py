@@ -11,6 +11,11 @@ The slot (the ``Lease``) belongs to the ``Resumable``, not to a connection: the 
 the session releases it, a proxy whose connection was replaced by a newer one does not, and a
 held session's timer releases it when nobody came back.
 
+With a shared queue (Redis), the token's hash, its owner and its lease are also written there
+(``share_resumable``): a client whose gateway dropped it, or died, comes back through any
+gateway, which takes the lease over (``adopt_resumable``); the old gateway hears it and lets go.
+A dead gateway's resumable leases are held by the reaper for the grace period, not freed.
+
 Only the token's hash is kept. A token is refused with one answer whether it never existed or
 belongs to another key (nothing to learn by guessing); an expired one is told so, for a while.
 """
@@ -68,15 +73,37 @@ class ResumableSessions:
         self.grace_s = grace_s
         self._by_hash: dict[str, Resumable] = {}
         self._expired: OrderedDict[str, float] = OrderedDict()
+        if hasattr(pool, "on_adopted"):
+            pool.on_adopted = self._taken_over
+
+    def wanted(self, extensions: frozenset[str], live: bool) -> bool:
+        """A session asked for a token (``?extensions=resume``) and this gateway keeps sessions for
+        one (a Live session is not resumable yet)."""
+        return self.grace_s > 0 and not live and "session.resume_token" in extensions
 
     def __len__(self) -> int:
         return len(self._by_hash)
 
-    def issue(self, session_id: str, owner: str | None, lease: Lease) -> tuple[str, Resumable]:
-        token = new_resume_token()
+    async def issue(self, session_id: str, owner: str | None, lease: Lease,
+                    token: str | None = None) -> tuple[str, Resumable]:
+        """A token for the session (``token``: one the client was given already, a call's); shared
+        with the other gateways before the client has it."""
+        token = token or new_resume_token()
         entry = Resumable(session_id, token_hash(token), owner, lease)
         self._by_hash[entry.token_hash] = entry
+        try:
+            await self.pool.share_resumable(lease, entry.token_hash, session_id, owner, self.grace_s)
+        except Exception as exc:  # Redis away: the token still works on this gateway
+            log.warning("session %s: resume token not shared with the other gateways: %s", session_id, exc)
         return token, entry
+
+    def held(self) -> list[dict]:
+        """Sessions held for their token now, as the admin page lists sessions (their slot is taken)."""
+        now_mono, now = time.monotonic(), time.time()
+        return [{"ticket": e.lease.ticket, "session_id": e.session_id, "state": "held", "app": "resume",
+                 "worker_id": e.lease.worker.id, "client": None, "created_at": now - (now_mono - e.held_since),
+                 "assigned_at": None, "record": None}
+                for e in self._by_hash.values() if e.held_since is not None]
 
     def hold(self, entry: Resumable) -> None:
         """Its connection dropped: the slot stays taken for the grace period."""
@@ -87,16 +114,18 @@ class ResumableSessions:
         entry._timer = loop.call_later(self.grace_s + MARGIN_S, self._expire, entry)
         log.info("session %s held %.0f s for its resume token", entry.session_id, self.grace_s)
 
-    def claim(self, token: str, owner: str | None) -> Resumable | ResumeRefusal:
+    async def claim(self, token: str, owner: str | None) -> Resumable | ResumeRefusal:
         """The session ``token`` brings back, if ``owner`` opened it; it is attached from now on
-        (a connection still attached is replaced: the worker closes it)."""
+        (a connection still attached is replaced: the worker closes it). A session of another
+        gateway (shared queue) is taken over from it."""
         digest = token_hash(token)
         entry = self._by_hash.get(digest)
+        if entry is None and digest not in self._expired:
+            entry = await self._adopt(digest, owner)
+            if isinstance(entry, ResumeRefusal):
+                return entry
         if entry is None:
-            if digest in self._expired:
-                return ResumeRefusal("resume_token_expired", f"the session of this resume token has ended, or "
-                                     f"nobody came back within its {self.grace_s:.0f} s grace period", 410)
-            return INVALID
+            return self._expired_refusal() if digest in self._expired else INVALID
         if entry.owner is not None and entry.owner != owner:
             log.warning("session %s: a resume token presented with another key", entry.session_id)
             return INVALID
@@ -106,6 +135,36 @@ class ResumableSessions:
         entry.held_since = None
         entry.connections += 1
         return entry
+
+    async def _adopt(self, digest: str, owner: str | None) -> Resumable | ResumeRefusal | None:
+        try:
+            adopted = await self.pool.adopt_resumable(digest, owner)
+        except Exception as exc:  # Redis away
+            log.warning("a resume token could not be looked up across gateways: %s", exc)
+            return ResumeRefusal("cluster_unavailable", f"the session cannot be looked up now: {exc}", 503)
+        if adopted is None or adopted == "invalid":
+            return None
+        if adopted == "expired":
+            return self._expired_refusal()
+        lease, session_id = adopted
+        entry = Resumable(session_id, digest, owner, lease, connections=0)
+        self._by_hash[digest] = entry
+        log.info("session %s taken over from another gateway for its resume token", session_id)
+        return entry
+
+    def _expired_refusal(self) -> ResumeRefusal:
+        return ResumeRefusal("resume_token_expired", f"the session of this resume token has ended, or nobody "
+                             f"came back within its {self.grace_s:.0f} s grace period", 410)
+
+    def _taken_over(self, ticket: str) -> None:
+        """Another gateway brought one of our sessions back: its slot is that gateway's now."""
+        entry = next((e for e in self._by_hash.values() if e.lease.ticket == ticket), None)
+        if entry is not None:
+            if entry._timer is not None:
+                entry._timer.cancel()
+            self._by_hash.pop(entry.token_hash, None)
+            entry.connections += 1  # a proxy of ours still attached is not the latest: it releases nothing
+            log.info("session %s continues through another gateway", entry.session_id)
 
     def end(self, entry: Resumable) -> None:
         """The session ended: its token opens nothing any more (the caller releases the slot)."""

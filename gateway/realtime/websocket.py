@@ -24,7 +24,7 @@ from gateway.access.ephemeral_keys import is_ephemeral
 from gateway.access.policy import chosen_subprotocol, presented_key
 from gateway.metrics import GatewayMetrics
 from gateway.pool.interface import SessionQueue
-from gateway.realtime.admission import CLOSE_POLICY, Admission, Refusal
+from gateway.realtime.admission import CLOSE_POLICY, CLOSE_TRY_AGAIN, Admission, Refusal
 from gateway.realtime.proxy import CLOSE_RESUME_EXPIRED, RealtimeProxy
 from gateway.realtime.request import session_request
 from gateway.realtime.resume import INVALID, ResumableSessions, ResumeRefusal
@@ -66,14 +66,15 @@ def realtime_websocket_route(admission: Admission, pool: SessionQueue, config: A
         resume = None
         token = ws.query_params.get("resume_token")
         if token is not None:  # a session whose connection dropped, brought back (issue 72)
-            resume = resumes.claim(token, admitted.owner) if resumes is not None else INVALID
+            resume = await resumes.claim(token, admitted.owner) if resumes is not None else INVALID
             if isinstance(resume, ResumeRefusal):
                 admission.metrics.rejected.labels(resume.code).inc()
                 admitted.close()
                 with contextlib.suppress(Exception):
                     await channel.send(json.dumps(error_event(resume.message, resume.code, "resume_token"),
                                                   separators=(",", ":")))
-                await channel.close(CLOSE_POLICY if resume is INVALID else CLOSE_RESUME_EXPIRED, resume.message)
+                await channel.close(CLOSE_POLICY if resume is INVALID else CLOSE_TRY_AGAIN if resume.http_status == 503
+                                    else CLOSE_RESUME_EXPIRED, resume.message)
                 return
         proxy = RealtimeProxy(channel, request, pool, config, resumes, admitted.owner, resume)
         await run_proxy(proxy, metrics, live, admitted.close)

@@ -1,20 +1,20 @@
 // One turn-based chat over the OpenAI Realtime GA protocol (manual turns: turn_detection null).
 // UI-free: it keeps the conversation in `messages`, emits "state", "message" and "error"
-// events, and plays spoken replies through the AudioWorklet player. The socket opens lazily on
+// events, and plays spoken replies (chat-reply-audio.js). The socket opens lazily on
 // the first message (a worker slot is exclusive, so an idle page must not hold one) and events
 // are sent at once: the gateway keeps what arrives while we are queued and delivers it in order.
 // MCP tools (settings.mcp) are run by the server: it lists them, runs the model's calls and speaks
 // the results by itself; this class shows those items and answers approval requests. They exist
 // only in the GA dialect, which is the only one this class speaks.
 // It is composed of parts, each in its own file: the socket (chat-connection.js), the messages
-// as shown (chat-messages.js), function calls and MCP items (chat-tools.js); the texts for error
-// and close codes are in chat-errors.js.
+// as shown (chat-messages.js), function calls and MCP items (chat-tools.js), the replies' audio
+// (chat-reply-audio.js); the texts for error and close codes are in chat-errors.js.
 import { b64 } from "../shared/wire.js";
-import { AudioPlayer } from "../duplex/lib/audio-player.js";
 import { ChatConnection, RATE, sessionUpdate } from "./chat-connection.js";
 import { closedText, friendlyError } from "./chat-errors.js";
 import { Resume } from "../shared/resume.js";
 import { ChatMessages } from "./chat-messages.js";
+import { ChatReplyAudio } from "./chat-reply-audio.js";
 import { ChatToolCalls } from "./chat-tools.js";
 
 export { RATE };
@@ -50,8 +50,8 @@ export class ChatSession extends EventTarget {
     this._acks = []; // pending conversation.item.create: {eventId, resolve, reject}
     this._turn = null; // the user message being answered: {entry, kind}
     this._response = null; // {id, entry}
-    this._muted = new Set(); // assistant items whose audio the user stopped
-    this._audible = false;
+    this.audio = new ChatReplyAudio({ rate: RATE, onAudible: () => this._emitState(),
+      onProgress: (stats) => this._emit("progress", stats) });
     this._followUp = 0; // timer: waiting for the server's reply to MCP results
     this.resume = new Resume(); // the session's resume token: a dropped socket comes back to it
     this._retry = 0; // timer: the next attempt to bring the session back
@@ -90,33 +90,18 @@ export class ChatSession extends EventTarget {
 
   // ------------------------------------------------------------------ public
 
-  get playedMs() { return this.player ? this.player.totalPlayedMs : 0; }
+  get playedMs() { return this.audio.playedMs; }
   /** The conversation as shown (chat-messages.js has the entries' fields). */
   get messages() { return this.thread.list; }
   /** Sessions opened so far (a reconnect re-sends the history). */
   get sessions() { return this.connection.sessions; }
   get busy() { return Boolean(this._turn || this._response); }
   get responding() { return Boolean(this._response); }
-  get speaking() { return this._audible; }
+  get speaking() { return this.audio.audible; }
 
   /** Create the AudioContext and player. Call from a click/keypress so autoplay is allowed. */
-  async ensureAudio() {
-    if (!this._audioReady) {
-      this._audioReady = (async () => {
-        try {
-          this.ctx = new AudioContext({ sampleRate: RATE, latencyHint: "interactive" });
-        } catch {
-          this.ctx = new AudioContext({ latencyHint: "interactive" }); // the player resamples
-        }
-        this.player = new AudioPlayer(this.ctx, { sourceRate: RATE });
-        await this.player.start();
-        this.player.addEventListener("progress", (e) => this._onProgress(e.detail));
-        return this.ctx;
-      })();
-    }
-    const ctx = await this._audioReady;
-    if (ctx.state === "suspended") await ctx.resume().catch(() => {});
-    return ctx;
+  ensureAudio() {
+    return this.audio.ensure();
   }
 
   /** Settings apply to the open session at once and to every later reply. */
@@ -162,7 +147,7 @@ export class ChatSession extends EventTarget {
   async stop() {
     if (this._response) {
       this._send({ type: "response.cancel" });
-      if (this._response.entry) this._muted.add(this._response.entry.itemId);
+      if (this._response.entry) this.audio.mute(this._response.entry.itemId);
     }
     if (this._turn && this._turn.kind === "tool") {
       this._turn = null; // function outputs not sent yet stay unsent; no answer is asked for
@@ -183,8 +168,7 @@ export class ChatSession extends EventTarget {
 
   close() {
     this._closeSocket("page closed");
-    if (this.player) this.player.stop();
-    if (this.ctx && this.ctx.state !== "closed") this.ctx.close().catch(() => {});
+    this.audio.close();
   }
 
   /** The conversation as shown, minus turns that never reached the model: what Save & share posts. */
@@ -200,7 +184,7 @@ export class ChatSession extends EventTarget {
   // ------------------------------------------------------------------ turns
 
   async _beginTurn(entry, kind) {
-    if (this.player && this._audible) await this._silence(); // the user moved on
+    if (this.audio.audible) await this._silence(); // the user moved on
     this.deltaCount = 0;
     this.tools.newTurn();
     this.error = null;
@@ -324,24 +308,12 @@ export class ChatSession extends EventTarget {
         }
         break;
       case "response.mcp_call_arguments.delta":
-      case "response.function_call_arguments.delta": {
-        const entry = this.thread.byItem(ev.item_id);
-        if (entry && entry.kind === "call") this.thread.update(entry, { arguments: entry.arguments + (ev.delta || "") });
-        break;
-      }
+      case "response.function_call_arguments.delta":
       case "response.mcp_call_arguments.done":
-      case "response.function_call_arguments.done": {
-        const entry = this.thread.byItem(ev.item_id);
-        if (entry && entry.kind === "call") this.thread.update(entry, { name: ev.name || entry.name, arguments: ev.arguments ?? entry.arguments, status: "done" });
-        break;
-      }
-      case "response.mcp_call.in_progress": {
-        const entry = this.thread.byItem(ev.item_id);
-        if (entry) this.thread.update(entry, { status: "running" });
-        break;
-      }
+      case "response.function_call_arguments.done":
+      case "response.mcp_call.in_progress":
       case "response.output_item.done":
-        if (ev.item && (ev.item.type === "mcp_call" || ev.item.type === "mcp_approval_request")) this.tools.mcpItemDone(ev.item);
+        this.tools.onCallEvent(ev);
         break;
       case "response.output_audio_transcript.delta":
       case "response.output_text.delta": {
@@ -352,12 +324,10 @@ export class ChatSession extends EventTarget {
         break;
       }
       case "response.output_audio.delta":
-        if (this.player && this.settings.outputAudio && !this._muted.has(ev.item_id)) {
-          this.player.push(ev.item_id, ev.delta);
-        }
+        if (this.settings.outputAudio) this.audio.push(ev.item_id, ev.delta);
         break;
       case "response.output_audio.done":
-        if (this.player) this.player.end(ev.item_id);
+        this.audio.end(ev.item_id);
         break;
       case "response.done":
         this._onResponseDone(ev.response || {});
@@ -412,7 +382,7 @@ export class ChatSession extends EventTarget {
     else if (r.status === "incomplete" && reason === "max_output_tokens") patch.note = "Cut off at the max tokens setting";
     else if (r.status === "failed") patch.note = "The answer failed";
     this.thread.update(entry, patch);
-    if (this.player && entry.itemId) this.player.end(entry.itemId);
+    this.audio.end(entry.itemId);
   }
 
   _onError(err) {
@@ -436,21 +406,8 @@ export class ChatSession extends EventTarget {
 
   // ------------------------------------------------------------------ audio
 
-  _onProgress(stats) {
-    const audible = Boolean(stats.playing || stats.buffered > 0);
-    if (audible !== this._audible) {
-      this._audible = audible;
-      this._emitState();
-    }
-    this._emit("progress", stats);
-  }
-
-  async _silence() {
-    if (!this.player) return;
-    for (const m of this.messages) if (m.role === "assistant" && m.itemId) this._muted.add(m.itemId);
-    await this.player.flush();
-    this._audible = false;
-    this._emitState();
+  _silence() {
+    return this.audio.silence(this.messages.filter((m) => m.role === "assistant" && m.itemId).map((m) => m.itemId));
   }
 
   _onCallAdded(item) {
@@ -517,7 +474,7 @@ export class ChatSession extends EventTarget {
     if (this.resume.retries(e.code)) {
       // Dropped, not ended: the page keeps everything and a new socket brings the session back.
       this._conn = "reconnecting";
-      this._audible = false;
+      this.audio.stopped();
       clearTimeout(this._retry);
       this._retry = setTimeout(() => this.connection.open(this.resume.url(this.url)), this.resume.nextDelayMs());
       this._emitState();
@@ -549,7 +506,7 @@ export class ChatSession extends EventTarget {
     if (this._conn === "assigned") return "assigned";
     if (this._response) return "responding";
     if (this._turn) return this._turn.kind === "voice" && this._turn.entry.status === "transcribing" ? "transcribing" : "thinking";
-    if (this._audible) return "speaking";
+    if (this.audio.audible) return "speaking";
     return this._conn === "open" ? "ready" : "idle";
   }
 

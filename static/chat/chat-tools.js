@@ -18,6 +18,32 @@ export class ChatToolCalls {
     this._rounds = 0; // function outputs answered since the user's last message
   }
 
+  /** A call's progress inside a reply: its arguments as they stream, an MCP call running, an
+   * MCP item done. */
+  onCallEvent(ev) {
+    const { messages } = this;
+    const entry = ev.item_id ? messages.byItem(ev.item_id) : null;
+    switch (ev.type) {
+      case "response.mcp_call_arguments.delta":
+      case "response.function_call_arguments.delta":
+        if (entry && entry.kind === "call") messages.update(entry, { arguments: entry.arguments + (ev.delta || "") });
+        break;
+      case "response.mcp_call_arguments.done":
+      case "response.function_call_arguments.done":
+        if (entry && entry.kind === "call") {
+          messages.update(entry, { name: ev.name || entry.name, arguments: ev.arguments ?? entry.arguments, status: "done" });
+        }
+        break;
+      case "response.mcp_call.in_progress":
+        if (entry) messages.update(entry, { status: "running" });
+        break;
+      case "response.output_item.done":
+        if (ev.item && (ev.item.type === "mcp_call" || ev.item.type === "mcp_approval_request")) this.mcpItemDone(ev.item);
+        break;
+      default:
+    }
+  }
+
   /** The user spoke: function calls may run again. */
   newTurn() {
     this._rounds = 0;

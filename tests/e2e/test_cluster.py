@@ -22,6 +22,8 @@ import websockets
 from launcher.processes import kill, spawn_module, stop_all
 from launcher.redis_server import redis_ping, start_redis
 from tests.support.realtime_client import Client
+from tests.support.reliability import wait_meta
+from tests.support.sdk_realtime import drain, opened, say, sdk, until
 from tests.support.stack import Stack, free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian redis-server not installed")
@@ -234,6 +236,48 @@ async def test_killed_gateway_frees_its_slot(cluster):
     await waiter.close()
     with contextlib.suppress(Exception):
         await holder.ws.close()
+
+
+async def test_a_conversation_goes_on_through_another_gateway_after_its_gateway_is_killed(cluster):
+    """Issue 72: kill -9 of the gateway that carries an SDK session mid-reply; the client comes
+    back through another gateway with its resume token after the dead gateway was reaped: the
+    same worker session answers with the earlier turns in context, and the slot was never freed
+    meanwhile (a client waiting on a third gateway stays queued)."""
+    cluster.start_gateway("d")
+    cluster.wait_healthy("d")
+    conn = await sdk(cluster.ports["d"]).realtime.connect(model="omniduplex-cascade",
+                                                          extra_query={"extensions": "resume"}).enter()
+    session_id, token = await opened(conn, 30.0)
+    first = await say(conn, "My name is Ada. Tell me a long story about a lighthouse keeper.")
+    await until(conn, "response.output_audio.delta")  # mid-reply
+    cluster.kill("d")
+    killed = time.monotonic()
+    with pytest.raises(Exception):  # the SDK's socket died with its gateway
+        await asyncio.wait_for(drain(conn), 10)
+    waiter = await Waiter.connect(cluster, "c")
+    await asyncio.sleep(max(0.0, killed + LEASE_TTL_S + 1.5 - time.monotonic()))  # the reaper has been
+    await waiter.drain(0.3)
+    assert cluster.busy() == 1 and not waiter.of("session.created"), "the held session's slot was freed"
+    assert waiter.positions(), "the next client is queued behind the held session"
+    async with sdk(cluster.ports["b"]).realtime.connect(
+            model="omniduplex-cascade", extra_query={"extensions": "resume", "resume_token": token}) as conn:
+        created = await until(conn, "session.created", 10)
+        assert created.session.id == session_id and time.monotonic() - killed < 5 + 1
+        back = await until(conn, "session.reattached", 10)
+        assert back.session_id == session_id and back.items >= 2  # the user's message and the cut reply
+        await conn.conversation.item.retrieve(item_id=first)
+        assert (await until(conn, "conversation.item.retrieved", 10)).item.id == first
+        second = await say(conn, "What was my name again?")
+        assert (await until(conn, "response.done")).response.status == "completed"
+        await conn.conversation.item.retrieve(item_id=second)
+        assert (await until(conn, "conversation.item.retrieved", 10)).item.id == second
+        assert cluster.busy() == 1 and cluster.worker_sessions() == 1
+    await waiter.until("session.created", timeout=10)  # the deliberate close freed the slot for the next
+    await waiter.close()
+    meta = await wait_meta(cluster.stack, session_id)
+    assert meta["status"] == "finished"
+    recorded = (cluster.stack.sessions_dir / session_id / "recording.json").read_text()
+    assert "lighthouse keeper" in recorded and "my name again" in recorded
 
 
 def admin(cluster: Cluster, gateway: str, method: str, path: str) -> httpx.Response:

@@ -178,3 +178,41 @@ async def test_a_burst_of_joins_queues_for_redis_connections(redis_url):
     finally:
         await q.close()
         await client.aclose()
+
+
+async def test_a_resumable_lease_outlives_its_gateway_and_moves_to_the_one_that_brings_it_back(gateways):
+    """Issue 72: a dead gateway's resumable session keeps its slot for the grace period (the
+    worker holds it), another gateway takes the lease over with the token's hash and the right
+    owner, and the old gateway can no longer free it."""
+    a, b, c = gateways
+    await a.upsert_worker("w0", "http://w0", 1, frozenset(), "healthy")
+    held = await c.acquire()
+    assert await c.call("resumable", held.ticket, "hash1", "sess_1", "owner1", 10_000, "c") == 1
+    waiting = asyncio.create_task(a.acquire())
+    await c.close()  # gateway C dies with the session
+    await asyncio.sleep(1.5 + 1.0)  # past its lease time: the reaper has been
+    assert not waiting.done() and await a.busy("w0") == 1, "a resumable session's slot was freed by the reaper"
+    assert await b.call("adopt", "hash1", "someone-else", "b") == ["invalid"]  # a stolen token
+    assert await b.call("adopt", "nohash", "owner1", "b") == ["invalid"]
+    answer = await b.call("adopt", "hash1", "owner1", "b")
+    assert answer[:4] == ["ok", "sess_1", held.ticket, "w0"]
+    assert await a.call("leave", held.ticket, "c") == "none"  # its old gateway's release frees nothing
+    assert await a.busy("w0") == 1 and not waiting.done()
+    assert await b.call("leave", held.ticket, "b") == "released"
+    lease = await asyncio.wait_for(waiting, 2)
+    assert await b.call("adopt", "hash1", "owner1", "b") == ["expired"]  # the session ended: told so
+    await a.release(lease)
+    assert await a.busy("w0") == 0
+
+
+async def test_a_held_lease_nobody_comes_back_for_is_freed_after_its_grace(gateways):
+    a, _, c = gateways
+    await a.upsert_worker("w0", "http://w0", 1, frozenset(), "healthy")
+    held = await c.acquire()
+    await c.call("resumable", held.ticket, "hash2", "sess_2", "", 500, "c")
+    waiting = asyncio.create_task(a.acquire())
+    await c.close()
+    lease = await asyncio.wait_for(waiting, 1.5 + 0.5 + 2.0)  # lease time, grace, and a beat or two
+    assert lease.worker_id == "w0"
+    assert await a.call("adopt", "hash2", "", "a") == ["expired"]
+    await a.release(lease)

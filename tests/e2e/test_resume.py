@@ -13,10 +13,12 @@ import time
 
 import pytest
 import websockets
-from openai import AsyncOpenAI
 
 from devtools.net_cut import CutProxy
 from tests.support.reliability import wait_meta
+from tests.support.sdk_realtime import drain, say, until
+from tests.support.sdk_realtime import opened as opened_with
+from tests.support.sdk_realtime import sdk as sdk_client
 from tests.support.stack import Stack
 
 KEY, OTHER_KEY = "sk-resume-owner-0123", "sk-resume-other-4567"
@@ -40,43 +42,12 @@ async def idle_before(stack):
         await asyncio.sleep(0.1)
 
 
-def sdk(port: int, key: str = KEY) -> AsyncOpenAI:
-    return AsyncOpenAI(api_key=key, base_url=f"http://127.0.0.1:{port}/v1",
-                       websocket_base_url=f"ws://127.0.0.1:{port}/v1", max_retries=0)
-
-
-async def until(conn, kind: str, timeout: float = 60.0):
-    """The next event of type ``kind`` (others are skipped)."""
-    async def look():
-        while True:
-            event = await conn.recv()
-            if event.type == kind:
-                return event
-            assert event.type != "error", event
-    return await asyncio.wait_for(look(), timeout)
-
-
-async def drain(conn) -> None:
-    """Read until the connection fails."""
-    while True:
-        await conn.recv()
-
-
-async def say(conn, text: str) -> str:
-    """A user message (its item id) and a response asked for."""
-    await conn.conversation.item.create(item={"type": "message", "role": "user",
-                                              "content": [{"type": "input_text", "text": text}]})
-    item_id = (await until(conn, "conversation.item.added")).item.id
-    await conn.response.create()
-    return item_id
+def sdk(port: int, key: str = KEY):
+    return sdk_client(port, key)
 
 
 async def opened(conn) -> tuple[str, str]:
-    """(session id, resume token) of a session opened with the resume extension."""
-    token = await until(conn, "session.resume_token")  # before session.created, as session.recording is
-    session = (await until(conn, "session.created", 10)).session
-    assert token.session_id == session.id and token.grace_s == GRACE_S
-    return session.id, token.resume_token
+    return await opened_with(conn, GRACE_S)
 
 
 async def dropped(stack) -> tuple[str, str]:
@@ -183,3 +154,40 @@ async def test_a_deliberate_close_ends_the_session_at_once(stack):
         await asyncio.sleep(0.05)
     event, code = await refused(stack.port, KEY, token)
     assert event["error"]["code"] == "resume_token_expired"
+
+
+async def test_a_call_comes_back_with_the_token_its_answer_carried(stack):
+    """A WebRTC call offered with ``extensions=resume``: the answer carries the token; a new
+    offer with it (the old connection failed, as after a network change) brings back the same
+    session with its items, and the old call is closed."""
+    from tests.support.webrtc_client import CallClient
+
+    auth = {"Authorization": f"Bearer {KEY}"}
+    old = CallClient(stack.url, "?extensions=resume", auth, frozenset({"session.resume_token"}))
+    new = None
+    try:
+        await old.connect()
+        token = old.answer_headers["x-resume-token"]
+        session_id = (await old.until("session.created", timeout=30))["session"]["id"]
+        assert (await old.until("session.resume_token"))["resume_token"] == token
+        old.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                   "content": [{"type": "input_text", "text": "My name is Ada."}]})
+        first = (await old.until("conversation.item.added"))["item"]["id"]
+        refused = await CallClient(stack.url, f"?resume_token={token}",
+                                   {"Authorization": f"Bearer {OTHER_KEY}"}).post()  # a stolen token
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "invalid_resume_token"
+        new = CallClient(stack.url, f"?resume_token={token}", auth)
+        await new.connect()
+        assert (await new.until("session.created", timeout=30))["session"]["id"] == session_id
+        new.send("conversation.item.retrieve", item_id=first)
+        assert (await new.until("conversation.item.retrieved"))["item"]["id"] == first
+        assert stack.health()["slots_busy"] == 1
+        assert (await new.hangup()).status_code == 200
+    finally:
+        await old.close()
+        if new is not None:
+            await new.close()
+    deadline = time.monotonic() + 5
+    while stack.health()["slots_busy"]:
+        assert time.monotonic() < deadline, "the call's slot was not freed by its hangup"
+        await asyncio.sleep(0.05)

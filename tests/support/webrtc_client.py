@@ -99,6 +99,7 @@ class CallClient:
         self.audio = bytearray()  # what the inbound track played, 24 kHz mono
         self.frames: list[tuple[float, float, int]] = []  # (arrival time, rms, peak) of each 20 ms
         self.call_id: str | None = None
+        self.answer_headers: httpx.Headers | None = None
         self._new_event = asyncio.Event()
         self._opened = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -131,6 +132,7 @@ class CallClient:
         location = answer.headers["location"]
         assert location.startswith("/v1/realtime/calls/rtc_"), location
         self.call_id = location.rsplit("/", 1)[-1]
+        self.answer_headers = answer.headers
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer.text, type="answer"))
         await asyncio.wait_for(self._opened.wait(), timeout)
 

@@ -63,6 +63,7 @@ from core.protocol import EXTENSION_EVENTS, ProtocolError
 from core.transport import ChannelClosed, EventChannel, Message
 from worker.live.config import initial_message, realtime_update
 from worker.live.delegation import ACKNOWLEDGE, Delegations
+from worker.live.fork import forked_start, stored_session
 from worker.live.microphone import LiveMicrophone
 from worker.live.pacer import Pacer, remember
 from worker.session import CLOSE_SLOW_CLIENT, LIMIT_CODES, SEND_QUEUE_LIMIT, SLOW_CLIENT
@@ -99,8 +100,10 @@ class LiveChannel(EventChannel):
                  client_extensions: frozenset[str] = frozenset(),
                  turn_types: tuple[str, ...] = ("server_vad", "semantic_vad"),
                  max_message_bytes: int = LimitsConfig().max_message_bytes,
-                 client_left: asyncio.Event | None = None, binary_audio: bool = False) -> None:
+                 client_left: asyncio.Event | None = None, binary_audio: bool = False,
+                 fork: dict[str, Any] | None = None) -> None:
         self.inner = inner
+        self.fork = fork  # a stored session this one forks (worker/live/fork.py): its session.start holds overrides
         self.binary_audio = binary_audio  # the microphone may come as binary frames (a call, via its gateway)
         # Set once the client has gone (``worker/read_ahead.py``): the reader stops waiting for the
         # session to take what is pending and learns of it, so a flood is not worked through first.
@@ -283,7 +286,7 @@ class LiveChannel(EventChannel):
             event = parse_client_json(message, self.max_message_bytes)
             if isinstance(event.get("event_id"), str):
                 client_id = event["event_id"]
-            self._handle(parse_client_event(event), client_id)
+            self._handle(parse_client_event(event, fork=self.fork is not None), client_id)
         except ProtocolError as exc:
             if exc.code in LIMIT_CODES and self.on_limit is not None:
                 self.on_limit(exc.code)
@@ -304,7 +307,7 @@ class LiveChannel(EventChannel):
         if kind == "session.start":
             if self.started or self._pending:
                 raise ProtocolError("the session has already started", code="session_already_started")
-            self._start(ev["session"], cid)
+            self._start(forked_start(self.fork, ev["session"]) if self.fork is not None else ev["session"], cid)
             return
         if not self.started:
             raise ProtocolError(f"send session.start and wait for session.started before {kind}",
@@ -333,6 +336,10 @@ class LiveChannel(EventChannel):
             self._closing = asyncio.get_running_loop().create_task(self._drain_and_close(cid))
         else:  # decisions, output audio fixtures
             raise ProtocolError(f"{kind} is not supported by this server yet", code="unsupported_event", param="type")
+
+    def stored(self, items: list) -> dict[str, Any] | None:
+        """What a fork of this session will start from, if it asked to be stored (``store``)."""
+        return stored_session(self.model, self.config, items)
 
     # ------------------------------------------------------------------ client events, one by one
 

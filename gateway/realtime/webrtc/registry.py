@@ -27,6 +27,7 @@ from gateway.pool.model import Lease, QueueStatus
 from gateway.realtime.admission import Admitted
 from gateway.realtime.proxy import RealtimeProxy
 from gateway.realtime.request import SessionRequest
+from gateway.realtime.resume import Resumable, ResumableSessions
 
 if TYPE_CHECKING:  # aiortc is loaded with the first call (routes._media)
     from gateway.realtime.webrtc.call import Call
@@ -49,8 +50,9 @@ class CallProxy(RealtimeProxy):
     __slots__ = ("call_id", "placed", "_last_error")
 
     def __init__(self, client: WebRTCChannel, request: SessionRequest, pool: SessionQueue, config: AppConfig,
-                 call_id: str) -> None:
-        super().__init__(client, request, pool, config)
+                 call_id: str, resumes: ResumableSessions | None = None, owner: str | None = None,
+                 resume: Resumable | None = None) -> None:
+        super().__init__(client, request, pool, config, resumes, owner, resume)
         self.call_id = call_id
         self.placed: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
         self._last_error: dict[str, Any] | None = None
@@ -94,16 +96,22 @@ class CallRegistry:
     """Call id -> (call, its proxy's task)."""
 
     def __init__(self, pool: SessionQueue, config: AppConfig, metrics: GatewayMetrics,
-                 live: dict[str, RealtimeProxy], bridge: CallBridge | None = None) -> None:
+                 live: dict[str, RealtimeProxy], bridge: CallBridge | None = None,
+                 resumes: ResumableSessions | None = None) -> None:
         self.pool, self.config, self.metrics, self.live = pool, config, metrics, live
+        self.resumes = resumes  # a call that asked for a resume token comes back with it (issue 72)
         self.bridge = bridge  # a cluster's gateways take sidebands for each other's calls
         self.calls: dict[str, tuple[Call, asyncio.Task]] = {}
         self.owners: dict[str, str | None] = {}  # call id -> the API key it belongs to (``Admitted.owner``)
         metrics.registry.register(_CallsCollector(self))
 
-    def start(self, call: Call, request: SessionRequest, admitted: Admitted) -> CallProxy:
-        """Run the call's session in a task of its own (it outlives the offer's request)."""
-        proxy = CallProxy(call.channel, request, self.pool, self.config, call.id)
+    def start(self, call: Call, request: SessionRequest, admitted: Admitted, resume: Resumable | None = None,
+              resume_token: str | None = None) -> CallProxy:
+        """Run the call's session in a task of its own (it outlives the offer's request).
+        ``resume``: the session a dropped call's token brings back; ``resume_token``: the token a
+        new call's answer carries."""
+        proxy = CallProxy(call.channel, request, self.pool, self.config, call.id, self.resumes, admitted.owner, resume)
+        proxy.resume_token = resume_token
         proxy.metrics = self.metrics
         self.live[proxy.ticket] = proxy
         task = asyncio.create_task(self._run(call, proxy, admitted), name=f"webrtc-call-{call.id}")

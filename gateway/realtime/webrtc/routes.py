@@ -42,6 +42,7 @@ from gateway.realtime.admission import Admission, Admitted, Refusal
 from gateway.realtime.budget import InboundBudget
 from gateway.realtime.minted_session import SessionConfigError, check_session
 from gateway.realtime.request import SessionRequest, session_request
+from gateway.realtime.resume import INVALID, Resumable, ResumeRefusal, new_resume_token
 from gateway.realtime.webrtc.registry import SETTLE_S, CallRegistry
 from gateway.realtime.webrtc.sdp import MAX_SDP_BYTES, Offer, check_offer
 from gateway.realtime.webrtc.session import initial_update, pin_update
@@ -51,6 +52,9 @@ from gateway.rest.models import ApiError
 log = logging.getLogger(__name__)
 
 CALLS_PATH = "/v1/realtime/calls"
+# Our extension (issue 72): a call offered with ``?extensions=resume`` is answered with its resume
+# token here; a new offer with ``?resume_token=`` brings the session back after the call dropped.
+RESUME_HEADER = "X-Resume-Token"
 MAX_BODY_BYTES = MAX_SDP_BYTES + 256 * 1024  # the offer and a session config (instructions, tools)
 # How a refusal from the queue reads as HTTP (as the REST routes answer them).
 QUEUE_STATUS = {"queue_full": (429, "rate_limit_error"), "queue_timeout": (503, None),
@@ -124,9 +128,11 @@ async def admit_offer(admission: Admission, request: Request) -> Admitted:
 
 
 async def place_call(media: Any, registry: CallRegistry, call_id: str, channel: Any, offer: Offer,
-                     request: SessionRequest, admitted: Admitted, config: AppConfig) -> str:
+                     request: SessionRequest, admitted: Admitted, config: AppConfig,
+                     resume: Resumable | None = None, resume_token: str | None = None) -> str:
     """Answer ``offer`` on a new call and queue its session; the answer SDP, or an ``ApiError``
-    when the queue refused it (the call, its slot and its ticket are gone by then)."""
+    when the queue refused it (the call, its slot and its ticket are gone by then). ``resume``:
+    the session a dropped call's token brings back (no queue: its slot is held)."""
     call = media.Call(call_id, channel, config.limits.max_frame_rate, config.webrtc)
     try:
         answer = await call.answer(offer)
@@ -135,7 +141,7 @@ async def place_call(media: Any, registry: CallRegistry, call_id: str, channel: 
         admitted.close()
         raise
     # The browser's own canceller has taken the echo out (getUserMedia's echoCancellation).
-    proxy = registry.start(call, replace(request, echo_cancelled=True), admitted)
+    proxy = registry.start(call, replace(request, echo_cancelled=True), admitted, resume, resume_token)
     refusal = None
     with contextlib.suppress(TimeoutError):
         refusal = await asyncio.wait_for(asyncio.shield(proxy.placed), SETTLE_S)
@@ -171,11 +177,36 @@ async def _create(request: Request, registry: CallRegistry, admission: Admission
     elif req.initial_session is not None:
         req = replace(req, initial_session=pin_update(req.initial_session, req.beta))
 
+    resume = await _claim(registry, request, admitted)
+    resumes = registry.resumes
+    token = new_resume_token() if resume is None and resumes is not None and resumes.wanted(req.extensions, False) else None
+
     call_id = new_id("rtc")
-    media = await load_media()
-    channel = media.WebRTCChannel(beta=req.beta, budget=InboundBudget(config.limits.queued_bytes))
-    answer = await place_call(media, registry, call_id, channel, offer, req, admitted, config)
-    log.info("call %s answered (%s%s)", call_id, "multipart" if session is not None else "sdp",
-             ", camera" if offer.video else "")
-    return Response(answer, status_code=201, media_type="application/sdp",
-                    headers={"Location": f"{CALLS_PATH}/{call_id}"})
+    try:
+        media = await load_media()
+        channel = media.WebRTCChannel(beta=req.beta, budget=InboundBudget(config.limits.queued_bytes))
+        answer = await place_call(media, registry, call_id, channel, offer, req, admitted, config, resume, token)
+    except BaseException:
+        if resume is not None:  # not brought back after all: held again for another try
+            resumes.hold(resume)
+        raise
+    log.info("call %s answered (%s%s%s)", call_id, "multipart" if session is not None else "sdp",
+             ", camera" if offer.video else "", f", resuming {resume.session_id}" if resume is not None else "")
+    headers = {"Location": f"{CALLS_PATH}/{call_id}"}
+    if token is not None:
+        headers[RESUME_HEADER] = token
+    return Response(answer, status_code=201, media_type="application/sdp", headers=headers)
+
+
+async def _claim(registry: CallRegistry, request: Request, admitted: Admitted) -> Resumable | None:
+    """The session a dropped call's ``?resume_token=`` brings back (None: no token), or the
+    refusal as an ``ApiError`` (the admission's slot closed)."""
+    token = request.query_params.get("resume_token")
+    if token is None:
+        return None
+    resume = await registry.resumes.claim(token, admitted.owner) if registry.resumes is not None else INVALID
+    if isinstance(resume, ResumeRefusal):
+        admitted.close()
+        raise ApiError(resume.http_status, resume.message, resume.code, "resume_token",
+                       kind="permission_error" if resume.http_status == 403 else None)
+    return resume
