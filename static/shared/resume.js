@@ -1,14 +1,20 @@
 // Coming back after a dropped connection (issue 72): the server sends `session.resume_token` to a
 // client that asked for it (`extensions=resume`: not part of `all`); when the socket dies without a deliberate close,
 // a new socket to the same URL plus `resume_token=` brings back the same session within its grace
-// period. `Resume` keeps the token and says when and where to try again: after 0.25, 0.5, 1, 2 s...
-// while the grace lasts. The transcript stays on the page; nothing is sent twice.
+// period (a WebRTC call: a new offer to the same URL plus `resume_token=`, its endings given the
+// close code a socket would have). `Resume` keeps the token and says when and where to try again:
+// after 0.25, 0.5, 1, 2 s... while the grace lasts. The transcript stays on the page; nothing is
+// sent twice.
 
 // Closes that end a session on purpose (normal, going away, no code, not reading), or that say
 // it cannot come back (taken over by another connection, expired, refused): no retry.
 const FINAL_CLOSES = new Set([1000, 1001, 1005, 1008, 4001, 4002, 4003, 4004, 4009, 4010]);
 const FIRST_DELAY_MS = 250;
 const MAX_DELAY_MS = 4000;
+// The grace assumed for a token whose grace was not said yet (a call's answer carries the token
+// alone; its `session.resume_token` says the grace): the server's default. A token past the real
+// grace is refused anyway (410), which ends the retries.
+const DEFAULT_GRACE_S = 30;
 
 export class Resume {
   constructor() {
@@ -22,6 +28,14 @@ export class Resume {
   issued(ev) {
     this.token = ev.resume_token || null;
     this.graceS = Number(ev.grace_s) || 0;
+  }
+
+  /** A token from elsewhere than the event (a call's answer, `X-Resume-Token`): kept with the
+   * grace said so far, else the server's default until `session.resume_token` says it. */
+  known(token) {
+    if (!token) return;
+    this.token = token;
+    if (!this.graceS) this.graceS = DEFAULT_GRACE_S;
   }
 
   /** The socket closed with `code`: whether to try again (within the grace, with a token). */

@@ -113,6 +113,10 @@ def done(snap: dict | None) -> bool:
     )
 
 
+# A session's states once it is live (session.created), as the page shows them.
+LIVE_STATES = ("listening", "hearing", "thinking", "speaking")
+
+
 def choose_transport(browser, transport: str) -> None:
     """Pick the page's "Connection" (``webrtc`` or ``websocket``); it applies from the next Start."""
     Select(browser.find_element(By.ID, "transport")).select_by_value(transport)
@@ -185,6 +189,55 @@ def test_duplex_page_over_websocket_comes_back_after_the_network_drops(stack, la
         assert len([t for t in again["transcripts"] if t["role"] == "assistant"]) > answers, again
         assert again["recording"] == first["recording"] and not again["error"], again  # the same session
         browser.execute_script("window.omni.session.stop()")
+
+
+def session_of_call(stack, call_id: str | None) -> str | None:
+    """The session the gateway runs for the call ``call_id`` (None: no such call)."""
+    return next((s.get("session_id") for s in live_calls(stack) if call_id and s.get("call_id") == call_id), None)
+
+
+def test_duplex_page_over_webrtc_comes_back_after_its_connection_fails(stack, launch, question_wav):
+    """Issue 72 over the default WebRTC call: the call's connection fails (the transport's
+    ``lostConnection()``, what ICE ``failed`` or a lasting ``disconnected`` calls: Chromium keeps a
+    loopback call up whatever the network does); the page offers a new call with the resume token
+    ("reconnecting", then listening again), the same session goes on in the same slot, and answers
+    the question the microphone asks again; Stop then ends it and frees the slot."""
+    browser = start_duplex(launch, stack, question_wav)
+    with duplex_page(browser, stack):
+        first = wait_for_snapshot(browser, done, 30)
+        assert done(first), f"no first exchange: {json.dumps(first, indent=1)}"
+        old_call = browser.execute_script("return window.omni.callId")
+        session_id = first["recording"]["session_id"]
+        assert browser.execute_script("return window.omni.transport") == "webrtc"
+        assert session_of_call(stack, old_call) == session_id, live_calls(stack)
+        assert stack.health()["slots_busy"] == 1
+
+        state = browser.execute_script("window.omni.session.link.lostConnection(); return window.omni.state")
+        assert state == "reconnecting", state
+        assert wait_until(lambda: browser.execute_script("return window.omni.session.link.reconnects") == 1, 20)
+        back = wait_for_snapshot(browser, lambda s: s["state"] in LIVE_STATES, 10)
+        assert back["state"] in LIVE_STATES, back
+        new_call = browser.execute_script("return window.omni.callId")
+        assert new_call and new_call != old_call
+        assert session_of_call(stack, new_call) == session_id, live_calls(stack)  # the same session
+        assert wait_until(lambda: session_of_call(stack, old_call) is None, 5), live_calls(stack)  # the old call: closed
+        assert stack.health()["slots_busy"] == 1  # in the same slot
+
+        def said(snap: dict, role: str) -> int:
+            return len([t for t in snap["transcripts"] if t["role"] == role and t["text"].strip()])
+
+        # The question again (the microphone's file loops), heard and answered by the same session.
+        asked, answers = said(back, "user"), said(back, "assistant")
+        again = wait_for_snapshot(browser, lambda s: said(s, "user") > asked and said(s, "assistant") > answers, 30)
+        assert said(again, "user") > asked and said(again, "assistant") > answers, again
+        assert again["state"] != "reconnecting" and not again["error"], again
+        assert again["recording"] == first["recording"], again
+        assert browser.execute_script("return window.omni.session.link.reconnects") == 1
+
+        browser.find_element(By.ID, "stop").click()
+        assert wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=5)
+        assert wait_until(lambda: browser.execute_script("return window.omni.state") == "closed", timeout=5)
+        assert not browser.find_element(By.ID, "alert").is_displayed()  # a normal end says nothing
 
 
 @pytest.fixture

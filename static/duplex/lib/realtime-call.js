@@ -5,6 +5,9 @@
 // /v1/realtime/calls; the answer says where the call lives (Location), which is where Stop hangs up.
 // A Live call (`liveSession`: its session config) posts JSON to /v1/live/sessions instead,
 // {session, transport: {type: "webrtc", sdp}}, answered {session: {id}, transport: {sdp}}.
+// An answer may carry the session's resume token (`X-Resume-Token`, issue 72): a new call to the
+// same URL plus `resume_token=` brings the session back when this one's connection fails; this
+// call only keeps it (`resumeToken`) and says how its connection goes ("state" events).
 //
 // Keys: with API keys configured, this browser's stored key (the one the WebSocket sends as a
 // subprotocol, shared/app-gate.js) goes in `Authorization: Bearer`, as Save & share sends it; on
@@ -41,6 +44,9 @@ function refusal(status, error) {
   if (status === 401) {
     return "This service needs a valid API key for conversations, and this browser has none or a wrong one. Enter yours in the box above (kept only in this browser) and press Start again.";
   }
+  if (code === "invalid_resume_token" || code === "resume_token_expired") {
+    return `The connection was lost and the session could not be brought back (${message}). Press Start for a new one.`;
+  }
   if (code === "queue_full") return "The server is busy (queue full). Try again in a moment.";
   if (code === "app_disabled") return "This app is disabled by the operator. Please try again later.";
   if (status === 429) return `Too many sessions just now: ${message}`;
@@ -66,6 +72,7 @@ export class RealtimeCall extends EventTarget {
     this.dc = null;
     this.callId = null;
     this.location = null;
+    this.resumeToken = null; // the answer's X-Resume-Token, when the URL asked for extensions=resume
     this.remoteStream = null;
     this.videoSender = null;
     this.ended = false;
@@ -105,6 +112,7 @@ export class RealtimeCall extends EventTarget {
       const s = pc.connectionState;
       if (s === "connected" && this.connectedAt == null) this.connectedAt = performance.now();
       this._emit("log", { level: "info", text: `WebRTC connection ${s}` });
+      this._emit("state", { state: s });
       if (s === "failed" || s === "closed") this._end(1006, "");
     };
     const dc = (this.dc = pc.createDataChannel("oai-events"));
@@ -150,6 +158,7 @@ export class RealtimeCall extends EventTarget {
     } else {
       this.location = r.headers.get("Location");
       this.callId = this.location ? this.location.split("/").pop() : null;
+      this.resumeToken = r.headers.get("X-Resume-Token");
       answer = await r.text();
     }
     if (this.ended) {
@@ -234,6 +243,13 @@ export class RealtimeCall extends EventTarget {
     this._teardown();
   }
 
+  /** Given up here only: the connection closed, no hangup and no "closed" event. For a call whose
+   * connection was lost once a new call brought its session back (the gateway closed this one
+   * then; a hangup or a close the gateway heard first would end the session). */
+  abandon() {
+    if (!this.ended) this._fail();
+  }
+
   _teardown() {
     if (this._statsTimer) clearInterval(this._statsTimer);
     this._statsTimer = null;
@@ -245,7 +261,8 @@ export class RealtimeCall extends EventTarget {
       this.pc.onconnectionstatechange = null;
       this.pc.close();
     }
-    if (this.audio) this.audio.srcObject = null;
+    // The reply's element lets go of this call's track, not of a newer call's on the same element.
+    if (this.audio && this.remoteStream && this.audio.srcObject === this.remoteStream) this.audio.srcObject = null;
   }
 }
 
