@@ -113,10 +113,12 @@ def list_sessions(data_dir: str | Path) -> list[StoredSession]:
     return out
 
 
-def read_stored_session(data_dir: str | Path, session_id: str | None,
-                        owner: str | None = None, check_owner: bool = False) -> tuple[dict[str, Any], dict[str, Any]] | str:
+def read_stored_session(data_dir: str | Path, session_id: str | None, owner: str | None = None,
+                        check_owner: bool = False, load: bool = True) -> tuple[dict[str, Any], dict[str, Any] | None] | str:
     """(meta, stored document) of a closed, stored session (Live ``store: true``) that ``owner``
-    opened, or why not (blocking: call in a thread). One answer for "none" and "another key's"."""
+    opened, or why not (blocking: call in a thread). One answer for "none" and "another key's".
+    ``load=False``: the document is only looked for (None in its place; the gateway's check,
+    the worker reads it)."""
     path = session_dir(data_dir, session_id or "")
     if path is None:
         return "not_found"
@@ -128,6 +130,8 @@ def read_stored_session(data_dir: str | Path, session_id: str | None,
         return "not_found"
     if meta.get("status") != "finished":
         return "not_closed"
+    if not load:
+        return (meta, None) if (path / STORED_SESSION).is_file() else "not_stored"
     try:
         doc = read_json(path / STORED_SESSION)
     except (OSError, ValueError):

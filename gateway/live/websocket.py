@@ -76,7 +76,7 @@ def live_fork_route(admission: Admission, pool: SessionQueue, config: AppConfig,
             await _refuse(channel, admitted.message, admitted.code, admitted.close_code)
             return
         session_id = ws.path_params["session_id"]
-        found = await asyncio.to_thread(read_stored_session, config.data_dir, session_id, admitted.owner, True)
+        found = await asyncio.to_thread(read_stored_session, config.data_dir, session_id, admitted.owner, True, False)
         if isinstance(found, str):
             admitted.close()
             code, message = FORK_REFUSALS[found]
