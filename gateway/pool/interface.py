@@ -26,6 +26,7 @@ class SessionQueue(Protocol):
     remote_sessions: list[dict]  # other gateways' live sessions (shared queue only)
     local_sessions: Callable[[], list[dict]]  # set by the app: this gateway's live sessions
     end_local: Callable[[str, str], bool]  # set by the app: end a session here (ticket, reason)
+    on_adopted: Callable[[str], None]  # set by ResumableSessions: another gateway took over this ticket's lease
     worker_headers: dict[str, str]  # what every call to a worker carries
 
     # ---- life cycle

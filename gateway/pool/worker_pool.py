@@ -94,6 +94,7 @@ class WorkerPool:
         self.gateway_id: str | None = None  # set where several gateways share the pool
         self.remote_sessions: list[dict] = []  # other gateways' live sessions (shared pool only)
         self.local_sessions: Callable[[], list[dict]] = list  # the app's, for the shared pool
+        self.on_adopted: Callable[[str], None] = lambda ticket: None  # never called: no other gateway
         self.end_local: Callable[[str, str], bool] = lambda session, reason: False
         # What every call to a worker carries (the deployment's worker secret; set by the app).
         self.worker_headers: dict[str, str] = {}

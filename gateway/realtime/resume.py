@@ -73,8 +73,7 @@ class ResumableSessions:
         self.grace_s = grace_s
         self._by_hash: dict[str, Resumable] = {}
         self._expired: OrderedDict[str, float] = OrderedDict()
-        if hasattr(pool, "on_adopted"):
-            pool.on_adopted = self._taken_over
+        pool.on_adopted = self._taken_over
 
     def wanted(self, extensions: frozenset[str], live: bool) -> bool:
         """A session asked for a token (``?extensions=resume``) and this gateway keeps sessions for
