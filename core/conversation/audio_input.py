@@ -40,6 +40,7 @@ class AudioInput:
         self.words: np.ndarray | None = None
         self.buffer_start = 0  # stream offset (16 kHz samples) of buffer[0]
         self.stream_samples = 0
+        self._echo_until = 0  # stream offset up to which the reply sounded while its echo was cancelled
 
     def _new_vad(self) -> StreamingVad | None:
         td = self.turn_detection
@@ -73,6 +74,8 @@ class AudioInput:
         words = None
         if self.room is not None:
             audio, words = self.room.clean(audio, time.monotonic() if arrived_at is None else arrived_at)
+            if self.room.echo_sounded:
+                self._echo_until = self.stream_samples + audio.size
         self._keep_words(words, audio)
         self.buffer = np.concatenate([self.buffer, audio]) if self.buffer.size else audio.copy()
         self.stream_samples += audio.size
@@ -106,7 +109,11 @@ class AudioInput:
         if ev.kind in ("pause", "end"):
             start = self.vad.speech_start_samples - self.pad
             end = self.vad.last_voiced_end_samples + TAIL_SAMPLES
-            segment = self.slice(start, end)
+            # A turn spoken over the reply's echo is read as the glances read it (``room.py``):
+            # AEC3's suppressor takes syllables of a voice over a loud echo, and the transcript is
+            # what the model answers (dev voices' short cut-ins at -6 dB: the first word right in
+            # 26 of 60 from AEC3's output, "Stop." as "Um." or "Talk.", in 48 from the linear one).
+            segment = self.slice(start, end, for_words=self._echo_until > start)
             # At a pause only ~100 ms after the last word has arrived; Whisper hears the
             # last word worse without a tail ("France" -> "friends"), so pad with silence.
             want = end - max(start, self.buffer_start)

@@ -27,9 +27,10 @@ a maintained native build with wheels for every platform, ~1.2 % of a core per s
   voices), so nothing is taken out: ``learning`` says that a voice's onset is unsure for now, and
   the turn policy waits for its words before it yields (``vad_turns.py``).
 - **Words read through a linear canceller.** While the listener talks over a loud echo, AEC3's
-  suppressor takes syllables of the voice too ("Stop." read as "It's gone."): the glances read a
-  linear canceller's output instead (``linear_echo.py``), aligned to the echo path's delay that
-  the waveform reading finds (``echo_match``). ``clean`` returns both.
+  suppressor takes syllables of the voice too ("Stop." read as "It's gone."): the glances, and
+  the transcript of a turn the reply sounded in, read a linear canceller's output instead
+  (``linear_echo.py``), aligned to the echo path's delay that the waveform reading finds
+  (``echo_match``). ``clean`` returns both.
 - **Noise suppression** (``noise_reduction``: ``near_field``/``far_field``, OpenAI's field) runs on
   what the canceller kept. The binding offers one suppression level, so both types run the same.
 """
@@ -171,6 +172,7 @@ class RoomFilter:
         self._burst = False  # audio is coming faster than real time: no echo of the room in it
         self.frames = 0
         self.learning = False  # the last frame came out of a canceller still learning the echo path
+        self.echo_sounded = False  # the reply sounded in the last ``clean``'s audio while its echo was cancelled
 
     @property
     def suppressing(self) -> bool:
@@ -186,7 +188,7 @@ class RoomFilter:
         pcm = np.concatenate([self._pending, chunk]) if self._pending.size else chunk
         whole = pcm.size // FRAME * FRAME
         heard, words = np.empty(whole, np.int16), np.empty(whole, np.int16)
-        differs = False
+        differs = self.echo_sounded = False
         for k in range(0, whole, FRAME):
             h, w = self._frame(pcm[k:k + FRAME], self._pending_t + k / RATE, live)
             heard[k:k + FRAME], words[k:k + FRAME] = h, w
@@ -266,6 +268,7 @@ class RoomFilter:
             cancelled = bool(self.presence.echo or (self.presence.echo is None and not self._voice))
             if cancelled:
                 out, words = np.frombuffer(frame.data, np.int16), linear
+                self.echo_sounded = self.echo_sounded or ref_level > ACTIVE_LEVEL
             self.learning = cancelled and self._sounded < LEARNING_FRAMES
         if self._ns is not None:
             frame = rtc.AudioFrame(out.tobytes(), RATE, 1, FRAME)

@@ -217,6 +217,7 @@ class LearningCanceller:
     played = None
     suppressing = False
     learning = True
+    echo_sounded = False  # nothing cancelled: the turn's transcript reads what the VAD heard
 
     def clean(self, audio, arrived_at):
         return audio, None  # heard, and nothing else for the glances
