@@ -94,8 +94,8 @@ STOP_PHRASES: tuple[tuple[str, str], ...] = (("hold", "on"), ("hang", "on"), ("e
 # Over the reply's echo the dev voices' "Mm-hmm." was read as a hum beside other words ("And M.",
 # "MMs and.", issue 70): the hum still says nothing, but beside "And" the reader took the whole for
 # the start of a turn (P 1.00, 0.93; "And" alone 0.05). So the reader reads the words less their
-# hums (``without_hums``), a plural "s" included ("MMs").
-HUM = re.compile(r"[mh]+s?")
+# hums (``without_hums``), a plural "s" included ("MMs", and "M's": dev-b00 read "And M's in.", P 0.98).
+HUM = re.compile(r"[mh]+(?:'?s)?")
 
 
 def _is_hum(token: str) -> bool:

@@ -266,6 +266,7 @@ def test_hums_are_taken_out_of_what_the_meaning_reader_reads():
     from core.conversation.overlap import only_hums, without_hums
 
     assert without_hums("And M.") == "And" and without_hums("MMs and.") == "and."
+    assert without_hums("And M's in.") == "And in."
     assert without_hums("Hmm, what about the ending?") == "what about the ending?"
     assert without_hums("Mm, no.") == "no." and without_hums("Um, actually") == "Um, actually"
     assert only_hums("Mm-hmm.") and only_hums("M-M-") and not only_hums("And M.") and not only_hums("")
