@@ -370,7 +370,6 @@ def test_a_session_that_never_cancels_does_not_keep_every_reply():
     assert played.held_samples <= 24000 * 3  # the last ~2 s (KEEP_S), not two minutes
 
 
-
 @pytest.mark.parametrize("voice_index, delay_ms", [(2, 300), (3, 40), (4, 40)])
 def test_a_turn_over_a_loud_echo_is_transcribed_from_the_voice_kept_whole(voice, voice_index, delay_ms):
     """The turn's transcript is what the model answers: a "Stop." spoken over an echo 6 dB down (the
