@@ -73,8 +73,8 @@ class AudioInput:
         audio = self.resampler.process(samples)
         words = None
         if self.room is not None:
-            audio, words = self.room.clean(audio, time.monotonic() if arrived_at is None else arrived_at)
-            if self.room.echo_sounded:
+            audio, words, echo = self.room.clean(audio, time.monotonic() if arrived_at is None else arrived_at)
+            if echo:
                 self._echo_until = self.stream_samples + audio.size
         self._keep_words(words, audio)
         self.buffer = np.concatenate([self.buffer, audio]) if self.buffer.size else audio.copy()

@@ -139,6 +139,7 @@ class Cleaned(NamedTuple):
 
     heard: np.ndarray
     words: np.ndarray | None  # None: the same as ``heard``
+    echo: bool = False  # the reply sounded in this chunk while its echo was cancelled (``words`` is the turn's to read)
 
 
 class RoomFilter:
@@ -172,7 +173,6 @@ class RoomFilter:
         self._burst = False  # audio is coming faster than real time: no echo of the room in it
         self.frames = 0
         self.learning = False  # the last frame came out of a canceller still learning the echo path
-        self.echo_sounded = False  # the reply sounded in the last ``clean``'s audio while its echo was cancelled
 
     @property
     def suppressing(self) -> bool:
@@ -188,14 +188,14 @@ class RoomFilter:
         pcm = np.concatenate([self._pending, chunk]) if self._pending.size else chunk
         whole = pcm.size // FRAME * FRAME
         heard, words = np.empty(whole, np.int16), np.empty(whole, np.int16)
-        differs = self.echo_sounded = False
+        differs = echo = False
         for k in range(0, whole, FRAME):
-            h, w = self._frame(pcm[k:k + FRAME], self._pending_t + k / RATE, live)
+            h, w, e = self._frame(pcm[k:k + FRAME], self._pending_t + k / RATE, live)
             heard[k:k + FRAME], words[k:k + FRAME] = h, w
-            differs = differs or w is not h
+            differs, echo = differs or w is not h, echo or e
         self._pending = pcm[whole:].copy()
         self._pending_t += whole / RATE
-        return Cleaned(heard.astype(np.float32) / 32768.0, words.astype(np.float32) / 32768.0 if differs else None)
+        return Cleaned(heard.astype(np.float32) / 32768.0, words.astype(np.float32) / 32768.0 if differs else None, echo)
 
     def _clock(self, samples: int, arrived_at: float) -> bool:
         """Place a chunk on the monotonic clock; whether it is live (arrives in real time)."""
@@ -243,12 +243,14 @@ class RoomFilter:
         elif match < QUICK_VOICE:
             self._voice = True
 
-    def _frame(self, mic: np.ndarray, t: float, live: bool) -> tuple[np.ndarray, np.ndarray]:
-        """One 10 ms frame: what the VAD hears, and what the glances read."""
+    def _frame(self, mic: np.ndarray, t: float, live: bool) -> tuple[np.ndarray, np.ndarray, bool]:
+        """One 10 ms frame: what the VAD hears, what the glances read, and whether the reply
+        sounded while its echo was cancelled."""
         self.frames += 1
         rtc = self._rtc
         out = mic
         words = None
+        echo = False
         if self._aec is not None and live:
             ref = self.played.read(t, REF_FRAME)
             self._aec.process_reverse_stream(rtc.AudioFrame(ref.tobytes(), PlayedAudio.rate, 1, REF_FRAME))
@@ -268,15 +270,15 @@ class RoomFilter:
             cancelled = bool(self.presence.echo or (self.presence.echo is None and not self._voice))
             if cancelled:
                 out, words = np.frombuffer(frame.data, np.int16), linear
-                self.echo_sounded = self.echo_sounded or ref_level > ACTIVE_LEVEL
+                echo = ref_level > ACTIVE_LEVEL
             self.learning = cancelled and self._sounded < LEARNING_FRAMES
         if self._ns is not None:
             frame = rtc.AudioFrame(out.tobytes(), RATE, 1, FRAME)
             self._ns.process_stream(frame)
             out = np.frombuffer(frame.data, np.int16)
         if not mic.any():
-            return mic, mic  # digital silence holds no echo or noise: kept, not comfort-noised
-        return out, out if words is None else words
+            return mic, mic, echo  # digital silence holds no echo or noise: kept, not comfort-noised
+        return out, out if words is None else words, echo
 
 
 def _rms(x: np.ndarray) -> float:

@@ -217,10 +217,9 @@ class LearningCanceller:
     played = None
     suppressing = False
     learning = True
-    echo_sounded = False  # nothing cancelled: the turn's transcript reads what the VAD heard
 
     def clean(self, audio, arrived_at):
-        return audio, None  # heard, and nothing else for the glances
+        return audio, None, False  # heard, nothing else for the glances, no echo cancelled
 
 
 async def test_a_voice_while_the_canceller_learns_stops_nothing_until_its_words_do():
