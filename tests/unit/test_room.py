@@ -153,6 +153,33 @@ def test_the_glances_read_a_stop_over_a_loud_echo_whole(voice, delay_ms):
     assert "stop" in words(_whisper().glance(clip))
 
 
+def test_the_linear_canceller_keeps_its_echo_down_while_arrivals_jitter(voice):
+    """A busy loop or network delivers the microphone's chunks 0-50 ms late: the microphone's clock
+    moves back a few ms whenever one comes sooner than any before, and the linear canceller's
+    reference must not move with it (each step would be a new echo path to learn for seconds, the
+    echo only ~5 dB down meanwhile, and a "Stop." over it read as "It's top.")."""
+    from core.conversation import linear_echo
+
+    if not linear_echo.available():
+        pytest.skip("pyaec has no wheel for this platform")
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, -10, 80, None, stop)
+
+    def residue(late) -> list[float]:
+        room = RoomFilter(played_reply(reply24), noise_suppression=False)
+        read = []
+        for i in range(0, mic.size, 320):
+            got = room.clean(mic[i:i + 320], T0 + (i + 320) / RATE + late())
+            read.append(got.heard if got.words is None else got.words)
+        out = np.concatenate(read)
+        return [level(out[s * RATE:(s + 1) * RATE]) - level(mic[s * RATE:(s + 1) * RATE]) for s in range(2, 6)]
+
+    rng = np.random.default_rng(2)
+    on_time, jittered = residue(lambda: 0.0), residue(lambda: rng.exponential(0.01))
+    assert max(on_time) < -10
+    assert all(j <= o + 1.5 for j, o in zip(jittered, on_time)), (on_time, jittered)
+
+
 def test_the_linear_canceller_moves_only_for_a_delay_found_again_and_again():
     """One waveform reading over the listener's voice can find a wrong lag: the filter, which learns
     for seconds, moves only when a new delay is found three times in a row."""
