@@ -325,8 +325,8 @@ class Hearing:
     def _read(self, clip: np.ndarray, said: str = "", heard: np.ndarray | None = None) -> Glance:
         """The clip's words and, when the backend reads meaning, how likely they take the floor (a
         stop word, a hum or an echo of ``said`` settles it without asking). Over an echo the clip as
-        the VAD heard it (``heard``, AEC3's output) is read too, and a stop word in it counts: early
-        in a session the linear canceller still leaves enough echo to misread a "Stop." ("Start.").
+        the VAD heard it (``heard``, AEC3's output) is read too, and a stop word in it counts: while
+        the linear canceller learns it leaves enough echo to misread a "Stop." ("Start.").
         Blocking: on the glance thread."""
         backend = self.rt.backend
         words = backend.transcribe_glance(clip)
