@@ -154,10 +154,11 @@ def test_the_glances_read_a_stop_over_a_loud_echo_whole(voice, delay_ms):
 
 
 def test_the_linear_canceller_keeps_its_echo_down_while_arrivals_jitter(voice):
-    """A busy loop or network delivers the microphone's chunks 0-50 ms late: the microphone's clock
-    moves back a few ms whenever one comes sooner than any before, and the linear canceller's
-    reference must not move with it (each step would be a new echo path to learn for seconds, the
-    echo only ~5 dB down meanwhile, and a "Stop." over it read as "It's top.")."""
+    """A busy loop or network delivers the microphone's chunks late (here by ~10 ms on average,
+    exponentially, seeded): the microphone's clock moves back a few ms whenever one comes sooner
+    than any before, and the linear canceller's reference must not move with it (each step would
+    be a new echo path to learn for seconds, the echo only ~5 dB down meanwhile, and a "Stop."
+    over it read as "It's top.")."""
     from core.conversation import linear_echo
 
     if not linear_echo.available():
