@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import websockets
 
-from bench.duplex.common import CHUNK, CHUNK_MS, LIVE_GAP_S
+from bench.duplex.common import CHUNK, CHUNK_MS, GRID_CHUNKS, LIVE_GAP_S
 from bench.duplex_set import RATE
 
 
@@ -36,7 +36,14 @@ class Mic:
         self.task = asyncio.create_task(self._run())
         return self
 
-    def say(self, pcm: np.ndarray, marks: dict[str, int]) -> None:
+    def say(self, pcm: np.ndarray, marks: dict[str, int], grid_place: int | None = None) -> None:
+        """Queue ``pcm``; ``grid_place``: after whole chunks of silence, so that it starts on a chunk
+        whose index is that modulo ``GRID_CHUNKS`` (its place on the server VAD's window grid)."""
+        if grid_place is not None:
+            index = (self.sent + self.queue.size) // CHUNK
+            pad = (grid_place - index) % GRID_CHUNKS * CHUNK
+            pcm = np.concatenate([np.zeros(pad, np.int16), pcm])
+            marks = {name: offset + pad for name, offset in marks.items()}
         at = self.sent + self.queue.size
         self.wanted.update({name: at + offset for name, offset in marks.items()})
         self.queue = np.concatenate([self.queue, pcm.astype(np.int16)])

@@ -11,6 +11,13 @@ from bench.duplex_set import RATE
 
 CHUNK_MS = 20
 CHUNK = RATE * CHUNK_MS // 1000
+# The server's VAD reads 32 ms windows from the session's first sample, and where a voice's onset
+# falls in a window moves when it is reported by up to ~100 ms (Silero's probability over a cut
+# onset: the same dev clip at onsets 0 / 13 / 27 ms apart, 140 / 247 / 173 ms). 20 ms chunks and
+# 32 ms windows line up again every 8 chunks: an overlap clip starts on chunk index ``n`` with
+# ``n % GRID_CHUNKS`` fixed by its item, so a run measures every clip at the same place on the
+# grid and the items spread over all of it (before, the place followed the reply's timing).
+GRID_CHUNKS = 8
 LEAD_S = 0.5  # silence before a complete or paused clip
 WAIT_S = 10.0  # complete/paused: streamed silence to wait for an answer
 LONG_TOKENS = 320  # the long-answer prompt's reply

@@ -11,9 +11,9 @@ import numpy as np
 import websockets
 
 from bench.duplex.client import Mic, Trial, rel_ms
-from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LEAD_S, LIVE, LONG_INSTRUCTIONS, LONG_TOKENS,
-                                 MODES, NEXT_AUDIO_S, NEXT_WAIT_S, OVERLAP_ONLY, PLAYED_S, REPLY_WAIT_S, STORY_BACK_S,
-                                 TURN_ONLY, WAIT_S, mentions)
+from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, GRID_CHUNKS, LEAD_S, LIVE, LONG_INSTRUCTIONS,
+                                 LONG_TOKENS, MODES, NEXT_AUDIO_S, NEXT_WAIT_S, OVERLAP_ONLY, PLAYED_S, REPLY_WAIT_S,
+                                 STORY_BACK_S, TURN_ONLY, WAIT_S, mentions)
 from bench.duplex_set import OVERLAP_KINDS, RATE, Clip, prompts
 from bench.turns import Refused, open_session, until_ready  # one GA session setup for both turn benches
 
@@ -88,9 +88,10 @@ def paused_outcome(created: dict[str, float], first_audio: dict[str, float], pau
             "answered": bool(full), "latency_ms": rel_ms(min(full), last_voiced) if full else None}
 
 
-async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: float) -> dict[str, Any]:
+async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: float,
+                        grid_place: int = 0) -> dict[str, Any]:
     """A long reply plays; after ``played_s`` of it has been heard, the clip (a backchannel or an
-    interruption) is streamed over it."""
+    interruption) is streamed over it, from its ``grid_place`` (``GRID_CHUNKS``)."""
     it = clip.item
     r: dict[str, Any] = {"mode": mode, "item": it.id, "kind": it.kind, "text": it.text, "voice": it.voice,
                          "prompt": prompt, "played_before_s": played_s}
@@ -122,7 +123,7 @@ async def overlap_trial(url: str, mode: str, clip: Clip, prompt: str, played_s: 
             if not said:
                 item = tr.items.get(reply) if reply else None
                 if item is not None and tr.player.played_s(item, now) >= played_s:
-                    mic.say(clip.pcm, {"onset": 0, "last_voiced": clip.last_voiced})
+                    mic.say(clip.pcm, {"onset": 0, "last_voiced": clip.last_voiced}, grid_place)
                     said = True
                 elif reply in tr.done and tr.player.end <= now or now - asked > REPLY_WAIT_S:
                     r["status"] = "short" if reply in tr.first_audio else "no reply"
@@ -303,7 +304,7 @@ async def run_all(url: str, part: str, modes: list[str], clips: list[Clip], log)
                     row = await turn_trial(url, mode, clip)
                 else:
                     row = await overlap_trial(url, mode, clip, long_prompts[n % len(long_prompts)],
-                                              PLAYED_S[n % len(PLAYED_S)])
+                                              PLAYED_S[n % len(PLAYED_S)], n % GRID_CHUNKS)
             except Refused as exc:
                 refused[mode] = str(exc)
                 log(f"{mode}: refused: {exc}")

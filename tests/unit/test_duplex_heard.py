@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 
-from bench.duplex.client import Player, Trial
+import numpy as np
+
+from bench.duplex.client import Mic, Player, Trial
+from bench.duplex import client
+from bench.duplex.common import CHUNK, GRID_CHUNKS
 from bench.duplex.trials import verdict_of_voice
 from bench.duplex_set import RATE
 
@@ -119,3 +124,36 @@ def test_every_held_out_run_is_logged(tmp_path):
     text = log.read_text()
     assert text.splitlines()[-2] == line and "`python -m bench duplex --runs 3`" in line
     assert text.splitlines()[-1].count("|") == 7 and "eval-informed" in text.splitlines()[-1]
+
+
+def test_an_overlap_clip_starts_on_its_place_of_the_vad_grid(monkeypatch):
+    """Wherever the reply's timing left the microphone, the clip's first sample goes out at the
+    start of a chunk whose index is its place modulo GRID_CHUNKS, and its marks say so."""
+    monkeypatch.setattr(client, "CHUNK_MS", 2)  # the schedule sped up; chunks keep their size
+    sent: list[np.ndarray] = []
+
+    class Socket:
+        async def send(self, text: str) -> None:
+            sent.append(np.frombuffer(base64.b64decode(json.loads(text)["audio"]), "<i2"))
+
+    clip = np.full(CHUNK * 3, 1000, np.int16)
+
+    async def run(place: int, silent_chunks: int) -> tuple[int, dict[str, int]]:
+        sent.clear()
+        mic = Mic(Socket())
+        mic.sent = silent_chunks * CHUNK
+        mic.say(clip, {"onset": 0, "last_voiced": clip.size - 1}, place)
+        task = asyncio.create_task(mic._run())
+        while len(sent) < GRID_CHUNKS + 4:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        first = next(i for i, c in enumerate(sent) if c.any())
+        assert set(mic.marks) == {"onset", "last_voiced"}
+        return silent_chunks + first, mic.wanted
+
+    for place in range(GRID_CHUNKS):
+        for silent in (0, 5, 13):
+            index, wanted = asyncio.run(run(place, silent))
+            assert index % GRID_CHUNKS == place
+            assert sent[index - silent][0] == 1000  # the chunk starts with the clip
+            assert wanted == {"onset": index * CHUNK, "last_voiced": index * CHUNK + clip.size - 1}
