@@ -155,7 +155,8 @@ class Cleaned(NamedTuple):
 class RoomFilter:
     """One session's microphone cleaner: echo cancellation against ``played`` (None: off) and
     noise suppression (``noise_suppression``), both with the high-pass filter. Feed it 16 kHz
-    float audio in arrival order; it returns what is cleaned so far (up to 10 ms stays pending).
+    float audio in arrival order; it returns what is cleaned so far (while it cancels or
+    suppresses, up to 10 ms stays pending; while the microphone passes as it came, nothing).
     Runs in the input thread, never on the loop."""
 
     def __init__(self, played: PlayedAudio | None, noise_suppression: bool) -> None:
@@ -177,6 +178,12 @@ class RoomFilter:
             self._ns = rtc.AudioProcessingModule(noise_suppression=True, high_pass_filter=True)
         self._pending = np.zeros(0, np.int16)
         self._pending_t: float | None = None  # monotonic time of the first pending sample
+        # While the output is the microphone as it came (no echo found, no noise suppression), a
+        # partial frame is given on at once (``_given`` of the pending samples) and the canceller
+        # reads it with the next chunk: a clean microphone's voice never waits up to 10 ms for its
+        # frame to fill (a VAD window ending in it waited a whole chunk).
+        self._passing = noise_suppression is False
+        self._given = 0
         self._last_arrival = 0.0
         self._moved_back = 0.0  # how far the clock went back to meet early chunks since it started
         self._late, self._late_since = float("inf"), 0.0  # the least lateness of the chunks since then
@@ -204,8 +211,15 @@ class RoomFilter:
             h, w, e = self._frame(pcm[k:k + FRAME], self._pending_t + k / RATE, live)
             heard[k:k + FRAME], words[k:k + FRAME] = h, w
             differs, echo = differs or w is not h, echo or e
+        heard, words = heard[self._given:], words[self._given:]  # (their first samples were given on before)
+        given = self._given if whole == 0 else 0  # samples of the new pending already given on
         self._pending = pcm[whole:].copy()
         self._pending_t += whole / RATE
+        if self._passing and self._pending.size > given:  # nothing waits for the frame's end
+            tail = self._pending[given:]
+            heard, words = np.concatenate([heard, tail]), np.concatenate([words, tail])
+            given = self._pending.size
+        self._given = given
         return Cleaned(heard.astype(np.float32) / 32768.0, words.astype(np.float32) / 32768.0 if differs else None, echo)
 
     def _clock(self, samples: int, arrived_at: float) -> bool:
@@ -287,6 +301,7 @@ class RoomFilter:
             frame = rtc.AudioFrame(out.tobytes(), RATE, 1, FRAME)
             self._ns.process_stream(frame)
             out = np.frombuffer(frame.data, np.int16)
+        self._passing = out is mic
         if not mic.any():
             return mic, mic, echo  # digital silence holds no echo or noise: kept, not comfort-noised
         return out, out if words is None else words, echo

@@ -432,3 +432,58 @@ def test_a_turn_over_a_loud_echo_is_transcribed_from_the_voice_kept_whole(voice,
         turns += [segment for kind, _, segment in reports if kind == "end"]
     assert len(turns) == 1
     assert "stop" in words(_whisper().transcribe(turns[0]).text)
+
+
+def test_a_clean_microphone_gives_every_chunk_on_at_once(voice):
+    """Once the room knows the microphone hears no echo, a chunk of any size comes out whole as it
+    came (a partial 10 ms frame no longer waits for the next chunk); while it cancels, whole
+    frames only."""
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, None, 0, 2.5, stop)
+    room = RoomFilter(played_reply(reply24), noise_suppression=False)
+    sizes, given = [], 0
+    for i in range(0, mic.size, 300):  # 18.75 ms chunks: never whole frames
+        out = room.process(mic[i:i + 300], T0 + (i + 300) / RATE)
+        sizes.append(out.size)
+        if room.presence.echo is False and i > 2 * RATE:
+            expect = np.round(np.clip(mic[i:i + 300], -1, 1) * 32767) / 32768
+            assert out.size == min(300, mic.size - i) and np.allclose(out, expect, atol=1 / 32768)
+        given += out.size
+    assert given == mic.size
+    echo = microphone(reply16, -10.0, 100, None, stop)
+    room = RoomFilter(played_reply(reply24), noise_suppression=False)
+    sizes = [room.process(echo[i:i + 300], T0 + (i + 300) / RATE).size for i in range(0, 4 * RATE, 300)]
+    assert room.presence.echo and all(s % 160 == 0 for s in sizes[-100:])
+
+
+def test_a_clean_microphone_reaches_the_vad_as_it_comes_room_on_or_off(voice):
+    """The listener's "Stop." streamed at 24 kHz in 20 ms chunks over a reply its microphone does
+    not hear: once the room has decided there is no echo, every chunk gives the VAD the same
+    samples with the room on as off, as the chunk arrives (before, the room's 10 ms frames held
+    part of each chunk back, and the VAD reported some onsets a chunk later: offline on 24 dev2
+    clips at 8 places of the VAD's grid, 163 ms after the onset on average against 156 off)."""
+    from core.audio import resample
+    from core.conversation.audio_input import AudioInput
+    from core.conversation.vad import SileroModel
+
+    reply24, _, stop = voice
+    stop24 = (resample(stop, RATE, 24000) * 32767).astype(np.int16)
+    pcm = np.concatenate([np.zeros(24000 * 2, np.int16), stop24, np.zeros(24000, np.int16)]) / 32768
+    heard, decided = {}, None
+    for room_on in (False, True):
+        cfg = ConversationConfig(turn_detection={"type": "semantic_vad"}, echo_cancellation=room_on,
+                                 input_sample_rate=24000)
+        audio = AudioInput(SileroModel(), cfg, played_reply(reply24))
+        heard[room_on] = []
+        for k in range(0, pcm.size, 480):
+            heard[room_on].append(audio.process(pcm[k:k + 480], T0 + (k + 480) / 24000))
+            if room_on and decided is None and audio.room.presence.echo is False:
+                decided = len(heard[room_on]) + 1  # (the chunk it decided on gives on what it held)
+    assert decided is not None and decided * 0.02 < 1.5  # the room decided before the voice (at 2 s)
+    for (off, off_reports), (on, on_reports) in zip(heard[False][decided:], heard[True][decided:]):
+        assert on.size == off.size and np.allclose(on, off, atol=2 / 32768)
+        # the same reports on the same chunk (a pause's place can move 10 ms: the room's output is
+        # PCM16, and the VAD's quiet level follows the hiss it rounds away)
+        assert [r[0] for r in on_reports] == [r[0] for r in off_reports]
+        assert [r[1] for r in on_reports if r[0] == "start"] == [r[1] for r in off_reports if r[0] == "start"]
+    assert any(r[0] == "start" for _, reports in heard[True] for r in reports)
