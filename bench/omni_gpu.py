@@ -2,7 +2,8 @@
 worker and the gateway (made for a GPU; ``--depth 1 --device cpu`` is its dry run on a CPU).
 
     python -m bench omni --model-dir /dev/shm/q7b --build [--depth N] [--device cuda] \\
-        [--concurrency 1 4] [--prompts 4] [--max-tokens 24] [--speech-dir DIR] [--out DIR]
+        [--concurrency 1 4] [--prompts 4] [--max-tokens 24] [--speech-dir DIR] [--out DIR] \\
+        [--speech-decode eager cuda_graphs] [--workers N]
 
 Weights cannot be fetched here, and timing does not depend on their values: ``--build`` makes a
 Qwen2.5-Omni-7B-shaped model with random weights (``devtools/omni_models.py``) on the device and
@@ -16,6 +17,12 @@ real time with server VAD (clock at the last voiced sample: TTFP is voice-to-voi
 Also reported: GPU memory per worker (the worker's ``/health``: allocated after loading, after the
 warm-up and after every level, so memory a session leaves behind shows), the model's parameter
 counts, load time, and the first audio piece's split between Talker and vocoder (worker log).
+
+``--speech-decode`` runs the whole sequence once per setting of the backend's ``speech_decode``
+(issue 73: transformers' eager Talker and vocoder, then the static cache and CUDA graphs), one
+after the other on the same card, in one table. ``--workers N`` puts N workers on the card (each
+its own model): the levels up to N are N sessions at once, and the report gives the sessions per
+card at RTF p50 <= 0.5.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from bench.launch import Launched, raise_fd_limit
 from bench.serving import SPOKEN_PROMPTS, TEXT_PROMPTS, level, summarise
 
 RATE = 24000
+RTF_GOAL = 0.5  # issue 73: real time with room to spare (no stall in a 30 s reply)
 FIRST_PIECE = re.compile(r"first audio piece: (\d+) text tokens, (\d+) codes; talker (\d+) ms, vocoder (\d+) ms")
 
 
@@ -88,7 +96,7 @@ def first_pieces(log: str) -> dict[str, Any]:
 def run(args) -> dict[str, Any]:
     raise_fd_limit()
     result: dict[str, Any] = {"device": args.device, "dtype": args.dtype, "max_output_tokens": args.max_tokens,
-                              "prompts_per_kind": args.prompts, "levels": [], "memory": {}}
+                              "prompts_per_kind": args.prompts, "workers": args.workers, "runs": {}}
     try:
         import torch
         import transformers
@@ -108,9 +116,20 @@ def run(args) -> dict[str, Any]:
     elif (args.model_dir / "shapes.json").is_file():
         result["build"] = json.loads((args.model_dir / "shapes.json").read_text())
     speech = load_speech(args.speech_dir)
+    for decode in args.speech_decode:  # baseline and change back to back, on one machine
+        print(f"--- speech_decode {decode}", flush=True)
+        result["runs"][decode] = run_one(args, decode, speech)
+    return result
+
+
+def run_one(args, decode: str, speech: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One worker set (``args.workers`` on the one card) with ``speech_decode`` = ``decode``: the
+    warm-up, then every concurrency level, text and spoken."""
+    out: dict[str, Any] = {"levels": [], "memory": {}}
+    logs = args.logs / decode if args.logs else None
     with tempfile.TemporaryDirectory(prefix="omniduplex-bench-omni-") as tmp:
-        with Launched(Path(tmp), workers=1, recording={"enabled": False},
-                      backend={"name": "qwen_omni", "options": backend_options(args)},
+        with Launched(Path(tmp), workers=args.workers, recording={"enabled": False},
+                      backend={"name": "qwen_omni", "options": backend_options(args) | {"speech_decode": decode}},
                       queue={"capacity": 100, "max_wait_s": 3600},
                       auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}) as launched:
             t0 = time.monotonic()
@@ -118,19 +137,19 @@ def run(args) -> dict[str, Any]:
                 launched.wait_ready(timeout=args.load_timeout)
             except RuntimeError:
                 print(launched.log("worker0")[-4000:], flush=True)
-                if args.logs:
-                    args.logs.mkdir(parents=True, exist_ok=True)
-                    (args.logs / "worker0.log").write_text(launched.log("worker0")[-2_000_000:])
+                if logs:
+                    logs.mkdir(parents=True, exist_ok=True)
+                    (logs / "worker0.log").write_text(launched.log("worker0")[-2_000_000:])
                 raise
-            result["load_s"] = round(time.monotonic() - t0, 1)
-            result["memory"]["loaded"] = worker_health(launched).get("gpu")
-            print(f"worker ready in {result['load_s']} s; gpu {result['memory']['loaded']}", flush=True)
+            out["load_s"] = round(time.monotonic() - t0, 1)
+            out["memory"]["loaded"] = worker_health(launched).get("gpu")
+            print(f"{args.workers} worker(s) ready in {out['load_s']} s; gpu {out['memory']['loaded']}", flush=True)
             url = launched.ws_url + "?model=omniduplex-qwen_omni&record=false&app=bench&extensions=all"
             warm = [("text", TEXT_PROMPTS[0], None), ("spoken", SPOKEN_PROMPTS[0], speech[SPOKEN_PROMPTS[0]])]
-            rows = asyncio.run(level(url, 1, warm, max_tokens=args.max_tokens))
-            result["warm_up"] = [{k: r.get(k) for k in ("kind", "ttfp_ms", "e2e_ms", "error")} for r in rows]
-            result["memory"]["after_warm_up"] = worker_health(launched).get("gpu")
-            print(f"warm-up: {result['warm_up']}", flush=True)
+            rows = asyncio.run(level(url, min(args.workers, 2), warm, max_tokens=args.max_tokens))
+            out["warm_up"] = [{k: r.get(k) for k in ("kind", "ttfp_ms", "e2e_ms", "error")} for r in rows]
+            out["memory"]["after_warm_up"] = worker_health(launched).get("gpu")
+            print(f"warm-up: {out['warm_up']}", flush=True)
             for c in args.concurrency:
                 for kind in ("text", "spoken"):
                     n = max(args.prompts, c)
@@ -142,16 +161,17 @@ def run(args) -> dict[str, Any]:
                     rows = asyncio.run(level(url, c, jobs, max_tokens=args.max_tokens))
                     lv = {"concurrency": c, "kind": kind, **summarise(rows), "wall_s": round(time.monotonic() - t_level, 1),
                           "raw": rows}
-                    result["levels"].append(lv)
-                    result["memory"][f"after_c{c}_{kind}"] = worker_health(launched).get("gpu")
+                    out["levels"].append(lv)
+                    out["memory"][f"after_c{c}_{kind}"] = worker_health(launched).get("gpu")
                     print(level_line(lv), flush=True)
-            result["first_piece"] = first_pieces(launched.log("worker0"))
-            result["nvidia_smi"] = nvidia_smi_apps(launched.pid("worker0"))
-            if args.logs:
-                args.logs.mkdir(parents=True, exist_ok=True)
-                for name in ("worker0", "gateway"):
-                    (args.logs / f"{name}.log").write_text(launched.log(name)[-2_000_000:])
-    return result
+            worker_logs = "\n".join(launched.log(f"worker{i}") for i in range(args.workers))
+            out["first_piece"] = first_pieces(worker_logs)
+            out["nvidia_smi"] = nvidia_smi_apps(launched.pid("worker0"))
+            if logs:
+                logs.mkdir(parents=True, exist_ok=True)
+                for name in [f"worker{i}" for i in range(args.workers)] + ["gateway"]:
+                    (logs / f"{name}.log").write_text(launched.log(name)[-2_000_000:])
+    return out
 
 
 def nvidia_smi_apps(worker_pid: int) -> dict[str, Any] | None:
@@ -182,36 +202,44 @@ def level_line(lv: dict[str, Any]) -> str:
 def report(r: dict[str, Any]) -> str:
     build = r.get("build") or {}
     params = build.get("parameters") or {}
+    loads = ", ".join(f"{decode} {run.get('load_s')} s" for decode, run in r["runs"].items())
     lines = [f"Device: {r.get('gpu') or r['device']} ({r['dtype']}); versions {r.get('versions')}; "
              f"model: {build.get('model', '?')}, depth {build.get('depth') or 'full'}, "
              f"{params.get('total', 0) / 1e9:.2f} B parameters "
              f"({', '.join(f'{k} {v / 1e9:.2f} B' for k, v in params.items() if k != 'total')}); "
-             f"load {r.get('load_s')} s; max_output_tokens {r['max_output_tokens']}.", "",
-             "| Input | Concurrency | Requests | TTFP p50 / p90 (ms) | E2E p50 / p90 (ms) | TTFT p50 (ms) | "
-             "RTF p50 / p90 | Queue wait p50 (ms) | Underruns | Errors |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"{r['workers']} worker(s) on the card; max_output_tokens {r['max_output_tokens']}; "
+             f"load {loads}.", "",
+             "| Speech decode | Input | Concurrency | Requests | TTFP p50 / p90 (ms) | E2E p50 / p90 (ms) | "
+             "TTFT p50 (ms) | RTF p50 / p90 | Queue wait p50 (ms) | Underruns | Errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(s: dict, key: str, digits: int = 0) -> str:
         v = s.get(key)
         return "-" if v is None else f"{v:.{digits}f}"
 
-    for lv in r["levels"]:
-        inp = "text" if lv["kind"] == "text" else "speech (TTFP = V2V)"
-        lines.append(f"| {inp} | {lv['concurrency']} | {lv['requests']} | {f(lv['ttfp_ms'], 'median')} / "
-                     f"{f(lv['ttfp_ms'], 'p90')} | {f(lv['e2e_ms'], 'median')} / {f(lv['e2e_ms'], 'p90')} | "
-                     f"{f(lv['ttft_ms'], 'median')} | {f(lv['rtf'], 'median', 2)} / {f(lv['rtf'], 'p90', 2)} | "
-                     f"{f(lv['queue_wait_ms'], 'median')} | {lv['underruns']} | {lv['errors']} |")
-    lines += ["", "GPU memory (MiB, the worker's PyTorch: allocated / reserved / peak):"]
-    for when, m in r["memory"].items():
-        lines.append(f"- {when}: " + ("-" if not m else f"{m['allocated_mib']} / {m['reserved_mib']} / "
-                                             f"{m['peak_allocated_mib']}"))
-    if r.get("nvidia_smi"):
-        lines.append(f"- nvidia-smi, the worker process: {r['nvidia_smi']['worker_mib']} MiB")
-    if r.get("first_piece"):
-        fp = r["first_piece"]
-        lines.append(f"\nFirst audio piece (median of {fp['n']}): {fp['text_tokens_median']:.0f} text tokens, "
-                     f"{fp['codes_median']:.0f} codec frames; Talker {fp['talker_ms_median']:.0f} ms, "
-                     f"vocoder {fp['vocoder_ms_median']:.0f} ms")
+    for decode, run in r["runs"].items():
+        for lv in run["levels"]:
+            inp = "text" if lv["kind"] == "text" else "speech (TTFP = V2V)"
+            lines.append(f"| {decode} | {inp} | {lv['concurrency']} | {lv['requests']} | {f(lv['ttfp_ms'], 'median')} / "
+                         f"{f(lv['ttfp_ms'], 'p90')} | {f(lv['e2e_ms'], 'median')} / {f(lv['e2e_ms'], 'p90')} | "
+                         f"{f(lv['ttft_ms'], 'median')} | {f(lv['rtf'], 'median', 2)} / {f(lv['rtf'], 'p90', 2)} | "
+                         f"{f(lv['queue_wait_ms'], 'median')} | {lv['underruns']} | {lv['errors']} |")
+    for decode, run in r["runs"].items():
+        fast = [lv["concurrency"] for lv in run["levels"]
+                if lv["rtf"].get("median") is not None and lv["rtf"]["median"] <= RTF_GOAL]
+        lines.append(f"\n{decode}: sessions per card at RTF p50 <= {RTF_GOAL}: "
+                     f"{min(max(fast), r['workers']) if fast else 0} (of the levels run, with {r['workers']} worker(s))")
+        lines.append("GPU memory (MiB, worker0's PyTorch: allocated / reserved / peak):")
+        for when, m in run["memory"].items():
+            lines.append(f"- {when}: " + ("-" if not m else f"{m['allocated_mib']} / {m['reserved_mib']} / "
+                                                 f"{m['peak_allocated_mib']}"))
+        if run.get("nvidia_smi"):
+            lines.append(f"- nvidia-smi, worker0's process: {run['nvidia_smi']['worker_mib']} MiB")
+        if run.get("first_piece"):
+            fp = run["first_piece"]
+            lines.append(f"First audio piece (median of {fp['n']}): {fp['text_tokens_median']:.0f} text tokens, "
+                         f"{fp['codes_median']:.0f} codec frames; Talker {fp['talker_ms_median']:.0f} ms, "
+                         f"vocoder {fp['vocoder_ms_median']:.0f} ms")
     return "\n".join(lines)
 
 
@@ -228,6 +256,9 @@ def cli() -> None:
     parser.add_argument("--first-chunk-words", type=int, default=2, help="the backend's first speakable piece")
     parser.add_argument("--speech-dir", type=Path, help="spoken prompts as 24 kHz WAVs (default: Piper here)")
     parser.add_argument("--save-speech", type=Path, help="only write the spoken prompts as WAVs there, then stop")
+    parser.add_argument("--speech-decode", nargs="+", default=["eager"], choices=["eager", "static", "cuda_graphs"],
+                        help="the backend's speech_decode settings, each run in turn (baseline, then the change)")
+    parser.add_argument("--workers", type=int, default=1, help="workers on the one card (sessions per card)")
     parser.add_argument("--load-timeout", type=float, default=900.0)
     parser.add_argument("--logs", type=Path, help="keep the worker's and the gateway's logs there")
     parser.add_argument("--json", action="store_true")

@@ -97,6 +97,8 @@ class WorkersConfig(_Strict):
     host: str = "127.0.0.1"
     base_port: int = Field(22400, ge=1, le=65535)
     slots: int = Field(1, ge=1, le=64, description="sessions per worker; 1 = exclusive")
+    per_gpu: int = Field(1, ge=1, le=16, description="workers per visible GPU for a backend that runs its model "
+                         "on CUDA (each loads its own copy: sessions per card at real time, bench omni --workers)")
     urls: list[str] = Field(default_factory=list, description="extra workers on other hosts")
     secret: str | None = Field(None, min_length=16, description="the secret every call from the gateway (or the "
                                "launcher) to a worker carries; null: generated once into <data_dir>/worker_secret "

@@ -427,12 +427,13 @@ def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
 
 def gpu_plan(config: AppConfig, workers_flag: int | None,
              environ: dict[str, str] | None = None) -> tuple[int | None, dict[str, dict[str, str]]]:
-    """One worker per visible GPU for backends that run a local model on CUDA.
+    """``workers.per_gpu`` workers per visible GPU (one by default) for backends that run a local
+    model on CUDA.
 
     Returns the worker count to use (None: keep the configured one) and each worker's extra
     environment: ``CUDA_VISIBLE_DEVICES=<its GPU>``, so inside the worker the model's device is
-    simply ``cuda`` / ``auto``. With ``--workers`` given, that count wins and GPUs are shared
-    round-robin. No GPUs, or a CPU backend: nothing changes.
+    simply ``cuda`` / ``auto``; a GPU's workers are next to each other. With ``--workers`` given,
+    that count wins and GPUs are shared round-robin. No GPUs, or a CPU backend: nothing changes.
     """
     from core.processors import wants_gpu
 
@@ -441,10 +442,10 @@ def gpu_plan(config: AppConfig, workers_flag: int | None,
     gpus = visible_gpus(environ)
     if not gpus:
         return None, {}
-    count = workers_flag if workers_flag is not None else len(gpus)
-    return (None if workers_flag is not None else count), {
-        worker_name(i): {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(count)
-    }
+    if workers_flag is not None:
+        return None, {worker_name(i): {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(workers_flag)}
+    per = config.workers.per_gpu
+    return len(gpus) * per, {worker_name(i): {"CUDA_VISIBLE_DEVICES": gpus[i // per]} for i in range(len(gpus) * per)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -454,11 +455,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = config_from_cli(args)
         # --gateway-only: no local workers, so none to place on GPUs
-        per_gpu, child_env = gpu_plan(config, args.workers) if config.workers.count else (None, {})
-        if per_gpu is not None:
-            args.workers = per_gpu  # the gateway must expect the same workers: pass it to every child
+        gpu_workers, child_env = gpu_plan(config, args.workers) if config.workers.count else (None, {})
+        if gpu_workers is not None:
+            args.workers = gpu_workers  # the gateway must expect the same workers: pass it to every child
             config = config_from_cli(args)
-            print(f"[supervisor] {per_gpu} GPU(s) visible: one {config.backend.name} worker each "
+            print(f"[supervisor] {gpu_workers // config.workers.per_gpu} GPU(s) visible: "
+                  f"{config.workers.per_gpu} {config.backend.name} worker(s) each "
                   f"({', '.join(e['CUDA_VISIBLE_DEVICES'] for e in child_env.values())})", flush=True)
     except SystemExit as exc:
         return int(exc.code or 2)

@@ -34,6 +34,8 @@ from core.processors.omni_base import (
 from core.processors.qwen_loading import as_list, codec_suppressed, load_processor
 from core.processors.qwen_streaming import ReplySpeech, ReplyStreamer
 from core.processors.qwen_tools import tool_call_text, tool_prefill, tools_block
+from core.processors.talker_static import StaticTalker
+from core.processors.vocoder_static import StaticVocoder
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,10 @@ class QwenOmniOptions(OmniOptions):
     talker_top_k: int = Field(40, ge=1)
     talker_top_p: float = Field(0.8, gt=0.0, le=1.0)
     talker_repetition_penalty: float = Field(1.05, ge=1.0, le=2.0)
+    speech_decode: Literal["eager", "static", "cuda_graphs"] = Field(
+        "eager", description="Qwen2.5's Talker and vocoder: transformers' code (eager), on fixed tensors (a static "
+        "KV cache, talker_static.py; the vocoder's solve, vocoder_static.py), or those replayed as CUDA graphs "
+        "(a Talker step per cache size, a vocoder solve per piece length; on a CPU: static)")
     token2wav_steps: int = Field(10, ge=1, le=50, description="Qwen2.5 DiT ODE steps")
     vocoder_sample_rate: int = Field(OUTPUT_RATE, ge=8000, le=48000)
     seed: int | None = None
@@ -102,6 +108,8 @@ class QwenOmniBackend(OmniBackendBase):
         self.dtype = None
         self.has_video = False
         self.codec_suppressed: list[int] = []  # Qwen2.5 Talker ids never to sample (see ``codec_suppressed``)
+        self.static_talker: StaticTalker | None = None  # ``speech_decode`` static or cuda_graphs (Qwen2.5)
+        self.vocoder: Any = None  # Token2Wav, or its ``StaticVocoder``
         # The Talker + vocoder run beside the Thinker: one thread, so pieces are spoken in order.
         self.talker_pool = self.threads.pool("qwen-talker")
 
@@ -152,6 +160,11 @@ class QwenOmniBackend(OmniBackendBase):
             self.codec_suppressed = codec_suppressed(
                 model.config.talker_config.vocab_size, model.config.token2wav_config.dit_config.num_embeds,
                 talker.codec_bos_token, (talker.codec_pad_token, talker.codec_eos_token))
+            self.vocoder = t2w
+            if opts.speech_decode != "eager":
+                graphs = opts.speech_decode == "cuda_graphs"
+                self.static_talker = StaticTalker(talker, graphs)
+                self.vocoder = StaticVocoder(t2w, graphs)
         predictor = getattr(getattr(model, "talker", None), "code_predictor", None)
         if not self.options.talker_sample and predictor is not None:
             predictor.generation_config.do_sample = False  # Qwen3's residual codes greedy too
@@ -197,7 +210,7 @@ class QwenOmniBackend(OmniBackendBase):
             t2w = self.model.token2wav
             codes = torch.zeros((1, 24), dtype=torch.long, device=t2w.device)
             with torch.inference_mode():
-                t2w(codes, conditioning=spk["cond"].to(t2w.device).float(),
+                self.vocoder(codes, conditioning=spk["cond"].to(t2w.device).float(),
                     reference_mel=spk["ref_mel"].to(t2w.device).float(), num_steps=self.options.token2wav_steps)
         self._sync()
 
@@ -441,13 +454,20 @@ class QwenOmniBackend(OmniBackendBase):
                                dim=1)
         kwargs = {k: v for k, v in state["mm"].items() if v is not None}
         t0 = time.perf_counter()
-        codes = talker.generate(
-            input_ids=talker_ids, input_text_ids=input_text_ids, thinker_reply_part=reply_rest,
-            inputs_embeds=inputs_embeds, attention_mask=torch.ones((1, n_ctx + 2), dtype=torch.long, device=dev),
-            suppress_tokens=self.codec_suppressed, eos_token_id=[talker.codec_pad_token, talker.codec_eos_token],
-            pad_token_id=talker.codec_pad_token, stopping_criteria=self._stopper(cancel),
-            **self._talker_sampling(max_codes), **kwargs,
-        )[:, talker_ids.shape[1]:]
+        if self.static_talker is not None:
+            codes = self.static_talker.generate(
+                talker_ids=talker_ids, input_text_ids=input_text_ids, inputs_embeds=inputs_embeds,
+                thinker_reply_part=reply_rest, suppress=self.codec_suppressed,
+                eos=[talker.codec_pad_token, talker.codec_eos_token], stop=cancel.is_set,
+                **self._talker_sampling(max_codes), **kwargs)
+        else:
+            codes = talker.generate(
+                input_ids=talker_ids, input_text_ids=input_text_ids, thinker_reply_part=reply_rest,
+                inputs_embeds=inputs_embeds, attention_mask=torch.ones((1, n_ctx + 2), dtype=torch.long, device=dev),
+                suppress_tokens=self.codec_suppressed, eos_token_id=[talker.codec_pad_token, talker.codec_eos_token],
+                pad_token_id=talker.codec_pad_token, stopping_criteria=self._stopper(cancel),
+                **self._talker_sampling(max_codes), **kwargs,
+            )[:, talker_ids.shape[1]:]
         stops = (codes == talker.codec_eos_token) | (codes == talker.codec_pad_token)
         length = int(stops[0].nonzero()[0, 0]) if bool(stops.any()) else codes.shape[1]
         codes = codes[:, :length]
@@ -455,7 +475,7 @@ class QwenOmniBackend(OmniBackendBase):
             return np.zeros(0, dtype=np.float32)
         t1 = time.perf_counter()
         t2w = model.token2wav  # float32 since loading
-        wav = t2w(codes.to(t2w.device), conditioning=spk["cond"].to(t2w.device).float(),
+        wav = self.vocoder(codes.to(t2w.device), conditioning=spk["cond"].to(t2w.device).float(),
                   reference_mel=spk["ref_mel"].to(t2w.device).float(), num_steps=self.options.token2wav_steps)
         samples = wav.reshape(-1).float().cpu().numpy()
         state["pieces"].append((length, t1 - t0, time.perf_counter() - t1))  # codes, talker s, vocoder s

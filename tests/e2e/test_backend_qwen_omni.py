@@ -196,13 +196,13 @@ async def test_server_vad_turn_images_frames_and_voices(qwen_stack, tts):
     assert audio_of(events)
 
 
-async def one_reply(backend, max_output_tokens: int):
+async def one_reply(backend, max_output_tokens: int, temperature: float = 1.0):
     """In-process: one text turn and its spoken reply; (conversation, its events, response_done)."""
     from core.conversation import ConversationConfig
     from tests.support.helpers import Collector
 
     conv = backend.open_conversation(ConversationConfig(turn_detection=None, max_output_tokens=max_output_tokens,
-                                                        temperature=1.0))
+                                                        temperature=temperature))
     events = Collector(conv)
     await conv.add_text("Tell me about the park, please.")
     await conv.create_response()
@@ -235,6 +235,29 @@ async def test_first_piece_is_small_and_spoken_while_the_thinker_writes(qwen25_m
         await conv.close()
     finally:
         backend.close()
+
+
+async def test_a_spoken_reply_is_the_same_audio_on_either_path(qwen25_model):
+    """The backend end to end: one text turn, its reply spoken piece by piece, with the Talker on
+    transformers' generate and Token2Wav, and on the static cache and solve: the same text and the
+    same audio. (A greedy Thinker: its sampling draws from the generator the vocoder's noise comes
+    from, on another thread, so a sampled reply's audio differs run to run on either path.)"""
+    from core.processors import create_backend
+
+    heard = {}
+    for decode in ("eager", "static"):
+        backend = create_backend("qwen_omni", options(qwen25_model) | {"warm_up": False, "speech_decode": decode})
+        await asyncio.to_thread(backend.load)
+        try:
+            conv, events, done = await one_reply(backend, max_output_tokens=24, temperature=0.0)
+            audio = b"".join(e.pcm for e in events.of("audio_chunk"))
+            text = "".join(e.delta for e in events.of("text_delta"))
+            heard[decode] = (text, audio, done.audio_ms)
+            await conv.close()
+        finally:
+            backend.close()
+    assert heard["eager"][1], "the reply was spoken"
+    assert heard["static"] == heard["eager"]
 
 
 async def test_talker_never_writes_a_code_the_vocoder_cannot_take(tmp_path):
@@ -345,8 +368,9 @@ def test_qwen3_omni_through_the_worker_app(tmp_path):
 
 
 def test_supervisor_plans_one_worker_per_visible_gpu(tmp_path):
-    """start_all.sh -> supervisor: a GPU backend gets one worker per visible GPU, each pinned with
-    CUDA_VISIBLE_DEVICES; a CPU device, the cascade, or no GPU leave the config alone."""
+    """start_all.sh -> supervisor: a GPU backend gets one worker per visible GPU (workers.per_gpu
+    each), each pinned with CUDA_VISIBLE_DEVICES; a CPU device, the cascade, or no GPU leave the
+    config alone."""
     from core.config import AppConfig
     from launcher.supervisor import gpu_plan
 
@@ -357,6 +381,9 @@ def test_supervisor_plans_one_worker_per_visible_gpu(tmp_path):
     count, env = gpu_plan(gpu, 3, {"CUDA_VISIBLE_DEVICES": "0,1"})  # --workers wins; GPUs shared in turn
     assert count is None and [e["CUDA_VISIBLE_DEVICES"] for e in env.values()] == ["0", "1", "0"]
     assert gpu_plan(gpu, None, {"CUDA_VISIBLE_DEVICES": ""}) == (None, {})
+    two_each = gpu.model_copy(update={"workers": gpu.workers.model_copy(update={"per_gpu": 2})})
+    count, env = gpu_plan(two_each, None, {"CUDA_VISIBLE_DEVICES": "4,5"})  # workers.per_gpu: a card's side by side
+    assert count == 4 and [e["CUDA_VISIBLE_DEVICES"] for e in env.values()] == ["4", "4", "5", "5"]
     cpu = AppConfig.model_validate({"backend": {"name": "qwen_omni", "options": {"device": "cpu"}}})
     assert gpu_plan(cpu, None, {"CUDA_VISIBLE_DEVICES": "0"}) == (None, {})
     assert gpu_plan(AppConfig(), None, {"CUDA_VISIBLE_DEVICES": "0"}) == (None, {})

@@ -1,0 +1,130 @@
+"""Qwen2.5-Omni's speech on fixed tensors (issue 73), on the tiny model: the Talker on a static KV
+cache (``core/processors/talker_static.py``) writes the codec frames transformers' ``generate``
+writes (greedy and sampled with one seed, in several pieces through one reused cache), and the
+vocoder's solve (``vocoder_static.py``) gives Token2Wav's waveform for one seed. The whole spoken
+reply: ``tests/e2e/test_backend_qwen_omni.py``. Their CUDA graphs replay these same steps; they
+are proved on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.processors.talker_static import MIN_BUCKET, StaticTalker, bucket
+from core.processors.vocoder_static import StaticVocoder
+from tests.support.tiny_omni import build_qwen2_5_omni
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return build_qwen2_5_omni(tmp_path_factory.mktemp("talker_static") / "model")
+
+
+@pytest.fixture(scope="module")
+def model(tiny_path):
+    from transformers import Qwen2_5OmniForConditionalGeneration
+
+    return Qwen2_5OmniForConditionalGeneration.from_pretrained(str(tiny_path), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def talker(model):
+    return model.talker
+
+
+def _inputs(talker, context: int, reply: int, seed: int) -> dict:
+    """A piece's Talker inputs as the backend builds them: the context's ids masked, then the codec
+    pad and start; the Thinker's states as embeddings; the reply's states to read frame by frame."""
+    gen = torch.Generator().manual_seed(seed)
+    e = talker.config.embedding_size
+    ids = torch.randint(0, 300, (1, context + 2), generator=gen)
+    talker_ids = torch.cat([torch.full((1, context), talker.codec_mask_token),
+                            torch.tensor([[talker.codec_pad_token, talker.codec_bos_token]])], dim=1)
+    return {"talker_ids": talker_ids, "input_text_ids": ids,
+            "inputs_embeds": torch.randn(1, context + 2, e, generator=gen),
+            "thinker_reply_part": torch.randn(1, reply, e, generator=gen)}
+
+
+def _sampling(sample: bool) -> dict:
+    if not sample:
+        return {"do_sample": False, "repetition_penalty": 1.05}
+    return {"do_sample": True, "top_k": 40, "top_p": 0.8, "temperature": 0.9, "repetition_penalty": 1.05}
+
+
+def _eager(talker, x: dict, max_new: int, sample: bool) -> torch.Tensor:
+    eos = [talker.codec_pad_token, talker.codec_eos_token]
+    n = x["talker_ids"].shape[1]
+    out = talker.generate(input_ids=x["talker_ids"], input_text_ids=x["input_text_ids"],
+                          inputs_embeds=x["inputs_embeds"].clone(), thinker_reply_part=x["thinker_reply_part"],
+                          attention_mask=torch.ones((1, n), dtype=torch.long), suppress_tokens=[1, 2, 3],
+                          eos_token_id=eos, pad_token_id=talker.codec_pad_token, max_new_tokens=max_new,
+                          **_sampling(sample))
+    return out[:, n:]
+
+
+def _static(decoder: StaticTalker, x: dict, max_new: int, sample: bool) -> torch.Tensor:
+    t = decoder.talker
+    return decoder.generate(talker_ids=x["talker_ids"], input_text_ids=x["input_text_ids"],
+                            inputs_embeds=x["inputs_embeds"].clone(), thinker_reply_part=x["thinker_reply_part"],
+                            suppress=[1, 2, 3], eos=[t.codec_pad_token, t.codec_eos_token], max_new_tokens=max_new,
+                            stop=lambda: False, **_sampling(sample))
+
+
+def test_cache_sizes_are_buckets():
+    assert bucket(1) == MIN_BUCKET and bucket(MIN_BUCKET) == MIN_BUCKET
+    assert bucket(MIN_BUCKET + 1) == 2 * MIN_BUCKET and bucket(3000) == 4096
+
+
+@torch.inference_mode()
+def test_greedy_frames_are_generates_through_one_reused_cache(talker):
+    """Pieces of different lengths, in and across cache sizes, one after another on one decoder:
+    each piece's frames are the ones generate writes (a cache left over from the piece before
+    would change them)."""
+    decoder = StaticTalker(talker, graphs=False)
+    for context, reply, max_new, seed in ((12, 5, 40, 0), (30, 9, 60, 1), (230, 4, 50, 2), (12, 5, 40, 3)):
+        x = _inputs(talker, context, reply, seed)
+        want = _eager(talker, x, max_new, sample=False)
+        got = _static(decoder, x, max_new, sample=False)
+        assert got.tolist() == want.tolist(), f"piece with context {context}"
+    assert len(decoder._slots) == 2  # 256 and 512 tokens
+
+
+@torch.inference_mode()
+def test_sampled_frames_are_generates_with_one_seed(talker):
+    decoder = StaticTalker(talker, graphs=False)
+    x = _inputs(talker, 20, 6, seed=5)
+    torch.manual_seed(7)
+    want = _eager(talker, x, 50, sample=True)
+    torch.manual_seed(7)
+    got = _static(decoder, x, 50, sample=True)
+    assert got.tolist() == want.tolist()
+
+
+@torch.inference_mode()
+def test_a_stop_ends_the_piece_at_once(talker):
+    decoder = StaticTalker(talker, graphs=False)
+    x = _inputs(talker, 12, 5, seed=0)
+    t = talker
+    steps = []
+    codes = decoder.generate(talker_ids=x["talker_ids"], input_text_ids=x["input_text_ids"],
+                             inputs_embeds=x["inputs_embeds"].clone(), thinker_reply_part=x["thinker_reply_part"],
+                             suppress=[t.codec_pad_token, t.codec_eos_token],  # it never ends by itself
+                             eos=[t.codec_pad_token, t.codec_eos_token], max_new_tokens=100,
+                             stop=lambda: steps.append(1) or len(steps) >= 3)
+    assert codes.shape[1] == 3
+
+
+
+@torch.inference_mode()
+def test_the_vocoders_solve_is_token2wavs(model, tiny_path):
+    t2w = model.token2wav.float()
+    voice = torch.load(tiny_path / "spk_dict.pt")["Chelsie"]
+    vocoder = StaticVocoder(t2w, graphs=False)
+    for length, steps in ((24, 4), (37, 10)):
+        codes = torch.randint(0, 60, (1, length), generator=torch.Generator().manual_seed(length))
+        torch.manual_seed(3)
+        want = t2w(codes, conditioning=voice["cond"], reference_mel=voice["ref_mel"], num_steps=steps)
+        torch.manual_seed(3)
+        got = vocoder(codes, conditioning=voice["cond"], reference_mel=voice["ref_mel"], num_steps=steps)
+        assert got.shape == want.shape and want.abs().max() > 0
+        assert torch.equal(got, want), f"{length} codes, {steps} steps"
