@@ -1,4 +1,4 @@
-"""PCM16 helpers: validation, conversion and resampling (soxr; the microphone's stream: libswresample)."""
+"""PCM16 helpers: validation, conversion and resampling (soxr)."""
 
 from __future__ import annotations
 
@@ -68,33 +68,3 @@ class StreamResampler:
             return samples.astype(np.float32, copy=False)
         return self._stream.resample_chunk(samples.astype(np.float32, copy=False), last=last)
 
-
-class InputResampler:
-    """The microphone's chunk-by-chunk resampling, for the VAD: libswresample (PyAV, already here
-    for WebRTC and media decoding) holds back a constant 16 samples (1 ms at 16 kHz); soxr's stream
-    held 97-585 (21 ms on average, 24 -> 16 kHz in 20 ms chunks) and let them out in bursts, and a
-    voice's onset reached the VAD that much later. Output keeps soxr (``StreamResampler``): the
-    listener's audio wants its filter, and is not waited on sample by sample."""
-
-    def __init__(self, src_rate: int, dst_rate: int) -> None:
-        self.src_rate = src_rate
-        self.dst_rate = dst_rate
-        self._resampler = None
-        self._pts = 0
-        if src_rate != dst_rate:
-            import av
-
-            self._av = av
-            self._resampler = av.AudioResampler(format="flt", layout="mono", rate=dst_rate)
-
-    def process(self, samples: np.ndarray) -> np.ndarray:
-        if self._resampler is None:
-            return samples.astype(np.float32, copy=False)
-        if samples.size == 0:
-            return np.zeros(0, np.float32)
-        frame = self._av.AudioFrame.from_ndarray(np.ascontiguousarray(samples, np.float32).reshape(1, -1),
-                                                 format="flt", layout="mono")
-        frame.sample_rate, frame.pts = self.src_rate, self._pts
-        self._pts += samples.size
-        out = [f.to_ndarray()[0] for f in self._resampler.resample(frame)]
-        return np.concatenate(out) if out else np.zeros(0, np.float32)

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from core.audio import InputResampler
+from core.audio import StreamResampler
 from core.conversation.config import ConversationConfig, TurnDetection
 from core.conversation.played_audio import PlayedAudio
 from core.conversation.room import RoomFilter
@@ -30,7 +30,7 @@ class AudioInput:
         self.vad_model = vad_model
         self.turn_detection: TurnDetection | None = cfg.turn_detection
         self.vad = self._new_vad()
-        self.resampler = InputResampler(cfg.input_sample_rate, VAD_RATE)
+        self.resampler = StreamResampler(cfg.input_sample_rate, VAD_RATE)
         self.played = played  # the echo's reference (None: nothing to cancel against)
         self.room: RoomFilter | None = None
         self.set_room(cfg)

@@ -460,8 +460,9 @@ def test_a_clean_microphone_reaches_the_vad_as_it_comes_room_on_or_off(voice):
     """The listener's "Stop." streamed at 24 kHz in 20 ms chunks over a reply its microphone does
     not hear: once the room has decided there is no echo, every chunk gives the VAD the same
     samples with the room on as off, as the chunk arrives (before, the room's 10 ms frames held
-    part of each chunk back, and the VAD reported some onsets a chunk later: offline on 24 dev2
-    clips at 8 places of the VAD's grid, 163 ms after the onset on average against 156 off)."""
+    back part of what the resampler let out, and the VAD reported some onsets a chunk or two
+    later: offline on 24 dev2 clips at 8 places of the VAD's grid, 163 ms after the onset on
+    average against 156 off)."""
     from core.audio import resample
     from core.conversation.audio_input import AudioInput
     from core.conversation.vad import SileroModel
