@@ -19,8 +19,11 @@ length (the same position in all three rope sections, as the Talker's model plac
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from typing import Any, Callable
+
+log = logging.getLogger(__name__)
 
 MIN_BUCKET = 256  # cache sizes are powers of two from here: a graph per size, reused across pieces
 MAX_BUCKETS = 3  # caches (and their graphs) kept per worker; the least recently used goes
@@ -68,7 +71,7 @@ class StaticTalker:
             if bool(torch.isin(token, eos_ids).any()) or stop():
                 break
             logits = slot.step(token, reply[:, min(i, reply.shape[1] - 1)], self.graphs)
-            if slot.graph is not None and slot.captured:
+            if slot.captured:
                 self.captures += 1
                 slot.captured = False
             token = pick(logits)
@@ -137,7 +140,7 @@ class _Slot:
         self.positions = torch.arange(size, device=p.device)
         self.masked = torch.finfo(p.dtype).min  # an additive mask's "not visible", as transformers' masks use
         self.logits = None
-        self.graph = None
+        self.graph: Any = None  # None: not captured yet; False: capture failed, steps run without it
         self.captured = False  # a graph was captured by the last step (counted by the caller)
 
     def reset(self) -> None:
@@ -150,10 +153,16 @@ class _Slot:
         """The logits for the frame after ``token`` ([1, 1]) with the reply's Thinker state ``reply`` ([1, E])."""
         self.token.copy_(token)
         self.reply[:, 0].copy_(reply)
-        if not graphs or self.dev.type != "cuda":
+        if not graphs or self.dev.type != "cuda" or self.graph is False:
             return self._forward()
         if self.graph is None:
-            self._capture()
+            try:
+                self._capture()
+            except Exception:  # noqa: BLE001 - a step that cannot be captured still runs, uncaptured
+                log.exception("the Talker's decode step could not be captured as a CUDA graph (cache size %d): "
+                              "it runs without one", self.size)
+                self.graph = False
+                return self._forward()
         self.graph.replay()
         return self.logits
 

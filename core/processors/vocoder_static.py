@@ -12,8 +12,11 @@ tests check it gives ``Token2Wav``'s waveform for one seed.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 MAX_GRAPHS = 12  # piece lengths whose solve stays captured (the least recently used goes)
 GUIDANCE = 0.5  # Token2Wav's defaults, which the backend uses
@@ -45,12 +48,20 @@ class StaticVocoder:
             key = (code.shape[1], tuple(conditioning.shape), tuple(reference_mel.shape), num_steps)
             solve = self._solves.pop(key, None)
             if solve is None:
-                solve = _Solve(dit, noise, code, conditioning, reference_mel, num_steps)
-                self.captures += 1
+                try:
+                    solve = _Solve(dit, noise, code, conditioning, reference_mel, num_steps)
+                    self.captures += 1
+                except Exception:  # noqa: BLE001 - a solve that cannot be captured still runs, uncaptured
+                    log.exception("the vocoder's solve could not be captured as a CUDA graph (%d codes): "
+                                  "it runs without one", code.shape[1])
+                    solve = False
                 while len(self._solves) >= MAX_GRAPHS:
                     self._solves.popitem(last=False)
             self._solves[key] = solve
-            mel = solve.run(noise, code, conditioning, reference_mel).clone()
+            if solve is False:
+                mel = _solve(dit, noise, code, conditioning, reference_mel, num_steps)
+            else:
+                mel = solve.run(noise, code, conditioning, reference_mel).clone()
         return self.t2w.code2wav_bigvgan_model(mel)
 
 
