@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Here, before a GPU sitting (issue 73): what the GPU machine's image lacks, made once on this
-# machine and carried there (run's carry: [".whl", ".speech"], ~35 MB of the 64 MiB allowed):
+# machine and carried there (run's carry: [".whl", ".speech"], ~43 MB of the 64 MiB allowed):
 # - .whl/: wheels for its Python (GPU_PYTHON, 3.12 in the last sitting) at the versions tested
 #   here (read from this .venv): the worker and the gateway's web stack, transformers, the room's
 #   echo canceller (livekit, pyaec); its own torch, numpy and the hub's small packages it has;
