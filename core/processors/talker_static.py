@@ -44,7 +44,6 @@ class StaticTalker:
         self.talker = talker
         self.graphs = graphs  # capture the decode step (CUDA only)
         self._slots: OrderedDict[int, _Slot] = OrderedDict()
-        self.captures = 0  # graphs captured (a new bucket), for the tests and the worker's log
 
     def generate(self, *, talker_ids, input_text_ids, inputs_embeds, thinker_reply_part, suppress: list[int],
                  eos: list[int], max_new_tokens: int, stop: Callable[[], bool], do_sample: bool = False,
@@ -71,9 +70,6 @@ class StaticTalker:
             if bool(torch.isin(token, eos_ids).any()) or stop():
                 break
             logits = slot.step(token, reply[:, min(i, reply.shape[1] - 1)], self.graphs)
-            if slot.captured:
-                self.captures += 1
-                slot.captured = False
             token = pick(logits)
             codes.append(token)
         return torch.cat(codes, dim=1)
@@ -141,7 +137,6 @@ class _Slot:
         self.masked = torch.finfo(p.dtype).min  # an additive mask's "not visible", as transformers' masks use
         self.logits = None
         self.graph: Any = None  # None: not captured yet; False: capture failed, steps run without it
-        self.captured = False  # a graph was captured by the last step (counted by the caller)
 
     def reset(self) -> None:
         """An empty cache for the next piece, every tensor where it was."""
@@ -198,4 +193,3 @@ class _Slot:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.logits = self._forward()
-        self.captured = True

@@ -31,7 +31,6 @@ class StaticVocoder:
         self.dit = token2wav.code2wav_dit_model
         self.graphs = graphs
         self._solves: OrderedDict[tuple, _Solve] = OrderedDict()
-        self.captures = 0
 
     def __call__(self, code, conditioning, reference_mel, num_steps: int = 10):
         import torch
@@ -50,7 +49,6 @@ class StaticVocoder:
             if solve is None:
                 try:
                     solve = _Solve(dit, noise, code, conditioning, reference_mel, num_steps)
-                    self.captures += 1
                 except Exception:  # noqa: BLE001 - a solve that cannot be captured still runs, uncaptured
                     log.exception("the vocoder's solve could not be captured as a CUDA graph (%d codes): "
                                   "it runs without one", code.shape[1])
