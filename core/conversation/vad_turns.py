@@ -61,6 +61,7 @@ class VadTurns:
         self.replies = replies
         self.echo = EchoWords(rt.playback, replies)  # what the listener heard it say lately
         self._overlap: Overlap | None = None  # speech over the assistant's audio, being judged
+        self._paused_clip: np.ndarray | None = None  # the clip at the pending overlap's pause, to speculate on
         self._cut: Response | None = None  # a reply cut by an interruption, until its turn has words
         self._turn_ended_ms: int | None = None  # where the user's last turn ended (the VAD's end)
 
@@ -90,7 +91,7 @@ class VadTurns:
     async def speech_began(self, item_id: str, ms: int, sure: bool) -> None:
         """A voice began at ``ms``: judged first when it is over the assistant."""
         self.replies.drop_held()
-        self._overlap = None
+        self._overlap, self._paused_clip = None, None
         if self._judges_overlap(ms):
             ov = self._overlap = Overlap(item_id, ms, self.rt.playback.item_id, time.monotonic())
             if not sure:  # maybe the echo's residue: a stop word or its length decides
@@ -113,6 +114,7 @@ class VadTurns:
             return True  # a pause in a turn: its words are read ahead
         ov.paused = True
         ov.pauses += 1
+        self._paused_clip = segment
         self.rt.spawn(self._overlap_paused(ov, segment, ms))
         return False
 
@@ -120,6 +122,7 @@ class VadTurns:
         ov = self._overlap_pending()
         if ov is not None:
             ov.paused = False
+        self._paused_clip = None
         self.replies.drop_held()
 
     async def speech_ended(self, item_id: str, ms: int, segment: np.ndarray | None,
@@ -318,8 +321,13 @@ class VadTurns:
             if not ov.yielded:
                 self.rt.emit(SpeechStarted(ov.speech_item, ov.onset_ms))
                 await self._interrupt()
+            # The pause the voice is in is the turn's first pause, whichever landed first: its
+            # judgement, or a glance made before it (whose verdict then finds the pause unread).
+            if segment is None and ov.paused:
+                segment = self._paused_clip
+            self._paused_clip = None
             if segment is not None:
-                self.hearing.speculate(segment)  # the pause that settled it is the turn's first pause
+                self.hearing.speculate(segment)
             return
         end_ms = await self.hearing.drop_voice()  # the voice is over: the VAD's turn ends here
         if end_ms is None:

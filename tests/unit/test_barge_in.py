@@ -9,6 +9,7 @@ listener's play head is the conversation's real-time clock, so the audio is stre
 from __future__ import annotations
 
 import asyncio
+import time
 
 from core.conversation import ConversationConfig, TurnDetection
 from core.conversation.overlap import GLANCE_FIRST_MS, LONGEST_BACKCHANNEL_MS, SETTLE_MS
@@ -434,5 +435,30 @@ async def test_a_voice_right_after_the_users_own_turn_continues_it_and_is_no_bac
     seen = kinds(col)
     assert "backchannel" not in seen and "response_resumed" not in seen, seen
     assert seen.count("speech_started") == 2
+    await conv.close()
+    backend.close()
+
+
+async def test_a_cut_in_settled_by_a_glance_that_lands_after_its_pause_is_scored_at_that_pause():
+    """Issue 70: "Cut it out." was judged an interruption by the glance made while it was spoken,
+    but that glance's verdict landed just after the VAD's pause at the clip's end. The pause, taken
+    while the overlap was pending, read no words, and under ``semantic_vad`` nothing scored the
+    turn: it waited out the eagerness's longest silence (4 s at ``auto``) though "cut it out" is a
+    whole turn. Whichever lands first, the pause that ends the clip is the turn's first pause."""
+    glances = []
+
+    def heard(clip) -> str:
+        glances.append(clip.size)
+        if len(glances) == 1:
+            time.sleep(0.5)  # the glance made while the voice went on is still reading at its pause
+        return "Stop."
+
+    backend, conv, col = await replying(glance=heard, transcript="cut it out", step_s=0.15,
+                                        type="semantic_vad")
+    await feed(conv, tone((GLANCE_FIRST_MS + 80) / 1000) + quiet(1.5))
+    assert len(glances) >= 2, "the pause's own glance came after the first"
+    # a whole turn: committed within 1.5 s of the voice's end, not after the 4 s an open one waits
+    await col.wait_for("input_committed", timeout=0.3)
+    assert col.of("input_transcript")[-1].transcript == "cut it out"
     await conv.close()
     backend.close()
