@@ -94,13 +94,15 @@ STOP_PHRASES: tuple[tuple[str, str], ...] = (("hold", "on"), ("hang", "on"), ("e
 # Over the reply's echo the dev voices' "Mm-hmm." was read as a hum beside other words ("And M.",
 # "MMs and.", issue 70): the hum still says nothing, but beside "And" the reader took the whole for
 # the start of a turn (P 1.00, 0.93; "And" alone 0.05). So the reader reads the words less their
-# hums (``without_hums``), a plural "s" included ("MMs", and "M's": dev-b00 read "And M's in.", P 0.98).
+# hums (``without_hums``), a plural "s" included ("MMs", and "M's": dev-b00 read "And M's in.", P 0.98),
+# and a hum spelt as letters ("M.M.": dev-b00 read "And M.M." over -10 dB echo, its story lost).
 HUM = re.compile(r"[mh]+(?:'?s)?")
 
 
 def _is_hum(token: str) -> bool:
+    """A token whose every word is a hum: "Mm", "M's", "M.M." (a hum spelt as letters)."""
     words = words_of(token)
-    return len(words) == 1 and HUM.fullmatch(words[0]) is not None
+    return bool(words) and all(HUM.fullmatch(w) is not None for w in words)
 
 
 def without_hums(text: str) -> str:

@@ -268,6 +268,8 @@ def test_hums_are_taken_out_of_what_the_meaning_reader_reads():
 
     assert without_hums("And M.") == "And" and without_hums("MMs and.") == "and."
     assert without_hums("And M's in.") == "And in."
+    # a hum spelt as letters with dots (a dev voice's "Mm-hmm." over the echo, issue 70)
+    assert without_hums("And M.M.") == "And" and only_hums("M.H.M.") and without_hums("A.M. news") == "A.M. news"
     assert without_hums("Hmm, what about the ending?") == "what about the ending?"
     assert without_hums("Mm, no.") == "no." and without_hums("Um, actually") == "Um, actually"
     assert only_hums("Mm-hmm.") and only_hums("M-M-") and not only_hums("And M.") and not only_hums("")
