@@ -30,7 +30,7 @@ class StaticVocoder:
         self.t2w = token2wav
         self.dit = token2wav.code2wav_dit_model
         self.graphs = graphs
-        self._solves: OrderedDict[tuple, _Solve] = OrderedDict()
+        self._solves: OrderedDict[tuple, _Solve | bool] = OrderedDict()  # False: capture failed
 
     def __call__(self, code, conditioning, reference_mel, num_steps: int = 10):
         import torch
@@ -41,26 +41,30 @@ class StaticVocoder:
             raise ValueError(f"mel length {frames} exceeds the DiT's {dit.config.max_position_embeddings}")
         noise = torch.randn([reference_mel.shape[0], frames, dit.mel_dim], dtype=reference_mel.dtype,
                             device=code.device)  # as ``sample`` draws it: the same numbers for one seed
-        if not self.graphs or code.device.type != "cuda":
+        solve = self._captured(noise, code, conditioning, reference_mel, num_steps) \
+            if self.graphs and code.device.type == "cuda" else None
+        if solve is None:
             mel = _solve(dit, noise, code, conditioning, reference_mel, num_steps)
         else:
-            key = (code.shape[1], tuple(conditioning.shape), tuple(reference_mel.shape), num_steps)
-            solve = self._solves.pop(key, None)
-            if solve is None:
-                try:
-                    solve = _Solve(dit, noise, code, conditioning, reference_mel, num_steps)
-                except Exception:  # noqa: BLE001 - a solve that cannot be captured still runs, uncaptured
-                    log.exception("the vocoder's solve could not be captured as a CUDA graph (%d codes): "
-                                  "it runs without one", code.shape[1])
-                    solve = False
-                while len(self._solves) >= MAX_GRAPHS:
-                    self._solves.popitem(last=False)
-            self._solves[key] = solve
-            if solve is False:
-                mel = _solve(dit, noise, code, conditioning, reference_mel, num_steps)
-            else:
-                mel = solve.run(noise, code, conditioning, reference_mel).clone()
+            mel = solve.run(noise, code, conditioning, reference_mel).clone()
         return self.t2w.code2wav_bigvgan_model(mel)
+
+    def _captured(self, noise, code, conditioning, reference_mel, num_steps: int) -> _Solve | None:
+        """This shape's captured solve (captured now if new); None where capture failed (then
+        the shape runs uncaptured from here on)."""
+        key = (code.shape[1], tuple(conditioning.shape), tuple(reference_mel.shape), num_steps)
+        solve = self._solves.pop(key, None)
+        if solve is None:
+            try:
+                solve = _Solve(self.dit, noise, code, conditioning, reference_mel, num_steps)
+            except Exception:  # noqa: BLE001 - a solve that cannot be captured still runs, uncaptured
+                log.exception("the vocoder's solve could not be captured as a CUDA graph (%d codes): "
+                              "it runs without one", code.shape[1])
+                solve = False
+            while len(self._solves) >= MAX_GRAPHS:
+                self._solves.popitem(last=False)
+        self._solves[key] = solve
+        return solve or None
 
 
 def _solve(dit, state, code, conditioning, reference_mel, num_steps: int):

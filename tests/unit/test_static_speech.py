@@ -128,3 +128,24 @@ def test_the_vocoders_solve_is_token2wavs(model, tiny_path):
         got = vocoder(codes, conditioning=voice["cond"], reference_mel=voice["ref_mel"], num_steps=steps)
         assert got.shape == want.shape and want.abs().max() > 0
         assert torch.equal(got, want), f"{length} codes, {steps} steps"
+
+
+def test_a_vocoder_solve_that_cannot_be_captured_runs_uncaptured_and_is_not_tried_again(monkeypatch):
+    """On a GPU a shape whose capture fails runs the eager solve; capturing it again on every
+    piece would pay the failure each time."""
+    import types
+
+    from core.processors import vocoder_static
+
+    tries = []
+
+    def cannot_capture(*args, **kwargs):
+        tries.append(1)
+        raise RuntimeError("operation not permitted when stream is capturing")  # a CUDA capture's refusal
+
+    monkeypatch.setattr(vocoder_static, "_Solve", cannot_capture)
+    vocoder = StaticVocoder(types.SimpleNamespace(code2wav_dit_model=object()), graphs=True)
+    shape = (torch.zeros(1, 48, 80), torch.zeros(1, 24, dtype=torch.long), torch.zeros(1, 192), torch.zeros(1, 30, 80))
+    assert vocoder._captured(*shape, num_steps=10) is None
+    assert vocoder._captured(*shape, num_steps=10) is None
+    assert len(tries) == 1
