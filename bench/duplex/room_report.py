@@ -16,7 +16,7 @@ GOAL_SHARE = 0.95  # echo -10/-6 dB: of each story played
 GOAL_CUTIN_MS = 300.0  # cut-ins over echo: onset -> last audio played, p50
 KEYS = ("self_interruptions", "per_minute", "zero_stories", "came_back", "new_responses", "played_min_s",
         "played_p50_s", "share_min", "share_p50", "underrun_s", "ended_in_window", "cutin_taken_share", "cutin_cut_share",
-        "cutin_undecided", "last_played_p50_ms", "last_played_p90_ms", "before_onset", "silent_at_onset",
+        "cutin_undecided", "answer_stops", "answers_stopped", "last_played_p50_ms", "last_played_p90_ms", "before_onset", "silent_at_onset",
         "bc_lost_rate", "bc_false_rate", "bc_gone_before", "clipped_trials", "errors", "not_trials")
 COUNTS = ("stories", "cutins", "backchannels")
 
@@ -46,6 +46,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         taken = sum(r["taken"] for r in cutins)
         cut = sum(r["taken"] and r["playing_at_onset"] for r in cutins)  # taken, and something was playing
         lost = sum(r["story_lost"] for r in bcs)
+        answers = [r["answer_stops"] for r in cutins if r.get("answer_stops") is not None]
         out[cond] = {
             "stories": len(stories), "cutins": len(cutins), "backchannels": len(bcs),
             "self_interruptions": stops if stories else None,
@@ -61,6 +62,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "ended_in_window": sum(r["ended_in_window"] for r in stories) if stories else None,
             "cutin_taken_share": _share(taken, len(cutins)), "cutin_cut_share": _share(cut, len(cutins)),
             "cutin_undecided": sum(r["undecided"] for r in cutins) if cutins else None,
+            "answer_stops": sum(answers) if answers else None,  # the answers to cut-ins interrupting themselves
+            "answers_stopped": sum(n > 0 for n in answers) if answers else None,
             "last_played_p50_ms": _none(last["p50"]), "last_played_p90_ms": _none(last["p90"]),
             "before_onset": sum(r["self_interruptions_before"] for r in cutins + bcs) if cutins or bcs else None,
             "silent_at_onset": sum(not r["playing_at_onset"] for r in cutins + bcs) if cutins or bcs else None,
@@ -105,6 +108,9 @@ def goals(median: dict[str, Any]) -> list[dict[str, Any]]:
             v = value(cond, "last_played_p50_ms")
             out.append({"goal": f"{cond}: onset -> last audio played p50 <= {GOAL_CUTIN_MS:.0f} ms", "value": v,
                         "mark": goal_mark(v, GOAL_CUTIN_MS), "shown": None if v is None else f"{v:.0f} ms"})
+            v = value(cond, "answer_stops")
+            out.append({"goal": f"{cond}: the answers never interrupt themselves", "value": v,
+                        "mark": goal_mark(v, 0), "shown": None if v is None else f"{v:g} stops"})
     with_echo, without = median.get("backchannel, echo -10 dB"), median.get("backchannel, no echo")
     if with_echo and without and with_echo["backchannels"] and without["backchannels"]:
         a, b = value("backchannel, echo -10 dB", "bc_lost_rate"), value("backchannel, no echo", "bc_lost_rate")
@@ -147,13 +153,14 @@ def report(r: dict[str, Any]) -> str:
                   "talking at the onset:", "",
                   "| condition | cut-ins | taken (over the story playing) | undecided "
                   "| onset -> last audio played p50 / p90 ms "
-                  "| self-interruptions before the onset | nothing playing at the onset |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| self-interruptions before the onset | nothing playing at the onset "
+                  "| answers' self-interruptions (answers stopped) |",
+                  "|---|---|---|---|---|---|---|---|"]
         for c, s in cutins.items():
             lines.append(f"| {c} | {s['cutins']} | {_pct(s['cutin_taken_share'])} ({_pct(s['cutin_cut_share'])}) | "
                          f"{_n(s['cutin_undecided'])} | "
                          f"{_n(s['last_played_p50_ms'])} / {_n(s['last_played_p90_ms'])} | {_n(s['before_onset'])} | "
-                         f"{_n(s['silent_at_onset'])} |")
+                         f"{_n(s['silent_at_onset'])} | {_n(s['answer_stops'])} ({_n(s['answers_stopped'])}) |")
     bcs = {c: s for c, s in r["median"].items() if s["backchannels"]}
     if bcs:
         lines += ["", "Backchannels 4-7 s into the story: the story lost (stopped and not back within 1 s of the "

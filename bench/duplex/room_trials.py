@@ -79,6 +79,10 @@ STORY_TOKENS = 1024
 CLIP_AT_S = (4.0, 4.75, 5.5, 6.25, 7.0)  # a cut-in or backchannel this far into the story, by trial
 GROUPS = ("echo", "cutin", "backchannel", "noise")
 EDGE_S = 0.02  # a stop this close before a gap began made it
+# A cut-in taken is followed into its answer: the answer is heard this long from its first audio
+# (or to its end, played out), and any stop in it is a self-interruption (the user said nothing
+# more). An answer that heard its own first words as a turn stopped itself here (issue 70's SDK drive).
+ANSWER_WINDOW_S = 6.0
 SNRS_DB = (10.0, 20.0)
 
 
@@ -285,6 +289,25 @@ def story_start(tr: Trial, story: str | None) -> float | None:
     return min(heard) if heard else None
 
 
+def answer_heard(tr: Trial, answer: str, now: float) -> bool:
+    """Whether a cut-in's answer has been heard enough: ``ANSWER_WINDOW_S`` from its first audio,
+    or played out to its end (done, and the player idle)."""
+    if now >= tr.first_audio[answer] + ANSWER_WINDOW_S:
+        return True
+    return tr.order[-1] in tr.done and now > tr.player.end
+
+
+def answer_figures(tr: Trial, stops: list[dict[str, Any]], answer: str) -> dict[str, Any]:
+    """The stops from a cut-in's answer's first audio on (the user said nothing more: each is the
+    answer interrupting itself) and the seconds of answer the player played."""
+    start = tr.first_audio[answer]
+    mine = [s for s in stops if s["at"] >= start]
+    later = {r for r in tr.order if tr.created[r] >= tr.created[answer]}  # the answer, and any reply after it
+    played = sum(max(0.0, e - s) for _, r, s, e in tr.player.segments if r in later)
+    return {"answer_stops": len(mine), "answer_stops_at_ms": [round((s["at"] - start) * 1000) for s in mine],
+            "answer_played_s": round(played, 2)}
+
+
 def heard_until(tr: Trial, onset: float) -> float | None:
     """The end of the last audio the player played of a response begun before ``onset`` or resuming
     one (clears applied), or None when none sounded."""
@@ -351,7 +374,10 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
                 continue
             nxt = next_reply(tr, story, onset)
             back = any(tr.created.get(rid, -1) >= onset for rid in tr.resumed)
-            if nxt is not None and nxt in tr.first_audio or back or now > lv + DETECT_WINDOW_S + 1.0:
+            if nxt is not None and nxt in tr.first_audio:
+                if answer_heard(tr, nxt, now):
+                    break
+            elif back or now > lv + DETECT_WINDOW_S + 1.0:
                 break
         settle = time.monotonic() + 0.3
         while time.monotonic() < settle:
@@ -391,6 +417,8 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
         r["taken"] = r["verdict"] == "interruption"
         end = heard_until(tr, onset)  # None when nothing was playing at the onset: nothing to cut
         r["last_played_ms"] = round(max(0.0, end - onset) * 1000, 1) if end is not None and on_at_onset else None
+        r.update(answer_figures(tr, stops, nxt) if r["taken"] and nxt in tr.first_audio else
+                 {"answer_stops": None, "answer_played_s": None})
         return r
     window = lv + BACKCHANNEL_WINDOW_S
     if on_at_onset is None:  # the story had stopped before the voice, and not come back
@@ -455,7 +483,8 @@ def row_line(r: dict[str, Any]) -> str:
                 f"audio={r['story_audio_s']}s [{stops}] heard {r['user']}")
     if r["kind"] == "cutin":
         return (f"{head} taken={r['taken']} verdict={r['verdict']} last_played={r['last_played_ms']} "
-                f"before={r['self_interruptions_before']} {r['text']!r} heard {r['user']}")
+                f"before={r['self_interruptions_before']} answer_stops={r.get('answer_stops')} "
+                f"{r.get('answer_stops_at_ms', '')} {r['text']!r} heard {r['user']}")
     return (f"{head} lost={r['story_lost']} {r['why']} back={r['story_back_ms']} before="
             f"{r['self_interruptions_before']} {r['text']!r} heard {r['user']}, as backchannel {r['backchannels']}")
 

@@ -96,6 +96,11 @@ class AudioInput:
         learning the echo path (what it leaves can read as a voice; ``room.py``)."""
         return self.room is None or not self.room.learning
 
+    @property
+    def hears_echo(self) -> bool:
+        """Whether the microphone is known to hear the assistant's own reply (``room.py``)."""
+        return self.room is not None and self.room.hears_echo
+
     def end_within(self, wait_ms: int) -> VadReport | None:
         """Set the wait that ends the current pause (semantic turn detection); the ``end``
         report at once when the silence already lasted that long."""

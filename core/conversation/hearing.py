@@ -91,7 +91,7 @@ class Hearing:
         reports = self._reports
         if kind == "start":
             self._speech_item = new_id("item")
-            await reports.speech_began(self._speech_item, ms, self._input.onset_sure)
+            await reports.speech_began(self._speech_item, ms, self._input.onset_sure, self._input.hears_echo)
         elif kind == "pause":
             if await reports.speech_paused(ms, segment):
                 self.speculate(segment)

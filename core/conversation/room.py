@@ -121,9 +121,14 @@ class EchoPresence:
         m = n - MAX_LAG_FRAMES
         if m <= 0 or np.count_nonzero(ref[:m] > ACTIVE_LEVEL) < MIN_ACTIVE_FRAMES:
             return
-        # the microphone's last m frames against the reply's, 0..MAX_LAG_FRAMES frames earlier
-        a = mic[MAX_LAG_FRAMES:] - mic[MAX_LAG_FRAMES:].mean()
-        refs = np.lib.stride_tricks.sliding_window_view(ref, m)[::-1]  # row L: lag L
+        # the microphone's last m frames against the reply's, 0..MAX_LAG_FRAMES frames earlier, over
+        # the frames some of the reply could echo in: the user's own voice while nothing played (a
+        # spoken question just before the reply) says nothing of an echo, and counted it made a
+        # microphone at -6 dB read 0.27-0.33 a second into the first reply and be judged clean.
+        could = np.lib.stride_tricks.sliding_window_view(ref, MAX_LAG_FRAMES + 1).max(axis=1)[:m] > ACTIVE_LEVEL
+        heard = mic[MAX_LAG_FRAMES:][could]
+        refs = np.lib.stride_tricks.sliding_window_view(ref, m)[::-1][:, could]  # row L: lag L
+        a = heard - heard.mean()
         b = refs - refs.mean(axis=1, keepdims=True)
         den = np.sqrt((a * a).sum() * (b * b).sum(axis=1))
         c = np.where(den > 0, (b @ a) / np.maximum(den, 1e-9), 0.0)
@@ -132,7 +137,7 @@ class EchoPresence:
         self.correlation, self.delay_ms = best, lag * 10
         # An echo sounds in the microphone whenever the reply does; a voice or two that happen to
         # line up with the reply's level do not (their correlation can reach the bound by chance).
-        heard, lagged = mic[MAX_LAG_FRAMES:], refs[lag]
+        lagged = refs[lag]
         sounding = lagged > ACTIVE_LEVEL
         floor = np.maximum(lagged[sounding] * ECHO_FLOOR, 2.0 * float(np.percentile(heard, 10)))  # above its own hiss
         follows = np.count_nonzero(heard[sounding] >= floor) / max(1, np.count_nonzero(sounding))
@@ -172,6 +177,7 @@ class RoomFilter:
             self.presence = EchoPresence()
             self._recent = np.zeros(int(QUICK_MIC_S * RATE), np.int16)  # the microphone's last 200 ms
             self._voice: bool | None = None  # the last waveform reading: a voice (True) or the echo (False)
+            self._unplayed = False  # ``_voice`` was read while nothing played: it holds only until the reply sounds
             self._sounded = 0  # frames the reply sounded in
             self.linear = linear_echo.LinearEcho() if linear_echo.available() else None
         if noise_suppression:
@@ -190,7 +196,14 @@ class RoomFilter:
         self._burst = False  # audio is coming faster than real time: no echo of the room in it
         self._linear_t: float | None = None  # the linear canceller's reference clock (``LINEAR_SNAP_S``)
         self.frames = 0
+        self.cancelling = False  # the last frame was the canceller's output (the echo taken out)
         self.learning = False  # the last frame came out of a canceller still learning the echo path
+
+    @property
+    def hears_echo(self) -> bool:
+        """The microphone is taken to hear the loudspeaker (its echo is being cancelled): its levels
+        found an echo, or, before they can tell, its waveform did not last read a voice."""
+        return self.cancelling
 
     @property
     def suppressing(self) -> bool:
@@ -258,15 +271,15 @@ class RoomFilter:
             return
         ref = self.played.read(t + FRAME / RATE - QUICK_REF_S, int(QUICK_REF_S * PlayedAudio.rate))
         if _rms(ref) < ACTIVE_LEVEL:
-            self._voice = True  # nothing played that could come back: whatever is heard is the room's
+            self._voice = self._unplayed = True  # nothing played that could come back: whatever is heard is the room's
             return
         match, lag_s = echo_match(self._recent, ref)
         if match >= QUICK_ECHO:
-            self._voice = False
+            self._voice, self._unplayed = False, False
             if self.linear is not None:
                 self.linear.align(lag_s + self._linear_offset(t))  # the delay on the linear canceller's clock
         elif match < QUICK_VOICE:
-            self._voice = True
+            self._voice, self._unplayed = True, False
 
     def _frame(self, mic: np.ndarray, t: float, live: bool) -> tuple[np.ndarray, np.ndarray, bool]:
         """One 10 ms frame: what the VAD hears, what the glances read, and whether the reply
@@ -275,7 +288,7 @@ class RoomFilter:
         rtc = self._rtc
         out = mic
         words = None
-        echo = False
+        echo = self.cancelling = False
         if self._aec is not None and live:
             ref = self.played.read(t, REF_FRAME)
             self._aec.process_reverse_stream(rtc.AudioFrame(ref.tobytes(), PlayedAudio.rate, 1, REF_FRAME))
@@ -292,7 +305,13 @@ class RoomFilter:
                 linear = self.linear.frame(mic, self._linear_reference(t), ref_level > ACTIVE_LEVEL)
             elif self.linear is not None:
                 self.linear.rest()
+            if self._unplayed and ref_level > ACTIVE_LEVEL:
+                # A voice read while nothing played (the user's question) says nothing of the reply
+                # that now begins: kept, the echo of the answer's first ~100-250 ms passed uncancelled
+                # until a reading could match it, and the VAD took it for a voice (issue 70's SDK drive).
+                self._voice, self._unplayed = None, False
             cancelled = bool(self.presence.echo or (self.presence.echo is None and not self._voice))
+            self.cancelling = cancelled
             if cancelled:
                 out, words = np.frombuffer(frame.data, np.int16), linear
                 echo = ref_level > ACTIVE_LEVEL

@@ -25,9 +25,10 @@ class TurnReports(Protocol):
     async def heard(self, audio16: np.ndarray) -> None:
         """Every input sample at 16 kHz, before the VAD's reports on it."""
 
-    async def speech_began(self, item_id: str, ms: int, sure: bool) -> None:
+    async def speech_began(self, item_id: str, ms: int, sure: bool, echoing: bool) -> None:
         """A voice began at stream ``ms``; its turn would be ``item_id``. ``sure``: not what a
-        still-learning echo canceller left of the assistant's echo."""
+        still-learning echo canceller left of the assistant's echo. ``echoing``: the microphone
+        is known to hear the assistant's reply (what the canceller leaves of it can read as a voice)."""
 
     async def speech_paused(self, ms: int, segment: np.ndarray | None) -> bool:
         """The voice paused (its last voiced sample at ``ms``; ``segment``: the speech so far).
@@ -62,8 +63,8 @@ class PassesReportsOn:
     async def heard(self, audio16: np.ndarray) -> None:
         await self.report_to.heard(audio16)
 
-    async def speech_began(self, item_id: str, ms: int, sure: bool) -> None:
-        await self.report_to.speech_began(item_id, ms, sure)
+    async def speech_began(self, item_id: str, ms: int, sure: bool, echoing: bool) -> None:
+        await self.report_to.speech_began(item_id, ms, sure, echoing)
 
     async def speech_paused(self, ms: int, segment: np.ndarray | None) -> bool:
         return await self.report_to.speech_paused(ms, segment)

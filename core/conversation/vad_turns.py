@@ -88,11 +88,11 @@ class VadTurns:
 
     # ------------------------------------------------------------------ what the hearing reports
 
-    async def speech_began(self, item_id: str, ms: int, sure: bool) -> None:
+    async def speech_began(self, item_id: str, ms: int, sure: bool, echoing: bool) -> None:
         """A voice began at ``ms``: judged first when it is over the assistant."""
         self.replies.drop_held()
         self._overlap, self._paused_clip = None, None
-        if self._judges_overlap(ms):
+        if self._judges_overlap(ms, echoing):
             ov = self._overlap = Overlap(item_id, ms, self.rt.playback.item_id, time.monotonic())
             if not sure:  # maybe the echo's residue: a stop word or its length decides
                 ov.unsure = True
@@ -223,12 +223,17 @@ class VadTurns:
 
     # ------------------------------------------------------------------ a voice over the reply
 
-    def _judges_overlap(self, onset_ms: int) -> bool:
+    def _judges_overlap(self, onset_ms: int, echoing: bool) -> bool:
         """A voice over the assistant is judged (backchannel, noise or interruption), unless it
         starts so soon after the user's own turn ended that it is that turn going on: the reply
-        came inside the user's pause, and "... Brazil?" must not be taken for a backchannel."""
+        came inside the user's pause, and "... Brazil?" must not be taken for a backchannel. Over
+        a microphone that hears the loudspeaker it is judged anyway: there a voice at the start of
+        an answer is as likely the answer's own echo, and taken as the turn going on unjudged it
+        stopped the answer and was answered in turn (issue 70's SDK drive: the answer to "Stop."
+        interrupted itself twice, "the story." heard of its own words)."""
         td = self.rt.config.turn_detection
-        continues = self._turn_ended_ms is not None and onset_ms - self._turn_ended_ms < CONTINUES_TURN_MS
+        continues = (not echoing and self._turn_ended_ms is not None
+                     and onset_ms - self._turn_ended_ms < CONTINUES_TURN_MS)
         return (td is not None and td.vad_turns and td.interrupt_response and td.ignore_backchannels
                 and self.rt.playback.audible and not continues)
 

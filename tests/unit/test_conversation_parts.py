@@ -69,7 +69,7 @@ class RecordingPolicy:
     async def heard(self, audio16) -> None:
         self.heard_samples += audio16.size
 
-    async def speech_began(self, item_id, ms, sure) -> None:
+    async def speech_began(self, item_id, ms, sure, echoing) -> None:
         self.reports.append(("began", ms))
 
     async def speech_paused(self, ms, segment) -> bool:
@@ -159,7 +159,7 @@ async def test_vad_turns_judge_a_voice_over_the_reply_before_stopping_it(backend
     judged = VAD.model_copy(update={"turn_detection": VAD.turn_detection.model_copy(update={"yield_at_onset": False})})
     p = Parts(backend, judged)
     p.rt.playback.sent("item_playing", 24000 * 5)  # five seconds of the assistant still to be heard
-    await p.turns.speech_began("item_voice", 100, True)
+    await p.turns.speech_began("item_voice", 100, True, False)
     assert p.seen == [] and p.turns.busy  # no speech_started yet: the voice is being judged
     await p.turns.speech_ended("item_voice", 400, np.zeros(4800, dtype=np.float32), None)
     assert [e.type for e in p.seen] == ["backchannel"] and p.seen[0].transcript == ""  # noise: dropped
@@ -169,7 +169,7 @@ async def test_vad_turns_judge_a_voice_over_the_reply_before_stopping_it(backend
 async def test_vad_turns_by_default_yield_at_a_voice_over_the_reply_and_drop_noise(backend):
     p = Parts(backend)
     p.rt.playback.sent("item_playing", 24000 * 5)
-    await p.turns.speech_began("item_voice", 100, True)
+    await p.turns.speech_began("item_voice", 100, True, False)
     assert [e.type for e in p.seen] == ["speech_started"] and p.turns.busy  # stopped at once, then judged
     await p.turns.speech_ended("item_voice", 400, np.zeros(4800, dtype=np.float32), None)
     assert [e.type for e in p.seen] == ["speech_started", "speech_stopped", "backchannel"]
@@ -178,7 +178,7 @@ async def test_vad_turns_by_default_yield_at_a_voice_over_the_reply_and_drop_noi
 
 async def test_vad_turns_take_a_voice_in_silence_as_a_turn(backend):
     p = Parts(backend)
-    await p.turns.speech_began("item_voice", 100, True)
+    await p.turns.speech_began("item_voice", 100, True, False)
     await p.turns.speech_ended("item_voice", 900, np.full(12800, 0.5, dtype=np.float32), None)
     await p.rt.wait_idle()
     assert p.kinds()[:4] == ["speech_started", "speech_stopped", "input_committed", "input_transcript"]

@@ -217,6 +217,7 @@ class LearningCanceller:
     played = None
     suppressing = False
     learning = True
+    hears_echo = True
 
     def clean(self, audio, arrived_at):
         return audio, None, False  # heard, nothing else for the glances, no echo cancelled
@@ -261,5 +262,37 @@ async def test_a_stop_while_the_canceller_learns_still_cuts_the_reply():
     assert done.status == "cancelled" and done.reason == "turn_detected"
     await col.wait_for("response_started", count=2)  # and it is answered
     assert not col.of("response_resumed")
+    await conv.close()
+    backend.close()
+
+
+class EchoingRoom(LearningCanceller):
+    """Test double for ``RoomFilter`` once it has found that the microphone hears the loudspeaker:
+    the audio passes as it came (what a canceller leaves of a loud echo), learning done."""
+
+    learning = False
+
+
+async def test_its_own_echo_just_after_the_users_turn_is_judged_not_taken_for_the_turn_going_on():
+    """A voice soon after the user's turn ended is that turn going on ("... Brazil?"), but over a
+    microphone that hears the loudspeaker it is as likely the answer's own echo: it is judged, and
+    the glance that hears the answer's words drops it (issue 70's SDK drive: the answer to a spoken
+    question, and to "Stop.", took its own echo for the user and interrupted itself)."""
+    hear = {}
+    backend = ScriptedBackend(STORY, step_s=0.15, glance=lambda clip: hear["echo"](clip), transcript="hello",
+                              meaning=None)
+    conv = backend.open_conversation(ConversationConfig(input_sample_rate=16000,
+                                                        turn_detection=TurnDetection(yield_at_onset=True)))
+    col = Collector(conv)
+    hear["echo"] = echo_of(conv, STORY)
+    conv.hearing._input.room = EchoingRoom()
+    await feed(conv, tone(0.8) + quiet(0.7))  # the user's question, spoken
+    await col.wait_for("audio_chunk", count=2)
+    await asyncio.sleep(1.2)  # the answer plays; no audio came meanwhile (the stream is 1.5 s long)
+    await feed(conv, tone(0.7) + quiet(0.8))  # its echo, well within 2 s of the question's end
+    assert (await col.wait_for("backchannel")).transcript == "", "judged as noise: its own words"
+    await col.wait_for("response_resumed")
+    assert (await col.wait_for("response_done", count=2)).status == "completed", "the answer played on"
+    assert kinds(col).count("input_committed") == 1 and len(backend.jobs) == 1, "the echo got no answer"
     await conv.close()
     backend.close()
