@@ -139,7 +139,8 @@ class EchoPresence:
         # line up with the reply's level do not (their correlation can reach the bound by chance).
         lagged = refs[lag]
         sounding = lagged > ACTIVE_LEVEL
-        floor = np.maximum(lagged[sounding] * ECHO_FLOOR, 2.0 * float(np.percentile(heard, 10)))  # above its own hiss
+        hiss = float(np.percentile(mic[MAX_LAG_FRAMES:], 10))  # over the whole window: its quietest frames
+        floor = np.maximum(lagged[sounding] * ECHO_FLOOR, 2.0 * hiss)  # above its own hiss
         follows = np.count_nonzero(heard[sounding] >= floor) / max(1, np.count_nonzero(sounding))
         self._clean_streak = self._clean_streak + 1 if best < CLEAN_CORRELATION else 0
         if best >= ECHO_CORRELATION and follows >= ECHO_FOLLOWS:
