@@ -94,6 +94,17 @@ def prompts(part: str = "eval") -> list[str]:
     return list(PARTS[part]["prompts"])
 
 
+def spoken_prompts(part: str, cache_dir: Path | None = None) -> list[Clip]:
+    """The part's long-answer prompts spoken, by its voices in turn (``bench duplex --room``'s
+    stories asked aloud: the answer follows the user's own voice)."""
+    voices = PARTS[part]["voices"]
+    out = []
+    for i, text in enumerate(prompts(part)):
+        v, s, pitch = voices[i % len(voices)]
+        out.append(synthesize(Item(f"{part}-q{i:02d}", part, "complete", (text,), 0.0, v, s, pitch), cache_dir))
+    return out
+
+
 def synthesize(item: Item, cache_dir: Path | None = None) -> Clip:
     """The item as PCM16 24 kHz mono, from the cache or made with espeak-ng (then cached)."""
     return spoken(item, Path(cache_dir or CACHE), {"part": item.part, "expect": list(item.expect)})

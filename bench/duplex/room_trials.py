@@ -7,7 +7,7 @@ from the audio it actually played.
     python -m bench duplex --room --set dev --echo-cancellation off        # the baseline: no server canceller
     python -m bench duplex --room --set dev --conditions echo cutin --noise-reduction near_field
 
-One GA WebSocket session per trial (``bench/turns.py open_session``, as the other trials), with
+The figures are read by ``room_figures.py``. One GA WebSocket session per trial (``bench/turns.py open_session``, as the other trials), with
 the server's DEFAULT turn detection (no ``turn_detection`` sent) and, from the options,
 ``session.audio.input.echo_cancellation`` (``--echo-cancellation off`` sends null; ``server``, the
 default, sends nothing: the server's default is on) and ``noise_reduction`` (``near_field`` /
@@ -44,7 +44,11 @@ The plan (``plan``; ``--conditions`` picks groups, ``--limit N`` caps each condi
 ``echo``: stories at -10 dB (5) and -6 dB (5), delays cycling 40-300 ms, and -20 dB (2);
 ``cutin``: 10 cut-ins, half at -10, half at -6 dB; ``backchannel``: 10 over echo at -10 dB and
 the same 10 without echo; ``noise``: at 10 dB SNR one story and one cut-in per noise type, at
-20 dB one story per type. Trials interleave the conditions. ``--runs`` (default 3) repeats the
+20 dB one story per type; ``spoken``: 3 stories and 3 cut-ins at -6 dB whose story is asked aloud
+(the part's prompt spoken by its voices, ``duplex_set.spoken_prompts``, after 0.2 s of silence;
+the session's instructions and token limit set to the story's, and the server's turn detection
+makes the response): the answer then follows the user's own voice, as in a real conversation (a
+text request hid that the first answer took its own echo for the user). Trials interleave the conditions. ``--runs`` (default 3) repeats the
 plan on one stack; ``room_report.py`` gives each figure per run and as the median of the runs.
 """
 
@@ -61,28 +65,23 @@ from typing import Any
 import numpy as np
 
 from bench.duplex.client import Player, Trial
-from bench.duplex.common import (BACKCHANNEL_WINDOW_S, DETECT_WINDOW_S, LONG_INSTRUCTIONS, REPLY_WAIT_S,
-                                 STORY_BACK_S)
+from bench.duplex.common import BACKCHANNEL_WINDOW_S, CHUNK, DETECT_WINDOW_S, LONG_INSTRUCTIONS, REPLY_WAIT_S
+from bench.duplex import room_figures as figures
+from bench.duplex.room_figures import WINDOW_S
 from bench.duplex.room import (DELAYS_MS, NOISES, RT60S_S, Echo, RoomMic, at_snr, dbfs, loudspeaker, noise, rms,
                                voice_level)
 from bench.duplex.room_report import goals, median_conditions, summarise
 from bench.duplex.trials import decide_voice, next_reply, story_outcome
-from bench.duplex_set import RATE, Clip, items, prompts, synthesize
+from bench.duplex_set import RATE, Clip, items, prompts, spoken_prompts, synthesize
 from bench.launch import cascade_realtime_url, raise_fd_limit
 from bench.turns import Refused, open_session
 
-WINDOW_S = 20.0  # a story's window, from its first audio
 # The story's max_output_tokens. A spoken reply ends at the first sentence end after 20 words per
 # 160 tokens (core/cascade/voice_prompt.py): the clean trials' LONG_TOKENS (320) ends it after 40
 # words, about 14 s of audio; 1024 lets it run to 128 words, about 35 s, past the window.
 STORY_TOKENS = 1024
 CLIP_AT_S = (4.0, 4.75, 5.5, 6.25, 7.0)  # a cut-in or backchannel this far into the story, by trial
-GROUPS = ("echo", "cutin", "backchannel", "noise")
-EDGE_S = 0.02  # a stop this close before a gap began made it
-# A cut-in taken is followed into its answer: the answer is heard this long from its first audio
-# (or to its end, played out), and any stop in it is a self-interruption (the user said nothing
-# more). An answer that heard its own first words as a turn stopped itself here (issue 70's SDK drive).
-ANSWER_WINDOW_S = 6.0
+GROUPS = ("echo", "cutin", "backchannel", "noise", "spoken")
 SNRS_DB = (10.0, 20.0)
 
 
@@ -101,6 +100,7 @@ class Spec:
     clip: Clip | None = None
     at_s: float = 0.0  # the clip's onset into the story
     seed: int = 0
+    ask: Clip | None = None  # the prompt spoken (the story asked aloud), else sent as text
 
 
 def echo_label(db: float | None) -> str:
@@ -108,7 +108,7 @@ def echo_label(db: float | None) -> str:
 
 
 def plan(part: str, groups: tuple[str, ...] | list[str], limit: int | None, cutins: list[Clip],
-         backchannels: list[Clip]) -> list[Spec]:
+         backchannels: list[Clip], spoken: list[Clip] | None = None) -> list[Spec]:
     """The trials of ``groups`` (``GROUPS``), at most ``limit`` per condition, conditions interleaved."""
     unknown = [g for g in groups if g not in GROUPS]
     if unknown:
@@ -143,6 +143,18 @@ def plan(part: str, groups: tuple[str, ...] | list[str], limit: int | None, cuti
         for j, kind in enumerate(NOISES):
             add(1, lambda i, j=j, kind=kind: {"condition": f"cut-in, {kind} 10 dB SNR", "kind": "cutin", "n": j,
                                               "noise": kind, "snr_db": 10.0, "clip": cutins[(j + 3) % len(cutins)]})
+    if "spoken" in groups:
+        if not spoken:
+            raise SystemExit("the spoken conditions need the part's prompts spoken (spoken_prompts)")
+
+        def aloud(i: int, kind: str) -> dict[str, Any]:
+            ask = spoken[(i + (kind == "cutin")) % len(spoken)]
+            return {"condition": f"{'story' if kind == 'story' else 'cut-in'} asked aloud, echo -6 dB", "kind": kind,
+                    "ask": ask, "prompt": ask.item.text,
+                    **echoed(i + 1 + (kind == "cutin"), -6.0)}
+
+        add(3, lambda i: aloud(i, "story"))
+        add(3, lambda i: {**aloud(i, "cutin"), "clip": cutins[(2 * i + 1) % len(cutins)]})
     out: list[Spec] = []
     for i in range(max((len(c) for c in conditions), default=0)):
         for c in conditions:
@@ -150,7 +162,8 @@ def plan(part: str, groups: tuple[str, ...] | list[str], limit: int | None, cuti
                 spec = dict(c[i])
                 k = spec.pop("n", i)  # the trial's place in its condition: its prompt and its clip's time
                 at = CLIP_AT_S[k % len(CLIP_AT_S)] if spec["kind"] != "story" else 0.0
-                out.append(Spec(prompt=asks[k % len(asks)], at_s=at, seed=len(out), **spec))
+                prompt = spec.pop("prompt", asks[k % len(asks)])
+                out.append(Spec(prompt=prompt, at_s=at, seed=len(out), **spec))
     return out
 
 
@@ -211,111 +224,6 @@ class RoomTrial(Trial):
         return [s for s in self.stops if s.get("new") not in self.resumed]
 
 
-def stop_figures(tr: Trial, stops: list[dict[str, Any]], start: float, end: float,
-                 origin: float | None = None) -> dict[str, Any]:
-    """The stops in [start, end), timed from ``origin`` (default ``start``): each with whether it
-    came back (a resumed response created after it first sounded within ``STORY_BACK_S`` of the
-    next ``speech_stopped``, or of the stop where none came)."""
-    stopped_at = sorted(t for t, k in tr.events if k == "input_audio_buffer.speech_stopped")
-    out = []
-    for s in stops:
-        if not start <= s["at"] < end:
-            continue
-        voice_end = next((t for t in stopped_at if t >= s["at"]), s["at"])
-        back = [tr.first_audio[rid] for rid in tr.resumed
-                if rid in tr.first_audio and tr.created.get(rid, -1) >= s["at"]]
-        came_back = bool(back) and min(back) <= voice_end + STORY_BACK_S
-        out.append({"at_ms": round((s["at"] - (start if origin is None else origin)) * 1000), "why": s["why"],
-                    "came_back": came_back})
-    return {"stops": out, "self_interruptions": len(out), "came_back": sum(s["came_back"] for s in out)}
-
-
-def story_figures(tr: Trial, stops: list[dict[str, Any]], story: str, start: float,
-                  window_s: float = WINDOW_S) -> dict[str, Any]:
-    """What the listener heard of the story in [start, start + window_s) from the player (clears
-    applied): the story is its response and the responses resuming one. ``played_s``; the gaps,
-    each split at its first stop (``RoomTrial.real_stops``): before it a stall (``underrun_s``: the
-    server had not produced audio yet), from it on ``stopped_s``. A gap with no stop in it is a stall
-    when the story plays again after it; the gap that ends the window is ``stopped_s`` when a stop
-    came before it (the story never came back, or came back short), ``ended_s`` when the story had
-    completed and played out, else a stall. ``share`` = played over the window less stalls and the
-    end."""
-    end = start + window_s
-    mine = {story} | set(tr.resumed)
-    spans = sorted((max(s, start), min(e, end)) for _, r, s, e in tr.player.segments
-                   if r in mine and min(e, end) > max(s, start))
-    merged: list[list[float]] = []
-    for s, e in spans:
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    played = sum(e - s for s, e in merged)
-    gaps, at = [], start
-    for s, e in merged:
-        if s > at:
-            gaps.append((at, s))
-        at = e
-    if at < end:
-        gaps.append((at, end))
-    stop_times = sorted(s["at"] for s in stops)
-    last = max(mine & set(tr.created), key=lambda r: tr.created[r], default=story)
-    completed = last in tr.done and tr.done[last][1] == "completed"
-    heard_until = max((e for _, r, s, e in tr.player.segments if r in mine and e > s), default=start)
-    underrun = stopped = ended = 0.0
-    for a, b in gaps:
-        first = next((t for t in stop_times if a - EDGE_S <= t < b), None)
-        if first is not None:
-            underrun += max(0.0, first - a)
-            stopped += b - max(first, a)
-        elif b < end:
-            underrun += b - a  # the story went on after it: the server was late
-        elif any(t < a for t in stop_times):
-            stopped += b - a  # the story never came back (or came back short) after an earlier stop
-        elif completed and a >= heard_until - 1e-9:
-            ended += b - a  # it ended of itself
-        else:
-            underrun += b - a  # never stopped, not finished: the server was late
-    denominator = window_s - underrun - ended
-    return {"window_s": window_s, "played_s": round(played, 3), "underrun_s": round(underrun, 3),
-            "stopped_s": round(stopped, 3), "ended_s": round(ended, 3),
-            "share": round(played / denominator, 4) if denominator > 0 else None, "ended_in_window": ended > 0}
-
-
-def story_start(tr: Trial, story: str | None) -> float | None:
-    """When the story first sounded: its response's first audio, or that of a response resuming it
-    (the server yielded to a noise before any of it played)."""
-    heard = [tr.first_audio[r] for r in {story} | tr.resumed if r in tr.first_audio] if story else []
-    return min(heard) if heard else None
-
-
-def answer_heard(tr: Trial, answer: str, now: float) -> bool:
-    """Whether a cut-in's answer has been heard enough: ``ANSWER_WINDOW_S`` from its first audio,
-    or played out to its end (done, and the player idle)."""
-    if now >= tr.first_audio[answer] + ANSWER_WINDOW_S:
-        return True
-    return tr.order[-1] in tr.done and now > tr.player.end
-
-
-def answer_figures(tr: Trial, stops: list[dict[str, Any]], answer: str) -> dict[str, Any]:
-    """The stops from a cut-in's answer's first audio on (the user said nothing more: each is the
-    answer interrupting itself) and the seconds of answer the player played."""
-    start = tr.first_audio[answer]
-    mine = [s for s in stops if s["at"] >= start]
-    later = {r for r in tr.order if tr.created[r] >= tr.created[answer]}  # the answer, and any reply after it
-    played = sum(max(0.0, e - s) for _, r, s, e in tr.player.segments if r in later)
-    return {"answer_stops": len(mine), "answer_stops_at_ms": [round((s["at"] - start) * 1000) for s in mine],
-            "answer_played_s": round(played, 2)}
-
-
-def heard_until(tr: Trial, onset: float) -> float | None:
-    """The end of the last audio the player played of a response begun before ``onset`` or resuming
-    one (clears applied), or None when none sounded."""
-    rids = {r for r in tr.order if tr.created[r] < onset} | set(tr.resumed)
-    ends = [e for _, r, s, e in tr.player.segments if r in rids and e > s]
-    return max(ends) if ends else None
-
-
 async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: float,
                      noises: dict[str, np.ndarray], window_s: float = WINDOW_S) -> dict[str, Any]:
     """One trial of the plan: a story in the room of ``spec``, with its clip if it has one; a story
@@ -327,10 +235,14 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
                          "snr_db": spec.snr_db, "item": clip.item.id if clip else None,
                          "text": clip.item.text if clip else None, "at_s": spec.at_s if clip else None}
     ws = await open_session(url, **fields)
-    await ws.send(json.dumps({"type": "conversation.item.create", "item": {
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": spec.prompt}]}}))
-    await ws.send(json.dumps({"type": "response.create", "response": {
-        "instructions": LONG_INSTRUCTIONS, "max_output_tokens": STORY_TOKENS}}))
+    if spec.ask is None:
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": spec.prompt}]}}))
+        await ws.send(json.dumps({"type": "response.create", "response": {
+            "instructions": LONG_INSTRUCTIONS, "max_output_tokens": STORY_TOKENS}}))
+    else:  # asked aloud: the turn's end makes the response, with the session's settings
+        await ws.send(json.dumps({"type": "session.update", "session": {
+            "type": "realtime", "instructions": LONG_INSTRUCTIONS, "max_output_tokens": STORY_TOKENS}}))
     player = Player(keep=True)
     echo = Echo(spec.echo_db, spec.delay_ms, spec.rt60_s, spec.seed) if spec.echo_db is not None else None
     loop = None
@@ -339,6 +251,9 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
     rng = np.random.default_rng(spec.seed)
     mic = RoomMic(ws, player, echo, loop, int(rng.integers(0, loop.size)) if loop is not None else 0).start()
     tr = RoomTrial(ws, mic, player)
+    if spec.ask is not None:
+        r["asked"] = spec.ask.item.text
+        mic.say(np.concatenate([np.zeros(CHUNK * 10, np.int16), spec.ask.pcm]), {})  # after 0.2 s of silence
     asked = time.monotonic()
     story: str | None = None
     said_at: float | None = None
@@ -350,7 +265,7 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
             now = time.monotonic()
             if story is None and tr.order:
                 story = tr.order[0]
-            first = story_start(tr, story)
+            first = figures.story_start(tr, story)
             if first is None:
                 if now - asked > REPLY_WAIT_S:
                     break
@@ -375,7 +290,7 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
             nxt = next_reply(tr, story, onset)
             back = any(tr.created.get(rid, -1) >= onset for rid in tr.resumed)
             if nxt is not None and nxt in tr.first_audio:
-                if answer_heard(tr, nxt, now):
+                if figures.answer_heard(tr, nxt, now):
                     break
             elif back or now > lv + DETECT_WINDOW_S + 1.0:
                 break
@@ -388,7 +303,7 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
              resumed=len(tr.resumed), story_text=tr.text.get(story, "") if story else "",
              echo_heard_db=echo.heard_db() if echo else None, clipped_samples=mic.clipped,
              voice_dbfs=dbfs(voice_rms), noise_dbfs=dbfs(rms(loop)) if loop is not None else None)
-    first, stops = story_start(tr, story), tr.real_stops()
+    first, stops = figures.story_start(tr, story), tr.real_stops()
     if first is None:  # none of the story sounded
         if clip is not None or not stops:
             r["status"] = "stopped before it sounded" if stops else "no reply"
@@ -396,16 +311,16 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
         first = stops[0]["at"]  # a story stopped before it began: its window runs from that stop
     mine = {story} | tr.resumed  # the story's audio as the server sent it, its resumptions too
     r["story_audio_s"] = round(sum(p.size for p, seg in zip(player.pcm, player.segments) if seg[1] in mine) / RATE, 2)
-    r["story_played_dbfs"] = _played_level(player, first, window_s)
+    r["story_played_dbfs"] = figures.played_level(player, first, window_s)
     if clip is None:
-        r.update(stop_figures(tr, stops, asked, first + window_s, origin=first))
-        r.update(story_figures(tr, stops, story, first, window_s))
+        r.update(figures.stop_figures(tr, stops, asked, first + window_s, origin=first))
+        r.update(figures.story_figures(tr, stops, story, first, window_s))
         return r
     onset, lv = mic.marks.get("onset"), mic.marks.get("last_voiced")
     if onset is None or lv is None:
         r["status"] = "not said"
         return r
-    before = stop_figures(tr, stops, asked, onset, origin=first)
+    before = figures.stop_figures(tr, stops, asked, onset, origin=first)
     r.update(stops_before=before["stops"], self_interruptions_before=before["self_interruptions"],
              playing_at_onset=on_at_onset is not None)
     if spec.kind == "cutin":
@@ -415,9 +330,9 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
         r.update(decide_voice(tr.first_audio.get(nxt) if nxt is not None else None, tr.committed,
                               [t for t, _ in tr.backchannels], resumed, onset, until))
         r["taken"] = r["verdict"] == "interruption"
-        end = heard_until(tr, onset)  # None when nothing was playing at the onset: nothing to cut
+        end = figures.heard_until(tr, onset)  # None when nothing was playing at the onset: nothing to cut
         r["last_played_ms"] = round(max(0.0, end - onset) * 1000, 1) if end is not None and on_at_onset else None
-        r.update(answer_figures(tr, stops, nxt) if r["taken"] and nxt in tr.first_audio else
+        r.update(figures.answer_figures(tr, stops, nxt) if r["taken"] and nxt in tr.first_audio else
                  {"answer_stops": None, "answer_played_s": None})
         return r
     window = lv + BACKCHANNEL_WINDOW_S
@@ -435,13 +350,6 @@ async def room_trial(url: str, spec: Spec, fields: dict[str, Any], voice_rms: fl
     r.update(story_outcome(seen, cancelled, answered, min(back) if back else None, lv))
     r["story_back_ms"] = round((min(back) - lv) * 1000, 1) if back else None
     return r
-
-
-def _played_level(player: Player, start: float, seconds: float) -> float | None:
-    """The RMS (dBFS) of what the loudspeaker played in the window, over the samples that sounded."""
-    x = loudspeaker(player, start, int(seconds * RATE))
-    voiced = x[np.abs(x) > 0]
-    return dbfs(rms(voiced)) if voiced.size else None
 
 
 async def run_plan(url: str, specs: list[Spec], fields: dict[str, Any], voice_rms: float,
@@ -500,7 +408,8 @@ def run_cli(args) -> dict[str, Any]:
     fields = session_fields(ec, nr)
     cutins = [synthesize(it) for it in items(part, "cutin")]
     backchannels = [synthesize(it) for it in items(part, "backchannel")]
-    specs = plan(part, groups, getattr(args, "limit", None), cutins, backchannels)
+    asks = spoken_prompts(part) if "spoken" in groups else None
+    specs = plan(part, groups, getattr(args, "limit", None), cutins, backchannels, asks)
     if not specs:
         raise SystemExit(f"no trial in conditions {list(groups)}")
     voice = voice_level([synthesize(it).pcm for it in items(part, "complete")])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from bench.duplex.common import CHUNK
 from bench.duplex.room import (BABBLE_SENTENCES, NOISES, Echo, RoomMic, at_snr, babble, loudspeaker, noise, rms,
                                room_response)
 from bench.duplex.room_report import goals, median_conditions, report, summarise
-from bench.duplex import room_trials
+from bench.duplex import room_figures
 from bench.duplex.room_trials import RoomTrial, plan, session_fields
 from bench.duplex_set import RATE
 from bench.sets import Item, Text, all_sets
@@ -180,15 +181,40 @@ async def _scripted_story():  # in a loop: a clear sends its truncate
     await asyncio.sleep(0)
     stops = tr.real_stops()
     assert [s["why"] for s in stops] == ["speech_started", "speech_started"]
-    fig = room_trials.stop_figures(tr, stops, 1.0, 13.0)
+    fig = room_figures.stop_figures(tr, stops, 1.0, 13.0)
     assert fig["self_interruptions"] == 2 and fig["came_back"] == 1
     assert [s["came_back"] for s in fig["stops"]] == [True, False]
-    story = room_trials.story_figures(tr, stops, "r1", 1.0, window_s=12.0)  # [1, 13)
+    story = room_figures.story_figures(tr, stops, "r1", 1.0, window_s=12.0)  # [1, 13)
     # played: 1-3 (r1), 3.7-7 (r2), 8-9 (r2 until the clear) = 2 + 3.3 + 1 = 6.3 s
     assert abs(story["played_s"] - 6.3) < 1e-6
     # gaps: 3-3.7 (a stop), 7-8 (a stall), 9-13 (a stop): the share is of the window less the stall
     assert abs(story["underrun_s"] - 1.0) < 1e-6 and abs(story["stopped_s"] - 4.7) < 1e-6
     assert abs(story["share"] - 6.3 / 11.0) < 1e-3 and not story["ended_in_window"]
+
+
+def test_a_cut_ins_answer_that_stops_itself_is_counted():
+    asyncio.run(_answer_stopped())
+
+
+async def _answer_stopped():
+    tr = RoomTrial(_NoSocket(), None, Player(keep=True))
+    _feed(tr, [
+        (0.0, _created("r1")),
+        (1.0, _delta("r1", 10.0)),  # the story
+        (5.0, {"type": "input_audio_buffer.speech_started"}),  # the cut-in: the client clears
+        (5.5, {"type": "input_audio_buffer.speech_stopped"}),
+        (5.8, _created("r2")),  # the answer
+        (6.0, _delta("r2", 3.0)),  # plays 6-9
+        (6.6, {"type": "input_audio_buffer.speech_started"}),  # its own echo taken for the user
+        (7.2, _created("r3")),
+        (7.4, _delta("r3", 1.0)),
+        (8.4, {"type": "response.done", "response": {"id": "r3", "status": "completed"}}),
+    ])
+    await asyncio.sleep(0)
+    fig = room_figures.answer_figures(tr, tr.real_stops(), "r2")
+    assert fig["answer_stops"] == 1 and fig["answer_stops_at_ms"] == [600]
+    assert abs(fig["answer_played_s"] - (0.6 + 1.0)) < 1e-6, "0.6 s of the answer, then the answer to its echo"
+    assert not room_figures.answer_heard(tr, "r2", 8.0) and room_figures.answer_heard(tr, "r2", 8.5)
 
 
 def test_a_reply_cancelled_or_replaced_without_a_clear_is_one_stop_and_a_resumption_is_none():
@@ -229,11 +255,11 @@ async def _stopped_before_it_sounded():
     await asyncio.sleep(0)
     stops = tr.real_stops()
     assert [s["why"] for s in stops] == ["speech_started"]
-    start = room_trials.story_start(tr, "r1")
+    start = room_figures.story_start(tr, "r1")
     assert start == 0.95
-    fig = room_trials.stop_figures(tr, stops, 0.0, start + 20.0, origin=start)
+    fig = room_figures.stop_figures(tr, stops, 0.0, start + 20.0, origin=start)
     assert fig["self_interruptions"] == 1 and fig["came_back"] == 1 and fig["stops"][0]["at_ms"] == -750
-    assert room_trials.story_figures(tr, stops, "r1", start)["share"] == 1.0
+    assert room_figures.story_figures(tr, stops, "r1", start)["share"] == 1.0
 
 
 def test_a_story_that_plays_through_is_all_played_and_one_that_ends_early_is_not_short_changed():
@@ -245,9 +271,9 @@ async def _plays_through():
     _feed(tr, [(0.0, _created("r1")), (1.0, _delta("r1", 10.0)), (2.0, _delta("r1", 5.0)),
                (3.0, {"type": "response.done", "response": {"id": "r1", "status": "completed"}})])
     await asyncio.sleep(0)
-    whole = room_trials.story_figures(tr, tr.real_stops(), "r1", 1.0, window_s=12.0)  # 15 s: 12 of 12 played
+    whole = room_figures.story_figures(tr, tr.real_stops(), "r1", 1.0, window_s=12.0)  # 15 s: 12 of 12 played
     assert whole["played_s"] == 12.0 and whole["share"] == 1.0 and whole["underrun_s"] == 0.0
-    short = room_trials.story_figures(tr, tr.real_stops(), "r1", 1.0, window_s=20.0)  # ends at 16 s: 15 of 15
+    short = room_figures.story_figures(tr, tr.real_stops(), "r1", 1.0, window_s=20.0)  # ends at 16 s: 15 of 15
     assert short["ended_s"] == 5.0 and short["share"] == 1.0 and short["ended_in_window"]
     cut = RoomTrial(_NoSocket(), None, Player(keep=True))  # stopped, then resumed with what was made: it ends short
     _feed(cut, [(0.0, _created("r1")), (1.0, _delta("r1", 2.0)), (2.0, {"type": "input_audio_buffer.speech_started"}),
@@ -255,12 +281,12 @@ async def _plays_through():
                 (2.5, {"type": "response.resumed", "response_id": "r2", "item_id": "item_r2"}),
                 (2.6, _delta("r2", 1.0)), (2.7, {"type": "response.done", "response": {"id": "r2", "status": "completed"}})])
     await asyncio.sleep(0)
-    after = room_trials.story_figures(cut, cut.real_stops(), "r1", 1.0, window_s=12.0)
+    after = room_figures.story_figures(cut, cut.real_stops(), "r1", 1.0, window_s=12.0)
     assert after["ended_s"] == 0.0 and abs(after["stopped_s"] - 10.0) < 1e-6 and abs(after["share"] - 2 / 12) < 1e-3
     _feed(cut, [(2.8, _created("r3")), (2.8, {"type": "response.resumed", "response_id": "r3", "item_id": "item_r3"}),
                 (2.9, _delta("r3", 0.1))])  # resumed again, then silent while still open: no stall either
     await asyncio.sleep(0)
-    held = room_trials.story_figures(cut, cut.real_stops(), "r1", 1.0, window_s=12.0)
+    held = room_figures.story_figures(cut, cut.real_stops(), "r1", 1.0, window_s=12.0)
     assert held["underrun_s"] == 0.0 and abs(held["share"] - 2.1 / 12) < 1e-3  # r3 plays 3.6-3.7
 
 
@@ -281,6 +307,13 @@ def test_the_plan_and_the_session_fields():
     pairs = [(s.clip, s.prompt, s.at_s) for s in full if s.condition == "backchannel, echo -10 dB"]
     assert pairs == [(s.clip, s.prompt, s.at_s) for s in full if s.condition == "backchannel, no echo"]
     assert len(plan("dev", ("echo",), 1, cut, bc)) == 3
+    asks = [SimpleNamespace(item=SimpleNamespace(text=f"q{k}")) for k in range(4)]  # stand-ins for spoken clips
+    spoken = plan("dev", ("spoken",), None, cut, bc, asks)
+    assert [s.condition for s in spoken].count("story asked aloud, echo -6 dB") == 3
+    assert [s.condition for s in spoken].count("cut-in asked aloud, echo -6 dB") == 3
+    assert all(s.ask in asks and s.prompt == s.ask.item.text and s.echo_db == -6.0 for s in spoken), "asked aloud, over echo"
+    with pytest.raises(SystemExit):
+        plan("dev", ("spoken",), None, cut, bc)  # no spoken prompts to ask with
     assert session_fields() == {}
     assert session_fields("off", "far_field") == {"echo_cancellation": None, "noise_reduction": {"type": "far_field"}}
 
