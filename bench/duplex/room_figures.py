@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from bench.duplex.client import Player, Trial
 from bench.duplex.common import STORY_BACK_S
 from bench.duplex.room import dbfs, loudspeaker, rms
