@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
                              "off (echo_cancellation null: the baseline)")
     parser.add_argument("--noise-reduction", choices=["none", "near_field", "far_field"], default="none",
                         help="duplex --room: session.audio.input.noise_reduction (none, the default: nothing sent)")
-    parser.add_argument("--conditions", nargs="+", choices=["echo", "cutin", "backchannel", "noise"],
+    parser.add_argument("--conditions", nargs="+", choices=["echo", "cutin", "backchannel", "noise", "spoken"],
                         help="duplex --room: which groups of conditions (default: all four)")
     parser.add_argument("--set", choices=["eval", "dev", "dev2", "fresh"], default="eval",
                         help="answers, tools, duplex: which part of the set (duplex dev2: issue 34's eval, spent and "
