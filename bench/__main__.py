@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--noise-reduction", choices=["none", "near_field", "far_field"], default="none",
                         help="duplex --room: session.audio.input.noise_reduction (none, the default: nothing sent)")
     parser.add_argument("--conditions", nargs="+", choices=["echo", "cutin", "backchannel", "noise", "spoken"],
-                        help="duplex --room: which groups of conditions (default: all four)")
+                        help="duplex --room: which groups of conditions (default: all five)")
     parser.add_argument("--set", choices=["eval", "dev", "dev2", "fresh"], default="eval",
                         help="answers, tools, duplex: which part of the set (duplex dev2: issue 34's eval, spent and "
                              "tuned on since; fresh: dev2's phrases in issue 47's fresh voices; both dev now). A "
