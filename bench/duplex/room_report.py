@@ -16,7 +16,8 @@ GOAL_SHARE = 0.95  # echo -10/-6 dB: of each story played
 GOAL_CUTIN_MS = 300.0  # cut-ins over echo: onset -> last audio played, p50
 KEYS = ("self_interruptions", "per_minute", "zero_stories", "came_back", "new_responses", "played_min_s",
         "played_p50_s", "share_min", "share_p50", "underrun_s", "ended_in_window", "cutin_taken_share", "cutin_cut_share",
-        "cutin_undecided", "answer_stops", "answers_stopped", "last_played_p50_ms", "last_played_p90_ms", "before_onset", "silent_at_onset",
+        "cutin_undecided", "answer_stops", "answers_stopped", "last_played_p50_ms", "last_played_p90_ms",
+        "before_onset", "silent_at_onset",
         "bc_lost_rate", "bc_false_rate", "bc_gone_before", "clipped_trials", "errors", "not_trials")
 COUNTS = ("stories", "cutins", "backchannels")
 

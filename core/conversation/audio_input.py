@@ -99,7 +99,7 @@ class AudioInput:
     @property
     def hears_echo(self) -> bool:
         """Whether the microphone is known to hear the assistant's own reply (``room.py``)."""
-        return self.room is not None and self.room.hears_echo
+        return self.room is not None and self.room.cancelling
 
     def end_within(self, wait_ms: int) -> VadReport | None:
         """Set the wait that ends the current pause (semantic turn detection); the ``end``

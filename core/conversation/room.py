@@ -197,14 +197,10 @@ class RoomFilter:
         self._burst = False  # audio is coming faster than real time: no echo of the room in it
         self._linear_t: float | None = None  # the linear canceller's reference clock (``LINEAR_SNAP_S``)
         self.frames = 0
-        self.cancelling = False  # the last frame was the canceller's output (the echo taken out)
+        # The last frame was the canceller's output: the microphone is taken to hear the loudspeaker
+        # (its levels found an echo, or, before they can tell, its waveform did not last read a voice).
+        self.cancelling = False
         self.learning = False  # the last frame came out of a canceller still learning the echo path
-
-    @property
-    def hears_echo(self) -> bool:
-        """The microphone is taken to hear the loudspeaker (its echo is being cancelled): its levels
-        found an echo, or, before they can tell, its waveform did not last read a voice."""
-        return self.cancelling
 
     @property
     def suppressing(self) -> bool:

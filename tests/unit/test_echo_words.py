@@ -217,7 +217,7 @@ class LearningCanceller:
     played = None
     suppressing = False
     learning = True
-    hears_echo = True
+    cancelling = True
 
     def clean(self, audio, arrived_at):
         return audio, None, False  # heard, nothing else for the glances, no echo cancelled
