@@ -6,6 +6,11 @@ clock (``playback.py``) says it plays: right after the audio queued before it, o
 if the queue ran dry. A client's truncate silences what was still queued: the listener never
 heard it, so it cannot come back as echo. Written on the conversation's loop, read from the
 input thread: a lock guards the ring.
+
+The pieces fall into runs: a piece laid after the listener's queue ran dry begins a new one.
+Within a run the client plays each piece right after the last, so the echo path's delay holds; a
+new run starts when its piece reached the client, which the network and the client's loop delay
+by a different few tens of ms each time: the delay moves, and the canceller must find it again.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ class PlayedAudio:
         self._keep = int(keep_s * self.rate)
         self._starts: list[int] = []  # absolute sample index (time * rate) of each piece's first sample
         self._pieces: list[np.ndarray] = []
+        self._runs: list[int] = []  # the start of the run each piece belongs to
         self._lock = threading.Lock()
 
     def _index(self, t: float) -> int:
@@ -45,8 +51,11 @@ class PlayedAudio:
         with self._lock:
             if now is not None:
                 self._forget_before(self._index(now) - self._keep)
-            if self._starts and start < self._starts[-1] + self._pieces[-1].size:
-                start = self._starts[-1] + self._pieces[-1].size  # rounding: never overlap the last
+            end = self._starts[-1] + self._pieces[-1].size if self._starts else None
+            if end is not None and start < end:
+                start = end  # rounding: never overlap the last
+            dry = end is None or start > end + self.rate // 1000  # the queue ran dry: the client plays it when it comes
+            self._runs.append(start if dry else self._runs[-1])
             self._starts.append(start)
             self._pieces.append(samples)
 
@@ -57,6 +66,7 @@ class PlayedAudio:
             while self._starts and self._starts[-1] >= cut:
                 self._starts.pop()
                 self._pieces.pop()
+                self._runs.pop()
             if self._starts and self._starts[-1] + self._pieces[-1].size > cut:
                 self._pieces[-1] = self._pieces[-1][:cut - self._starts[-1]]
 
@@ -76,13 +86,22 @@ class PlayedAudio:
                 i += 1
         return out
 
+    def run_at(self, t: float) -> int | None:
+        """Which run plays at ``t`` (an id: its first sample's index); None while nothing does."""
+        at = self._index(t)
+        with self._lock:
+            i = bisect.bisect_right(self._starts, at) - 1
+            if i < 0 or at >= self._starts[i] + self._pieces[i].size:
+                return None
+            return self._runs[i]
+
     def _forget_before(self, index: int) -> None:
         """Drop the pieces that ended before ``index``; under the lock."""
         drop = 0
         while drop < len(self._starts) and self._starts[drop] + self._pieces[drop].size < index:
             drop += 1
         if drop:
-            del self._starts[:drop], self._pieces[:drop]
+            del self._starts[:drop], self._pieces[:drop], self._runs[:drop]
 
     @property
     def held_samples(self) -> int:

@@ -26,7 +26,9 @@ a maintained native build with wheels for every platform, ~1.2 % of a core per s
   story stopped itself about once in five. By its levels that residue looks like a voice over the
   echo whose first 100 ms the learning canceller suppressed (a gate on them lost 9 of 30 early
   voices), so nothing is taken out: ``learning`` says that a voice's onset is unsure for now, and
-  the turn policy waits for its words before it yields (``vad_turns.py``).
+  the turn policy waits for its words before it yields (``vad_turns.py``). So does a reply's new
+  run (after the listener's queue ran dry: every answer) for its first second of sound
+  (``RESETTLE_FRAMES``): its delay moved, and AEC3 follows it again.
 - **Words read through a linear canceller.** While the listener talks over a loud echo, AEC3's
   suppressor takes syllables of the voice too ("Stop." read as "It's gone."): the glances, and
   the transcript of a turn the reply sounded in, read a linear canceller's output instead
@@ -92,6 +94,13 @@ QUICK_STRETCH_LEVEL = 10.0  # RMS of a stretch of the whitened reply below which
 LINEAR_SNAP_S = 0.03
 ALIGN_EVERY = 50  # frames between waveform readings, once the levels decided, that keep the linear canceller aligned
 LEARNING_FRAMES = 200  # the canceller learns while the reply has sounded less than this (2 s) in the session
+# Each run of the reply (``PlayedAudio.run_at``: one that began after the listener's queue ran dry,
+# as every answer and every resumed reply does) reaches the loudspeaker a different few tens of ms
+# late, and AEC3, having found one echo path, takes a while to follow the moved delay: offline (a
+# Piper answer after a cut-in, -10 dB) a run 50-80 ms later than the last left 10-15 dB of its echo
+# in its first ~0.6 s, and the room bench's answers to 4 of 48 cut-ins stopped themselves 0.3-0.8 s
+# in. So a new run's first second of sound is learned again: a voice's onset in it is unsure.
+RESETTLE_FRAMES = 100
 
 
 class EchoPresence:
@@ -181,6 +190,8 @@ class RoomFilter:
             self._unplayed = False  # ``_voice`` was read while nothing played: it holds only until the reply sounds
             self._sounded = 0  # frames the reply sounded in
             self.linear = linear_echo.LinearEcho() if linear_echo.available() else None
+            self._run: int | None = None  # the run of the reply the reference last read
+            self._resettling = 0  # frames of the current run's sound left to learn its delay in
         if noise_suppression:
             self._ns = rtc.AudioProcessingModule(noise_suppression=True, high_pass_filter=True)
         self._pending = np.zeros(0, np.int16)
@@ -288,12 +299,16 @@ class RoomFilter:
         echo = self.cancelling = False
         if self._aec is not None and live:
             ref = self.played.read(t, REF_FRAME)
+            run = self.played.run_at(t)
+            if run is not None and run != self._run:
+                self._run, self._resettling = run, RESETTLE_FRAMES
             self._aec.process_reverse_stream(rtc.AudioFrame(ref.tobytes(), PlayedAudio.rate, 1, REF_FRAME))
             frame = rtc.AudioFrame(mic.tobytes(), RATE, 1, FRAME)
             self._aec.process_stream(frame)
             ref_level = _rms(ref)
             self.presence.add(_rms(mic), ref_level)
             self._sounded += ref_level > ACTIVE_LEVEL
+            self._resettling -= bool(self._resettling and ref_level > ACTIVE_LEVEL)
             if self.presence.echo is None or (self.presence.echo and self.frames % ALIGN_EVERY == 0):
                 self._read_waveform(mic, t)
             # the linear canceller for the glances, unless the microphone is known to hear no echo
@@ -312,7 +327,7 @@ class RoomFilter:
             if cancelled:
                 out, words = np.frombuffer(frame.data, np.int16), linear
                 echo = ref_level > ACTIVE_LEVEL
-            self.learning = cancelled and self._sounded < LEARNING_FRAMES
+            self.learning = cancelled and (self._sounded < LEARNING_FRAMES or self._resettling > 0)
         if self._ns is not None:
             frame = rtc.AudioFrame(out.tobytes(), RATE, 1, FRAME)
             self._ns.process_stream(frame)

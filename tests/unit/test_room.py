@@ -519,3 +519,48 @@ def test_a_question_spoken_before_the_reply_does_not_hide_its_echo(voice):
     assert room.presence.echo is True
     answer = slice(int((ask_s + 1.0) * RATE), int((ask_s + 4.0) * RATE))
     assert level(out[answer]) < level(mic[answer]) - 15, "the answer's echo is cancelled"
+
+
+def test_the_pieces_that_play_on_from_each_other_are_one_run():
+    played = PlayedAudio()
+    piece = np.full(2400, 1000, "<i2").tobytes()  # 100 ms
+    for k in range(3):
+        played.add(piece, 10.0 + k * 0.1)  # queued behind each other
+    played.stop(10.25)  # a cut: the answer comes after a silence
+    played.add(piece, 11.0)
+    played.add(piece, 11.1)
+    runs = [played.run_at(t) for t in (10.05, 10.15, 10.22, 10.27, 11.05, 11.15)]
+    assert runs[0] == runs[1] == runs[2] and runs[3] is None and runs[4] == runs[5] != runs[0]
+
+
+def test_an_answer_that_reaches_the_loudspeaker_later_than_the_story_did_is_learned_again(voice):
+    """Each answer starts the listener's queue again, and so reaches the loudspeaker a different
+    few tens of ms late: AEC3, which knew the story's echo path, passes 10-15 dB of the answer's
+    echo for a while, which the VAD takes for a voice: the answer stopped itself for its own first
+    words (the room bench, 4 of 48 answers to cut-ins). Its first second of sound is learned again:
+    an onset there waits for its words; later it is sure."""
+    reply24, reply16, stop = voice
+    story_s, answer_at, moved_s = 5.0, 6.5, 0.08
+    played = PlayedAudio()
+    step = 24000 // 5
+    for k, i in enumerate(range(0, int(story_s * 24000), step)):
+        played.add((reply24[i:i + step] * 32767).astype("<i2").tobytes(), T0 + k * 0.2)
+    played.stop(T0 + story_s)  # the listener cut in
+    answer24 = reply24[6 * 24000:]
+    for k, i in enumerate(range(0, answer24.size, step)):
+        played.add((answer24[i:i + step] * 32767).astype("<i2").tobytes(), T0 + answer_at + k * 0.2)
+    line = np.zeros(int((answer_at + 6.0) * RATE), np.float32)
+    line[:int(story_s * RATE)] = reply16[:int(story_s * RATE)]
+    late = int((answer_at + moved_s) * RATE)  # the answer plays 80 ms later than the story's echo path says
+    answer16 = reply16[6 * RATE:]
+    line[late:late + answer16.size] = answer16[:line.size - late]
+    mic = microphone(line, -10, 120, 4.8, stop, line.size / RATE)  # "Stop." over the story's end
+    room = RoomFilter(played, noise_suppression=False)
+    learning = []
+    for i in range(0, mic.size, 320):
+        room.process(mic[i:i + 320], T0 + (i + 320) / RATE)
+        learning.append(room.learning)
+    at = lambda s: int(s * RATE / 320)  # noqa: E731 - the chunk at s seconds
+    assert not any(learning[at(3.0):at(story_s)]), "the story's echo path was known"
+    assert all(learning[at(answer_at + 0.1):at(answer_at + 0.8)]), "the answer's first words are learned again"
+    assert not any(learning[at(answer_at + 2.5):at(answer_at + 5.0)]), "and then sure again"
