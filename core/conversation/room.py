@@ -272,9 +272,9 @@ class RoomFilter:
             self._late, self._late_since = float("inf"), arrived_at
         return True
 
-    def _read_waveform(self, mic: np.ndarray, t: float) -> None:
-        """While the levels cannot tell yet: does the microphone hold a voice, or the reply's echo?"""
-        self._recent = np.concatenate([self._recent[mic.size:], mic])
+    def _read_waveform(self, t: float) -> None:
+        """Does the microphone hold a voice, or the reply's echo, and how late? Read while the
+        levels cannot tell yet, then every ``ALIGN_EVERY`` frames for the linear canceller."""
         if self.frames % QUICK_EVERY or _rms(self._recent) < QUICK_LEVEL:
             return
         ref = self.played.read(t + FRAME / RATE - QUICK_REF_S, int(QUICK_REF_S * PlayedAudio.rate))
@@ -309,8 +309,11 @@ class RoomFilter:
             self.presence.add(_rms(mic), ref_level)
             self._sounded += ref_level > ACTIVE_LEVEL
             self._resettling -= bool(self._resettling and ref_level > ACTIVE_LEVEL)
+            # every frame: a reading matches the microphone's last 200 ms as they came (kept only
+            # at the readings, the ones every ALIGN_EVERY frames held 10 ms from each of the last 20)
+            self._recent = np.concatenate([self._recent[mic.size:], mic])
             if self.presence.echo is None or (self.presence.echo and self.frames % ALIGN_EVERY == 0):
-                self._read_waveform(mic, t)
+                self._read_waveform(t)
             # the linear canceller for the glances, unless the microphone is known to hear no echo
             linear = None
             if self.linear is not None and self.presence.echo is not False:

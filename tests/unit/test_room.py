@@ -533,14 +533,11 @@ def test_the_pieces_that_play_on_from_each_other_are_one_run():
     assert runs[0] == runs[1] == runs[2] and runs[3] is None and runs[4] == runs[5] != runs[0]
 
 
-def test_an_answer_that_reaches_the_loudspeaker_later_than_the_story_did_is_learned_again(voice):
-    """Each answer starts the listener's queue again, and so reaches the loudspeaker a different
-    few tens of ms late: AEC3, which knew the story's echo path, passes 10-15 dB of the answer's
-    echo for a while, which the VAD takes for a voice: the answer stopped itself for its own first
-    words (the room bench, 4 of 48 answers to cut-ins). Its first second of sound is learned again:
-    an onset there waits for its words; later it is sure."""
+def story_then_answer(voice, moved_s: float) -> tuple[np.ndarray, PlayedAudio, float]:
+    """A story cut by "Stop." at 4.8 s, then its answer from 6.5 s, whose echo comes ``moved_s``
+    later than the story's did (120 ms, -10 dB): the microphone, what played, the answer's start."""
     reply24, reply16, stop = voice
-    story_s, answer_at, moved_s = 5.0, 6.5, 0.08
+    story_s, answer_at = 5.0, 6.5
     played = PlayedAudio()
     step = 24000 // 5
     for k, i in enumerate(range(0, int(story_s * 24000), step)):
@@ -551,16 +548,44 @@ def test_an_answer_that_reaches_the_loudspeaker_later_than_the_story_did_is_lear
         played.add((answer24[i:i + step] * 32767).astype("<i2").tobytes(), T0 + answer_at + k * 0.2)
     line = np.zeros(int((answer_at + 6.0) * RATE), np.float32)
     line[:int(story_s * RATE)] = reply16[:int(story_s * RATE)]
-    late = int((answer_at + moved_s) * RATE)  # the answer plays 80 ms later than the story's echo path says
+    late = int((answer_at + moved_s) * RATE)  # where the answer really played
     answer16 = reply16[6 * RATE:]
     line[late:late + answer16.size] = answer16[:line.size - late]
-    mic = microphone(line, -10, 120, 4.8, stop, line.size / RATE)  # "Stop." over the story's end
+    return microphone(line, -10, 120, 4.8, stop, line.size / RATE), played, answer_at
+
+
+def test_an_answer_that_reaches_the_loudspeaker_later_than_the_story_did_is_learned_again(voice):
+    """Each answer starts the listener's queue again, and so reaches the loudspeaker a different
+    few tens of ms late: AEC3, which knew the story's echo path, passes 10-15 dB of the answer's
+    echo for a while, which the VAD takes for a voice: the answer stopped itself for its own first
+    words (the room bench, 4 of 48 answers to cut-ins). Its first second of sound is learned again:
+    an onset there waits for its words; later it is sure."""
+    mic, played, answer_at = story_then_answer(voice, 0.08)
     room = RoomFilter(played, noise_suppression=False)
     learning = []
     for i in range(0, mic.size, 320):
         room.process(mic[i:i + 320], T0 + (i + 320) / RATE)
         learning.append(room.learning)
     at = lambda s: int(s * RATE / 320)  # noqa: E731 - the chunk at s seconds
-    assert not any(learning[at(3.0):at(story_s)]), "the story's echo path was known"
+    assert not any(learning[at(3.0):at(5.0)]), "the story's echo path was known"
     assert all(learning[at(answer_at + 0.1):at(answer_at + 0.8)]), "the answer's first words are learned again"
     assert not any(learning[at(answer_at + 2.5):at(answer_at + 5.0)]), "and then sure again"
+
+
+def test_the_linear_canceller_follows_an_answer_whose_echo_comes_sooner(voice):
+    """The glances read the linear canceller, whose filter starts at the delay the waveform
+    reading found: an answer whose echo comes 60 ms sooner than the story's would leave its first
+    60 ms of every sound in what they read, unless the readings that keep it aligned see it."""
+    from core.conversation import linear_echo
+
+    if not linear_echo.available():
+        pytest.skip("pyaec has no wheel for this platform")
+    mic, played, answer_at = story_then_answer(voice, -0.06)
+    room = RoomFilter(played, noise_suppression=False)
+    lags = []
+    for i in range(0, mic.size, 320):
+        room.process(mic[i:i + 320], T0 + (i + 320) / RATE)
+        lags.append(room.linear.lag_s)
+    at = lambda s: int(s * RATE / 320)  # noqa: E731 - the chunk at s seconds
+    assert abs(lags[at(4.5)] - 0.12) <= 0.02, "aligned to the story's echo"
+    assert abs(lags[-1] - 0.06) <= 0.02, "and then to the answer's"
