@@ -314,7 +314,10 @@ class VadTurns:
             ov.decide("backchannel", voice, "length at a pause")
         else:
             ov.ended(words, voice, seen.interruption, said)
-        await self._decided(ov, segment)
+        # Read while the voice went on and paused again, this pause's clip holds only the words up
+        # to it: the turn's are in the pause the voice is in now ("Cut it out." read "I was...",
+        # and semantic_vad waited 4 s on it).
+        await self._decided(ov, segment if ov.pauses == pause else None)
 
     async def _decided(self, ov: Overlap, segment: np.ndarray | None = None) -> None:
         """Act on the verdict: an interruption starts the user's turn; anything else is dropped."""

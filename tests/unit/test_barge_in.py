@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import numpy as np
+
 from core.conversation import ConversationConfig, TurnDetection
+from core.conversation.hearing import GLANCE_PAD
 from core.conversation.overlap import GLANCE_FIRST_MS, LONGEST_BACKCHANNEL_MS, SETTLE_MS
 from tests.support.helpers import Collector
 from tests.support.scripted_backend import ScriptedBackend, quiet, tone
@@ -462,5 +465,39 @@ async def test_a_cut_in_settled_by_a_glance_that_lands_after_its_pause_is_scored
     # a whole turn: committed within 1.5 s of the voice's end, not after the 4 s an open one waits
     await col.wait_for("input_committed", timeout=0.3)
     assert col.of("input_transcript")[-1].transcript == "cut it out"
+    await conv.close()
+    backend.close()
+
+
+async def test_a_cut_in_judged_at_its_first_pause_after_its_second_is_scored_on_the_whole_clip():
+    """Issue 70's clean-room miss ("Cut it out.", 2 runs in 5, the worker's log kept): the voice
+    paused, went on, paused again; the first pause's judgement landed after the second pause and
+    started the turn's words from its own clip, the voice up to the first pause. The turn read
+    "I was..." and semantic_vad waited 4 s on it, past the bench's window. The pause the voice is
+    in when the verdict lands is the turn's: its clip holds all the words."""
+    pauses = []
+
+    def heard(clip) -> str:
+        voice = clip[:-GLANCE_PAD]
+        if np.abs(voice[-320:]).max() > 0.01:
+            return ""  # a glance made while the voice goes on reads nothing yet
+        pauses.append(voice.size)  # a pause's judgement: its clip ends in silence
+        if len(pauses) > 1:
+            return ""
+        time.sleep(0.8)  # the first pause's lands after the second pause
+        return "Stop."
+
+    backend, conv, col = await replying(glance=heard, transcript="", step_s=0.15, type="semantic_vad")
+    clips = []
+
+    def transcribe_turn(audio):
+        clips.append(audio.size)
+        return "cut it out" if audio.size > 16000 else "I was"  # the whole clip, or up to the first pause
+
+    backend.transcribe_turn = transcribe_turn
+    await feed(conv, tone(0.56) + quiet(0.08) + tone(0.3) + quiet(1.5))
+    assert len(pauses) >= 2, "both pauses were judged"
+    await col.wait_for("input_committed", timeout=0.5)
+    assert col.of("input_transcript")[-1].transcript == "cut it out", clips
     await conv.close()
     backend.close()
