@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 # paused items pause 0.6-1.5 s (``bench/sets/duplex.py``); a listener's backchannel comes while an
 # answer has been going on for a while.
 CONTINUES_TURN_MS = 2000
+# Over a microphone that hears the loudspeaker, the reply's echo outlasts its audio by the echo
+# path's delay and the room's tail (up to 600 + 300 ms): a voice while the reply is still being
+# made and sounded this recently is judged as one over it, though the listener's queue ran dry.
+ECHO_TAIL_MS = 1000
 
 
 class VadTurns:
@@ -230,12 +234,16 @@ class VadTurns:
         a microphone that hears the loudspeaker it is judged anyway: there a voice at the start of
         an answer is as likely the answer's own echo, and taken as the turn going on unjudged it
         stopped the answer and was answered in turn (issue 70's SDK drive: the answer to "Stop."
-        interrupted itself twice, "the story." heard of its own words)."""
+        interrupted itself twice, "the story." heard of its own words). There the reply is heard
+        until its echo has died away (``ECHO_TAIL_MS``)."""
         td = self.rt.config.turn_detection
         continues = (not echoing and self._turn_ended_ms is not None
                      and onset_ms - self._turn_ended_ms < CONTINUES_TURN_MS)
+        playback = self.rt.playback
+        heard = playback.audible or (echoing and self.replies.active
+                                     and playback.playing_until > time.monotonic() - ECHO_TAIL_MS / 1000)
         return (td is not None and td.vad_turns and td.interrupt_response and td.ignore_backchannels
-                and self.rt.playback.audible and not continues)
+                and heard and not continues)
 
     def _overlap_pending(self) -> Overlap | None:
         ov = self._overlap

@@ -296,3 +296,29 @@ async def test_its_own_echo_just_after_the_users_turn_is_judged_not_taken_for_th
     assert kinds(col).count("input_committed") == 1 and len(backend.jobs) == 1, "the echo got no answer"
     await conv.close()
     backend.close()
+
+
+async def test_its_own_echo_while_the_reply_is_late_is_judged_not_taken_for_a_turn():
+    """The reply is made a little slower than it plays, so the listener's queue runs dry between
+    its words; the echo of the last one is still in the room. Over a microphone that hears the
+    loudspeaker, a voice there is judged as one over the reply (``ECHO_TAIL_MS``): taken as a
+    new turn unjudged, the story stopped 1.6 s in for "It's time." heard back (the room bench)."""
+    hear = {}
+    backend = ScriptedBackend(STORY, step_s=0.6, glance=lambda clip: hear["echo"](clip), transcript="hello",
+                              meaning=None)  # 0.2 s of audio a word, made every 0.6 s
+    conv = backend.open_conversation(ConversationConfig(input_sample_rate=16000,
+                                                        turn_detection=TurnDetection(yield_at_onset=True)))
+    col = Collector(conv)
+    hear["echo"] = echo_of(conv, STORY)
+    conv.hearing._input.room = EchoingRoom()
+    await conv.add_text("Tell me a story")
+    await conv.create_response()
+    await col.wait_for("audio_chunk", count=10)  # five words in
+    await asyncio.sleep(0.25)  # the word has played; the next is not made yet
+    assert not conv.rt.playback.audible
+    await feed(conv, tone(0.6) + quiet(0.8))
+    assert (await col.wait_for("backchannel")).transcript == "", "judged as noise: its own words"
+    assert "input_committed" not in kinds(col), "the echo got no turn"
+    assert len(backend.jobs) == 1
+    await conv.close()
+    backend.close()
