@@ -71,6 +71,10 @@ class PlaybackClock:
         """When (monotonic) what was sent will have finished playing; in the past when silent."""
         return self.head.ends_at if self.stopped_at is None else min(self.head.ends_at, self._now())
 
+    def sounded_within(self, seconds: float) -> bool:
+        """The listener heard the assistant at some moment of the last ``seconds`` (or does now)."""
+        return self.item_id is not None and self.playing_until > self._now() - seconds
+
     def stop(self, item_id: str, heard_samples: int) -> None:
         """The listener stopped ``item_id`` after ``heard_samples`` (a truncate, a barge-in)."""
         if item_id != self.item_id:

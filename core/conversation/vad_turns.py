@@ -240,8 +240,7 @@ class VadTurns:
         continues = (not echoing and self._turn_ended_ms is not None
                      and onset_ms - self._turn_ended_ms < CONTINUES_TURN_MS)
         playback = self.rt.playback
-        heard = playback.audible or (echoing and self.replies.active
-                                     and playback.playing_until > time.monotonic() - ECHO_TAIL_MS / 1000)
+        heard = playback.audible or (echoing and self.replies.active and playback.sounded_within(ECHO_TAIL_MS / 1000))
         return (td is not None and td.vad_turns and td.interrupt_response and td.ignore_backchannels
                 and heard and not continues)
 
