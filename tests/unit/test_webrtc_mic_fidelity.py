@@ -1,7 +1,7 @@
 """A call's microphone reaches the worker as it was sent (issue 69 item 5, "WebRTC hears what
 WebSocket hears"): a spoken clip, Opus-encoded as a browser sends it (48 kHz mono, 32 kbit/s, voip,
-20 ms frames), decoded by aiortc's receiver decoder (48 kHz stereo s16) and made
-binary microphone frames by ``tracks.pump_audio`` (24 kHz mono PCM16), is the clip: no
+20 ms frames), arriving as RTP packets at the call's ``microphone.MicPackets`` and decoded into
+binary microphone frames by ``microphone.pump_audio`` (24 kHz mono PCM16), is the clip: no
 sample lost or added, the onset where it was (the VAD's pre-roll before it intact), the same
 level, the same waveform. Diagnosis found the call path sample-true (the words a call lost came
 with Chromium's capture processing, before the gateway); this keeps it so."""
@@ -15,12 +15,11 @@ import av
 import numpy as np
 import pytest
 import soxr
-from aiortc.codecs.opus import OpusDecoder
-from aiortc.jitterbuffer import JitterFrame
-from aiortc.mediastreams import MediaStreamError
+from aiortc.rtp import RtpPacket
 
 from core.audio_frames import read_mic_frame
-from gateway.realtime.webrtc.tracks import INPUT_RATE, pump_audio
+from gateway.realtime.webrtc.microphone import INPUT_RATE, MicDecoder, MicPackets, pump_audio
+from gateway.realtime.webrtc.tracks import MEDIA_EXECUTOR
 
 LEAD_S = 0.5
 
@@ -57,20 +56,20 @@ def browser_packets(pcm24: np.ndarray) -> list[bytes]:
     return packets
 
 
-class DecodedTrack:
-    """What aiortc's receiver hands the gateway: each packet decoded (48 kHz stereo s16 frames)."""
-
-    kind = "audio"
-
-    def __init__(self, packets: list[bytes]) -> None:
-        decoder = OpusDecoder()
-        self.frames = [f for n, p in enumerate(packets) for f in decoder.decode(JitterFrame(data=p, timestamp=n * 960))]
-
-    async def recv(self):
-        if not self.frames:
-            raise MediaStreamError
-        await asyncio.sleep(0)
-        return self.frames.pop(0)
+async def arrive(packets: list[bytes]) -> list[bytes]:
+    """The packets arriving at a call's ``MicPackets`` as aiortc's receiver hands them over (RTP,
+    sequence-numbered), 1 ms apart; the binary microphone frames ``pump_audio`` made of them."""
+    mic = MicPackets()
+    appends: list[bytes] = []
+    pump = asyncio.create_task(pump_audio(mic, appends.append, MEDIA_EXECUTOR))
+    for n, payload in enumerate(packets):
+        rtp = RtpPacket(payload_type=111, sequence_number=n % 65536, timestamp=n * 960, payload=payload)
+        rtp._data = payload  # what aiortc's receiver sets (the depayloaded frame) before the buffer
+        mic.add(rtp)
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.2)
+    pump.cancel()
+    return appends
 
 
 def onset(x: np.ndarray, level: float) -> int:
@@ -81,18 +80,15 @@ def onset(x: np.ndarray, level: float) -> int:
 async def test_a_calls_microphone_reaches_the_worker_sample_true():
     clip = spoken_clip()
     packets = browser_packets(clip)
-    track = DecodedTrack(packets)
-    frames = len(track.frames)
-    appends: list[bytes] = []
-    await pump_audio(track, appends.append)
+    appends = await arrive(packets)
     frames_read = [read_mic_frame(a) for a in appends]
     assert {rate for _, rate in frames_read} == {INPUT_RATE}
     got = np.concatenate([np.frombuffer(pcm, "<i2") for pcm, _ in frames_read]).astype(np.float32)
     sent = np.concatenate([np.zeros(int(LEAD_S * INPUT_RATE), np.float32), clip.astype(np.float32)])
 
-    # Every sample: the stream is as long as the frames' audio in whole 40 ms appends, less the
-    # resampler's few samples of delay (a lost 20 ms frame is 480 samples short).
-    assert 0 <= frames // 2 * 2 * 480 - got.size < 0.002 * INPUT_RATE
+    # Every sample: the stream is as long as the packets' audio, less the last packet when it waits
+    # for its pair (40 ms frames) and the resampler's few samples of delay.
+    assert 0 <= len(packets) * 480 - got.size < 480 + 0.002 * INPUT_RATE
 
     # Aligned (the codec's and resampler's delay: a few ms at most), one gain, one waveform.
     lags = range(0, 480)
@@ -110,3 +106,10 @@ async def test_a_calls_microphone_reaches_the_worker_sample_true():
     assert abs(onset(seg, 300) - onset(sent, 300)) < 0.01 * INPUT_RATE
     assert np.abs(seg[: int((LEAD_S - 0.05) * INPUT_RATE)]).max() < 100
     assert np.abs(got).max() < 32767  # nothing clipped
+
+
+def test_a_packet_libopus_refuses_is_skipped_and_the_microphone_goes_on():
+    good = browser_packets(spoken_clip())[30:32]
+    decoder = MicDecoder()
+    pcm, rate = read_mic_frame(decoder.frame([good[0], b"\x03\x00", good[1]]))  # code 3 with no frame count
+    assert rate == INPUT_RATE and 900 <= len(pcm) // 2 <= 960  # the two good packets' 40 ms, the bad one's skipped

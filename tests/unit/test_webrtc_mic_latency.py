@@ -1,8 +1,8 @@
 """The microphone's latency at the gateway. aiortc's audio receiver holds four packets (80 ms) for a
 smooth playout, and after one lost packet it waits for sixteen and then hands out one frame per
 packet, so ~300 ms of lag stay for the rest of the call. The gateway plays nothing (the audio goes
-to VAD and ASR), so a call's receiver gets ``tracks.MicJitterBuffer``: each packet is decoded as it
-arrives. Found by ``python -m bench calls`` (issue 33): speech_stopped reached a call ~110 ms after
+to VAD and ASR), so a call's receiver gets ``microphone.MicPackets``: each packet is queued for
+decoding as it arrives, and aiortc's own decoder thread is never handed one. Found by ``python -m bench calls`` (issue 33): speech_stopped reached a call ~110 ms after
 a WebSocket session, 80 ms of it in aiortc's buffer."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from aiortc.rtp import RtpPacket
 from gateway.realtime.webrtc.call import Call
 from gateway.realtime.webrtc.channel import WebRTCChannel
 from gateway.realtime.webrtc.sdp import check_offer
-from gateway.realtime.webrtc.tracks import MicJitterBuffer, quick_mic
+from gateway.realtime.webrtc.microphone import MicPackets, quick_mic
 
 
 def packet(n: int) -> RtpPacket:
@@ -26,11 +26,16 @@ def packet(n: int) -> RtpPacket:
 
 
 def feed(jb: JitterBuffer, order: list[int]) -> list[tuple[int, int]]:
-    """(packet just added, packet whose frame came out) for each frame released."""
+    """(packet just added, packet whose frame came out) for each frame released: by aiortc's buffer
+    to its decoder, by ``MicPackets`` to the call's own queue (never to aiortc's decoder)."""
     out = []
     for n in order:
         _, frame = jb.add(packet(n))
-        if frame is not None:
+        if isinstance(jb, MicPackets):
+            assert frame is None
+            out += [(n, data[1]) for data in jb._payloads]
+            jb._payloads.clear()
+        elif frame is not None:
             out.append((n, frame.data[1]))
     return out
 
@@ -44,26 +49,26 @@ async def test_a_calls_microphone_is_decoded_as_each_packet_arrives():
     try:
         await call.answer(await check_offer(client.localDescription.sdp))
         audio = [t.receiver for t in call.pc.getTransceivers() if t.kind == "audio"]
-        assert audio and all(isinstance(r._RTCRtpReceiver__jitter_buffer, MicJitterBuffer) for r in audio)
+        assert audio and all(isinstance(r._RTCRtpReceiver__jitter_buffer, MicPackets) for r in audio)
     finally:
         await call.close()
         await client.close()
-    assert feed(MicJitterBuffer(), [0, 1, 2]) == [(0, 0), (1, 1), (2, 2)]  # no wait at all
+    assert feed(MicPackets(), [0, 1, 2]) == [(0, 0), (1, 1), (2, 2)]  # no wait at all
     assert feed(JitterBuffer(capacity=16, prefetch=4), range(6))[0] == (4, 0)  # aiortc's: 80 ms
 
 
 def test_a_lost_packet_leaves_no_lag_behind():
     order = [n for n in range(60) if n != 5]
-    lag = [added - out for added, out in feed(MicJitterBuffer(), order)]
+    lag = [added - out for added, out in feed(MicPackets(), order)]
     assert lag == [0] * len(order)
     stock = [added - out for added, out in feed(JitterBuffer(capacity=16, prefetch=4), order)]
     assert stock[-1] >= 14  # aiortc's buffer: ~300 ms behind for good after one loss
 
 
 def test_late_and_duplicate_packets_are_dropped_in_order():
-    got = [out for _, out in feed(MicJitterBuffer(), [0, 1, 3, 2, 4, 4, 5])]
+    got = [out for _, out in feed(MicPackets(), [0, 1, 3, 2, 4, 4, 5])]
     assert got == [0, 1, 3, 4, 5]  # 2 came after 3: dropped, as a duplicate 4 is
-    wrapped = [out for _, out in feed(MicJitterBuffer(), [65534, 65535, 65536, 65537])]
+    wrapped = [out for _, out in feed(MicPackets(), [65534, 65535, 65536, 65537])]
     assert wrapped == [254, 255, 0, 1]  # sequence numbers wrap at 2**16
 
 
@@ -71,8 +76,9 @@ async def test_quick_mic_leaves_an_unexpected_receiver_alone():
     class Odd:
         pass
 
-    assert quick_mic(Odd()) is False
+    assert quick_mic(Odd()) is None
     pc = RTCPeerConnection()
     receiver = pc.addTransceiver("audio").receiver
-    assert quick_mic(receiver) and isinstance(receiver._RTCRtpReceiver__jitter_buffer, MicJitterBuffer)
+    packets = quick_mic(receiver)
+    assert isinstance(packets, MicPackets) and receiver._RTCRtpReceiver__jitter_buffer is packets
     await pc.close()

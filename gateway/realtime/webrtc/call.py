@@ -26,8 +26,10 @@ from aiortc.rtcdatachannel import RTCDataChannel
 from core.config import WebRTCConfig
 from gateway.realtime.webrtc import ice
 from gateway.realtime.webrtc.channel import WebRTCChannel
+from gateway.realtime.webrtc.microphone import pump_audio, quick_mic
 from gateway.realtime.webrtc.sdp import Offer, bad_offer
-from gateway.realtime.webrtc.tracks import OutboundAudioTrack, pump_audio, pump_video, quick_mic
+from gateway.realtime.webrtc.tracks import MEDIA_EXECUTOR, OutboundAudioTrack, pump_video
+from gateway.rest.models import ApiError
 
 log = logging.getLogger(__name__)
 # aioice logs every candidate pair's every state at INFO: a dozen lines per call.
@@ -72,12 +74,14 @@ class Call:
             audio.setCodecPreferences([c for c in RTCRtpSender.getCapabilities("audio").codecs
                                        if c.mimeType.lower() == "audio/opus"])
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer.sdp, type="offer"))
-            for transceiver in pc.getTransceivers():
-                if transceiver.kind == "audio":
-                    quick_mic(transceiver.receiver)  # the microphone feeds VAD/ASR, not a speaker
+            # The microphone feeds VAD/ASR, not a speaker: its packets come to us as they arrive.
+            mics = [quick_mic(t.receiver) for t in pc.getTransceivers() if t.kind == "audio"]
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # noqa: BLE001 - aiortc raises what the offer provokes
             raise bad_offer(f"it cannot be answered ({exc.__class__.__name__}: {str(exc)[:160]})") from None
+        if None in mics:
+            raise ApiError(500, "this gateway cannot take a call's microphone (its aiortc is not the pinned "
+                           "version)", "server_error")
         self._spawn(self._watch_connect(), "webrtc-connect-watch")
         return pc.localDescription.sdp
 
@@ -100,7 +104,12 @@ class Call:
 
         if track.kind == "audio" and not self._audio_in:
             self._audio_in = True
-            self._spawn(pump_audio(track, channel.deliver_microphone), "webrtc-audio-in")
+            # aiortc tells of the track inside setRemoteDescription, before any packet can arrive.
+            packets = next((quick_mic(t.receiver) for t in self.pc.getTransceivers() if t.receiver.track is track),
+                           None)
+            if packets is None:  # answer() refuses the call
+                return
+            self._spawn(pump_audio(packets, channel.deliver_microphone, MEDIA_EXECUTOR), "webrtc-audio-in")
         elif track.kind == "video" and not self._video_in:
             self._video_in = True
             self._spawn(pump_video(track, channel.deliver, live, self.max_frame_rate), "webrtc-video-in")

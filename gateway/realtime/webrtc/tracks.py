@@ -1,11 +1,7 @@
 """A call's media: the microphone and camera tracks in, the reply's audio track out.
 
-- In, audio: aiortc decodes the Opus track in its receiver's own thread, each packet as it arrives
-  (``MicJitterBuffer``: no playout buffer, the audio feeds VAD and ASR), and hands us 20 ms frames
-  (48 kHz stereo). They become binary microphone frames for the worker (``core/audio_frames.py``:
-  PCM16 mono at the session's 24 kHz, two frames (40 ms) each, what an ``input_audio_buffer.append``
-  would carry without its base64 and JSON). Resampling is done in a small executor of our own,
-  never on the event loop.
+- In, audio: ``microphone.py`` (Opus packets as they arrive, decoded 40 ms at a time in
+  ``MEDIA_EXECUTOR`` into binary microphone frames for the worker).
 - In, camera: frames are sampled at most ``limits.max_frame_rate`` a second, scaled to at most
   640 px wide and JPEG-encoded (PyAV's mjpeg) in the same executor, and sent as the
   ``input_image_buffer.append`` events the WebSocket pages send.
@@ -16,9 +12,8 @@
   packetises encoded frames (no executor hop, no level metering per frame on the loop, no encoding
   at all while silent): what the track took is what was played.
 
-Microphone audio arriving before the worker's ``session.created`` (the call is still queued or
-being assigned) is kept by the channel, its last 3 s, and heard first (``deliver_microphone``);
-camera frames before then are dropped.
+Camera frames before the worker's ``session.created`` are dropped (the microphone's are kept:
+``channel.deliver_microphone``).
 """
 
 from __future__ import annotations
@@ -34,56 +29,28 @@ from concurrent.futures import ThreadPoolExecutor
 
 import av
 from aiortc import MediaStreamTrack
-from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 from aiortc.mediastreams import MediaStreamError
-from aiortc.rtp import RtpPacket
-from aiortc.utils import uint16_add
 
-from core.audio_frames import mic_frame
 from gateway.realtime.webrtc.playback import FRAME_SAMPLES, OUTPUT_RATE, Playback
 
 log = logging.getLogger(__name__)
 
-INPUT_RATE = 24000  # the session's input rate on a call (channel.py keeps it so)
-APPEND_S = 0.04
 MAX_FRAME_WIDTH = 640
 RESYNC_S = 0.2  # the loop stalled this long: restart the clock rather than burst to catch up
 OPUS_RATE = 48000  # Opus's RTP clock, whatever the encoded rate
 OPUS_TIME_BASE = fractions.Fraction(1, OPUS_RATE)
 OPUS_BITRATE = 32000
+# libopus's complexity for the reply (FFmpeg's default is 10). 5 is what WebRTC's own encoder uses on
+# phones: on a Piper reply at 32 kbit/s it costs 155 us a 20 ms frame against 201 us, PESQ-WB 4.49
+# against 4.52 (``bench/calls/opus_quality.py``); encoding was a third of a playing call's CPU.
+OPUS_COMPLEXITY = 5
 # A 20 ms Opus frame of silence (CELT, one byte of TOC and two of payload): what the track sends
 # while nothing plays, without encoding anything.
 OPUS_SILENCE = b"\xf8\xff\xfe"
 
-# Codec work of every call (resampling, base64, JPEG): two threads, apart from the default executor
-# where aiortc encodes Opus, so neither waits behind the other.
+# Codec work of every call (the microphone's Opus decoding and resampling, the reply's Opus
+# encoding, JPEG): two threads of our own, so none of it runs on the event loop.
 MEDIA_EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="webrtc-media")
-
-# aiortc's audio receiver holds 4 packets (80 ms) in its jitter buffer for a smooth playout, and
-# after a lost packet it waits until 16 have piled up, then hands out one frame per arriving packet:
-# the lag of those 14-15 packets (~300 ms) stays for the rest of the call. The gateway plays
-# nothing (the microphone goes to the worker's VAD and ASR, which take audio as it comes), so a
-# call's microphone gets ``MicJitterBuffer``: each packet goes to the decoder as it arrives.
-_JITTER_BUFFER = "_RTCRtpReceiver__jitter_buffer"  # aiortc 1.16's (pinned) private attribute
-
-
-class MicJitterBuffer(JitterBuffer):
-    """No waiting: each Opus packet (a whole 20 ms frame) is released on arrival, in sequence order.
-    A lost packet is not waited for (its 20 ms are skipped, as aiortc's buffer skips it after its
-    wait); a packet older than one already released, or a duplicate, is dropped (the decoder takes
-    frames in order)."""
-
-    def __init__(self) -> None:
-        super().__init__(capacity=16)
-        self._last: int | None = None
-
-    def add(self, packet: RtpPacket) -> tuple[bool, JitterFrame | None]:
-        seq = packet.sequence_number
-        if self._last is not None and not 0 < uint16_add(seq, -self._last) < 0x8000:
-            return False, None
-        self._last = seq
-        return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
-
 
 Deliver = Callable[[str], None]  # a JSON event for the worker
 Live = Callable[[], bool]
@@ -100,7 +67,7 @@ class OpusFramer:
         codec.bit_rate = OPUS_BITRATE
         codec.format, codec.layout, codec.sample_rate = "s16", "mono", OUTPUT_RATE
         codec.time_base = fractions.Fraction(1, OUTPUT_RATE)
-        codec.options = {"application": "voip"}
+        codec.options = {"application": "voip", "compression_level": str(OPUS_COMPLEXITY)}
         self.codec = codec
         self._rest = b""
         self._response = ""
@@ -182,43 +149,6 @@ class OutboundAudioTrack(MediaStreamTrack):
         packet.pts = self._ticks * (OPUS_RATE // 50)
         packet.time_base = OPUS_TIME_BASE
         return packet
-
-
-def quick_mic(receiver) -> bool:
-    """Give an audio transceiver's ``RTCRtpReceiver`` a ``MicJitterBuffer``, before any packet
-    arrives. False (nothing changed) where aiortc's receiver is not as expected."""
-    current = getattr(receiver, _JITTER_BUFFER, None)
-    if not isinstance(current, JitterBuffer) or getattr(current, "_is_video", True):
-        log.warning("aiortc's audio receiver has no jitter buffer where expected: the microphone keeps aiortc's "
-                    "latency")
-        return False
-    setattr(receiver, _JITTER_BUFFER, MicJitterBuffer())
-    return True
-
-
-def _mic_frame(resampler: av.AudioResampler, frames: list[av.AudioFrame]) -> bytes:
-    pcm = b"".join(bytes(out.planes[0])[: out.samples * 2] for f in frames for out in resampler.resample(f))
-    return mic_frame(pcm, INPUT_RATE)
-
-
-async def pump_audio(track: MediaStreamTrack, deliver: Callable[[bytes], None]) -> None:
-    """Microphone frames -> binary microphone frames for the worker (``core/audio_frames.py``,
-    what an ``input_audio_buffer.append`` carries, without base64 or JSON), until the track ends
-    (the channel keeps those made before the session started: ``deliver_microphone``)."""
-    loop = asyncio.get_running_loop()
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=INPUT_RATE)
-    batch: list[av.AudioFrame] = []
-    samples = 0
-    while True:
-        try:
-            frame = await track.recv()
-        except MediaStreamError:
-            return
-        batch.append(frame)
-        samples += frame.samples
-        if samples >= APPEND_S * (frame.sample_rate or 48000):
-            frames, batch, samples = batch, [], 0
-            deliver(await loop.run_in_executor(MEDIA_EXECUTOR, _mic_frame, resampler, frames))
 
 
 def _jpeg_event(frame: av.VideoFrame) -> str | None:
