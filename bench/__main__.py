@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
                              "eval-informed)")
     parser.add_argument("--runs", type=int,
                         help="tools, turns, calls, duplex, tracing, answers, heard (default 3): repeat on one stack, report the median and spread")
-    parser.add_argument("--parts", nargs="+", choices=["v2v", "transport", "load", "room"],
+    parser.add_argument("--parts", nargs="+", choices=["v2v", "transport", "load", "sessions", "listening", "room"],
                         help="calls: which parts (default: v2v, transport, load; room: the worker's echo canceller "
                              "and noise suppressor per session, in process)")
     parser.add_argument("--calls", type=int, nargs="+", help="calls: concurrent calls per load level (default 1 5 10 20)")

@@ -7,6 +7,8 @@ and many calls relayed at once without an audio underrun.
     python -m bench calls --parts load --calls 1 5 10 20 --hold 10
     python -m bench calls --parts transport load --seconds 2 --calls 2 --hold 1   # the e2e test's size
     python -m bench calls --parts room --seconds 20 --runs 3   # the worker's echo canceller per session
+    python -m bench calls --parts sessions --calls 1 20 --hold 10   # the load part with WebSocket sessions
+    python -m bench calls --parts listening --hold 10 --runs 3      # one WebSocket session, gateway + real worker
 
 **V2V** (a real gateway and one cascade worker): the same spoken prompts (the pipeline's Piper
 voice, as ``bench serve``) streamed in real time, (a) over the WebSocket as 40 ms PCM16
@@ -64,6 +66,14 @@ same rule on the reply packets' arrival ("on the wire", before the client's jitt
 The bench's own clients and the synthetic worker run on the same cores as the gateway; their CPU
 is printed next to the gateway's. The load average is printed at the start and end of each part.
 
+**Sessions** (as the load part, ``--calls`` giving the levels): K WebSocket sessions in place of the
+calls, each sending 40 ms ``input_audio_buffer.append`` events of the same speech-like tone in real
+time (encoded once, before the level) and reading the endless reply's deltas; the gateway's CPU
+per session (it relays the JSON untouched both ways) and underruns on the deltas' arrival.
+
+**Listening** (``listening.py``): one WebSocket session's standing cost to the gateway and a real
+worker together while the user is quiet, per run a fresh session, the idle processes taken off.
+
 **Room** (in process, no server; ``room_cost.py``): the worker's echo canceller and noise
 suppressor per WebSocket session (on by default there; a call leaves the echo to the browser), in
 % of a core, with an echoing and a clean microphone.
@@ -76,6 +86,7 @@ import sys
 from typing import Any
 
 from bench.calls.common import CPU_GOAL_PCT, MANY_CALLS, UNDERRUN_GOAL, V2V_GOAL_MS, loadavg
+from bench.calls.listening import part_listening
 from bench.calls.load import part_load
 from bench.calls.room_cost import part_room
 from bench.calls.transport import part_transport
@@ -101,6 +112,10 @@ def run_cli(args) -> dict[str, Any]:
         result["transport"] = part_transport(max(2.0, getattr(args, "seconds", None) or 10.0), runs, log)
     if "load" in parts:
         result["load"] = part_load(levels, args.hold, log)
+    if "sessions" in parts:
+        result["sessions"] = part_load(levels, args.hold, log, transport="websocket")
+    if "listening" in parts:
+        result["listening"] = part_listening(max(2.0, args.hold), runs, log)
     if "room" in parts:
         result["room"] = part_room(max(5.0, getattr(args, "seconds", None) or 20.0), runs, log)
     result["loadavg_end"] = loadavg()
@@ -194,25 +209,39 @@ def report(r: dict[str, Any]) -> str:
                   f"| **a turn (in + out)** | | | **{a['turn']}** (at the wire {a['turn_wire']}) |",
                   "", f"Transport alone: {g['transport']['mark']}; {g['transport']['wire_mark']}."]
     if "load" in r:
-        ld = r["load"]
-        lines += ["", f"Gateway CPU and the event loop with K live calls (synthetic worker, both directions "
-                      f"flowing), {ld['hold_s']:g} s windows; CPU in % of one core:", "",
-                  "| calls | gateway CPU | per call (above idle) | event loop thread | off the loop | /health p50 / p99 / max ms "
-                  "| underruns (calls) | worst late ms | on the wire: underruns, worst late ms | dry frames | reply s "
-                  "| clients CPU | worker CPU | load avg |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for lv in ld["levels"]:
-            k = lv["calls"]
-            per = f"{lv['per_call_pct']:.2f} ({lv['per_call_above_idle_pct']:.2f})" if k else "-"
-            h = lv["health_ms"]
-            playing = "" if lv.get("playing", k) == k else f" ({lv['playing']} playing)"
-            lines.append(f"| {k}{playing} | "
-                         f"{lv['gateway_cpu_pct']:.1f} | {per} | {lv['gateway_loop_cpu_pct']:.1f} | "
-                         f"{lv['gateway_off_loop_cpu_pct']:.1f} | {h['p50']} / {h['p99']} / {h['max']} | "
-                         f"{lv['underruns']} ({lv['calls_with_underruns']}) | {lv['worst_late_ms']} | "
-                         f"{lv.get('wire_underruns', '-')}, {lv.get('wire_worst_late_ms', '-')} | {lv['dry_frames']} | "
-                         f"{lv['reply_s']} | {lv['bench_cpu_pct']:.0f} | {lv['worker_cpu_pct']:.0f} | "
-                         f"{lv['loadavg_end'][0]} |")
+        lines += _load_table(r["load"], "calls", "K live calls")
         lines += ["", f"Goals: {g['cpu']['mark']} (worst level: {_f(g['cpu']['value'], 2)} %); "
                       f"{g['underruns']['mark']}."]
+    if "sessions" in r:
+        lines += _load_table(r["sessions"], "sessions", "K WebSocket sessions")
+    if "listening" in r:
+        ls = r["listening"]
+        lines += ["", f"One WebSocket session listening to a quiet room (gateway + a real worker), {ls['hold_s']:g} s "
+                      f"windows, % of one core above idle (idle: gateway {ls['idle']['gateway']}, worker "
+                      f"{ls['idle']['worker']}); the median of {len(ls['runs'])} runs (min-max):", "",
+                  "| gateway | worker | both |", "|---|---|---|",
+                  f"| {ls['gateway']['text']} | {ls['worker']['text']} | **{ls['both']['text']}** |"]
     return "\n".join(lines)
+
+
+def _load_table(ld: dict[str, Any], noun: str, what: str) -> list[str]:
+    """The load part's table (``noun``: calls or sessions)."""
+    lines = ["", f"Gateway CPU and the event loop with {what} (synthetic worker, both directions "
+                 f"flowing), {ld['hold_s']:g} s windows; CPU in % of one core:", "",
+             f"| {noun} | gateway CPU | per {noun[:-1]} (above idle) | event loop thread | off the loop | /health p50 / "
+             f"p99 / max ms | underruns ({noun}) | worst late ms | on the wire: underruns, worst late ms | dry frames "
+             "| reply s | clients CPU | worker CPU | load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for lv in ld["levels"]:
+        k = lv["calls"]
+        per = f"{lv['per_call_pct']:.2f} ({lv['per_call_above_idle_pct']:.2f})" if k else "-"
+        h = lv["health_ms"]
+        playing = "" if lv.get("playing", k) == k else f" ({lv['playing']} playing)"
+        lines.append(f"| {k}{playing} | "
+                     f"{lv['gateway_cpu_pct']:.1f} | {per} | {lv['gateway_loop_cpu_pct']:.1f} | "
+                     f"{lv['gateway_off_loop_cpu_pct']:.1f} | {h['p50']} / {h['p99']} / {h['max']} | "
+                     f"{lv['underruns']} ({lv['calls_with_underruns']}) | {lv['worst_late_ms']} | "
+                     f"{lv.get('wire_underruns', '-')}, {lv.get('wire_worst_late_ms', '-')} | {lv['dry_frames']} | "
+                     f"{lv['reply_s']} | {lv['bench_cpu_pct']:.0f} | {lv['worker_cpu_pct']:.0f} | "
+                     f"{lv['loadavg_end'][0]} |")
+    return lines

@@ -1,5 +1,6 @@
 """The load part: K calls at once against ``bench/synthetic_worker.py --paced``; the gateway's CPU
-per call, its loop's responsiveness (``GET /health`` from another process) and underruns."""
+per call, its loop's responsiveness (``GET /health`` from another process) and underruns. The
+sessions part: the same with K WebSocket sessions (``socket_client.py``) in place of the calls."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 import psutil
 
 from bench.calls.client import BenchCall, make_tracks, opus_packets
+from bench.calls.socket_client import BenchSocket, appends
 from bench.calls.common import FRAME_S, PROBE, PROBE_EVERY_S, loadavg
 from bench.launch import Launched
 from bench.stats import summary
@@ -36,15 +38,20 @@ def calls_open(url: str) -> float:
     return float(line.split()[1]) if line else 0.0
 
 
-async def load_level(launched: Launched, k: int, hold: float, packets: list[bytes], procs: dict[str, psutil.Process],
+def sessions_open(url: str) -> float:
+    """Realtime sessions on the gateway, any state (calls among them)."""
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith("omniduplex_gateway_sessions{"))
+
+
+async def load_level(launched: Launched, k: int, hold: float, make_client, procs: dict[str, psutil.Process],
                      log) -> dict[str, Any]:
-    _, PacketMic = make_tracks()
-    calls = [BenchCall(launched.url, PacketMic(packets)) for _ in range(k)]
+    calls = [make_client() for _ in range(k)]
     out: dict[str, Any] = {"calls": k, "loadavg_start": loadavg()}
     try:
         gate = asyncio.Semaphore(5)
 
-        async def up(call: BenchCall) -> None:
+        async def up(call: BenchCall | BenchSocket) -> None:
             async with gate:
                 await call.connect()
             await call.until("session.created", timeout=60)
@@ -56,7 +63,7 @@ async def load_level(launched: Launched, k: int, hold: float, packets: list[byte
         out["playing"] = sum(bool(c.first_reply_frame()) for c in calls)
         out["connect_ms"] = summary([c.connect_ms for c in calls]) if calls else None
         await asyncio.sleep(2.0 if k else 0.5)  # settle: the connects' CPU out of the window
-        out["calls_open_at_gateway"] = await asyncio.to_thread(calls_open, launched.url)
+        out["calls_open_at_gateway"] = await asyncio.to_thread(sessions_open, launched.url)
         probe = subprocess.Popen([sys.executable, "-c", PROBE, f"{launched.url}/health", str(hold), str(PROBE_EVERY_S)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
@@ -98,23 +105,29 @@ async def load_level(launched: Launched, k: int, hold: float, packets: list[byte
         await asyncio.gather(*(c.close() for c in calls), return_exceptions=True)
     out["loadavg_end"] = loadavg()
     deadline = time.monotonic() + 15
-    while await asyncio.to_thread(calls_open, launched.url) and time.monotonic() < deadline:
+    while await asyncio.to_thread(sessions_open, launched.url) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
-    log(f"  {k:3d} calls: gateway {out['gateway_cpu_pct']:.1f} % of a core (loop {out['gateway_loop_cpu_pct']:.1f}), "
+    noun = "sessions" if calls and isinstance(calls[0], BenchSocket) else "calls"
+    log(f"  {k:3d} {noun}: gateway {out['gateway_cpu_pct']:.1f} % of a core (loop {out['gateway_loop_cpu_pct']:.1f}), "
         f"/health p50 {out['health_ms']['p50']} p99 {out['health_ms']['p99']} ms, underruns {out['underruns']}, "
         f"dry frames {out['dry_frames']}, clients {out['bench_cpu_pct']:.0f} %, load {out['loadavg_end']}")
     return out
 
 
-def part_load(levels: list[int], hold: float, log) -> dict[str, Any]:
+def part_load(levels: list[int], hold: float, log, transport: str = "webrtc") -> dict[str, Any]:
+    """``transport`` "webrtc": K calls (the load part); "websocket": K sessions (the sessions part)."""
     from bench.synthetic_worker import voiced_deltas
     from launcher.processes import free_port, spawn_module, stop
 
     top = max(levels)
     mic_pcm = b"".join(base64.b64decode(d) for d in voiced_deltas(2))
-    packets = opus_packets(mic_pcm)
+    if transport == "webrtc":
+        _, PacketMic = make_tracks()
+        packets = opus_packets(mic_pcm)
+    else:
+        events = appends(mic_pcm)
     port = free_port()
-    result: dict[str, Any] = {"hold_s": hold, "levels": []}
+    result: dict[str, Any] = {"hold_s": hold, "transport": transport, "levels": []}
     with tempfile.TemporaryDirectory(prefix="omniduplex-bench-") as tmp:
         worker = spawn_module("bench.synthetic_worker", "--port", str(port), "--paced", "--slots", str(top),
                               log=Path(tmp) / "synthetic.log")
@@ -126,11 +139,16 @@ def part_load(levels: list[int], hold: float, log) -> dict[str, Any]:
                 procs = {"gateway": psutil.Process(launched.pid("gateway")), "worker": psutil.Process(worker.pid),
                          "bench": psutil.Process()}
 
+                def make_client() -> BenchCall | BenchSocket:
+                    if transport == "webrtc":
+                        return BenchCall(launched.url, PacketMic(packets))
+                    return BenchSocket(launched.ws_url + "?record=false&app=bench", events)
+
                 async def go() -> None:
-                    log("load warm-up (one call: aiortc is imported with the first)")
-                    await load_level(launched, 1, 1.0, packets, procs, lambda _line: None)
+                    log(f"load warm-up (one {'call: aiortc is imported with the first' if transport == 'webrtc' else 'session'})")
+                    await load_level(launched, 1, 1.0, make_client, procs, lambda _line: None)
                     for k in [0, *levels]:
-                        result["levels"].append(await load_level(launched, k, hold, packets, procs, log))
+                        result["levels"].append(await load_level(launched, k, hold, make_client, procs, log))
 
                 asyncio.run(go())
         finally:
