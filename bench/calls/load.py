@@ -32,16 +32,10 @@ def _cpu(proc: psutil.Process) -> tuple[float, float]:
     return total.user + total.system, (main.user_time + main.system_time) if main else float("nan")
 
 
-def calls_open(url: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=5).text
-    line = next((x for x in text.splitlines() if x.startswith("omniduplex_webrtc_calls ")), None)
-    return float(line.split()[1]) if line else 0.0
-
-
 def sessions_open(url: str) -> float:
-    """Realtime sessions on the gateway, any state (calls among them)."""
+    """Sessions queued or holding a worker's slot (calls among them)."""
     text = httpx.get(f"{url}/metrics", timeout=5).text
-    return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith("omniduplex_gateway_sessions{"))
+    return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith("omniduplex_sessions{"))
 
 
 async def load_level(launched: Launched, k: int, hold: float, make_client, procs: dict[str, psutil.Process],

@@ -157,15 +157,16 @@ def test_capacity_benchmark_with_two_gateways_reports_cross_gateway_dispatch():
 
 
 def test_calls_benchmark_transport_and_load_parts():
-    """``bench calls --parts transport load`` in miniature (synthetic worker): one-way probes in and
-    out on both transports at once; two WebRTC calls play reply audio, the gateway's CPU is split into
-    its event loop and the rest, /health is timed, and the report marks its goals. (The V2V part needs
-    the cascade worker: minutes, not run here.)"""
+    """``bench calls --parts transport load sessions`` in miniature (synthetic worker): one-way probes
+    in and out on both transports at once; two WebRTC calls, then two WebSocket sessions, play reply
+    audio, the gateway's CPU is split into its event loop and the rest, /health is timed, and the
+    report marks its goals. (The V2V and listening parts need the cascade worker: minutes, not run
+    here.)"""
     from bench.calls import report
 
-    out = subprocess.run([sys.executable, "-m", "bench", "calls", "--parts", "transport", "load", "--seconds", "2",
-                          "--calls", "2", "--hold", "1", "--json"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=180)
+    out = subprocess.run([sys.executable, "-m", "bench", "calls", "--parts", "transport", "load", "sessions",
+                          "--seconds", "2", "--calls", "2", "--hold", "1", "--json"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     tp = r["transport"]["runs"][0]
@@ -186,6 +187,12 @@ def test_calls_benchmark_transport_and_load_parts():
     assert "| 2 |" in text and "% of a core per call:" in text
     assert "20 calls, 0 underruns: **missed** (not measured)" in text  # fewer than 20 calls: not claimed
     assert "a turn <= +60 ms:" in text
+    idle, two = r["sessions"]["levels"]
+    assert idle["calls"] == 0 and two["calls"] == 2 and r["sessions"]["transport"] == "websocket"
+    assert two["playing"] == 2 and two["calls_open_at_gateway"] == 2
+    assert two["reply_s"] > 1.0  # both sessions' deltas arrived in the window
+    assert two["gateway_cpu_pct"] > 0 and two["per_call_pct"] == round(two["gateway_cpu_pct"] / 2, 2)
+    assert "| sessions | gateway CPU | per session (above idle)" in text
 
 
 def test_calls_report_marks_goals_from_the_median_of_runs():

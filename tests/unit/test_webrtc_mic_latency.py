@@ -2,8 +2,9 @@
 smooth playout, and after one lost packet it waits for sixteen and then hands out one frame per
 packet, so ~300 ms of lag stay for the rest of the call. The gateway plays nothing (the audio goes
 to VAD and ASR), so a call's receiver gets ``microphone.MicPackets``: each packet is queued for
-decoding as it arrives, and aiortc's own decoder thread is never handed one. Found by ``python -m bench calls`` (issue 33): speech_stopped reached a call ~110 ms after
-a WebSocket session, 80 ms of it in aiortc's buffer."""
+decoding as it arrives, and aiortc's own decoder thread is never handed one. Found by
+``python -m bench calls`` (issue 33): speech_stopped reached a call ~110 ms after a WebSocket
+session, 80 ms of it in aiortc's buffer."""
 
 from __future__ import annotations
 

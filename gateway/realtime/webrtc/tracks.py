@@ -41,8 +41,8 @@ OPUS_RATE = 48000  # Opus's RTP clock, whatever the encoded rate
 OPUS_TIME_BASE = fractions.Fraction(1, OPUS_RATE)
 OPUS_BITRATE = 32000
 # libopus's complexity for the reply (FFmpeg's default is 10). 5 is what WebRTC's own encoder uses on
-# phones: on a Piper reply at 32 kbit/s it costs 155 us a 20 ms frame against 201 us, PESQ-WB 4.49
-# against 4.52 (``bench/calls/opus_quality.py``); encoding was a third of a playing call's CPU.
+# phones: on a Piper reply at 32 kbit/s it costs ~155 us a 20 ms frame against ~200 us, PESQ-WB 4.49
+# against 4.52 (``python -m bench.calls.opus_quality``); encoding was a fifth of a playing call's CPU at 20 calls.
 OPUS_COMPLEXITY = 5
 # A 20 ms Opus frame of silence (CELT, one byte of TOC and two of payload): what the track sends
 # while nothing plays, without encoding anything.
