@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from bench.calls.common import FRAME, FRAME_S, OPUS_SILENCE, RATE
+from bench.calls.common import FRAME, FRAME_S, OPUS_SILENCE, RATE, EventLog
 from bench.serving import UNDERRUN_MS, continuity
 
 
@@ -120,24 +120,23 @@ def opus_packets(pcm: bytes, rate: int = RATE) -> list[bytes]:
     return out
 
 
-class BenchCall:
+class BenchCall(EventLog):
     """One call from the client's side: offer, data channel events with arrival times, and the
     inbound track's frames classified as reply audio or the gateway's idle frames."""
 
     def __init__(self, base_url: str, mic, query: str = "?record=false&app=bench") -> None:
+        super().__init__()
         _, _, RTCConfiguration, RTCPeerConnection, _, _ = _media_classes()
         self.base_url, self.query = base_url, query
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.mic = mic
         self.pc.addTrack(mic)
         self.dc = self.pc.createDataChannel("oai-events")
-        self.events: list[tuple[float, dict]] = []
         self.wire: list[float] = []  # arrival of each reply RTP packet
         self.frames: list[tuple[float, bool]] = []  # (arrival, is reply audio) of each decoded frame
         self._reply_ts: set[int] = set()
         self.call_id: str | None = None
         self.connect_ms: float | None = None
-        self._new = asyncio.Event()
         self._opened = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.dc.on("open", self._opened.set)
@@ -182,25 +181,10 @@ class BenchCall:
         self.connect_ms = (time.monotonic() - t) * 1000
 
     def _on_message(self, message: str | bytes) -> None:
-        self.events.append((time.monotonic(), json.loads(message)))
-        self._new.set()
+        self.note(json.loads(message))
 
     def send(self, event: dict) -> None:
         self.dc.send(json.dumps(event))
-
-    def first(self, kind: str, since: float = 0.0) -> float | None:
-        return next((t for t, e in self.events if e["type"] == kind and t >= since), None)
-
-    async def until(self, kind: str, timeout: float = 60.0, since: float = 0.0) -> float:
-        deadline = time.monotonic() + timeout
-        while (t := self.first(kind, since)) is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no {kind} within {timeout:.0f} s; saw {[e['type'] for _, e in self.events[-12:]]}")
-            self._new.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._new.wait(), left)
-        return t
 
     def _on_track(self, track) -> None:
         if track.kind == "audio":

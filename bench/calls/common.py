@@ -4,7 +4,10 @@ what each part measures)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import time
 
 
 RATE = 24000
@@ -43,3 +46,30 @@ print(json.dumps(out), flush=True)
 
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+class EventLog:
+    """A client's events with their arrival times, and a wait for one (both bench clients)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, dict]] = []
+        self._new = asyncio.Event()
+
+    def note(self, event: dict) -> None:
+        self.events.append((time.monotonic(), event))
+        self._new.set()
+
+    def first(self, kind: str, since: float = 0.0) -> float | None:
+        return next((t for t, e in self.events if e.get("type") == kind and t >= since), None)
+
+    async def until(self, kind: str, timeout: float = 60.0, since: float = 0.0) -> float:
+        deadline = time.monotonic() + timeout
+        while (t := self.first(kind, since)) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                seen = [e.get("type") for _, e in self.events[-12:]]
+                raise TimeoutError(f"no {kind} within {timeout:.0f} s; saw {seen}")
+            self._new.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new.wait(), left)
+        return t

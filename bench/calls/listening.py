@@ -64,7 +64,7 @@ def part_listening(hold: float, runs: int, log) -> dict[str, Any]:
                         await session.until("session.created", timeout=120)
                         await asyncio.sleep(SETTLE_S)
                         cpu = await _window(procs, hold)
-                        turns = sum(kind == "input_audio_buffer.speech_started" for _, kind in session.events)
+                        turns = sum(e["type"] == "input_audio_buffer.speech_started" for _, e in session.events)
                     finally:
                         await session.close()
                     row = {name: round(cpu[name] - idle[name], 2) for name in procs}

@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from bench.calls.common import RATE, WS_CHUNK_S
+from bench.calls.common import RATE, WS_CHUNK_S, EventLog
 from bench.serving import continuity
 
 
@@ -22,18 +22,17 @@ def appends(pcm: bytes) -> list[str]:
             for i in range(0, len(pcm) - step + 1, step)]
 
 
-class BenchSocket:
+class BenchSocket(EventLog):
     """One WebSocket session from the client's side: the microphone's appends at a microphone's
     pace, events with their arrival times, and each reply delta's arrival and length."""
 
     def __init__(self, ws_url: str, mic: list[str]) -> None:
+        super().__init__()
         self.ws_url, self.mic = ws_url, mic
-        self.events: list[tuple[float, str]] = []
         self.deltas: list[tuple[float, float]] = []  # (arrival, seconds of audio)
         self.connect_ms: float | None = None
         self._ws = None
         self._tasks: list[asyncio.Task] = []
-        self._new = asyncio.Event()
 
     async def connect(self, timeout: float = 30.0) -> None:
         import websockets
@@ -53,8 +52,7 @@ class BenchSocket:
                 if kind == "response.output_audio.delta":
                     self.deltas.append((now, len(event.get("delta", "")) * 3 // 4 / 2 / RATE))
                 else:
-                    self.events.append((now, kind))
-                    self._new.set()
+                    self.note({"type": kind})
 
     async def _speak(self) -> None:
         await self.until("session.created")
@@ -65,17 +63,6 @@ class BenchSocket:
                 await asyncio.sleep(max(0.0, t0 + (n + 1) * WS_CHUNK_S - time.monotonic()))
                 await self._ws.send(self.mic[n % len(self.mic)])
                 n += 1
-
-    async def until(self, kind: str, timeout: float = 60.0) -> float:
-        deadline = time.monotonic() + timeout
-        while (t := next((t for t, k in self.events if k == kind), None)) is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no {kind} within {timeout:.0f} s; saw {[k for _, k in self.events[-12:]]}")
-            self._new.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._new.wait(), left)
-        return t
 
     def first_reply_frame(self, since: float = 0.0) -> float | None:
         return next((t for t, _ in self.deltas if t >= since), None)
