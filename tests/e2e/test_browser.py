@@ -164,6 +164,7 @@ def test_duplex_page_voice_exchange_over_websocket(stack, launch, question_wav, 
         assert not problems, problems
         print(f"screenshots in {screenshot_dir}; final state {json.dumps(snap)}")
         browser.execute_script("window.omni.session.stop()")
+        assert wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=5)  # Stop ends it: no slot held
         browser.get(f"{stack.url}/audio_duplex.html")
         assert Select(browser.find_element(By.ID, "transport")).first_selected_option.text == "WebSocket"
 
@@ -189,6 +190,7 @@ def test_duplex_page_over_websocket_comes_back_after_the_network_drops(stack, la
         assert len([t for t in again["transcripts"] if t["role"] == "assistant"]) > answers, again
         assert again["recording"] == first["recording"] and not again["error"], again  # the same session
         browser.execute_script("window.omni.session.stop()")
+        assert wait_until(lambda: stack.health()["slots_busy"] == 0, timeout=5)  # Stop ends it: no slot held
 
 
 def session_of_call(stack, call_id: str | None) -> str | None:
