@@ -9,6 +9,7 @@ listener's play head is the conversation's real-time clock, so the audio is stre
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -451,16 +452,21 @@ async def test_a_cut_in_settled_by_a_glance_that_lands_after_its_pause_is_scored
     turn: it waited out the eagerness's longest silence (4 s at ``auto``) though "cut it out" is a
     whole turn. Whichever lands first, the pause that ends the clip is the turn's first pause."""
     glances = []
+    paused = threading.Event()  # the clip up to well past its pause has been heard
 
     def heard(clip) -> str:
         glances.append(clip.size)
         if len(glances) == 1:
-            time.sleep(0.5)  # the glance made while the voice went on is still reading at its pause
+            # the glance made while the voice went on is still reading at its pause (waiting for the
+            # pause itself, not a fixed time: on a loaded machine the VAD's pause came after 0.5 s)
+            paused.wait(5.0)
         return "Stop."
 
     backend, conv, col = await replying(glance=heard, transcript="cut it out", step_s=0.15,
                                         type="semantic_vad")
-    await feed(conv, tone((GLANCE_FIRST_MS + 80) / 1000) + quiet(1.5))
+    await feed(conv, tone((GLANCE_FIRST_MS + 80) / 1000) + quiet(0.3))  # the pause is reported within it
+    paused.set()
+    await feed(conv, quiet(1.2))
     assert len(glances) >= 2, "the pause's own glance came after the first"
     # a whole turn: committed within 1.5 s of the voice's end, not after the 4 s an open one waits
     await col.wait_for("input_committed", timeout=0.3)
