@@ -9,6 +9,8 @@ import contextlib
 import os
 import time
 
+import psutil
+
 
 RATE = 24000
 FRAME_S = 0.02
@@ -46,6 +48,13 @@ print(json.dumps(out), flush=True)
 
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def process_cpu(proc: psutil.Process) -> tuple[float, float]:
+    """(all threads, the main thread: the event loop) CPU seconds of a process."""
+    total = proc.cpu_times()
+    main = next((t for t in proc.threads() if t.id == proc.pid), None)
+    return total.user + total.system, (main.user_time + main.system_time) if main else float("nan")
 
 
 class EventLog:

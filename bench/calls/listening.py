@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bench.calls.common import RATE, loadavg
+from bench.calls.common import RATE, loadavg, process_cpu
 from bench.calls.socket_client import BenchSocket, appends
 from bench.launch import Launched
 from bench.stats import median_spread
@@ -34,7 +34,7 @@ def quiet_room(seconds: float = 4.0) -> bytes:
 
 
 def _cpu(procs: dict[str, psutil.Process]) -> dict[str, float]:
-    return {name: sum(p.cpu_times()[:2]) for name, p in procs.items()}
+    return {name: process_cpu(p)[0] for name, p in procs.items()}
 
 
 async def _window(procs: dict[str, psutil.Process], hold: float) -> dict[str, float]:

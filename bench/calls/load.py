@@ -19,17 +19,10 @@ import numpy as np
 import psutil
 
 from bench.calls.client import BenchCall, make_tracks, opus_packets
+from bench.calls.common import FRAME_S, PROBE, PROBE_EVERY_S, loadavg, process_cpu
 from bench.calls.socket_client import BenchSocket, appends
-from bench.calls.common import FRAME_S, PROBE, PROBE_EVERY_S, loadavg
 from bench.launch import Launched
 from bench.stats import summary
-
-
-def _cpu(proc: psutil.Process) -> tuple[float, float]:
-    """(all threads, the main thread: the event loop) CPU seconds of a process."""
-    total = proc.cpu_times()
-    main = next((t for t in proc.threads() if t.id == proc.pid), None)
-    return total.user + total.system, (main.user_time + main.system_time) if main else float("nan")
 
 
 def sessions_open(url: str) -> float:
@@ -39,7 +32,7 @@ def sessions_open(url: str) -> float:
 
 
 async def load_level(launched: Launched, k: int, hold: float, make_client, procs: dict[str, psutil.Process],
-                     log) -> dict[str, Any]:
+                     log, noun: str = "calls") -> dict[str, Any]:
     calls = [make_client() for _ in range(k)]
     out: dict[str, Any] = {"calls": k, "loadavg_start": loadavg()}
     try:
@@ -62,12 +55,12 @@ async def load_level(launched: Launched, k: int, hold: float, make_client, procs
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             await asyncio.to_thread(probe.stdout.readline)  # "ready"
-            before = {name: _cpu(p) for name, p in procs.items()}
+            before = {name: process_cpu(p) for name, p in procs.items()}
             t0 = time.monotonic()
             probe.stdin.write("go\n")
             probe.stdin.flush()
             await asyncio.sleep(hold)
-            after = {name: _cpu(p) for name, p in procs.items()}
+            after = {name: process_cpu(p) for name, p in procs.items()}
             t1 = time.monotonic()
             health = json.loads((await asyncio.to_thread(probe.communicate, None, hold + 30))[0].strip().splitlines()[-1])
         finally:
@@ -101,7 +94,6 @@ async def load_level(launched: Launched, k: int, hold: float, make_client, procs
     deadline = time.monotonic() + 15
     while await asyncio.to_thread(sessions_open, launched.url) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
-    noun = "sessions" if calls and isinstance(calls[0], BenchSocket) else "calls"
     log(f"  {k:3d} {noun}: gateway {out['gateway_cpu_pct']:.1f} % of a core (loop {out['gateway_loop_cpu_pct']:.1f}), "
         f"/health p50 {out['health_ms']['p50']} p99 {out['health_ms']['p99']} ms, underruns {out['underruns']}, "
         f"dry frames {out['dry_frames']}, clients {out['bench_cpu_pct']:.0f} %, load {out['loadavg_end']}")
@@ -142,7 +134,8 @@ def part_load(levels: list[int], hold: float, log, transport: str = "webrtc") ->
                     log(f"load warm-up (one {'call: aiortc is imported with the first' if transport == 'webrtc' else 'session'})")
                     await load_level(launched, 1, 1.0, make_client, procs, lambda _line: None)
                     for k in [0, *levels]:
-                        result["levels"].append(await load_level(launched, k, hold, make_client, procs, log))
+                        result["levels"].append(await load_level(launched, k, hold, make_client, procs, log,
+                                                                 "calls" if transport == "webrtc" else "sessions"))
 
                 asyncio.run(go())
         finally:

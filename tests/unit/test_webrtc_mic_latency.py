@@ -83,3 +83,14 @@ async def test_quick_mic_leaves_an_unexpected_receiver_alone():
     packets = quick_mic(receiver)
     assert isinstance(packets, MicPackets) and receiver._RTCRtpReceiver__jitter_buffer is packets
     await pc.close()
+
+
+def test_a_microphone_nobody_keeps_up_with_keeps_its_last_3_s_and_says_so(caplog):
+    from gateway.realtime.webrtc.microphone import KEEP_PACKETS
+
+    mic = MicPackets()
+    with caplog.at_level("WARNING", logger="gateway.realtime.webrtc.microphone"):
+        for n in range(KEEP_PACKETS + 10):
+            mic.add(packet(n))
+    assert [p[1] for p in mic._payloads] == [n % 256 for n in range(10, KEEP_PACKETS + 10)]  # the newest
+    assert len([r for r in caplog.records if "behind" in r.getMessage()]) == 1  # said once, not per packet

@@ -48,6 +48,7 @@ class MicPackets(JitterBuffer):
         self._last: int | None = None
         self._payloads: collections.deque[bytes] = collections.deque(maxlen=KEEP_PACKETS)
         self._arrived = asyncio.Event()
+        self._overflowed = False
 
     def add(self, packet: RtpPacket) -> tuple[bool, JitterFrame | None]:
         seq = packet.sequence_number
@@ -56,6 +57,9 @@ class MicPackets(JitterBuffer):
         self._last = seq
         data = getattr(packet, "_data", packet.payload)  # the depayloaded frame aiortc set
         if data:
+            if len(self._payloads) == KEEP_PACKETS and not self._overflowed:
+                self._overflowed = True  # a pumped call's decoding 3 s behind: say so once
+                log.warning("a call's microphone is %d packets behind: the oldest are dropped", KEEP_PACKETS)
             self._payloads.append(data)
             self._arrived.set()
         return False, None
