@@ -311,11 +311,18 @@ class Hearing:
         start = (onset_ms - LOOK_BEFORE_MS) * VAD_RATE // 1000
         return clip, np.concatenate([self._input.slice(start, self._input.stream_samples), pad])
 
-    def glance(self, onset_ms: int, said_within: Callable[[int], str]) -> Awaitable[Glance]:
+    def glance(self, onset_ms: int, said_within: Callable[[int], str],
+               segment: np.ndarray | None = None) -> Awaitable[Glance]:
         """A quick read of the voice from ``onset_ms`` to now (the clip is taken at this call) on
         the glance thread. ``said_within(ms)``: the assistant's words heard in the clip's last
-        ``ms`` (their echo is no voice)."""
-        return self.rt.loop.run_in_executor(self.rt.backend.glance_pool, self._read, *self._look(onset_ms, said_within))
+        ``ms`` (their echo is no voice). ``segment``: read this clip instead (a voice the VAD
+        ended, whose audio has left the buffer)."""
+        if segment is None:
+            look = self._look(onset_ms, said_within)
+        else:
+            clip = np.concatenate([segment, np.zeros(GLANCE_PAD, dtype=np.float32)])
+            look = (clip, said_within(clip.size * 1000 // VAD_RATE), None)
+        return self.rt.loop.run_in_executor(self.rt.backend.glance_pool, self._read, *look)
 
     def _look(self, onset_ms: int, said_within: Callable[[int], str]) -> tuple[np.ndarray, str, np.ndarray | None]:
         """What a glance reads: the clip, the assistant's words heard over it, AEC3's clip (over an echo)."""

@@ -195,6 +195,7 @@ class Overlap:
     # residue, whose glances Whisper reads as words ("T clip.", "Take it."); only a stop word or
     # its length takes the floor then.
     unsure: bool = False
+    ending: bool = False  # the VAD ended the voice before a verdict: its whole clip is being read
     in_a_row: int = 0  # glances in a row that heard non-backchannel words
     words: str = ""  # the last glance's words
     verdict: Verdict | None = None

@@ -132,6 +132,10 @@ class VadTurns:
     async def speech_ended(self, item_id: str, ms: int, segment: np.ndarray | None,
                            speculation: Speculation | None) -> bool:
         ov = self._overlap
+        if ov is not None and ov.verdict is None:
+            await self._read_at_end(ov, ms, segment)
+            if self._overlap is not ov:
+                return False  # no turn: dropped (or the session closed)
         if ov is not None and self._overlap_ended(ov):
             return False
         self.rt.emit(SpeechStopped(item_id, ms, self.hearing.now_ms()))
@@ -326,9 +330,36 @@ class VadTurns:
         # and semantic_vad waited 4 s on it).
         await self._decided(ov, segment if ov.pauses == pause else None)
 
+    async def _read_at_end(self, ov: Overlap, end_ms: int, segment: np.ndarray | None) -> None:
+        """The VAD ended the voice before any reading of it landed (audio sent faster than real
+        time, or a reading slowed by a loaded machine): its whole clip is read now and its words
+        decide, as at a pause. The input waits for them: this end is the turn's if it is one. A
+        reading that lands meanwhile is acted on here, not by its own task."""
+        ov.ending = True
+        try:
+            seen = await self._seen(self.hearing.glance(ov.onset_ms, self.echo.said_within, segment))
+        finally:
+            ov.ending = False
+        if self._overlap is not ov or self.rt.closed:
+            return
+        if ov.verdict is None:
+            if seen.words is None:  # no fast recogniser: the voice was too short to take the floor
+                ov.decide("noise", self._voice_ms(ov), "ended before a verdict")
+            else:
+                ov.ended(seen.words, self._voice_ms(ov), seen.interruption, seen.said)
+        log.info("speech over the reply, judged at its end: %s after %s ms of voice (%s)", ov.verdict,
+                 ov.decided_after_ms, "; ".join(ov.reasons))
+        if ov.verdict == "interruption":
+            if not ov.yielded:
+                self.rt.emit(SpeechStarted(ov.speech_item, ov.onset_ms))
+                await self._interrupt()
+            return
+        self._overlap = None
+        self._not_a_turn(ov, end_ms, ov.words.strip() if ov.verdict == "backchannel" else "")
+
     async def _decided(self, ov: Overlap, segment: np.ndarray | None = None) -> None:
         """Act on the verdict: an interruption starts the user's turn; anything else is dropped."""
-        if self._overlap is not ov or self.rt.closed:
+        if self._overlap is not ov or self.rt.closed or ov.ending:
             return
         log.info("speech over the reply: %s after %s ms of voice (%s)", ov.verdict, ov.decided_after_ms,
                  "; ".join(ov.reasons))
@@ -351,8 +382,8 @@ class VadTurns:
         self._not_a_turn(ov, end_ms, ov.words.strip() if ov.verdict == "backchannel" else "")
 
     def _overlap_ended(self, ov: Overlap) -> bool:
-        """The VAD ended the voice before a verdict (or it was not an interruption): drop it.
-        True when the caller must not go on with a turn."""
+        """The VAD ended the voice (judged at its end when nothing had settled it): an interruption
+        goes on as the turn; anything else is dropped. True when the caller must not go on with a turn."""
         if ov.verdict == "interruption":
             self._overlap = None
             return False

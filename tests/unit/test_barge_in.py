@@ -507,3 +507,87 @@ async def test_a_cut_in_judged_at_its_first_pause_after_its_second_is_scored_on_
     assert col.of("input_transcript")[-1].transcript == "cut it out", clips
     await conv.close()
     backend.close()
+
+
+def reading_after_the_end(pending: list[int], ended: threading.Event, words: str):
+    """A glance that reads ``words``. The voice is shorter than the first glance, so the first
+    reading is its pause's: it lands only once the VAD has ended the voice (``ending``)."""
+    def heard(clip) -> str:
+        if not pending:
+            pending.append(clip.size)
+            ended.wait(5.0)
+        return words
+    return heard
+
+
+def ending(conv, ended: threading.Event) -> None:
+    """Sets ``ended`` when the VAD reports the voice's end to the conversation's turn policy."""
+    policy = conv.turns
+    told = policy.speech_ended
+
+    async def speech_ended(*args, **kwargs):
+        ended.set()
+        return await told(*args, **kwargs)
+
+    policy.speech_ended = speech_ended
+
+
+async def test_a_cut_in_whose_voice_ends_before_its_reading_lands_is_judged_by_its_words():
+    """A voice over the reply that the VAD ended before any reading of it landed was dropped as
+    noise ("ended before a verdict"), whatever it said: a "Stop." from a client that sends its audio
+    faster than real time (a file, an SDK script), or read slowly on a loaded machine, let the reply
+    go on. Its words decide, read at its end."""
+    pending: list[int] = []
+    ended = threading.Event()
+    backend, conv, col = await replying(glance=reading_after_the_end(pending, ended, "Stop."), transcript="stop",
+                                        step_s=0.15)
+    ending(conv, ended)
+    await feed(conv, tone(0.4) + quiet(0.7))  # the end is reported 500 ms into the silence
+    await col.wait_for("input_committed", timeout=3)
+    assert pending and ended.is_set(), "precondition: the pause's reading was still reading at the end"
+    # the reply (3 s in the making) is cancelled at the verdict, soon after the voice's end, and
+    # its item cut to what was heard
+    done = col.of("response_done")[0]
+    assert done.status == "cancelled" and done.reason == "turn_detected"
+    assert conv.item(done.item_id).text.endswith("…")
+    seen = kinds(col)
+    assert seen.index("speech_started") < seen.index("response_done") < seen.index("input_committed")
+    assert seen.index("speech_stopped") < seen.index("input_committed")
+    assert not col.of("backchannel") and "response_resumed" not in seen
+    await conv.close()
+    backend.close()
+
+
+async def test_a_yielded_voice_that_ends_before_its_reading_lands_stays_cut_when_its_words_say_stop():
+    """The same at the default (the reply stops at the onset): the voice's end waits for its words,
+    and "Stop." keeps the reply stopped instead of resuming it as a cough."""
+    pending: list[int] = []
+    ended = threading.Event()
+    backend, conv, col = await replying(glance=reading_after_the_end(pending, ended, "Stop."), transcript="stop",
+                                        step_s=0.15, yield_at_onset=True)
+    ending(conv, ended)
+    await feed(conv, tone(0.4) + quiet(0.7))
+    await col.wait_for("input_committed", timeout=3)
+    assert pending and ended.is_set(), "precondition: the pause's reading was still reading at the end"
+    seen = kinds(col)
+    assert seen.count("speech_started") == 1 and "response_resumed" not in seen and not col.of("backchannel")
+    assert col.of("response_done")[0].status == "cancelled"
+    await conv.close()
+    backend.close()
+
+
+async def test_a_hum_whose_voice_ends_before_its_reading_lands_is_still_a_backchannel():
+    """And the words still decide the other way: "Mm-hmm." read at the end is a backchannel."""
+    pending: list[int] = []
+    ended = threading.Event()
+    backend, conv, col = await replying(glance=reading_after_the_end(pending, ended, "Mm-hmm."), transcript="",
+                                        step_s=0.15)
+    ending(conv, ended)
+    await feed(conv, tone(0.4) + quiet(0.7))
+    bc = await col.wait_for("backchannel", timeout=3)
+    assert pending and ended.is_set(), "precondition: the pause's reading was still reading at the end"
+    assert bc.transcript == "Mm-hmm." and 350 <= bc.audio_end_ms - bc.audio_start_ms <= 700
+    done = await col.wait_for("response_done")
+    assert done.status == "completed" and "speech_started" not in kinds(col)
+    await conv.close()
+    backend.close()
