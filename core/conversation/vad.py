@@ -198,7 +198,7 @@ class StreamingVad:
         """The room's 20th percentile when it is loud and steady (see the module docstring), else None."""
         if len(self._room) < ROOM_MIN_WINDOWS:
             return None
-        low, high = np.percentile(self._room, (ROOM_PERCENTILE, 100 - ROOM_PERCENTILE))
+        low, high = _percentiles(self._room, ROOM_PERCENTILE, 100 - ROOM_PERCENTILE)
         if low < ROOM_FLOOR_DB or high - low > ROOM_STEADY_DB:
             return None
         return float(low)
@@ -341,3 +341,17 @@ class StreamingVad:
     def last_voiced_end_samples(self) -> int:
         """The end of the voice: Silero's, or the energy pause's while Silero still lags it."""
         return max(self._last_voiced_end, self._early_at or 0)
+
+
+def _percentiles(values, *qs: float) -> list[float]:
+    """``np.percentile(values, qs)`` (its default, linear method, to the last bit) of a few hundred
+    floats, by sorting them in Python: numpy's costs ~100 us, every 32 ms window of every session."""
+    a = sorted(values)
+    out = []
+    for q in qs:
+        i = q / 100 * (len(a) - 1)  # (in numpy's order: the rounding is the same)
+        lo = int(i)
+        t = i - lo
+        b0, b1 = a[lo], a[min(lo + 1, len(a) - 1)]
+        out.append(b1 - (b1 - b0) * (1 - t) if t >= 0.5 else b0 + (b1 - b0) * t)  # numpy's _lerp
+    return out

@@ -589,3 +589,54 @@ def test_the_linear_canceller_follows_an_answer_whose_echo_comes_sooner(voice):
     at = lambda s: int(s * RATE / 320)  # noqa: E731 - the chunk at s seconds
     assert abs(lags[at(4.5)] - 0.12) <= 0.02, "aligned to the story's echo"
     assert abs(lags[-1] - 0.06) <= 0.02, "and then to the answer's"
+
+
+class CountingCanceller:
+    """A test double around the session's AEC3 that counts the frames it is given."""
+
+    def __init__(self, aec) -> None:
+        self.aec, self.frames = aec, 0
+
+    def process_reverse_stream(self, frame) -> None:
+        self.aec.process_reverse_stream(frame)
+
+    def process_stream(self, frame) -> None:
+        self.frames += 1
+        self.aec.process_stream(frame)
+
+    def set_stream_delay_ms(self, ms: int) -> None:
+        self.aec.set_stream_delay_ms(ms)
+
+
+def test_the_canceller_rests_while_nothing_played_for_a_second_and_the_microphone_passes_as_it_came():
+    """A session that listens (nothing played, or nothing for a second: no echo can be left in the
+    room) costs no AEC3 frames: the microphone reaches the VAD as it came."""
+    room = RoomFilter(PlayedAudio(), noise_suppression=False)
+    room._aec = counting = CountingCanceller(room._aec)
+    rng = np.random.default_rng(3)
+    mic = (rng.standard_normal(RATE * 4) * 10 ** (-40 / 20)).astype(np.float32)
+    out = filtered(room, mic)
+    assert counting.frames <= 110, "AEC3 ran on the first second only"
+    rest = slice(RATE * 3 // 2, RATE * 4 - 320)  # (the last chunk's frame may be pending)
+    assert np.array_equal(out[rest] * 32768, (np.clip(mic[rest], -1, 1) * 32767).astype(np.int16))  # its PCM16
+
+
+def test_an_answer_after_the_canceller_rested_is_cancelled_as_well_as_by_one_that_never_rests(voice, monkeypatch):
+    """The story is cut, nothing plays for 1.5 s (the canceller rests for its last 0.5 s), and the
+    answer's echo is taken out as deeply as by a canceller that ran through the silence: the rest
+    keeps the echo path it learned and starts again from a second of silent reference."""
+    from core.conversation import room as room_module
+
+    mic, played, answer_at = story_then_answer(voice, 0.0)
+    rested = RoomFilter(played, noise_suppression=False)
+    rested._aec = counting = CountingCanceller(rested._aec)
+    out_rested = filtered(rested, mic)
+    monkeypatch.setattr(room_module, "STILL_FRAMES", 10 ** 9)
+    _, played_again, _ = story_then_answer(voice, 0.0)
+    never = RoomFilter(played_again, noise_suppression=False)
+    out_never = filtered(never, mic)
+    assert counting.frames <= mic.size // 160 - 40, "it rested through the silence before the answer"
+    answer = slice(int((answer_at + 0.3) * RATE), mic.size - RATE // 2)
+    assert level(mic[answer]) > -40  # an echo to hear
+    assert level(out_rested[answer]) < level(mic[answer]) - 20
+    assert level(out_rested[answer]) <= level(out_never[answer]) + 2.0
