@@ -30,8 +30,9 @@ bench.fit.overlap_fit`` rebuilds it and chose the numbers below on the dev set o
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from core.conversation.echo_words import repeats
 
@@ -195,7 +196,8 @@ class Overlap:
     # residue, whose glances Whisper reads as words ("T clip.", "Take it."); only a stop word or
     # its length takes the floor then.
     unsure: bool = False
-    ending: bool = False  # the VAD ended the voice before a verdict: its whole clip is being read
+    ending: bool = False  # the VAD ended the voice before a verdict: its words are being read
+    pause_reading: tuple[int, Awaitable[Any]] | None = None  # (pause, its glance): what the voice's end reads
     in_a_row: int = 0  # glances in a row that heard non-backchannel words
     words: str = ""  # the last glance's words
     verdict: Verdict | None = None

@@ -34,6 +34,9 @@ a maintained native build with wheels for every platform, ~1.2 % of a core per s
   the transcript of a turn the reply sounded in, read a linear canceller's output instead
   (``linear_echo.py``), aligned to the echo path's delay that the waveform reading finds
   (``echo_match``). ``clean`` returns both.
+- **No reply, no canceller.** Once the reference has been silent for a second (``STILL_FRAMES``)
+  nothing played can still echo: AEC3 rests and the microphone passes as it came, so a session
+  that listens costs ~2 points of a core less.
 - **Noise suppression** (``noise_reduction``: ``near_field``/``far_field``, OpenAI's field) runs on
   what the canceller kept. The binding offers one suppression level, so both types run the same.
 """

@@ -303,7 +303,9 @@ class VadTurns:
         pause = ov.pauses
         voice = self._voice_ms(ov)
         fragment = voice < GLANCE_FIRST_MS
-        seen = await self._seen(self.hearing.glance(ov.onset_ms, self.echo.said_within))
+        reading = self.hearing.glance(ov.onset_ms, self.echo.said_within)
+        ov.pause_reading = (pause, reading)  # the voice's end, should it come first, takes this reading
+        seen = await self._seen(reading)
         words, said = seen.words, seen.said
         if self._overlap is not ov or ov.verdict is not None or self.rt.closed:
             return
@@ -331,13 +333,19 @@ class VadTurns:
         await self._decided(ov, segment if ov.pauses == pause else None)
 
     async def _read_at_end(self, ov: Overlap, end_ms: int, segment: np.ndarray | None) -> None:
-        """The VAD ended the voice before any reading of it landed (audio sent faster than real
-        time, or a reading slowed by a loaded machine): its whole clip is read now and its words
-        decide, as at a pause. The input waits for them: this end is the turn's if it is one. A
-        reading that lands meanwhile is acted on here, not by its own task."""
+        """The VAD ended the voice before a verdict (its pause's reading still reading or settling,
+        audio sent faster than real time, a loaded machine): the words of its last pause's reading
+        (or, where none was made, of the turn's segment) decide now, as at a pause whose silence
+        has settled. The input waits for them: this end is the turn's if it is one. A verdict that
+        lands meanwhile is acted on here, not by its own task."""
         ov.ending = True
+        at_pause = ov.pause_reading
+        if at_pause is not None and at_pause[0] == ov.pauses:  # the pause this end closes: its clip, as glanced
+            reading = at_pause[1]
+        else:  # its pause was never read (audio sent faster than real time): the turn's segment
+            reading = self.hearing.glance(ov.onset_ms, self.echo.said_within, segment)
         try:
-            seen = await self._seen(self.hearing.glance(ov.onset_ms, self.echo.said_within, segment))
+            seen = await self._seen(reading)
         finally:
             ov.ending = False
         if self._overlap is not ov or self.rt.closed:
