@@ -345,7 +345,7 @@ class StreamingVad:
 
 def _percentiles(values, *qs: float) -> list[float]:
     """``np.percentile(values, qs)`` (its default, linear method, to the last bit) of a few hundred
-    floats, by sorting them in Python: numpy's costs ~100 us, every 32 ms window of every session."""
+    floats, by sorting them in Python: ~8 us against numpy's ~50 us, every 32 ms window of every session."""
     a = sorted(values)
     out = []
     for q in qs:

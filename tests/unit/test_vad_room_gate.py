@@ -96,3 +96,13 @@ def test_a_quiet_room_a_fan_and_a_voice_from_the_first_sample_are_untouched(mode
         gated = events(model, audio)
         assert gated == ungated(model, audio, monkeypatch)
         assert starts(gated) == (2 if audio is quiet or audio is loud_fan else 1), gated
+
+
+def test_the_rooms_percentiles_are_numpys_to_the_last_bit():
+    """The gate reads the room's 20th and 80th percentiles every 32 ms window; they are computed in
+    Python for speed and must be exactly ``np.percentile``'s (its default, linear method)."""
+    rng = np.random.default_rng(7)
+    for size in [*range(1, 40), 249, 250]:
+        for _ in range(20):
+            levels = rng.normal(-60, 8, size).tolist()
+            assert vad._percentiles(levels, 20, 80) == [float(x) for x in np.percentile(levels, (20, 80))], size
