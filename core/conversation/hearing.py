@@ -321,7 +321,10 @@ class Hearing:
             look = self._look(onset_ms, said_within)
         else:
             clip = np.concatenate([segment, np.zeros(GLANCE_PAD, dtype=np.float32)])
-            look = (clip, said_within(clip.size * 1000 // VAD_RATE), None)
+            # the assistant's words over the span a glance made now would cover (the segment ended
+            # before now: its tail, then the silence that ended the voice)
+            span_ms = self.now_ms() - onset_ms + LOOK_BEFORE_MS + GLANCE_PAD * 1000 // VAD_RATE
+            look = (clip, said_within(max(span_ms, clip.size * 1000 // VAD_RATE)), None)
         return self.rt.loop.run_in_executor(self.rt.backend.glance_pool, self._read, *look)
 
     def _look(self, onset_ms: int, said_within: Callable[[int], str]) -> tuple[np.ndarray, str, np.ndarray | None]:
