@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -25,6 +25,7 @@ from pydantic import Field, field_validator
 from core.audio import OUTPUT_RATE
 from core.conversation import ReplyJob, ReplyStats
 from core.processors.base import Capability, ModelCapabilities, ModelThreads, ProgressCallback
+from core.processors.first_audio import CodesAt, FirstAudio
 from core.processors.omni_base import (
     OmniBackendBase,
     OmniOptions,
@@ -72,7 +73,11 @@ class QwenOmniOptions(OmniOptions):
         "eager", description="Qwen2.5's Talker and vocoder: transformers' code (eager), on fixed tensors (a static "
         "KV cache, talker_static.py; the vocoder's solve, vocoder_static.py), or those replayed as CUDA graphs "
         "(a Talker step per cache size, a vocoder solve per piece length; on a CPU: static)")
-    token2wav_steps: int = Field(10, ge=1, le=50, description="Qwen2.5 DiT ODE steps")
+    token2wav_steps: int = Field(10, ge=2, le=50, description="Qwen2.5 DiT ODE steps")
+    first_audio_blocks: int = Field(1, ge=0, le=8, description=(
+        "Qwen2.5: a reply's first audio is let out once the Talker has written this many of the vocoder's "
+        "DiT blocks (12 codes, 240 ms each) and the one ahead, before the rest of the first piece (first_audio.py); "
+        "0: the first piece is spoken whole"))
     vocoder_sample_rate: int = Field(OUTPUT_RATE, ge=8000, le=48000)
     seed: int | None = None
 
@@ -404,14 +409,17 @@ class QwenOmniBackend(OmniBackendBase):
     # ------------------------------------------------------------------ talker + vocoder
 
     def speak_piece(self, state: dict, context_ids, ctx_embeds, ctx_hidden, piece_ids, piece_embeds,
-                    piece_hidden, voice: str, max_codes: int, cancel) -> np.ndarray:
-        """Talker + vocoder for one piece of the reply; float32 samples at the vocoder's rate."""
+                    piece_hidden, voice: str, max_codes: int, cancel,
+                    early: Callable[[np.ndarray], None] | None = None) -> np.ndarray:
+        """Talker + vocoder for one piece of the reply; float32 samples at the vocoder's rate.
+        ``early`` (a reply's first piece, Qwen2.5): the piece's first audio goes to it as soon as
+        it exists (``first_audio.py``), and what is returned is the rest."""
         import torch
 
         with torch.inference_mode():
             if self.family == "qwen2_5_omni":
                 return self._speak25(state, context_ids, ctx_embeds, ctx_hidden, piece_ids, piece_embeds,
-                                     piece_hidden, voice, max_codes, cancel)
+                                     piece_hidden, voice, max_codes, cancel, early)
             return self._speak3(state, piece_ids, voice, max_codes, cancel)
 
     def _stopper(self, cancel):
@@ -431,8 +439,26 @@ class QwenOmniBackend(OmniBackendBase):
         return {"max_new_tokens": max_codes, "do_sample": True, "top_k": o.talker_top_k, "top_p": o.talker_top_p,
                 "temperature": o.talker_temperature, "repetition_penalty": o.talker_repetition_penalty}
 
+    def _first_audio(self, spk: dict, max_codes: int, early: Callable[[np.ndarray], None] | None,
+                     cancel) -> FirstAudio | None:
+        """The first piece's early audio, where ``first_audio_blocks`` asks for it and the piece can
+        be longer than the codes it waits for."""
+        blocks = self.options.first_audio_blocks
+        if early is None or not blocks:
+            return None
+        t2w = self.model.token2wav
+        vocoder = self.vocoder if isinstance(self.vocoder, StaticVocoder) else StaticVocoder(t2w, graphs=False)
+
+        def emit(wav: np.ndarray) -> None:
+            if not cancel.is_set():
+                early(wav)
+
+        first = FirstAudio(vocoder, t2w.config.dit_config, spk["cond"].to(t2w.device).float(),
+                           spk["ref_mel"].to(t2w.device).float(), self.options.token2wav_steps, blocks, max_codes, emit)
+        return first if first.at < max_codes else None
+
     def _speak25(self, state, context_ids, ctx_embeds, ctx_hidden, piece_ids, piece_embeds, piece_hidden,
-                 voice, max_codes, cancel) -> np.ndarray:
+                 voice, max_codes, cancel, early=None) -> np.ndarray:
         import torch
 
         model = self.model
@@ -453,19 +479,27 @@ class QwenOmniBackend(OmniBackendBase):
         reply_rest = torch.cat([reply[:, 1:], embed(tok(talker.text_eos_token)), embed(tok(talker.text_pad_token))],
                                dim=1)
         kwargs = {k: v for k, v in state["mm"].items() if v is not None}
+        ends = [talker.codec_pad_token, talker.codec_eos_token]
+        first = self._first_audio(spk, max_codes, early, cancel)
         t0 = time.perf_counter()
+        first_at: list[float] = []  # when the Talker had the first audio's codes
+
+        def then(codes) -> None:
+            first_at.append(time.perf_counter())
+            first.early(codes)
+
         if self.static_talker is not None:
             codes = self.static_talker.generate(
                 talker_ids=talker_ids, input_text_ids=input_text_ids, inputs_embeds=inputs_embeds,
-                thinker_reply_part=reply_rest, suppress=self.codec_suppressed,
-                eos=[talker.codec_pad_token, talker.codec_eos_token], stop=cancel.is_set,
-                **self._talker_sampling(max_codes), **kwargs)
+                thinker_reply_part=reply_rest, suppress=self.codec_suppressed, eos=ends, stop=cancel.is_set,
+                at=(first.at, then) if first else None, **self._talker_sampling(max_codes), **kwargs)
         else:
             codes = talker.generate(
                 input_ids=talker_ids, input_text_ids=input_text_ids, thinker_reply_part=reply_rest,
                 inputs_embeds=inputs_embeds, attention_mask=torch.ones((1, n_ctx + 2), dtype=torch.long, device=dev),
-                suppress_tokens=self.codec_suppressed, eos_token_id=[talker.codec_pad_token, talker.codec_eos_token],
+                suppress_tokens=self.codec_suppressed, eos_token_id=ends,
                 pad_token_id=talker.codec_pad_token, stopping_criteria=self._stopper(cancel),
+                streamer=CodesAt(first.at, ends, then) if first else None,
                 **self._talker_sampling(max_codes), **kwargs,
             )[:, talker_ids.shape[1]:]
         stops = (codes == talker.codec_eos_token) | (codes == talker.codec_pad_token)
@@ -475,6 +509,10 @@ class QwenOmniBackend(OmniBackendBase):
             return np.zeros(0, dtype=np.float32)
         t1 = time.perf_counter()
         t2w = model.token2wav  # float32 since loading
+        if first is not None and first.done:
+            n, vocoder_s = first.timing
+            state["pieces"].append((n, first_at[0] - t0, vocoder_s))  # the first audio's codes, talker s, vocoder s
+            return first.rest(codes.to(t2w.device))
         wav = self.vocoder(codes.to(t2w.device), conditioning=spk["cond"].to(t2w.device).float(),
                   reference_mel=spk["ref_mel"].to(t2w.device).float(), num_steps=self.options.token2wav_steps)
         samples = wav.reshape(-1).float().cpu().numpy()

@@ -118,10 +118,12 @@ class ReplySpeech:
             if job.cancelled:
                 return
             job.begin_segment(text)
+            rate = self.backend.options.vocoder_sample_rate
             try:
                 wav = self.backend.speak_piece(self.state, context_ids, ctx_embeds, ctx_hidden, piece_ids,
-                                               piece_embeds, piece_hidden, self.voice, max_codes, job.cancel)
-                job.audio(wav, self.backend.options.vocoder_sample_rate)
+                                               piece_embeds, piece_hidden, self.voice, max_codes, job.cancel,
+                                               early=(lambda first: job.audio(first, rate)) if start == 0 else None)
+                job.audio(wav, rate)
                 if start == 0 and self.state["pieces"]:
                     codes, talker_s, vocoder_s = self.state["pieces"][0]
                     log.info("first audio piece: %d text tokens, %d codes; talker %.0f ms, vocoder %.0f ms",

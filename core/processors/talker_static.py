@@ -48,9 +48,10 @@ class StaticTalker:
     def generate(self, *, talker_ids, input_text_ids, inputs_embeds, thinker_reply_part, suppress: list[int],
                  eos: list[int], max_new_tokens: int, stop: Callable[[], bool], do_sample: bool = False,
                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0,
-                 **mm: Any):
+                 at: tuple[int, Callable[[Any], None]] | None = None, **mm: Any):
         """The codec frames after ``talker_ids`` ([1, n] long, as ``generate(...)[:, n:]`` returns
-        them): up to ``max_new_tokens``, ending with the first of ``eos``, or early when ``stop()``."""
+        them): up to ``max_new_tokens``, ending with the first of ``eos``, or early when ``stop()``.
+        ``at`` = (k, then): ``then(frames)`` once the first k frames are written, none of them an end."""
         import torch
 
         dev = talker_ids.device
@@ -69,6 +70,8 @@ class StaticTalker:
         for i in range(max_new_tokens - 1):
             if bool(torch.isin(token, eos_ids).any()) or stop():
                 break
+            if at is not None and len(codes) == at[0]:
+                at[1](torch.cat(codes, dim=1))
             logits = slot.step(token, reply[:, min(i, reply.shape[1] - 1)], self.graphs)
             token = pick(logits)
             codes.append(token)

@@ -33,20 +33,28 @@ class StaticVocoder:
         self._solves: OrderedDict[tuple, _Solve | bool] = OrderedDict()  # False: capture failed
 
     def __call__(self, code, conditioning, reference_mel, num_steps: int = 10):
+        return self.wav(self.mel(code, conditioning, reference_mel, num_steps))
+
+    def mel(self, code, conditioning, reference_mel, num_steps: int = 10, noise=None):
+        """The DiT's mel ([1, mel_dim, frames]) for ``code`` ([1, n]), solved from ``noise``
+        ([1, frames, mel_dim]; drawn here as ``sample`` draws it when None: the same numbers for one seed)."""
         import torch
 
         dit = self.dit
         frames = code.shape[1] * dit.repeats
         if frames > dit.config.max_position_embeddings:
             raise ValueError(f"mel length {frames} exceeds the DiT's {dit.config.max_position_embeddings}")
-        noise = torch.randn([reference_mel.shape[0], frames, dit.mel_dim], dtype=reference_mel.dtype,
-                            device=code.device)  # as ``sample`` draws it: the same numbers for one seed
+        if noise is None:
+            noise = torch.randn([reference_mel.shape[0], frames, dit.mel_dim], dtype=reference_mel.dtype,
+                                device=code.device)
         solve = self._captured(noise, code, conditioning, reference_mel, num_steps) \
             if self.graphs and code.device.type == "cuda" else None
         if solve is None:
-            mel = _solve(dit, noise, code, conditioning, reference_mel, num_steps)
-        else:
-            mel = solve.run(noise, code, conditioning, reference_mel).clone()
+            return _solve(dit, noise, code, conditioning, reference_mel, num_steps)
+        return solve.run(noise, code, conditioning, reference_mel).clone()
+
+    def wav(self, mel):
+        """BigVGAN's waveform for a mel."""
         return self.t2w.code2wav_bigvgan_model(mel)
 
     def _captured(self, noise, code, conditioning, reference_mel, num_steps: int) -> _Solve | None:

@@ -219,9 +219,9 @@ async def test_first_piece_is_small_and_spoken_while_the_thinker_writes(qwen25_m
     calls = []
     speak = backend.speak_piece
 
-    def spy(state, context_ids, *args):
+    def spy(state, context_ids, *args, **kwargs):
         calls.append((time.perf_counter(), context_ids.shape[1]))
-        return speak(state, context_ids, *args)
+        return speak(state, context_ids, *args, **kwargs)
 
     backend.speak_piece = spy
     try:
@@ -235,6 +235,48 @@ async def test_first_piece_is_small_and_spoken_while_the_thinker_writes(qwen25_m
         await conv.close()
     finally:
         backend.close()
+
+
+async def test_a_replys_first_audio_leaves_before_the_talker_ends_its_first_piece(qwen25_model):
+    """``first_audio_blocks`` 1 (the default): the first piece's first DiT block (12 codes, 240 ms)
+    reaches the reply while that piece is still being spoken, the rest after it; the reply is as
+    long as with the first piece spoken whole (the same codes: a greedy Talker), and only the
+    first piece is split."""
+    from core.processors import create_backend
+
+    lengths = {}
+    for blocks in (1, 0):
+        backend = create_backend("qwen_omni", options(qwen25_model) | {"warm_up": False, "first_audio_blocks": blocks})
+        await asyncio.to_thread(backend.load)
+        speak, pieces = backend.speak_piece, []
+
+        def spy(*args, early=None, _pieces=pieces, _speak=speak):
+            piece = {"early": [], "start": time.perf_counter()}
+            _pieces.append(piece)
+
+            def early_spy(wav):
+                piece["early"].append((time.perf_counter(), len(wav)))
+                early(wav)
+
+            rest = _speak(*args, early=early_spy if early else None)
+            piece.update(end=time.perf_counter(), rest=len(rest))
+            return rest
+
+        backend.speak_piece = spy
+        try:
+            conv, events, done = await one_reply(backend, max_output_tokens=24, temperature=0.0)
+            lengths[blocks] = done.audio_ms
+            assert len(pieces) >= 2 and all(not p["early"] for p in pieces[1:]), "only the first piece is split"
+            if blocks:
+                (at, samples), = pieces[0]["early"]
+                assert samples == 12 * 480 and pieces[0]["rest"] > 0, "one block of audio first, then the rest"
+                assert pieces[0]["start"] < at < pieces[0]["end"]
+            else:
+                assert not pieces[0]["early"]
+            await conv.close()
+        finally:
+            backend.close()
+    assert lengths[1] == lengths[0] > 0
 
 
 async def test_a_spoken_reply_is_the_same_audio_on_either_path(qwen25_model):

@@ -1,7 +1,8 @@
 """Qwen2.5-Omni's speech on fixed tensors (issue 73), on the tiny model: the Talker on a static KV
 cache (``core/processors/talker_static.py``) writes the codec frames transformers' ``generate``
 writes (greedy and sampled with one seed, in several pieces through one reused cache), and the
-vocoder's solve (``vocoder_static.py``) gives Token2Wav's waveform for one seed. The whole spoken
+vocoder's solve (``vocoder_static.py``) gives Token2Wav's waveform for one seed; a first piece's
+early audio and its rest (``first_audio.py``) are the piece vocoded whole. The whole spoken
 reply: ``tests/e2e/test_backend_qwen_omni.py``. Their CUDA graphs replay these same steps; they
 are proved on a GPU."""
 
@@ -10,6 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import numpy as np
+
+from core.processors.first_audio import CodesAt, FirstAudio
 from core.processors.talker_static import MIN_BUCKET, StaticTalker, bucket
 from core.processors.vocoder_static import StaticVocoder
 from tests.support.tiny_omni import build_qwen2_5_omni
@@ -51,23 +55,23 @@ def _sampling(sample: bool) -> dict:
     return {"do_sample": True, "top_k": 40, "top_p": 0.8, "temperature": 0.9, "repetition_penalty": 1.05}
 
 
-def _eager(talker, x: dict, max_new: int, sample: bool) -> torch.Tensor:
+def _eager(talker, x: dict, max_new: int, sample: bool, suppress=(1, 2, 3), **more) -> torch.Tensor:
     eos = [talker.codec_pad_token, talker.codec_eos_token]
     n = x["talker_ids"].shape[1]
     out = talker.generate(input_ids=x["talker_ids"], input_text_ids=x["input_text_ids"],
                           inputs_embeds=x["inputs_embeds"].clone(), thinker_reply_part=x["thinker_reply_part"],
-                          attention_mask=torch.ones((1, n), dtype=torch.long), suppress_tokens=[1, 2, 3],
+                          attention_mask=torch.ones((1, n), dtype=torch.long), suppress_tokens=list(suppress),
                           eos_token_id=eos, pad_token_id=talker.codec_pad_token, max_new_tokens=max_new,
-                          **_sampling(sample))
+                          **_sampling(sample), **more)
     return out[:, n:]
 
 
-def _static(decoder: StaticTalker, x: dict, max_new: int, sample: bool) -> torch.Tensor:
+def _static(decoder: StaticTalker, x: dict, max_new: int, sample: bool, suppress=(1, 2, 3), **more) -> torch.Tensor:
     t = decoder.talker
     return decoder.generate(talker_ids=x["talker_ids"], input_text_ids=x["input_text_ids"],
                             inputs_embeds=x["inputs_embeds"].clone(), thinker_reply_part=x["thinker_reply_part"],
-                            suppress=[1, 2, 3], eos=[t.codec_pad_token, t.codec_eos_token], max_new_tokens=max_new,
-                            stop=lambda: False, **_sampling(sample))
+                            suppress=list(suppress), eos=[t.codec_pad_token, t.codec_eos_token], max_new_tokens=max_new,
+                            stop=lambda: False, **_sampling(sample), **more)
 
 
 def test_cache_sizes_are_buckets():
@@ -149,3 +153,50 @@ def test_a_vocoder_solve_that_cannot_be_captured_runs_uncaptured_and_is_not_trie
     assert vocoder._captured(*shape, num_steps=10) is None
     assert vocoder._captured(*shape, num_steps=10) is None
     assert len(tries) == 1
+
+
+@torch.inference_mode()
+def test_the_talker_hands_its_first_frames_over_while_it_writes_on(talker):
+    """The first audio's hook, on both paths: called once, with exactly the first k frames of the
+    piece (the frames the piece then goes on from), before the later frames exist; not called for
+    a piece that ends first."""
+    decoder = StaticTalker(talker, graphs=False)
+    eos = [talker.codec_pad_token, talker.codec_eos_token]
+    x = _inputs(talker, 12, 5, seed=0)
+    seen: dict[str, list] = {"static": [], "eager": []}
+    static = _static(decoder, x, 40, sample=False, suppress=eos, at=(24, seen["static"].append))  # no end
+    eager = _eager(talker, x, 40, sample=False, suppress=eos, streamer=CodesAt(24, eos, seen["eager"].append))
+    assert static.tolist() == eager.tolist() and static.shape[1] > 24
+    for path, calls in seen.items():
+        assert len(calls) == 1 and calls[0].tolist() == static[:, :24].tolist(), path
+    short: list = []
+    assert _static(decoder, x, 20, sample=False, suppress=eos, at=(24, short.append)).shape[1] == 20 and not short
+    ended = CodesAt(3, eos, short.append)
+    for value in (x["talker_ids"], torch.tensor([5]), torch.tensor([eos[1]]), torch.tensor([6])):
+        ended.put(value)  # the prompt, a frame, the end, one frame more (a batch's padding)
+    assert not short, "a piece that ended before k frames is spoken whole"
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("blocks, length", [(1, 30), (1, 61), (2, 61)])
+def test_the_first_audio_and_its_rest_are_the_piece_vocoded_whole(model, tiny_path, blocks, length):
+    """The first ``blocks`` DiT blocks' audio out of a solve of those blocks and the one ahead,
+    then the rest solved from the block before it: with the piece's one noise, the two parts
+    joined are the piece's mel solved and vocoded whole (the blocks each part lets out had every
+    code their attention reads), to float rounding, and as long."""
+    t2w = model.token2wav.float()
+    voice = torch.load(tiny_path / "spk_dict.pt")["Chelsie"]
+    vocoder = StaticVocoder(t2w, graphs=False)
+    dit = t2w.config.dit_config
+    codes = torch.randint(0, 60, (1, length), generator=torch.Generator().manual_seed(length))
+    early: list[np.ndarray] = []
+    first = FirstAudio(vocoder, dit, voice["cond"], voice["ref_mel"], 4, blocks, 100, early.append)
+    assert first.at == (blocks + 1) * 12  # the tiny DiT: 24 mel frames (12 codes) a block, one layer looking ahead
+    first.early(codes[:, :first.at])
+    rest = first.rest(codes)
+    whole = vocoder.wav(vocoder.mel(codes, voice["cond"], voice["ref_mel"], 4, noise=first.noise[:, :length * 2]))
+    whole = whole.reshape(-1).numpy()
+    assert len(early) == 1 and len(early[0]) == blocks * 12 * 480, "the first blocks' audio, at 24 kHz"
+    joined = np.concatenate([early[0], rest])
+    assert joined.shape == whole.shape and np.abs(whole).max() > 0
+    assert np.abs(joined - whole).max() <= 1e-5 * np.abs(whole).max()
