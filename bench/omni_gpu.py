@@ -3,7 +3,7 @@ worker and the gateway (made for a GPU; ``--depth 1 --device cpu`` is its dry ru
 
     python -m bench omni --model-dir /dev/shm/q7b --build [--depth N] [--device cuda] \\
         [--concurrency 1 4] [--prompts 4] [--max-tokens 24] [--speech-dir DIR] [--out DIR] \\
-        [--speech-decode eager cuda_graphs] [--workers N]
+        [--speech-decode eager:0:10 cuda_graphs:1:10] [--workers N]
 
 Weights cannot be fetched here, and timing does not depend on their values: ``--build`` makes a
 Qwen2.5-Omni-7B-shaped model with random weights (``devtools/omni_models.py``) on the device and
@@ -18,9 +18,11 @@ Also reported: GPU memory per worker (the worker's ``/health``: allocated after 
 warm-up and after every level, so memory a session leaves behind shows), the model's parameter
 counts, load time, and the first audio piece's split between Talker and vocoder (worker log).
 
-``--speech-decode`` runs the whole sequence once per setting of the backend's ``speech_decode``
-(issue 73: transformers' eager Talker and vocoder, then the static cache and CUDA graphs), one
-after the other on the same card, in one table. ``--workers N`` puts N workers on the card (each
+``--speech-decode`` runs the whole sequence once per setting, ``decode[:blocks[:steps]]``: the
+backend's ``speech_decode``, ``first_audio_blocks`` and ``token2wav_steps`` (issue 73: transformers'
+eager Talker and vocoder with the first piece spoken whole at 10 steps, ``eager:0:10``, then the
+static cache and CUDA graphs with the first audio let out early at the steps ``bench.fit.ode_steps``
+chose), one after the other on the same card, in one table. ``--workers N`` puts N workers on the card (each
 its own model): the levels up to N are N sessions at once, and the report gives the sessions per
 card at RTF p50 <= 0.5.
 """
@@ -116,20 +118,32 @@ def run(args) -> dict[str, Any]:
     elif (args.model_dir / "shapes.json").is_file():
         result["build"] = json.loads((args.model_dir / "shapes.json").read_text())
     speech = load_speech(args.speech_dir)
-    for decode in args.speech_decode:  # baseline and change back to back, on one machine
-        print(f"--- speech_decode {decode}", flush=True)
-        result["runs"][decode] = run_one(args, decode, speech)
+    for setting in args.speech_decode:  # baseline and change back to back, on one machine
+        print(f"--- speech_decode {setting}", flush=True)
+        result["runs"][setting] = run_one(args, setting, speech)
     return result
 
 
-def run_one(args, decode: str, speech: dict[str, np.ndarray]) -> dict[str, Any]:
-    """One worker set (``args.workers`` on the one card) with ``speech_decode`` = ``decode``: the
-    warm-up, then every concurrency level, text and spoken."""
-    out: dict[str, Any] = {"levels": [], "memory": {}}
-    logs = args.logs / decode if args.logs else None
+def speech_setting(setting: str) -> dict[str, Any]:
+    """``decode[:blocks[:steps]]`` -> the backend's options for it."""
+    decode, *rest = setting.split(":")
+    if decode not in ("eager", "static", "cuda_graphs") or len(rest) > 2 or not all(x.isdigit() for x in rest):
+        raise argparse.ArgumentTypeError(f"{setting!r}: expected eager|static|cuda_graphs[:first_audio_blocks"
+                                         "[:token2wav_steps]], e.g. cuda_graphs:1:10")
+    options: dict[str, Any] = {"speech_decode": decode}
+    for name, value in zip(("first_audio_blocks", "token2wav_steps"), rest):
+        options[name] = int(value)
+    return options
+
+
+def run_one(args, setting: str, speech: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One worker set (``args.workers`` on the one card) with one speech setting: the warm-up,
+    then every concurrency level, text and spoken."""
+    out: dict[str, Any] = {"levels": [], "memory": {}, "options": speech_setting(setting)}
+    logs = args.logs / setting.replace(":", "_") if args.logs else None
     with tempfile.TemporaryDirectory(prefix="omniduplex-bench-omni-") as tmp:
         with Launched(Path(tmp), workers=args.workers, recording={"enabled": False},
-                      backend={"name": "qwen_omni", "options": backend_options(args) | {"speech_decode": decode}},
+                      backend={"name": "qwen_omni", "options": backend_options(args) | speech_setting(setting)},
                       queue={"capacity": 100, "max_wait_s": 3600},
                       auth={"per_ip": {"sessions_per_minute": 0, "concurrent": 0}}) as launched:
             t0 = time.monotonic()
@@ -243,6 +257,11 @@ def report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _setting(text: str) -> str:
+    speech_setting(text)  # refused here, with its reason, rather than after the model is built
+    return text
+
+
 def cli() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench omni", description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", type=Path, help="the model directory (made with --build)")
@@ -256,8 +275,9 @@ def cli() -> None:
     parser.add_argument("--first-chunk-words", type=int, default=2, help="the backend's first speakable piece")
     parser.add_argument("--speech-dir", type=Path, help="spoken prompts as 24 kHz WAVs (default: Piper here)")
     parser.add_argument("--save-speech", type=Path, help="only write the spoken prompts as WAVs there, then stop")
-    parser.add_argument("--speech-decode", nargs="+", default=["eager"], choices=["eager", "static", "cuda_graphs"],
-                        help="the backend's speech_decode settings, each run in turn (baseline, then the change)")
+    parser.add_argument("--speech-decode", nargs="+", default=["eager"], type=_setting,
+                        help="speech settings decode[:first_audio_blocks[:token2wav_steps]], each run in turn "
+                             "(baseline, then the change), e.g. eager:0:10 cuda_graphs:1:10")
     parser.add_argument("--workers", type=int, default=1, help="workers on the one card (sessions per card)")
     parser.add_argument("--load-timeout", type=float, default=900.0)
     parser.add_argument("--logs", type=Path, help="keep the worker's and the gateway's logs there")
