@@ -33,6 +33,16 @@ import numpy as np
 BIGVGAN_MARGIN = 24  # mel frames (one DiT block) either side of a cut: BigVGAN's reach, measured ~17
 
 
+def block_codes(dit_config: Any) -> int:
+    """Codes in one of the DiT's attention blocks (12 for Qwen2.5-Omni: 240 ms)."""
+    return max(1, dit_config.block_size // dit_config.repeats)
+
+
+def waits_for(dit_config: Any, blocks: int) -> int:
+    """Codes the first audio of ``blocks`` blocks waits for: those blocks and the ones they look ahead to."""
+    return (blocks + len(dit_config.look_ahead_layers)) * block_codes(dit_config)
+
+
 class FirstAudio:
     """One first piece: ``early(codes)`` when the Talker has ``at`` codes, then ``rest(codes)``."""
 
@@ -42,10 +52,10 @@ class FirstAudio:
 
         self.vocoder, self.conditioning, self.reference_mel, self.steps = vocoder, conditioning, reference_mel, steps
         self.repeats = dit_config.repeats
-        self.block = max(1, dit_config.block_size // self.repeats)  # codes a block
+        self.block = block_codes(dit_config)
         self.back = len(dit_config.look_backward_layers)
         self.blocks = blocks
-        self.at = (blocks + len(dit_config.look_ahead_layers)) * self.block  # codes the first audio waits for
+        self.at = waits_for(dit_config, blocks)
         self.emit = emit
         self.noise = torch.randn([1, max_codes * self.repeats, dit_config.mel_dim], dtype=reference_mel.dtype,
                                  device=reference_mel.device)

@@ -25,7 +25,7 @@ from pydantic import Field, field_validator
 from core.audio import OUTPUT_RATE
 from core.conversation import ReplyJob, ReplyStats
 from core.processors.base import Capability, ModelCapabilities, ModelThreads, ProgressCallback
-from core.processors.first_audio import CodesAt, FirstAudio
+from core.processors.first_audio import CodesAt, FirstAudio, waits_for
 from core.processors.omni_base import (
     OmniBackendBase,
     OmniOptions,
@@ -444,18 +444,17 @@ class QwenOmniBackend(OmniBackendBase):
         """The first piece's early audio, where ``first_audio_blocks`` asks for it and the piece can
         be longer than the codes it waits for."""
         blocks = self.options.first_audio_blocks
-        if early is None or not blocks:
-            return None
         t2w = self.model.token2wav
+        if early is None or not blocks or waits_for(t2w.config.dit_config, blocks) >= max_codes:
+            return None
         vocoder = self.vocoder if isinstance(self.vocoder, StaticVocoder) else StaticVocoder(t2w, graphs=False)
 
         def emit(wav: np.ndarray) -> None:
             if not cancel.is_set():
                 early(wav)
 
-        first = FirstAudio(vocoder, t2w.config.dit_config, spk["cond"].to(t2w.device).float(),
-                           spk["ref_mel"].to(t2w.device).float(), self.options.token2wav_steps, blocks, max_codes, emit)
-        return first if first.at < max_codes else None
+        return FirstAudio(vocoder, t2w.config.dit_config, spk["cond"].to(t2w.device).float(),
+                          spk["ref_mel"].to(t2w.device).float(), self.options.token2wav_steps, blocks, max_codes, emit)
 
     def _speak25(self, state, context_ids, ctx_embeds, ctx_hidden, piece_ids, piece_embeds, piece_hidden,
                  voice, max_codes, cancel, early=None) -> np.ndarray:
