@@ -39,8 +39,9 @@ def block_codes(dit_config: Any) -> int:
 
 
 def waits_for(dit_config: Any, blocks: int) -> int:
-    """Codes the first audio of ``blocks`` blocks waits for: those blocks and the ones they look ahead to."""
-    return (blocks + len(dit_config.look_ahead_layers)) * block_codes(dit_config)
+    """Codes the first audio of ``blocks`` blocks waits for: those blocks and the ones they look ahead
+    to (at least one: BigVGAN's right margin)."""
+    return (blocks + max(1, len(dit_config.look_ahead_layers))) * block_codes(dit_config)
 
 
 class FirstAudio:
