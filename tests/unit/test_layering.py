@@ -199,6 +199,7 @@ PRODUCT = ("core", "gateway", "worker", "launcher")
 BENCH_TESTS = ("tests.unit.test_answer_set", "tests.unit.test_turn_set", "tests.unit.test_bench_quality",
                "tests.unit.test_eval_leaks", "tests.unit.test_duplex_set", "tests.e2e.test_bench",
                "tests.unit.test_duplex_heard", "tests.unit.test_duplex_webrtc", "tests.unit.test_bench_heard",
+               "tests.unit.test_bench_omni",
                "tests.unit.test_duplex_room", "tests.e2e.test_room_e2e",
                # the café the VAD's room gate was chosen on is the bench's babble
                "tests.unit.test_vad_room_gate",
