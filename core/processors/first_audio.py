@@ -61,7 +61,7 @@ class FirstAudio:
         self.noise = torch.randn([1, max_codes * self.repeats, dit_config.mel_dim], dtype=reference_mel.dtype,
                                  device=reference_mel.device)
         self.kept = None  # the first audio's exact mel, [1, mel_dim, frames]
-        self.timing: tuple[int, float] | None = None  # codes, vocoder seconds of the first audio
+        self.timing: tuple[float, float] | None = None  # when the Talker had its codes (perf_counter), vocoder s
 
     @property
     def done(self) -> bool:
@@ -80,26 +80,21 @@ class FirstAudio:
         wav = self.vocoder.wav(mel).reshape(-1)
         hop = wav.shape[0] // mel.shape[2]
         self.kept = mel[:, :, :frames]
-        self.timing = (codes.shape[1], time.perf_counter() - t0)
+        self.timing = (t0, time.perf_counter() - t0)
         self.emit(wav[: frames * hop].float().cpu().numpy())
 
     def rest(self, codes) -> np.ndarray:
-        """Everything after the first audio, for the piece's codes ([1, n], ends cut off)."""
+        """Everything after the first audio, for the piece's codes ([1, n], ends cut off; n >= ``at``,
+        since the first audio only left with ``at`` codes none of which ended the piece)."""
+        import torch
+
         first = self.blocks * self.block
-        if codes.shape[1] <= first:
-            return np.zeros(0, dtype=np.float32)
         start = max(0, self.blocks - self.back) * self.block
         mel = self._mel(codes, start)[:, :, (first - start) * self.repeats:]
         margin = min(BIGVGAN_MARGIN, self.kept.shape[2])
-        wav = self.vocoder.wav(_cat(self.kept[:, :, -margin:], mel)).reshape(-1)
+        wav = self.vocoder.wav(torch.cat([self.kept[:, :, -margin:], mel], dim=2)).reshape(-1)
         hop = wav.shape[0] // (margin + mel.shape[2])
         return wav[margin * hop:].float().cpu().numpy()
-
-
-def _cat(a, b):
-    import torch
-
-    return torch.cat([a, b], dim=2)
 
 
 class CodesAt:

@@ -481,24 +481,18 @@ class QwenOmniBackend(OmniBackendBase):
         ends = [talker.codec_pad_token, talker.codec_eos_token]
         first = self._first_audio(spk, max_codes, early, cancel)
         t0 = time.perf_counter()
-        first_at: list[float] = []  # when the Talker had the first audio's codes
-
-        def then(codes) -> None:
-            first_at.append(time.perf_counter())
-            first.early(codes)
-
         if self.static_talker is not None:
             codes = self.static_talker.generate(
                 talker_ids=talker_ids, input_text_ids=input_text_ids, inputs_embeds=inputs_embeds,
                 thinker_reply_part=reply_rest, suppress=self.codec_suppressed, eos=ends, stop=cancel.is_set,
-                at=(first.at, then) if first else None, **self._talker_sampling(max_codes), **kwargs)
+                at=(first.at, first.early) if first else None, **self._talker_sampling(max_codes), **kwargs)
         else:
             codes = talker.generate(
                 input_ids=talker_ids, input_text_ids=input_text_ids, thinker_reply_part=reply_rest,
                 inputs_embeds=inputs_embeds, attention_mask=torch.ones((1, n_ctx + 2), dtype=torch.long, device=dev),
                 suppress_tokens=self.codec_suppressed, eos_token_id=ends,
                 pad_token_id=talker.codec_pad_token, stopping_criteria=self._stopper(cancel),
-                streamer=CodesAt(first.at, ends, then) if first else None,
+                streamer=CodesAt(first.at, ends, first.early) if first else None,
                 **self._talker_sampling(max_codes), **kwargs,
             )[:, talker_ids.shape[1]:]
         stops = (codes == talker.codec_eos_token) | (codes == talker.codec_pad_token)
@@ -509,8 +503,8 @@ class QwenOmniBackend(OmniBackendBase):
         t1 = time.perf_counter()
         t2w = model.token2wav  # float32 since loading
         if first is not None and first.done:
-            n, vocoder_s = first.timing
-            state["pieces"].append((n, first_at[0] - t0, vocoder_s))  # the first audio's codes, talker s, vocoder s
+            talked_at, vocoder_s = first.timing
+            state["pieces"].append((first.at, talked_at - t0, vocoder_s))  # the first audio's codes, talker s, vocoder s
             return first.rest(codes.to(t2w.device))
         wav = self.vocoder(codes.to(t2w.device), conditioning=spk["cond"].to(t2w.device).float(),
                   reference_mel=spk["ref_mel"].to(t2w.device).float(), num_steps=self.options.token2wav_steps)
