@@ -239,7 +239,8 @@ async def test_first_piece_is_small_and_spoken_while_the_thinker_writes(qwen25_m
 
 async def test_a_replys_first_audio_leaves_before_the_talker_ends_its_first_piece(qwen25_model):
     """``first_audio_blocks`` 1 (the default): the first piece's first DiT block (12 codes, 240 ms)
-    reaches the reply while that piece is still being spoken, the rest after it; the reply is as
+    reaches the reply when the Talker has written 24 of that piece's frames (the block and the one
+    ahead), while it writes the rest, and the rest after it; the reply is as
     long as with the first piece spoken whole (the same codes: a greedy Talker), and only the
     first piece is split."""
     from core.processors import create_backend
@@ -248,18 +249,20 @@ async def test_a_replys_first_audio_leaves_before_the_talker_ends_its_first_piec
     for blocks in (1, 0):
         backend = create_backend("qwen_omni", options(qwen25_model) | {"warm_up": False, "first_audio_blocks": blocks})
         await asyncio.to_thread(backend.load)
-        speak, pieces = backend.speak_piece, []
+        speak, pieces, passes = backend.speak_piece, [], []  # passes: the Talker's forwards, one a codec frame
+        hook = backend.model.talker.model.register_forward_pre_hook(lambda *_, _passes=passes: _passes.append(1))
 
-        def spy(*args, early=None, _pieces=pieces, _speak=speak):
-            piece = {"early": [], "start": time.perf_counter()}
+        def spy(*args, early=None, _pieces=pieces, _speak=speak, _passes=passes):
+            piece = {"early": []}
             _pieces.append(piece)
+            _passes.clear()
 
             def early_spy(wav):
-                piece["early"].append((time.perf_counter(), len(wav)))
+                piece["early"].append((len(_passes), len(wav)))
                 early(wav)
 
             rest = _speak(*args, early=early_spy if early else None)
-            piece.update(end=time.perf_counter(), rest=len(rest))
+            piece.update(passes=len(_passes), rest=len(rest))
             return rest
 
         backend.speak_piece = spy
@@ -268,13 +271,14 @@ async def test_a_replys_first_audio_leaves_before_the_talker_ends_its_first_piec
             lengths[blocks] = done.audio_ms
             assert len(pieces) >= 2 and all(not p["early"] for p in pieces[1:]), "only the first piece is split"
             if blocks:
-                (at, samples), = pieces[0]["early"]
+                (passes_then, samples), = pieces[0]["early"]
                 assert samples == 12 * 480 and pieces[0]["rest"] > 0, "one block of audio first, then the rest"
-                assert pieces[0]["start"] < at < pieces[0]["end"]
+                assert passes_then == 24 < pieces[0]["passes"], "out when the Talker had 24 frames, while it wrote on"
             else:
                 assert not pieces[0]["early"]
             await conv.close()
         finally:
+            hook.remove()
             backend.close()
     assert lengths[1] == lengths[0] > 0
 

@@ -163,12 +163,26 @@ def test_the_talker_hands_its_first_frames_over_while_it_writes_on(talker):
     decoder = StaticTalker(talker, graphs=False)
     eos = [talker.codec_pad_token, talker.codec_eos_token]
     x = _inputs(talker, 12, 5, seed=0)
+    passes = []  # the Talker's forward passes: one per frame, the prompt's giving the first
+    hook = talker.model.register_forward_pre_hook(lambda *_: passes.append(1))
     seen: dict[str, list] = {"static": [], "eager": []}
-    static = _static(decoder, x, 40, sample=False, suppress=eos, at=(24, seen["static"].append))  # no end
-    eager = _eager(talker, x, 40, sample=False, suppress=eos, streamer=CodesAt(24, eos, seen["eager"].append))
-    assert static.tolist() == eager.tolist() and static.shape[1] > 24
+
+    def on(path: str):
+        return lambda frames: seen[path].append((frames, len(passes)))
+
+    try:
+        passes.clear()
+        static = _static(decoder, x, 40, sample=False, suppress=eos, at=(24, on("static")))  # never ends by itself
+        passes.clear()
+        eager = _eager(talker, x, 40, sample=False, suppress=eos, streamer=CodesAt(24, eos, on("eager")))
+        assert len(passes) == 40
+    finally:
+        hook.remove()
+    assert static.tolist() == eager.tolist() and static.shape[1] == 40
     for path, calls in seen.items():
-        assert len(calls) == 1 and calls[0].tolist() == static[:, :24].tolist(), path
+        (frames, passes_then), = calls
+        assert frames.tolist() == static[:, :24].tolist(), path
+        assert passes_then == 24, f"{path}: handed over after {passes_then} of the Talker's 40 passes, not 24"
     short: list = []
     assert _static(decoder, x, 20, sample=False, suppress=eos, at=(24, short.append)).shape[1] == 20 and not short
     ended = CodesAt(3, eos, short.append)
