@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import fractions
 import json
+import re
 import time
 from typing import Any
 
@@ -39,6 +40,7 @@ def make_tracks():
             super().__init__()
             self._t0: float | None = None
             self._n = 0
+            self.period_s = FRAME_S
 
         async def _next(self) -> int:
             """Wait for the next frame's time; its number."""
@@ -48,7 +50,7 @@ def make_tracks():
                 self._t0 = time.monotonic()
             n = self._n
             self._n += 1
-            wait = self._t0 + (n + 1) * FRAME_S - time.monotonic()
+            wait = self._t0 + (n + 1) * self.period_s - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
             return n
@@ -84,30 +86,36 @@ def make_tracks():
             return frame
 
     class PacketMic(PacedMic):
-        """A continuous microphone of pre-encoded 20 ms Opus packets (no encoding in the bench's
-        process)."""
+        """A continuous microphone of pre-encoded Opus packets (no encoding in the bench's process):
+        20 ms ones, or the length the answer's ``a=ptime`` asks for, as a browser's encoder takes it
+        (``follow_ptime``; ``packets`` holds each length the bench may be asked for)."""
 
-        def __init__(self, packets: list[bytes]) -> None:
+        def __init__(self, packets: dict[int, list[bytes]]) -> None:
             super().__init__()
-            self._packets = packets
+            self._by_ms = packets
+            self._packets = packets[20]
+
+        def follow_ptime(self, ptime: int) -> None:
+            ms = min((ms for ms in self._by_ms if ms >= ptime), default=20)
+            self._packets, self.period_s = self._by_ms[ms], ms / 1000
 
         async def recv(self):
             n = await self._next()
             packet = av.Packet(self._packets[n % len(self._packets)])
-            packet.pts, packet.time_base = n * 960, fractions.Fraction(1, 48000)
+            packet.pts, packet.time_base = round(n * self.period_s * 48000), fractions.Fraction(1, 48000)
             return packet
 
     return SpeechMic, PacketMic
 
 
-def opus_packets(pcm: bytes, rate: int = RATE) -> list[bytes]:
-    """PCM16 mono -> 20 ms Opus packets (48 kHz, voip, 32 kbit/s), as a browser's microphone sends."""
+def opus_packets(pcm: bytes, rate: int = RATE, ms: int = 20) -> list[bytes]:
+    """PCM16 mono -> ``ms`` Opus packets (48 kHz, voip, 32 kbit/s), as a browser's microphone sends."""
     import av
 
     codec = av.CodecContext.create("libopus", "w")
     codec.bit_rate, codec.format, codec.layout, codec.sample_rate = 32000, "s16", "mono", 48000
     codec.time_base = fractions.Fraction(1, 48000)
-    codec.options = {"application": "voip"}
+    codec.options = {"application": "voip", "frame_duration": str(ms)}
     resampler = av.AudioResampler(format="s16", layout="mono", rate=48000)
     frame = av.AudioFrame(format="s16", layout="mono", samples=len(pcm) // 2)
     frame.planes[0].update(pcm)
@@ -176,6 +184,9 @@ class BenchCall(EventLog):
         if answer.status_code != 201:
             raise RuntimeError(f"call refused: {answer.status_code} {answer.text[:300]}")
         self.call_id = answer.headers["location"].rsplit("/", 1)[-1]
+        ptime = re.search(r"^a=ptime:(\d+)", answer.text, re.M)
+        if ptime and hasattr(self.mic, "follow_ptime"):
+            self.mic.follow_ptime(int(ptime.group(1)))
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer.text, type="answer"))
         await asyncio.wait_for(self._opened.wait(), timeout)
         self.connect_ms = (time.monotonic() - t) * 1000

@@ -109,7 +109,7 @@ def part_load(levels: list[int], hold: float, log, transport: str = "webrtc") ->
     mic_pcm = b"".join(base64.b64decode(d) for d in voiced_deltas(2))
     if transport == "webrtc":
         _, PacketMic = make_tracks()
-        packets = opus_packets(mic_pcm)
+        packets = {ms: opus_packets(mic_pcm, ms=ms) for ms in (20, 40)}
     else:
         events = appends(mic_pcm)
     port = free_port()

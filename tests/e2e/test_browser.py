@@ -263,7 +263,7 @@ return {paused: a.paused, muted: a.muted, volume: a.volume,
 
 def test_duplex_page_voice_exchange_over_webrtc_by_default(stack, launch, long_question_wav):
     """The default: a WebRTC call. The microphone goes out with the browser's echo cancellation,
-    noise suppression and gain control; the question is heard, the answer's transcript arrives on
+    noise suppression and gain control, in the 40 ms packets the gateway's answer asks for; the question is heard, the answer's transcript arrives on
     the data channel and its audio on the call's remote track, which the page's <audio> element
     plays (the level off that track rises while the reply plays); the operator sees a call."""
     browser = launch(long_question_wav)
@@ -299,6 +299,8 @@ def test_duplex_page_voice_exchange_over_webrtc_by_default(stack, launch, long_q
         mine = [s for s in live_calls(stack) if s.get("call_id") == hooks["call"]]
         assert mine and mine[0]["transport"] == "webrtc", live_calls(stack)
         assert mine[0]["app"] == "audio_duplex", mine
+        # The answer asked for 40 ms microphone packets, and Chromium sends them (20 ms otherwise).
+        assert f"call {hooks['call']}: the microphone sends 40 ms Opus packets" in (stack.tmp / "gateway.log").read_text()
         print(f"WebRTC exchange: {json.dumps(snap)}")
 
         browser.find_element(By.ID, "stop").click()  # hangup: the call and its slot are gone at once

@@ -1,6 +1,6 @@
 """A call's microphone reaches the worker as it was sent (issue 69 item 5, "WebRTC hears what
 WebSocket hears"): a spoken clip, Opus-encoded as a browser sends it (48 kHz mono, 32 kbit/s, voip,
-20 ms frames), arriving as RTP packets at the call's ``microphone.MicPackets`` and decoded into
+20 ms packets, or 40 ms as the call's answer asks), arriving as RTP packets at the call's ``microphone.MicPackets`` and decoded into
 binary microphone frames by ``microphone.pump_audio`` (24 kHz mono PCM16), is the clip: no
 sample lost or added, the onset where it was (the VAD's pre-roll before it intact), the same
 level, the same waveform. Diagnosis found the call path sample-true (the words a call lost came
@@ -18,7 +18,7 @@ import soxr
 from aiortc.rtp import RtpPacket
 
 from core.audio_frames import read_mic_frame
-from gateway.realtime.webrtc.microphone import INPUT_RATE, MicDecoder, MicPackets, pump_audio
+from gateway.realtime.webrtc.microphone import INPUT_RATE, MicDecoder, MicPackets, opus_packet_ms, pump_audio
 from gateway.realtime.webrtc.tracks import MEDIA_EXECUTOR
 
 LEAD_S = 0.5
@@ -38,19 +38,20 @@ def spoken_clip() -> np.ndarray:
     return (voice * envelope * 6000).astype(np.int16)
 
 
-def browser_packets(pcm24: np.ndarray) -> list[bytes]:
-    """The clip after ``LEAD_S`` of silence as a browser's Opus encoder sends it: 20 ms packets."""
+def browser_packets(pcm24: np.ndarray, ms: int = 20) -> list[bytes]:
+    """The clip after ``LEAD_S`` of silence as a browser's Opus encoder sends it: ``ms`` packets."""
     enc = av.CodecContext.create("libopus", "w")
     enc.bit_rate, enc.format, enc.layout, enc.sample_rate = 32000, "s16", "mono", 48000
     enc.time_base = fractions.Fraction(1, 48000)
-    enc.options = {"application": "voip"}
+    enc.options = {"application": "voip", "frame_duration": str(ms)}
+    step = 48 * ms
     x = np.concatenate([np.zeros(int(LEAD_S * 48000), np.float32), soxr.resample(pcm24.astype(np.float32), 24000, 48000),
                         np.zeros(48000, np.float32)])
     x = np.clip(np.round(x), -32768, 32767).astype("<i2")
     packets: list[bytes] = []
-    for i in range(0, x.size - 959, 960):
-        frame = av.AudioFrame(format="s16", layout="mono", samples=960)
-        frame.planes[0].update(x[i:i + 960].tobytes())
+    for i in range(0, x.size - step + 1, step):
+        frame = av.AudioFrame(format="s16", layout="mono", samples=step)
+        frame.planes[0].update(x[i:i + step].tobytes())
         frame.sample_rate, frame.time_base, frame.pts = 48000, fractions.Fraction(1, 48000), i
         packets += [bytes(p) for p in enc.encode(frame)]
     return packets
@@ -63,7 +64,7 @@ async def arrive(packets: list[bytes]) -> list[bytes]:
     appends: list[bytes] = []
     pump = asyncio.create_task(pump_audio(mic, appends.append, MEDIA_EXECUTOR))
     for n, payload in enumerate(packets):
-        rtp = RtpPacket(payload_type=111, sequence_number=n % 65536, timestamp=n * 960, payload=payload)
+        rtp = RtpPacket(payload_type=111, sequence_number=n % 65536, timestamp=0, payload=payload)
         rtp._data = payload  # what aiortc's receiver sets (the depayloaded frame) before the buffer
         mic.add(rtp)
         await asyncio.sleep(0.001)
@@ -77,18 +78,21 @@ def onset(x: np.ndarray, level: float) -> int:
 
 
 @pytest.mark.asyncio
-async def test_a_calls_microphone_reaches_the_worker_sample_true():
+@pytest.mark.parametrize("ms", [20, 40])
+async def test_a_calls_microphone_reaches_the_worker_sample_true(ms):
     clip = spoken_clip()
-    packets = browser_packets(clip)
+    packets = browser_packets(clip, ms)
+    assert {opus_packet_ms(p) for p in packets} == {ms}
     appends = await arrive(packets)
     frames_read = [read_mic_frame(a) for a in appends]
     assert {rate for _, rate in frames_read} == {INPUT_RATE}
     got = np.concatenate([np.frombuffer(pcm, "<i2") for pcm, _ in frames_read]).astype(np.float32)
     sent = np.concatenate([np.zeros(int(LEAD_S * INPUT_RATE), np.float32), clip.astype(np.float32)])
 
-    # Every sample: the stream is as long as the packets' audio, less the last packet when it waits
-    # for its pair (40 ms frames) and the resampler's few samples of delay.
-    assert 0 <= len(packets) * 480 - got.size < 480 + 0.002 * INPUT_RATE
+    # Every sample: the stream is as long as the packets' audio, less a last 20 ms packet waiting for
+    # its pair (40 ms frames) and the resampler's few samples of delay.
+    assert 0 <= len(packets) * ms * 24 - got.size < (480 if ms == 20 else 0) + 0.002 * INPUT_RATE
+    assert all(len(pcm) == 40 * 24 * 2 for pcm, _ in frames_read[1:-1])  # 40 ms frames, either way
 
     # Aligned (the codec's and resampler's delay: a few ms at most), one gain, one waveform.
     lags = range(0, 480)
@@ -113,3 +117,24 @@ def test_a_packet_libopus_refuses_is_skipped_and_the_microphone_goes_on():
     decoder = MicDecoder()
     pcm, rate = read_mic_frame(decoder.frame([good[0], b"\x03\x00", good[1]]))  # code 3 with no frame count
     assert rate == INPUT_RATE and 900 <= len(pcm) // 2 <= 960  # the two good packets' 40 ms, the bad one's skipped
+
+
+@pytest.mark.parametrize("ms", [10, 20, 40, 60])
+@pytest.mark.parametrize("rate,bits", [(48000, 32000), (16000, 12000), (48000, 96000)])
+def test_an_opus_packets_length_is_read_from_its_table_of_contents(ms, rate, bits):
+    """SILK, hybrid and CELT packets, one frame or several (libopus packs 40 and 60 ms of CELT or
+    hybrid as 2 or 3 frames): each one's length is what was encoded into it."""
+    enc = av.CodecContext.create("libopus", "w")
+    enc.bit_rate, enc.format, enc.layout, enc.sample_rate = bits, "s16", "mono", rate
+    enc.time_base = fractions.Fraction(1, rate)
+    enc.options = {"application": "voip" if bits < 64000 else "audio", "frame_duration": str(ms)}
+    step = rate // 1000 * ms
+    x = (spoken_clip()[: 20 * step]).astype("<i2")
+    packets = []
+    for i in range(0, x.size - step + 1, step):
+        frame = av.AudioFrame(format="s16", layout="mono", samples=step)
+        frame.planes[0].update(x[i:i + step].tobytes())
+        frame.sample_rate, frame.time_base, frame.pts = rate, enc.time_base, i
+        packets += [bytes(p) for p in enc.encode(frame)]
+    assert packets and {opus_packet_ms(p) for p in packets} == {ms}
+    assert opus_packet_ms(b"") == 20.0 and opus_packet_ms(b"\x03") == 20.0  # unreadable: counted as 20 ms

@@ -8,7 +8,7 @@ session, 80 ms of it in aiortc's buffer."""
 
 from __future__ import annotations
 
-from aiortc import RTCPeerConnection
+from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import AudioStreamTrack
 from aiortc.rtp import RtpPacket
@@ -48,7 +48,12 @@ async def test_a_calls_microphone_is_decoded_as_each_packet_arrives():
     await client.setLocalDescription(await client.createOffer())
     call = Call("rtc_test", WebRTCChannel(), 1.0)
     try:
-        await call.answer(await check_offer(client.localDescription.sdp))
+        answer = await call.answer(await check_offer(client.localDescription.sdp))
+        # The answer asks for 40 ms microphone packets (Chromium then sends them: tests/e2e/test_browser.py),
+        # in its audio section alone, and a peer still takes it.
+        audio_section = answer.split("m=audio", 1)[1].split("\r\nm=", 1)[0]
+        assert answer.count("a=ptime:") == 1 and "a=ptime:40" in audio_section.split("\r\n") and answer.endswith("\r\n")
+        await client.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
         audio = [t.receiver for t in call.pc.getTransceivers() if t.kind == "audio"]
         assert audio and all(isinstance(r._RTCRtpReceiver__jitter_buffer, MicPackets) for r in audio)
     finally:
@@ -94,3 +99,14 @@ def test_a_microphone_nobody_keeps_up_with_keeps_its_last_3_s_and_says_so(caplog
             mic.add(packet(n))
     assert [p[1] for p in mic._payloads] == [n % 256 for n in range(10, KEEP_PACKETS + 10)]  # the newest
     assert len([r for r in caplog.records if "behind" in r.getMessage()]) == 1  # said once, not per packet
+
+
+def test_an_answer_that_says_its_ptime_already_is_left_alone():
+    from gateway.realtime.webrtc.sdp import with_mic_ptime
+
+    sdp = "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=ptime:20\r\nm=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\n"
+    assert with_mic_ptime(sdp, 40) == sdp
+    assert with_mic_ptime("v=0\r\nm=application 9 UDP/DTLS/SCTP x\r\n", 40).count("ptime") == 0  # no audio
+    added = with_mic_ptime(sdp.replace("a=ptime:20\r\n", ""), 40)
+    assert added == ("v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=ptime:40\r\n"
+                     "m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\n")

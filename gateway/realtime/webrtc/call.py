@@ -26,8 +26,8 @@ from aiortc.rtcdatachannel import RTCDataChannel
 from core.config import WebRTCConfig
 from gateway.realtime.webrtc import ice
 from gateway.realtime.webrtc.channel import WebRTCChannel
-from gateway.realtime.webrtc.microphone import pump_audio, quick_mic
-from gateway.realtime.webrtc.sdp import Offer, bad_offer
+from gateway.realtime.webrtc.microphone import MIC_PTIME_MS, pump_audio, quick_mic
+from gateway.realtime.webrtc.sdp import Offer, bad_offer, with_mic_ptime
 from gateway.realtime.webrtc.tracks import MEDIA_EXECUTOR, OutboundAudioTrack, pump_video
 from gateway.rest.models import ApiError
 
@@ -75,7 +75,7 @@ class Call:
                                        if c.mimeType.lower() == "audio/opus"])
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer.sdp, type="offer"))
             # The microphone feeds VAD/ASR, not a speaker: its packets come to us as they arrive.
-            mics = [quick_mic(t.receiver) for t in pc.getTransceivers() if t.kind == "audio"]
+            mics = [quick_mic(t.receiver, self.id) for t in pc.getTransceivers() if t.kind == "audio"]
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # noqa: BLE001 - aiortc raises what the offer provokes
             raise bad_offer(f"it cannot be answered ({exc.__class__.__name__}: {str(exc)[:160]})") from None
@@ -83,7 +83,7 @@ class Call:
             raise ApiError(500, "this gateway cannot take a call's microphone (its aiortc is not the pinned "
                            "version)", "server_error")
         self._spawn(self._watch_connect(), "webrtc-connect-watch")
-        return pc.localDescription.sdp
+        return with_mic_ptime(pc.localDescription.sdp, MIC_PTIME_MS)
 
     def _spawn(self, coro, name: str) -> None:
         task = asyncio.create_task(coro, name=f"{name}-{self.id}")
@@ -105,7 +105,7 @@ class Call:
         if track.kind == "audio" and not self._audio_in:
             self._audio_in = True
             # aiortc tells of the track inside setRemoteDescription, before any packet can arrive.
-            packets = next((quick_mic(t.receiver) for t in self.pc.getTransceivers() if t.receiver.track is track),
+            packets = next((quick_mic(t.receiver, self.id) for t in self.pc.getTransceivers() if t.receiver.track is track),
                            None)
             if packets is None:  # answer() refuses the call
                 return
