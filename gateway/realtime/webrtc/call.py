@@ -105,8 +105,8 @@ class Call:
         if track.kind == "audio" and not self._audio_in:
             self._audio_in = True
             # aiortc tells of the track inside setRemoteDescription, before any packet can arrive.
-            packets = next((quick_mic(t.receiver, self.id) for t in self.pc.getTransceivers() if t.receiver.track is track),
-                           None)
+            packets = next((quick_mic(t.receiver, self.id) for t in self.pc.getTransceivers()
+                            if t.receiver.track is track), None)
             if packets is None:  # answer() refuses the call
                 return
             self._spawn(pump_audio(packets, channel.deliver_microphone, MEDIA_EXECUTOR), "webrtc-audio-in")
