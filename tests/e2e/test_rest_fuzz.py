@@ -13,6 +13,7 @@ import os
 import time
 import zlib
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -75,7 +76,8 @@ def map_body(context, body):
                 body[key] = FAST_TOKENS
         if "max_tokens" not in body and "max_completion_tokens" not in body:
             body["max_completion_tokens"] = FAST_TOKENS
-        for message in body.get("messages") or []:
+        messages = body.get("messages")
+        for message in messages if isinstance(messages, list) else []:  # negative runs send any type
             content = message.get("content") if isinstance(message, dict) else None
             if isinstance(content, str) and not content.strip() and _often(content + repr(message)):
                 message["content"] = "Say hi."  # empty turns are a 400; reach the model more often
@@ -91,6 +93,14 @@ def map_body(context, body):
     elif path == "/v1/audio/transcriptions" and "file" in body and _often(body["file"]):
         body["file"] = TONE_WAV
     return body
+
+
+def test_the_body_hook_takes_any_shape_a_negative_run_draws():
+    """Negative runs draw any JSON type for any field (``messages: 1.0`` stopped a full run once)."""
+    context = SimpleNamespace(operation=SimpleNamespace(path="/v1/chat/completions"))
+    for messages in (1.0, "x", None, {"a": 1}, [1, None, {"content": 2}, {"content": [3, {"image_url": 4}]}]):
+        body = map_body(context, {"model": MODEL, "messages": messages})
+        assert body["messages"] == messages and body["max_completion_tokens"] == FAST_TOKENS
 
 
 def map_path_parameters(context, path_parameters):
