@@ -19,7 +19,7 @@ from aiortc.rtp import RtpPacket
 
 from core.audio_frames import read_mic_frame
 from gateway.realtime.webrtc.microphone import INPUT_RATE, MicDecoder, MicPackets, opus_packet_ms, pump_audio
-from gateway.realtime.webrtc.tracks import MEDIA_EXECUTOR
+from gateway.realtime.webrtc.tracks import AUDIO_EXECUTOR
 
 LEAD_S = 0.5
 
@@ -62,7 +62,7 @@ async def arrive(packets: list[bytes]) -> list[bytes]:
     sequence-numbered), 1 ms apart; the binary microphone frames ``pump_audio`` made of them."""
     mic = MicPackets()
     appends: list[bytes] = []
-    pump = asyncio.create_task(pump_audio(mic, appends.append, MEDIA_EXECUTOR))
+    pump = asyncio.create_task(pump_audio(mic, appends.append, AUDIO_EXECUTOR))
     for n, payload in enumerate(packets):
         rtp = RtpPacket(payload_type=111, sequence_number=n % 65536, timestamp=0, payload=payload)
         rtp._data = payload  # what aiortc's receiver sets (the depayloaded frame) before the buffer

@@ -28,7 +28,7 @@ from gateway.realtime.webrtc import ice
 from gateway.realtime.webrtc.channel import WebRTCChannel
 from gateway.realtime.webrtc.microphone import MIC_PTIME_MS, pump_audio, quick_mic
 from gateway.realtime.webrtc.sdp import Offer, bad_offer, with_mic_ptime
-from gateway.realtime.webrtc.tracks import MEDIA_EXECUTOR, OutboundAudioTrack, pump_video
+from gateway.realtime.webrtc.tracks import AUDIO_EXECUTOR, OutboundAudioTrack, pump_video
 from gateway.rest.models import ApiError
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class Call:
                             if t.receiver.track is track), None)
             if packets is None:  # answer() refuses the call
                 return
-            self._spawn(pump_audio(packets, channel.deliver_microphone, MEDIA_EXECUTOR), "webrtc-audio-in")
+            self._spawn(pump_audio(packets, channel.deliver_microphone, AUDIO_EXECUTOR), "webrtc-audio-in")
         elif track.kind == "video" and not self._video_in:
             self._video_in = True
             self._spawn(pump_video(track, channel.deliver, live, self.max_frame_rate), "webrtc-video-in")

@@ -34,7 +34,7 @@ from core.transport import ChannelClosed, EventChannel, Message
 from gateway.realtime.budget import CLOSE_POLICY, InboundBudget
 from gateway.realtime.webrtc.playback import GATEWAY_EVENT_PREFIX, Playback
 from gateway.realtime.webrtc.session import interrupts, pin_update
-from gateway.realtime.webrtc.tracks import MEDIA_EXECUTOR, OpusFramer
+from gateway.realtime.webrtc.tracks import AUDIO_EXECUTOR, OpusFramer
 
 if TYPE_CHECKING:
     from aiortc import RTCDataChannel
@@ -279,7 +279,7 @@ class WebRTCChannel(EventChannel):
         self._write(message)
 
     async def _offloop(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(MEDIA_EXECUTOR, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(AUDIO_EXECUTOR, fn, *args)
 
     def _encode_reply(self, frame: bytes) -> tuple[str, str, list[bytes]]:
         """In the executor: a reply frame -> (response id, item id, Opus frames)."""

@@ -9,7 +9,7 @@ the worker's VAD and ASR, which take audio as it comes. So a call's audio receiv
 arrives, in sequence order, and aiortc's decoder is never given one. The call's answer asks for
 40 ms packets (``MIC_PTIME_MS``; a browser's are 20 ms otherwise), so a second of microphone is 25
 packets to receive, unprotect and queue rather than 50. ``pump_audio`` takes them 40 ms at a time
-(by the packets' own durations) and, in the media executor, decodes them to mono and resamples to the session's
+(by the packets' own durations) and, on the calls' audio thread, decodes them to mono and resamples to the session's
 24 kHz at once (``MicDecoder``): one executor hop per 40 ms, no per-packet thread hops, no stereo.
 The result is a binary microphone frame (``core/audio_frames.py``: what an
 ``input_audio_buffer.append`` carries, without base64 or JSON).
@@ -110,7 +110,7 @@ def opus_packet_ms(payload: bytes) -> float:
 
 class MicDecoder:
     """Opus payloads -> one binary microphone frame (PCM16 mono, ``INPUT_RATE``). Blocking, stateful:
-    one per call, called in the media executor one batch at a time. A payload libopus refuses is
+    one per call, called on the calls' audio thread one batch at a time. A payload libopus refuses is
     skipped (its 20 ms are lost, as a lost packet's), and logged once per call."""
 
     def __init__(self) -> None:
