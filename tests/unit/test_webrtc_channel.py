@@ -8,7 +8,9 @@ The end-to-end calls with a real ``aiortc`` peer are in ``tests/e2e/webrtc/test_
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 import pytest
 from aiortc.sdp import SessionDescription
@@ -19,7 +21,7 @@ from core.transport import ChannelClosed
 from gateway.realtime.webrtc.channel import WebRTCChannel, event_type
 from gateway.realtime.webrtc.playback import Playback
 from gateway.realtime.webrtc.sdp import parse_offer
-from gateway.realtime.webrtc.tracks import OpusFramer
+from gateway.realtime.webrtc.tracks import AUDIO_EXECUTOR, OpusFramer
 from gateway.realtime.webrtc.session import interrupts, pin_formats, pin_update
 from gateway.rest.models import ApiError
 from tests.support.webrtc_client import OFFER
@@ -126,6 +128,47 @@ def test_clear_with_nothing_playing_still_answers_cleared():
     assert rec.worker == []
 
 
+class LoopDouble:
+    """What ``Playback.push_encoded`` uses of the event loop: the wake-ups it asks for."""
+
+    def __init__(self) -> None:
+        self.woken: list = []
+
+    def call_soon_threadsafe(self, fn) -> None:
+        self.woken.append(fn)
+
+
+def test_the_audio_threads_frames_wake_the_loop_only_when_nothing_is_queued():
+    p, rec = playback()
+    loop = LoopDouble()
+    p.push_encoded(loop, "resp_1", "item_1", [b"a1", b"a2"])
+    assert len(loop.woken) == 1  # nothing queued: the track must wake for the reply's first frame
+    p.push_encoded(loop, "resp_1", "item_1", [b"a3"])
+    assert len(loop.woken) == 1  # already on its way
+    loop.woken[0]()  # the loop runs the wake-up: the frames are queued for the track
+    assert p.buffered == 3 * 480
+    p.push_encoded(loop, "resp_1", "item_1", [b"a4"])  # while the track plays: no wake-up ...
+    assert len(loop.woken) == 1
+    p.push("resp_1", "", [b"tail"])  # ... taken in, in order, by whatever the loop does next
+    assert [p.pull() for _ in range(6)] == [b"a1", b"a2", b"a3", b"a4", b"tail", None]
+    assert rec.types() == ["output_audio_buffer.started"]
+
+
+def test_a_barge_in_clears_the_audio_threads_frames_not_yet_taken_in():
+    p, rec = playback()
+    loop = LoopDouble()
+    p.push_encoded(loop, "resp_1", "item_1", [b"a1"])
+    loop.woken.pop()()
+    assert p.pull() == b"a1"
+    p.push_encoded(loop, "resp_1", "item_1", [b"a2", b"a3"])  # encoded while the first frame played
+    assert p.clear(barge_in=True).played_ms == 20
+    p.push_encoded(loop, "resp_1", "item_1", [b"a4"])  # the cut reply's late audio
+    for wake in loop.woken:
+        wake()
+    assert p.pull() is None and p.buffered == 0  # none of it is played
+    assert rec.types() == ["output_audio_buffer.started", "output_audio_buffer.cleared"]
+
+
 def test_opus_framer_whole_frames_a_padded_tail_and_a_cut_replys_tail_dropped():
     framer = OpusFramer()
     assert len(framer.encode("resp_1", bytes(2 * 24 * 50))) == 2  # 50 ms: two frames, 10 ms left
@@ -172,6 +215,12 @@ class DataChannelDouble:
         self.handlers["message"](json.dumps(event))
 
 
+async def send_audio(channel: WebRTCChannel, frame: bytes) -> None:
+    """Send a reply frame and wait for the audio thread to encode it (``send`` does not)."""
+    await channel.send(frame)
+    await asyncio.get_running_loop().run_in_executor(AUDIO_EXECUTOR, lambda: None)  # its queue is FIFO
+
+
 def server(kind: str, **fields) -> str:
     return json.dumps({"type": kind, "event_id": "event_1", **fields}, separators=(",", ":"))
 
@@ -196,7 +245,7 @@ async def test_channel_routes_audio_to_the_track_and_the_rest_to_the_data_channe
     channel = channel_double()
     await channel.send(server("session.created", session=session({"type": "server_vad"})))
     assert channel.live and channel.interrupts
-    await channel.send(delta(100))
+    await send_audio(channel, delta(100))
     dc = DataChannelDouble()
     channel.attach(dc)  # events sent before the data channel opened wait for it
     assert [e["type"] for e in dc.sent] == ["session.created"]
@@ -213,7 +262,7 @@ async def test_channel_barge_in_and_the_gateways_own_events():
     dc = DataChannelDouble()
     channel.attach(dc)
     await channel.send(server("session.created", session=session({"type": "server_vad"})))
-    await channel.send(delta(1000))
+    await send_audio(channel, delta(1000))
     play(channel.playback, 500)
     await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
     assert [e["type"] for e in dc.sent][-2:] == ["input_audio_buffer.speech_started", "output_audio_buffer.cleared"]
@@ -227,6 +276,21 @@ async def test_channel_barge_in_and_the_gateways_own_events():
     assert len(dc.sent) == sent  # an error about the gateway's own event is not the client's business
 
 
+async def test_a_barge_in_waits_for_the_reply_frames_sent_before_it():
+    """``send`` does not wait for a reply frame's encoding; a barge-in must still cut it."""
+    channel = channel_double()
+    dc = DataChannelDouble()
+    channel.attach(dc)
+    await channel.send(server("session.created", session=session({"type": "server_vad"})))
+    gate = threading.Event()
+    AUDIO_EXECUTOR.submit(gate.wait, 5)  # the audio thread is busy ...
+    await channel.send(delta(200))  # ... so this frame is not encoded yet
+    asyncio.get_running_loop().call_later(0.05, gate.set)
+    await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
+    assert [e["type"] for e in dc.sent][-2:] == ["input_audio_buffer.speech_started", "output_audio_buffer.cleared"]
+    assert play(channel.playback, 200) == 0
+
+
 async def test_no_barge_in_without_interrupting_turn_detection():
     channel = channel_double()
     channel.attach(DataChannelDouble())
@@ -234,7 +298,7 @@ async def test_no_barge_in_without_interrupting_turn_detection():
     assert not channel.interrupts
     await channel.send(server("session.updated", session=session({"type": "server_vad",
                                                                   "interrupt_response": False})))
-    await channel.send(delta(1000))
+    await send_audio(channel, delta(1000))
     play(channel.playback, 20)
     await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
     assert channel.playback.buffered == 980 * 24
@@ -308,7 +372,7 @@ async def test_beta_dialect_audio_and_barge_in():
     dc = DataChannelDouble()
     channel.attach(dc)
     await channel.send(server("session.created", session={"turn_detection": {"type": "server_vad"}}))
-    await channel.send(delta(200))
+    await send_audio(channel, delta(200))
     assert channel.playback.buffered == 200 * 24 and [e["type"] for e in dc.sent] == ["session.created"]
     play(channel.playback, 100)
     await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))

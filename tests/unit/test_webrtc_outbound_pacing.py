@@ -34,6 +34,22 @@ async def test_a_replys_first_frame_does_not_wait_for_the_tick():
         track.stop()
 
 
+async def test_a_replys_first_frame_from_the_audio_thread_does_not_wait_for_the_tick():
+    playback = Playback(lambda _e: None, lambda _e: None)
+    track = OutboundAudioTrack(playback)
+    loop = asyncio.get_running_loop()
+    try:
+        assert bytes(await track.recv()) == OPUS_SILENCE  # the clock starts
+        track._start += 5.0  # the next tick is 5 s away: only the wake-up can end the wait
+        loop.call_later(0.01, lambda: loop.run_in_executor(None, playback.push_encoded, loop, "resp_1", "item_1",
+                                                           [FRAME, FRAME]))
+        t = time.monotonic()
+        assert bytes(await asyncio.wait_for(track.recv(), 2.0)) == FRAME and time.monotonic() - t < 1.0
+        assert bytes(await track.recv()) == FRAME  # the second at the next tick
+    finally:
+        track.stop()
+
+
 async def test_an_idle_track_still_ticks_every_20_ms():
     playback = Playback(lambda _e: None, lambda _e: None)
     track = OutboundAudioTrack(playback)

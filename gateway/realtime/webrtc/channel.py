@@ -55,6 +55,10 @@ WATCHED = frozenset({"session.created", "session.updated", "response.done", "inp
 _CLIENT_MARKERS = ('"output_audio_buffer.clear"', '"session.update"', '"response.cancel"')
 
 
+def _settled() -> None:
+    """Nothing: run on the audio thread, it returns once what was submitted before it is done."""
+
+
 def event_type(text: str) -> str:
     """The ``type`` of a server event; ours and the worker's put it first, so no parse is needed."""
     if text.startswith('{"type":"'):
@@ -112,6 +116,7 @@ class WebRTCChannel(EventChannel):
         self.interrupts = True
         self.playback = Playback(self._to_client, self._to_worker)
         self.framer = framer or OpusFramer()
+        self._encode_failed: Exception | None = None
         self._dropped = 0
         # Sideband connections (``sideband.py``): each gets a copy of every event for the client,
         # and None when the call ends.
@@ -268,8 +273,11 @@ class WebRTCChannel(EventChannel):
         if self._gone is not None:
             raise ChannelClosed(self._gone.code, self._gone.reason)
         if isinstance(message, bytes):  # the reply's audio: a binary frame (``core/audio_frames.py``)
-            response_id, item_id, frames = await self._offloop(self._encode_reply, message)
-            self.playback.push(response_id, item_id, frames)
+            if self._encode_failed is not None:
+                raise self._encode_failed
+            # Encoded and queued on the audio thread, in order; not awaited, so the loop is not
+            # woken for it while the track plays (``Playback.push_encoded``).
+            AUDIO_EXECUTOR.submit(self._encode_reply, message, asyncio.get_running_loop())
             return
         kind = event_type(message)
         if kind in WATCHED:
@@ -281,10 +289,17 @@ class WebRTCChannel(EventChannel):
     async def _offloop(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(AUDIO_EXECUTOR, fn, *args)
 
-    def _encode_reply(self, frame: bytes) -> tuple[str, str, list[bytes]]:
-        """In the executor: a reply frame -> (response id, item id, Opus frames)."""
-        response_id, item_id, pcm = read_reply_frame(frame)
-        return response_id, item_id, self.framer.encode(response_id, pcm)
+    def _encode_reply(self, frame: bytes, loop: asyncio.AbstractEventLoop) -> None:
+        """On the audio thread: a reply frame -> Opus frames, queued for the track. A frame that does
+        not read (or encode) is our bug: logged, and the next one the worker sends fails the relay."""
+        try:
+            response_id, item_id, pcm = read_reply_frame(frame)
+            frames = self.framer.encode(response_id, pcm)
+        except Exception as exc:  # noqa: BLE001 - kept for the loop: a thread's exception is lost otherwise
+            log.exception("a reply frame from the worker not encoded")
+            self._encode_failed = exc
+            return
+        self.playback.push_encoded(loop, response_id, item_id, frames)
 
     async def _watch(self, kind: str, text: str) -> str | None:
         """Act on a watched event; the text to pass on, or None to keep it from the client."""
@@ -303,6 +318,8 @@ class WebRTCChannel(EventChannel):
             self.playback.done(response_id)
             return None
         elif kind == "input_audio_buffer.speech_started":
+            if self.interrupts:  # the reply's frames sent before it are encoded and queued first
+                await self._offloop(_settled)
             if self.interrupts and self.playback.active is not None:
                 self._write(text)
                 self.playback.clear(barge_in=True)

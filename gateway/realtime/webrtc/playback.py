@@ -19,11 +19,15 @@ truncate while the reply still runs would not stick). A response whose audio was
 more audio played: its late deltas are dropped. On a client's clear of a reply still running, the
 reply is cancelled unless the client did so itself (OpenAI: the clear "stops generating audio").
 
-Pure bookkeeping, on the event loop, no I/O: the channel passes events in and sends what comes out.
+Bookkeeping on the event loop, no I/O: the channel passes events in and sends what comes out. The
+one door from another thread is ``push_encoded``: the calls' audio thread queues a reply's encoded
+frames there without waking the loop while the track plays (it takes them at its next 20 ms tick);
+every method on the loop takes them in first, so what it sees is as if they had been pushed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,6 +81,22 @@ class Playback:
         self._queue: collections.deque[tuple[ResponseAudio, bytes]] = collections.deque()  # one frame each
         self._responses: collections.OrderedDict[str, ResponseAudio] = collections.OrderedDict()
         self.on_push: Callable[[], None] | None = None  # frames were queued (the track wakes if idle)
+        # Encoded frames from the audio thread, not yet taken in (deque appends and pops are atomic).
+        self._encoded: collections.deque[tuple[str, str, list[bytes]]] = collections.deque()
+
+    def push_encoded(self, loop: asyncio.AbstractEventLoop, response_id: str, item_id: str,
+                     frames: list[bytes]) -> None:
+        """From the audio thread: a response's encoded frames. The loop is woken only when nothing
+        was queued (a reply's first frame leaves at once); while the track plays, its next tick
+        takes them in. Should the queue run dry just as this reads it, they wait for that tick."""
+        idle = not self._queue and not self._encoded
+        self._encoded.append((response_id, item_id, frames))
+        if idle:
+            loop.call_soon_threadsafe(self._take_encoded)
+
+    def _take_encoded(self) -> None:
+        while self._encoded:
+            self._push(*self._encoded.popleft())
 
     # ------------------------------------------------------------------ from the worker
 
@@ -93,10 +113,15 @@ class Playback:
     @property
     def buffered(self) -> int:
         """Samples queued, not yet played."""
+        self._take_encoded()
         return len(self._queue) * FRAME_SAMPLES
 
     def push(self, response_id: str, item_id: str, frames: list[bytes]) -> None:
-        """Encoded 20 ms frames of a response, queued behind what is there."""
+        """Encoded 20 ms frames of a response, queued behind what is there (on the loop)."""
+        self._take_encoded()  # what the audio thread queued came first
+        self._push(response_id, item_id, frames)
+
+    def _push(self, response_id: str, item_id: str, frames: list[bytes]) -> None:
         r = self.response(response_id, item_id)
         if r.ended or not frames:
             return  # cleared: its late audio is not played
@@ -107,6 +132,7 @@ class Playback:
 
     def done(self, response_id: str) -> None:
         """``response.done``: the response sends no more audio."""
+        self._take_encoded()
         r = self._responses.get(response_id)
         if r is None:
             return
@@ -117,6 +143,7 @@ class Playback:
     @property
     def active(self) -> ResponseAudio | None:
         """The response being played, or queued to play, if any."""
+        self._take_encoded()
         if self._queue:
             return self._queue[0][0]
         for r in reversed(self._responses.values()):
@@ -128,12 +155,14 @@ class Playback:
 
     def client_cancelled(self) -> None:
         """The client sent ``response.cancel``: every response still running is being cancelled."""
+        self._take_encoded()
         for r in self._responses.values():
             if not r.done:
                 r.cancel_asked = True
 
     def clear(self, barge_in: bool) -> ResponseAudio | None:
         """Drop the queued audio (``output_audio_buffer.clear``, or barge-in); says ``cleared``."""
+        self._take_encoded()
         cut = self.active
         cut_ids = {r.response_id for r, _ in self._queue}
         self._queue.clear()
@@ -159,6 +188,7 @@ class Playback:
 
     def pull(self) -> bytes | None:
         """The next 20 ms frame to play, or None when the queue is dry (the track sends silence)."""
+        self._take_encoded()
         if not self._queue:
             return None
         r, frame = self._queue.popleft()

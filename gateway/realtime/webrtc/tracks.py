@@ -62,8 +62,8 @@ Live = Callable[[], bool]
 
 class OpusFramer:
     """A reply's PCM16 (24 kHz mono) -> 20 ms Opus frames, one encoder per call so the stream is
-    continuous. Blocking: called in ``AUDIO_EXECUTOR``, one call at a time per call (the channel
-    awaits each before the next event). A partial frame waits for the next delta of the same
+    continuous. Blocking: called in ``AUDIO_EXECUTOR``, in the order the channel submits them
+    (the one audio thread: a call's pieces never run at once). A partial frame waits for the next delta of the same
     response, and is padded with silence at the response's end (``flush``)."""
 
     def __init__(self) -> None:
