@@ -318,12 +318,12 @@ class WebRTCChannel(EventChannel):
             self.playback.done(response_id)
             return None
         elif kind == "input_audio_buffer.speech_started":
-            if self.interrupts:  # the reply's frames sent before it are encoded and queued first
-                await self._offloop(_settled)
-            if self.interrupts and self.playback.active is not None:
-                self._write(text)
-                self.playback.clear(barge_in=True)
-                return None
+            if self.interrupts:
+                await self._offloop(_settled)  # the reply's frames sent before it are queued first
+                if self.playback.active is not None:
+                    self._write(text)
+                    self.playback.clear(barge_in=True)
+                    return None
         elif kind == "error":
             answered = (event.get("error") or {}).get("event_id") or ""
             if answered.startswith(GATEWAY_EVENT_PREFIX):

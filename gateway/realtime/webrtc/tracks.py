@@ -62,9 +62,9 @@ Live = Callable[[], bool]
 
 class OpusFramer:
     """A reply's PCM16 (24 kHz mono) -> 20 ms Opus frames, one encoder per call so the stream is
-    continuous. Blocking: called in ``AUDIO_EXECUTOR``, in the order the channel submits them
-    (the one audio thread: a call's pieces never run at once). A partial frame waits for the next delta of the same
-    response, and is padded with silence at the response's end (``flush``)."""
+    continuous. Blocking: called in ``AUDIO_EXECUTOR``, in the order the channel submits them (the
+    one audio thread: a call's pieces never run at once). A partial frame waits for the next delta
+    of the same response, and is padded with silence at the response's end (``flush``)."""
 
     def __init__(self) -> None:
         codec = av.CodecContext.create("libopus", "w")
