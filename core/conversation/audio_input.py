@@ -41,6 +41,8 @@ class AudioInput:
         self.buffer_start = 0  # stream offset (16 kHz samples) of buffer[0]
         self.stream_samples = 0
         self._echo_until = 0  # stream offset up to which the reply sounded while its echo was cancelled
+        # The last ended voice's segment and, over an echo, its audio as the VAD heard it
+        self.ended: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
 
     def _new_vad(self) -> StreamingVad | None:
         td = self.turn_detection
@@ -118,15 +120,24 @@ class AudioInput:
             # AEC3's suppressor takes syllables of a voice over a loud echo, and the transcript is
             # what the model answers (dev voices' short cut-ins at -6 dB: the first word right in
             # 26 of 60 from AEC3's output, "Stop." as "Um." or "Talk.", in 48 from the linear one).
-            segment = self.slice(start, end, for_words=self._echo_until > start)
+            over_echo = self._echo_until > start and self.words is not None
             # At a pause only ~100 ms after the last word has arrived; Whisper hears the
             # last word worse without a tail ("France" -> "friends"), so pad with silence.
             want = end - max(start, self.buffer_start)
-            if segment.size < want:
-                segment = np.concatenate([segment, np.zeros(want - segment.size, dtype=np.float32)])
+            segment = _padded(self.slice(start, end, for_words=over_echo), want)
+            if ev.kind == "end":
+                # Its audio leaves the buffer now: a reading of the ended voice over the echo takes
+                # AEC3's too, as a glance does (``Hearing._read``).
+                self.ended = (segment, _padded(self.slice(start, end), want) if over_echo else None)
         if ev.kind == "end":
             self.trim(self.vad.last_voiced_end_samples)
         return ev.kind, ev.ms, segment
+
+    def heard_as(self, segment: np.ndarray) -> np.ndarray | None:
+        """The ended voice ``segment`` as the VAD heard it (AEC3's output) when the segment was
+        read through the linear canceller; None otherwise."""
+        ended, heard = self.ended
+        return heard if ended is segment else None
 
     @property
     def reads_through_echo(self) -> bool:
@@ -172,3 +183,10 @@ class AudioInput:
         self.buffer = np.zeros(0, dtype=np.float32)
         self.words = None
         self.buffer_start = self.stream_samples
+
+
+def _padded(audio: np.ndarray, size: int) -> np.ndarray:
+    """``audio`` with silence after it up to ``size`` samples."""
+    if audio.size >= size:
+        return audio
+    return np.concatenate([audio, np.zeros(size - audio.size, dtype=np.float32)])

@@ -316,15 +316,18 @@ class Hearing:
         """A quick read of the voice from ``onset_ms`` to now (the clip is taken at this call) on
         the glance thread. ``said_within(ms)``: the assistant's words heard in the clip's last
         ``ms`` (their echo is no voice). ``segment``: read this clip instead (a voice the VAD
-        ended, whose audio has left the buffer)."""
+        ended, whose audio has left the buffer; over an echo AEC3's clip of it is read too)."""
         if segment is None:
             look = self._look(onset_ms, said_within)
         else:
-            clip = np.concatenate([segment, np.zeros(GLANCE_PAD, dtype=np.float32)])
+            pad = np.zeros(GLANCE_PAD, dtype=np.float32)
+            clip = np.concatenate([segment, pad])
+            heard = self._input.heard_as(segment)
             # the assistant's words over the span a glance made now would cover (the segment ended
             # before now: its tail, then the silence that ended the voice)
             span_ms = self.now_ms() - onset_ms + LOOK_BEFORE_MS + GLANCE_PAD * 1000 // VAD_RATE
-            look = (clip, said_within(max(span_ms, clip.size * 1000 // VAD_RATE)), None)
+            look = (clip, said_within(max(span_ms, clip.size * 1000 // VAD_RATE)),
+                    None if heard is None else np.concatenate([heard, pad]))
         return self.rt.loop.run_in_executor(self.rt.backend.glance_pool, self._read, *look)
 
     def _look(self, onset_ms: int, said_within: Callable[[int], str]) -> tuple[np.ndarray, str, np.ndarray | None]:

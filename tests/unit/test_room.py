@@ -434,6 +434,37 @@ def test_a_turn_over_a_loud_echo_is_transcribed_from_the_voice_kept_whole(voice,
     assert "stop" in words(_whisper().transcribe(turns[0]).text)
 
 
+def test_a_voice_ended_over_the_echo_keeps_aec3s_clip_for_its_reading(voice):
+    """A voice over the reply that the VAD ends before any pause of it was read (a loaded machine,
+    audio sent faster than real time) is read from its segment, whose audio then leaves the
+    buffer. Its reading takes AEC3's clip as well as the linear canceller's, as every glance does:
+    while the linear canceller learns it leaves enough echo that "Stop." reads "Start."."""
+    from core.conversation import linear_echo
+    from core.conversation.audio_input import AudioInput
+    from core.conversation.vad import SileroModel
+
+    if not linear_echo.available():
+        pytest.skip("pyaec has no wheel for this platform (requirements.txt): turns read AEC3's output")
+    reply24, reply16, stop = voice
+    mic = microphone(reply16, -6.0, 40, 6.0, stop, seconds=8.0)
+    listener = AudioInput(SileroModel(), ConversationConfig(input_sample_rate=RATE), played_reply(reply24))
+    heard, ended = [], []
+    for i in range(0, mic.size, 320):
+        audio, reports = listener.process(mic[i:i + 320], T0 + (i + 320) / RATE)
+        heard.append(audio)  # what the VAD heard: AEC3's output
+        ended += [(segment, listener.vad.speech_start_samples - listener.pad)
+                  for kind, _, segment in reports if kind == "end"]
+    stream = np.concatenate(heard)
+    assert len(ended) == 1
+    segment, start = ended[0]
+    clip = listener.heard_as(segment)
+    assert clip is not None and clip.size == segment.size
+    n = min(clip.size, stream.size - start)
+    assert np.array_equal(clip[:n], stream[start:start + n])  # AEC3's clip of the same span
+    assert not np.array_equal(clip, segment)  # and not the linear canceller's
+    assert listener.heard_as(segment.copy()) is None  # only the voice just ended
+
+
 def test_a_clean_microphone_gives_every_chunk_on_at_once(voice):
     """Once the room knows the microphone hears no echo, a chunk of any size comes out whole as it
     came (a partial 10 ms frame no longer waits for the next chunk); while it cancels, whole
