@@ -40,6 +40,7 @@ def main() -> None:
     ping = config.workers.ping_interval_s  # the gateway pings its end as often (gateway/app.py)
     uvicorn.run(
         create_app(config, args.index), host=config.workers.host, port=port, log_level="warning",
+        loop="uvloop",  # as the gateway's (gateway/__main__.py): less of the loop's own CPU per event
         ws_max_size=config.limits.transport_max_bytes, ws_ping_interval=ping, ws_ping_timeout=ping,
         ws=_AbortOnPingTimeout,
     )
