@@ -41,7 +41,7 @@ def main() -> None:
         create_app(config), host=config.gateway.host, port=config.gateway.port, log_level="warning",
         # uvloop (requirements.txt): a call wakes the loop ~100 times a second (its packets, the
         # audio thread's hand-offs, the worker's frames), and asyncio's Python loop is a share of
-        # each wake-up: -6 % of the gateway's CPU above idle at 1 call, both at once (docs/benchmarks.md).
+        # each wake-up: -5 % of the gateway's CPU at 1 and at 10 calls, both at once (docs/benchmarks.md).
         loop="uvloop",
         ws_max_size=config.limits.transport_max_bytes, ws_ping_interval=20, ws_ping_timeout=20,
         # Sans-I/O WebSockets: keepalive by timers, no tasks per connection (1,000 waiting
