@@ -42,7 +42,7 @@ def main() -> None:
         create_app(config, args.index), host=config.workers.host, port=port, log_level="warning",
         # asyncio, not uvloop (which the gateway runs on, and uvicorn's "auto" would pick): on a
         # loaded machine (three CPU hogs) a "Stop." spoken over the reply's echo was taken as a
-        # backchannel in 3 of 10 trials on uvloop, 0 of 30 on asyncio (docs/benchmarks.md).
+        # backchannel in 3 of 10 trials on uvloop, 1 of 40 on asyncio (docs/benchmarks.md).
         loop="asyncio",
         ws_max_size=config.limits.transport_max_bytes, ws_ping_interval=ping, ws_ping_timeout=ping,
         ws=_AbortOnPingTimeout,
