@@ -42,7 +42,7 @@ class AudioInput:
         self.stream_samples = 0
         self._echo_until = 0  # stream offset up to which the reply sounded while its echo was cancelled
         # The last ended voice's segment and, over an echo, its audio as the VAD heard it
-        self.ended: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+        self._ended: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
 
     def _new_vad(self) -> StreamingVad | None:
         td = self.turn_detection
@@ -128,7 +128,7 @@ class AudioInput:
             if ev.kind == "end":
                 # Its audio leaves the buffer now: a reading of the ended voice over the echo takes
                 # AEC3's too, as a glance does (``Hearing._read``).
-                self.ended = (segment, _padded(self.slice(start, end), want) if over_echo else None)
+                self._ended = (segment, _padded(self.slice(start, end), want) if over_echo else None)
         if ev.kind == "end":
             self.trim(self.vad.last_voiced_end_samples)
         return ev.kind, ev.ms, segment
@@ -136,7 +136,7 @@ class AudioInput:
     def heard_as(self, segment: np.ndarray) -> np.ndarray | None:
         """The ended voice ``segment`` as the VAD heard it (AEC3's output) when the segment was
         read through the linear canceller; None otherwise."""
-        ended, heard = self.ended
+        ended, heard = self._ended
         return heard if ended is segment else None
 
     @property
