@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from bench.calls.common import FRAME, FRAME_S, OPUS_SILENCE, RATE, EventLog
+from bench.calls.common import FRAME, FRAME_S, RATE, EventLog
 from bench.serving import UNDERRUN_MS, continuity
 
 
@@ -140,8 +140,10 @@ class BenchCall(EventLog):
         self.mic = mic
         self.pc.addTrack(mic)
         self.dc = self.pc.createDataChannel("oai-events")
-        self.wire: list[float] = []  # arrival of each reply RTP packet
-        self.frames: list[tuple[float, bool]] = []  # (arrival, is reply audio) of each decoded frame
+        self.wire: list[tuple[float, float]] = []  # (arrival, seconds of audio) of each reply RTP packet
+        # (when it plays, is reply audio) of each 20 ms of the decoded frames: a 40 ms frame is two,
+        # the second 20 ms after its arrival, so the figures count audio whatever the packet length.
+        self.frames: list[tuple[float, bool]] = []
         self._reply_ts: set[int] = set()
         self.call_id: str | None = None
         self.connect_ms: float | None = None
@@ -153,9 +155,12 @@ class BenchCall(EventLog):
         receiver = self.pc.getTransceivers()[0].receiver
         handle = receiver._handle_rtp_packet
 
+        from gateway.realtime.webrtc.microphone import opus_packet_ms
+        from gateway.realtime.webrtc.tracks import OPUS_SILENCE
+
         async def hooked(packet, arrival_time_ms: int) -> None:
             if packet.payload != OPUS_SILENCE:
-                self.wire.append(time.monotonic())
+                self.wire.append((time.monotonic(), opus_packet_ms(packet.payload) / 1000))
                 self._reply_ts.add(packet.timestamp)
             await handle(packet, arrival_time_ms)
 
@@ -210,7 +215,9 @@ class BenchCall(EventLog):
                 return
             reply = frame.pts in self._reply_pts
             self._reply_pts.discard(frame.pts)
-            self.frames.append((time.monotonic(), reply))
+            now = time.monotonic()
+            for k in range(max(1, round(frame.samples / frame.sample_rate / FRAME_S))):
+                self.frames.append((now + k * FRAME_S, reply))
 
     def first_reply_frame(self, since: float = 0.0) -> float | None:
         return next((t for t, reply in self.frames if reply and t >= since), None)
@@ -228,7 +235,7 @@ class BenchCall(EventLog):
         last = max(i for i, (_, r) in enumerate(frames) if r)
         span = frames[first:last + 1]
         underruns, worst = continuity([(t, FRAME_S) for t, r in span if r])
-        wire_underruns, wire_worst = continuity([(t, FRAME_S) for t in self.wire if start <= t <= end])
+        wire_underruns, wire_worst = continuity([(t, s) for t, s in self.wire if start <= t <= end])
         due, late_at = None, []
         for t, r in span:  # when the late frames came (continuity's rule), to see if calls stalled together
             if r:

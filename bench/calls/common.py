@@ -13,13 +13,12 @@ import psutil
 
 
 RATE = 24000
-FRAME_S = 0.02
+FRAME_S = 0.02  # the clients' unit of audio: the mic's frames, and the reply's frames counted in these
 FRAME = int(RATE * FRAME_S)
 WS_CHUNK_S = 0.04
 LEAD_S = 0.5  # silence before the speech
 TAIL_S = 12.0  # silence after it, at most (the client stops at the reply's end)
 VOICED = 0.02 * 32768  # a sample louder than this is voiced (bench serve's rule)
-OPUS_SILENCE = b"\xf8\xff\xfe"  # the gateway's idle frame (gateway/realtime/webrtc/tracks.py)
 V2V_GOAL_MS = 60.0  # WebRTC V2V p50 at most this much above the WebSocket's
 CPU_GOAL_PCT = 5.0  # gateway CPU per live call, % of one core
 UNDERRUN_GOAL = 0

@@ -100,7 +100,7 @@ async def rtc_probe(base_url: str, pcm: np.ndarray, onsets: list[int]) -> dict[s
         heard = [e["t"] for _, e in call.events if e["type"] == "bench.heard"]
         sent = [e["t"] for _, e in call.events if e["type"] == "bench.sent"]
         track = [t for t, reply in call.frames if reply]
-        return {"in": one_way(spoken, heard), "out_wire": one_way(sent, call.wire),
+        return {"in": one_way(spoken, heard), "out_wire": one_way(sent, [t for t, _ in call.wire]),
                 "out": one_way(sent, track)}
     finally:
         await call.hangup()

@@ -110,7 +110,7 @@ async def rtc_turn(base_url: str, speech: np.ndarray) -> dict[str, Any]:
         end = time.monotonic()
         mark = mic.speech_t0 + (int(LEAD_S * RATE) + last_voiced(speech)) / RATE
         first_frame = call.first_reply_frame(mark)
-        first_wire = next((t for t in call.wire if t >= mark), None)
+        first_wire = next((t for t, _ in call.wire if t >= mark), None)
         r["v2v_ms"] = _rel(first_frame, mark)
         r["v2v_wire_ms"] = _rel(first_wire, mark)
         r["speech_stopped_ms"] = _rel(call.first("input_audio_buffer.speech_stopped", mark), mark)

@@ -97,7 +97,7 @@ class CallClient:
         self.events: list[dict] = []
         self.invalid: list[str] = []
         self.audio = bytearray()  # what the inbound track played, 24 kHz mono
-        self.frames: list[tuple[float, float, int]] = []  # (arrival time, rms, peak) of each 20 ms
+        self.frames: list[tuple[float, float, int, float]] = []  # (arrival time, rms, peak, ms) of each frame
         self.call_id: str | None = None
         self.answer_headers: httpx.Headers | None = None
         self._new_event = asyncio.Event()
@@ -187,16 +187,16 @@ class CallClient:
                 samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32)
                 if len(samples):
                     self.frames.append((time.monotonic(), float(np.sqrt(np.mean(samples ** 2))),
-                                        int(np.abs(samples).max())))
+                                        int(np.abs(samples).max()), len(samples) * 1000 / RATE))
 
     def loud_ms(self, since: float = 0.0, threshold: float = 300.0) -> int:
         """How much of the inbound audio after ``since`` (monotonic time) was not silence (ms)."""
-        return 20 * sum(1 for t, rms, _ in self.frames if t >= since and rms > threshold)
+        return round(sum(ms for t, rms, _, ms in self.frames if t >= since and rms > threshold))
 
     def played_ms(self, start: float, end: float) -> int:
         """Audio that arrived between two times (ms), counting frames of anything but digital
         silence: the gateway's idle frames decode to exact zeros, a reply's quietest to more."""
-        return 20 * sum(1 for t, _, peak in self.frames if start <= t <= end and peak > 0)
+        return round(sum(ms for t, _, peak, ms in self.frames if start <= t <= end and peak > 0))
 
     # ------------------------------------------------------------------ end
 

@@ -19,14 +19,13 @@ from core.audio_frames import reply_frame
 from core.openai_events import validation_error
 from core.transport import ChannelClosed
 from gateway.realtime.webrtc.channel import WebRTCChannel, event_type
-from gateway.realtime.webrtc.playback import Playback
+from gateway.realtime.webrtc.playback import FRAME_MS, FRAME_SAMPLES, Playback
 from gateway.realtime.webrtc.sdp import parse_offer
 from gateway.realtime.webrtc.tracks import AUDIO_EXECUTOR, OpusFramer
 from gateway.realtime.webrtc.session import interrupts, pin_formats, pin_update
 from gateway.rest.models import ApiError
 from tests.support.webrtc_client import OFFER
 
-FRAME_MS = 20
 
 
 class Recorder:
@@ -39,7 +38,7 @@ class Recorder:
 
 
 def frames(ms: int) -> list[bytes]:
-    """Encoded 20 ms frames (their bytes do not matter to the bookkeeping)."""
+    """Encoded frames of ``FRAME_MS`` (their bytes do not matter to the bookkeeping)."""
     return [b"opus"] * (ms // FRAME_MS)
 
 
@@ -58,13 +57,13 @@ def playback() -> tuple[Playback, Recorder]:
 
 def test_started_on_first_played_frame_and_stopped_after_done_and_drained():
     p, rec = playback()
-    p.push("resp_1", "item_1", frames(40))
+    p.push("resp_1", "item_1", frames(2 * FRAME_MS))
     assert rec.client == []  # queued, not played
-    assert play(p, 20) == 20
+    assert play(p, FRAME_MS) == FRAME_MS
     assert rec.types() == ["output_audio_buffer.started"]
     p.done("resp_1")
-    assert rec.types() == ["output_audio_buffer.started"]  # 20 ms still to play
-    assert play(p, 40) == 20  # the rest; then the track sends silence
+    assert rec.types() == ["output_audio_buffer.started"]  # a frame still to play
+    assert play(p, 2 * FRAME_MS) == FRAME_MS  # the rest; then the track sends silence
     assert rec.types() == ["output_audio_buffer.started", "output_audio_buffer.stopped"]
     assert all(e["response_id"] == "resp_1" and validation_error(e, beta=False) is None for e in rec.client)
     assert p.pull() is None and rec.worker == []
@@ -81,16 +80,16 @@ def test_a_reply_without_audio_says_nothing():
 def test_barge_in_clears_and_truncates_to_what_was_played_once_done():
     p, rec = playback()
     p.push("resp_1", "item_1", frames(1000))
-    play(p, 300)
+    play(p, 8 * FRAME_MS)
     cut = p.clear(barge_in=True)
-    assert cut is not None and cut.played_ms == 300
+    assert cut is not None and cut.played_ms == 8 * FRAME_MS
     assert rec.types() == ["output_audio_buffer.started", "output_audio_buffer.cleared"]
     assert rec.worker == []  # the worker cancels on barge-in itself; truncate waits for response.done
     p.push("resp_1", "item_1", frames(500))  # late audio of the cut reply: not played
     assert p.pull() is None and p.buffered == 0
     p.done("resp_1")
     assert rec.worker == [{"type": "conversation.item.truncate", "event_id": rec.worker[0]["event_id"],
-                           "item_id": "item_1", "content_index": 0, "audio_end_ms": 300}]
+                           "item_id": "item_1", "content_index": 0, "audio_end_ms": 8 * FRAME_MS}]
     assert rec.worker[0]["event_id"].startswith("gw_")
     assert "output_audio_buffer.stopped" not in rec.types()
     p.done("resp_1")
@@ -100,12 +99,12 @@ def test_barge_in_clears_and_truncates_to_what_was_played_once_done():
 def test_client_clear_cancels_a_running_reply_unless_the_client_did():
     p, rec = playback()
     p.push("resp_1", "item_1", frames(200))
-    play(p, 40)
+    play(p, 2 * FRAME_MS)
     p.clear(barge_in=False)
     assert rec.types("worker") == ["response.cancel"] and rec.worker[0]["response_id"] == "resp_1"
     p.done("resp_1")
     assert rec.types("worker") == ["response.cancel", "conversation.item.truncate"]
-    assert rec.worker[1]["audio_end_ms"] == 40
+    assert rec.worker[1]["audio_end_ms"] == 2 * FRAME_MS
 
     p, rec = playback()
     p.push("resp_2", "item_2", frames(200))
@@ -120,8 +119,8 @@ def test_clear_with_nothing_playing_still_answers_cleared():
     p, rec = playback()
     assert p.clear(barge_in=False) is None
     assert rec.types() == ["output_audio_buffer.cleared"] and rec.worker == []
-    p.push("resp_1", "item_1", frames(20))
-    play(p, 20)
+    p.push("resp_1", "item_1", frames(FRAME_MS))
+    play(p, FRAME_MS)
     p.done("resp_1")
     p.clear(barge_in=False)  # all played: nothing to truncate or cancel
     assert rec.types()[-1] == "output_audio_buffer.cleared" and rec.client[-1]["response_id"] == "resp_1"
@@ -146,7 +145,7 @@ def test_the_audio_threads_frames_wake_the_loop_only_when_nothing_is_queued():
     p.push_encoded(loop, "resp_1", "item_1", [b"a3"])
     assert len(loop.woken) == 1  # already on its way
     loop.woken[0]()  # the loop runs the wake-up: the frames are queued for the track
-    assert p.buffered == 3 * 480
+    assert p.buffered == 3 * FRAME_SAMPLES
     p.push_encoded(loop, "resp_1", "item_1", [b"a4"])  # while the track plays: no wake-up ...
     assert len(loop.woken) == 1
     p.push("resp_1", "", [b"tail"])  # ... taken in, in order, by whatever the loop does next
@@ -161,7 +160,7 @@ def test_a_barge_in_clears_the_audio_threads_frames_not_yet_taken_in():
     loop.woken.pop()()
     assert p.pull() == b"a1"
     p.push_encoded(loop, "resp_1", "item_1", [b"a2", b"a3"])  # encoded while the first frame played
-    assert p.clear(barge_in=True).played_ms == 20
+    assert p.clear(barge_in=True).played_ms == FRAME_MS
     p.push_encoded(loop, "resp_1", "item_1", [b"a4"])  # the cut reply's late audio
     for wake in loop.woken:
         wake()
@@ -171,18 +170,19 @@ def test_a_barge_in_clears_the_audio_threads_frames_not_yet_taken_in():
 
 def test_opus_framer_whole_frames_a_padded_tail_and_a_cut_replys_tail_dropped():
     framer = OpusFramer()
-    assert len(framer.encode("resp_1", bytes(2 * 24 * 50))) == 2  # 50 ms: two frames, 10 ms left
+    ms = 2 * 24  # bytes of PCM16 at 24 kHz a millisecond
+    assert len(framer.encode("resp_1", bytes(ms * FRAME_MS * 5 // 2))) == 2  # two frames and a half left
     assert len(framer.flush("resp_1")) == 1  # padded to a frame
     assert framer.flush("resp_1") == []
-    assert framer.encode("resp_2", bytes(2 * 24 * 30)) and framer.flush("resp_3") == []
-    assert framer.encode("resp_3", bytes(2 * 24 * 10)) == [] and framer.flush("resp_3")  # resp_2's tail is gone
+    assert framer.encode("resp_2", bytes(ms * FRAME_MS * 3 // 2)) and framer.flush("resp_3") == []
+    assert framer.encode("resp_3", bytes(ms * FRAME_MS // 2)) == [] and framer.flush("resp_3")  # resp_2's tail is gone
 
 
 # ---------------------------------------------------------------------------- the channel
 
 
 class FramerDouble:
-    """One "frame" per 20 ms of PCM, no encoding: the channel's bookkeeping in exact ms."""
+    """One "frame" per ``FRAME_MS`` of PCM, no encoding: the channel's bookkeeping in exact ms."""
 
     def encode(self, response_id: str, pcm: bytes) -> list[bytes]:
         return frames(len(pcm) // 48)
@@ -245,14 +245,14 @@ async def test_channel_routes_audio_to_the_track_and_the_rest_to_the_data_channe
     channel = channel_double()
     await channel.send(server("session.created", session=session({"type": "server_vad"})))
     assert channel.live and channel.interrupts
-    await send_audio(channel, delta(100))
+    await send_audio(channel, delta(5 * FRAME_MS))
     dc = DataChannelDouble()
     channel.attach(dc)  # events sent before the data channel opened wait for it
     assert [e["type"] for e in dc.sent] == ["session.created"]
-    assert channel.playback.buffered == 100 * 24
-    play(channel.playback, 40)
+    assert channel.playback.buffered == 5 * FRAME_MS * 24
+    play(channel.playback, 2 * FRAME_MS)
     await channel.send(server("response.done", response={"id": "resp_1"}))
-    play(channel.playback, 80)
+    play(channel.playback, 4 * FRAME_MS)
     assert [e["type"] for e in dc.sent] == ["session.created", "output_audio_buffer.started", "response.done",
                                            "output_audio_buffer.stopped"]
 
@@ -263,12 +263,12 @@ async def test_channel_barge_in_and_the_gateways_own_events():
     channel.attach(dc)
     await channel.send(server("session.created", session=session({"type": "server_vad"})))
     await send_audio(channel, delta(1000))
-    play(channel.playback, 500)
+    play(channel.playback, 10 * FRAME_MS)
     await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
     assert [e["type"] for e in dc.sent][-2:] == ["input_audio_buffer.speech_started", "output_audio_buffer.cleared"]
     await channel.send(server("response.done", response={"id": "resp_1"}))
     truncate = (await inbox(channel))[-1]
-    assert truncate["type"] == "conversation.item.truncate" and truncate["audio_end_ms"] == 500
+    assert truncate["type"] == "conversation.item.truncate" and truncate["audio_end_ms"] == 10 * FRAME_MS
     sent = len(dc.sent)
     await channel.send(json.dumps({"type": "error", "event_id": "event_2", "error": {
         "type": "invalid_request_error", "code": "x", "message": "m", "param": None,
@@ -299,9 +299,9 @@ async def test_no_barge_in_without_interrupting_turn_detection():
     await channel.send(server("session.updated", session=session({"type": "server_vad",
                                                                   "interrupt_response": False})))
     await send_audio(channel, delta(1000))
-    play(channel.playback, 20)
+    play(channel.playback, FRAME_MS)
     await channel.send(server("input_audio_buffer.speech_started", audio_start_ms=10, item_id="item_2"))
-    assert channel.playback.buffered == 980 * 24
+    assert channel.playback.buffered == (1000 - FRAME_MS) * 24
 
 
 async def test_client_events_clear_handled_here_session_update_pinned_and_leaving():

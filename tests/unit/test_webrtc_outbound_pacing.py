@@ -1,15 +1,19 @@
 """The call's outbound track: while idle, a reply's first frame leaves when it is queued, not at
-the next 20 ms tick, and the ticks go on from it (``tracks.OutboundAudioTrack``). Found by
+the next tick, and the ticks go on from it (``tracks.OutboundAudioTrack``). Found by
 ``python -m bench calls`` (issue 33): the first reply packet reached the client ~14 ms after the
-worker's delta, ~10 ms of it waiting for the tick."""
+worker's delta, ~10 ms of it waiting for the tick. And each packet lasts as long as its step in
+RTP time (a browser plays what the packet holds, and places it by its timestamp)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-from gateway.realtime.webrtc.playback import Playback
-from gateway.realtime.webrtc.tracks import OPUS_SILENCE, OutboundAudioTrack
+import av
+import numpy as np
+
+from gateway.realtime.webrtc.playback import FRAME_MS, Playback
+from gateway.realtime.webrtc.tracks import FRAME_S, OPUS_RATE, OPUS_SILENCE, OpusFramer, OutboundAudioTrack
 
 FRAME = b"\xfc\x01\x02"  # any Opus payload other than the idle frame
 
@@ -24,11 +28,11 @@ async def test_a_replys_first_frame_does_not_wait_for_the_tick():
         t = time.monotonic()
         first = await asyncio.wait_for(track.recv(), 2.0)
         assert bytes(first) == FRAME and time.monotonic() - t < 1.0
-        assert abs(track._start + track._ticks * 0.02 - time.monotonic()) < 0.1  # re-phased on this frame
+        assert abs(track._start + track._ticks * FRAME_S - time.monotonic()) < 0.1  # re-phased on this frame
         t = time.monotonic()
-        second = await track.recv()  # then paced: the next tick, ~20 ms on
+        second = await track.recv()  # then paced: the next tick, one frame on
         assert bytes(second) == FRAME and 0.005 < time.monotonic() - t < 0.5
-        assert second.pts - first.pts == 960  # RTP time still steps one 20 ms frame
+        assert second.pts - first.pts == OPUS_RATE * FRAME_MS // 1000  # RTP time still steps one frame
         assert bytes(await track.recv()) == OPUS_SILENCE
     finally:
         track.stop()
@@ -50,7 +54,7 @@ async def test_a_replys_first_frame_from_the_audio_thread_does_not_wait_for_the_
         track.stop()
 
 
-async def test_an_idle_track_still_ticks_every_20_ms():
+async def test_an_idle_track_still_ticks_every_frame():
     playback = Playback(lambda _e: None, lambda _e: None)
     track = OutboundAudioTrack(playback)
     try:
@@ -58,7 +62,25 @@ async def test_an_idle_track_still_ticks_every_20_ms():
         t = time.monotonic()
         for _ in range(5):
             assert bytes(await track.recv()) == OPUS_SILENCE
-        assert 0.08 <= time.monotonic() - t < 1.0
+        assert 5 * FRAME_S <= time.monotonic() - t < 1.0
         assert track._waiter is None  # no wake-up left armed
     finally:
         track.stop()
+
+
+def test_every_packet_lasts_its_step_in_rtp_time():
+    """The idle packet and the reply's encoded ones decode to one frame's length each (40 ms: what
+    the call's answer asks of the microphone too), the idle one to digital silence."""
+    decoder = av.CodecContext.create("libopus", "r")
+    step = OPUS_RATE * FRAME_MS // 1000
+
+    def decoded(packet: bytes) -> list[av.AudioFrame]:
+        return decoder.decode(av.Packet(packet))
+
+    silence = decoded(OPUS_SILENCE)
+    assert sum(f.samples for f in silence) == step and not any(f.to_ndarray().any() for f in silence)
+    t = np.arange(24000 // 2) / 24000
+    tone = (np.sin(2 * np.pi * 300 * t) * 8000).astype("<i2").tobytes()  # 500 ms
+    packets = OpusFramer().encode("resp_1", tone)
+    assert len(packets) == 500 // FRAME_MS
+    assert all(sum(f.samples for f in decoded(p)) == step for p in packets)

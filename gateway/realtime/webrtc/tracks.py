@@ -6,8 +6,8 @@
   640 px wide and JPEG-encoded (PyAV's mjpeg) in the same executor, and sent as the
   ``input_image_buffer.append`` events the WebSocket pages send.
 - Out: the reply's PCM is encoded to Opus (24 kHz mono, 32 kbit/s: speech) by ``OpusFramer`` in
-  that executor as its deltas arrive, and ``OutboundAudioTrack`` hands aiortc one encoded 20 ms
-  frame every 20 ms, taken from ``Playback``, or a constant silence frame when nothing is queued
+  that executor as its deltas arrive, and ``OutboundAudioTrack`` hands aiortc one encoded 40 ms
+  frame (``playback.FRAME_MS``) every 40 ms, taken from ``Playback``, or a constant silence frame when nothing is queued
   (a reply's first frame leaves as soon as it is queued, and the ticks go on from it). aiortc only
   packetises encoded frames (no executor hop, no level metering per frame on the loop, no encoding
   at all while silent): what the track took is what was played.
@@ -31,7 +31,7 @@ import av
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
-from gateway.realtime.webrtc.playback import FRAME_SAMPLES, OUTPUT_RATE, Playback
+from gateway.realtime.webrtc.playback import FRAME_MS, FRAME_SAMPLES, OUTPUT_RATE, Playback
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,10 @@ OPUS_BITRATE = 32000
 # phones: on a Piper reply at 32 kbit/s it costs ~155 us a 20 ms frame against ~200 us, PESQ-WB 4.49
 # against 4.52 (``python -m bench.calls.opus_quality``); encoding was a fifth of a playing call's CPU at 20 calls.
 OPUS_COMPLEXITY = 5
-# A 20 ms Opus frame of silence (CELT, one byte of TOC and two of payload): what the track sends
-# while nothing plays, without encoding anything.
-OPUS_SILENCE = b"\xf8\xff\xfe"
+FRAME_S = FRAME_MS / 1000
+# A 40 ms Opus packet of silence: two 20 ms CELT frames of equal size (TOC 0xf8 with code 1, then
+# each frame's two bytes), what the track sends while nothing plays, without encoding anything.
+OPUS_SILENCE = bytes([0xF8 | 1]) + b"\xff\xfe" * 2
 
 # Codec work of every call, off the event loop. The audio (the microphone's Opus decoding and
 # resampling, the reply's Opus encoding: ~1 % of a core a call) runs on one thread: one that stays
@@ -61,7 +62,7 @@ Live = Callable[[], bool]
 
 
 class OpusFramer:
-    """A reply's PCM16 (24 kHz mono) -> 20 ms Opus frames, one encoder per call so the stream is
+    """A reply's PCM16 (24 kHz mono) -> 40 ms Opus frames, one encoder per call so the stream is
     continuous. Blocking: called in ``AUDIO_EXECUTOR``, in the order the channel submits them (the
     one audio thread: a call's pieces never run at once). A partial frame waits for the next delta
     of the same response, and is padded with silence at the response's end (``flush``)."""
@@ -71,7 +72,8 @@ class OpusFramer:
         codec.bit_rate = OPUS_BITRATE
         codec.format, codec.layout, codec.sample_rate = "s16", "mono", OUTPUT_RATE
         codec.time_base = fractions.Fraction(1, OUTPUT_RATE)
-        codec.options = {"application": "voip", "compression_level": str(OPUS_COMPLEXITY)}
+        codec.options = {"application": "voip", "compression_level": str(OPUS_COMPLEXITY),
+                         "frame_duration": str(FRAME_MS)}
         self.codec = codec
         self._rest = b""
         self._response = ""
@@ -104,9 +106,9 @@ class OpusFramer:
 
 
 class OutboundAudioTrack(MediaStreamTrack):
-    """The reply's audio, paced in real time: one encoded 20 ms Opus frame a tick, silence when idle.
+    """The reply's audio, paced in real time: one encoded 40 ms Opus frame a tick, silence when idle.
     While idle, a reply's first frame does not wait for the next tick: it leaves as soon as it is
-    queued, and the ticks go on from there (the RTP timestamps still step 20 ms a frame)."""
+    queued, and the ticks go on from there (the RTP timestamps still step 40 ms a frame)."""
 
     kind = "audio"
 
@@ -141,16 +143,16 @@ class OutboundAudioTrack(MediaStreamTrack):
             self._start = now
         else:
             self._ticks += 1
-            wait = self._start + self._ticks * 0.02 - now
+            wait = self._start + self._ticks * FRAME_S - now
             if wait > 0:
                 if self.playback.buffered:
                     await asyncio.sleep(wait)
                 elif await self._idle_wait(wait):
-                    self._start = time.monotonic() - self._ticks * 0.02  # this frame's tick is now
+                    self._start = time.monotonic() - self._ticks * FRAME_S  # this frame's tick is now
             elif wait < -RESYNC_S:
-                self._start = now - self._ticks * 0.02
+                self._start = now - self._ticks * FRAME_S
         packet = av.Packet(self.playback.pull() or OPUS_SILENCE)
-        packet.pts = self._ticks * (OPUS_RATE // 50)
+        packet.pts = self._ticks * (OPUS_RATE * FRAME_MS // 1000)
         packet.time_base = OPUS_TIME_BASE
         return packet
 
