@@ -156,10 +156,10 @@ class BenchCall(EventLog):
         handle = receiver._handle_rtp_packet
 
         from gateway.realtime.webrtc.microphone import opus_packet_ms
-        from gateway.realtime.webrtc.tracks import OPUS_SILENCE
+        from gateway.realtime.webrtc.tracks import IDLE_PACKETS
 
         async def hooked(packet, arrival_time_ms: int) -> None:
-            if packet.payload != OPUS_SILENCE:
+            if packet.payload not in IDLE_PACKETS:
                 self.wire.append((time.monotonic(), opus_packet_ms(packet.payload) / 1000))
                 self._reply_ts.add(packet.timestamp)
             await handle(packet, arrival_time_ms)

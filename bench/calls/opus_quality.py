@@ -1,11 +1,12 @@
-"""The reply's Opus encoder at each libopus complexity: its CPU per 20 ms frame and, where the
+"""The reply's Opus encoder at each libopus complexity and packet length (20 ms, and 40 ms: the
+gateway's now, ``playback.FRAME_MS``): its CPU per 20 ms of audio and, where the
 ``pesq`` package is installed (``pip install pesq``: not a dependency, it compiles C), PESQ-WB of
 the decoded reply against the original. How ``tracks.OPUS_COMPLEXITY`` was chosen:
 
     python -m bench.calls.opus_quality
 
 The reply is the pipeline's Piper voice (deterministic) reading a weather forecast, 24 kHz mono,
-encoded as the gateway encodes it (32 kbit/s, voip, 20 ms frames), decoded at 48 kHz as a browser
+encoded as the gateway encodes it (32 kbit/s, voip), decoded at 48 kHz as a browser
 decodes it, both resampled to 16 kHz for PESQ (which aligns the codec's delay itself).
 """
 
@@ -20,8 +21,9 @@ TEXT = ("The weather today will be mild with a light breeze from the west. In th
         "there is a small chance of rain near the coast. Tomorrow looks brighter, so it is a good day to plan a walk "
         "in the park.")
 RATE = 24000
-FRAME = 480
+UNIT = 480  # 20 ms: the CPU is given per this much audio, whatever the packet length
 LEVELS = (10, 9, 7, 5, 3, 1, 0)
+PACKETS_MS = (20, 40)
 
 
 def reply_pcm() -> np.ndarray:
@@ -30,24 +32,26 @@ def reply_pcm() -> np.ndarray:
     return np.frombuffer(b"".join(PiperTts().synthesize(TEXT, deterministic=True)), dtype=np.int16)
 
 
-def encode(pcm: np.ndarray, level: int) -> tuple[list[bytes], float]:
-    """20 ms Opus packets at ``level``, and the encoder's CPU in microseconds per frame."""
+def encode(pcm: np.ndarray, level: int, packet_ms: int = 20) -> tuple[list[bytes], float]:
+    """``packet_ms`` Opus packets at ``level``, and the encoder's CPU in microseconds per 20 ms."""
     import av
+
+    frame_samples = RATE * packet_ms // 1000
 
     codec = av.CodecContext.create("libopus", "w")
     codec.bit_rate, codec.format, codec.layout, codec.sample_rate = 32000, "s16", "mono", RATE
     codec.time_base = fractions.Fraction(1, RATE)
-    codec.options = {"application": "voip", "compression_level": str(level)}
+    codec.options = {"application": "voip", "compression_level": str(level), "frame_duration": str(packet_ms)}
     packets: list[bytes] = []
-    frames = 0
+    samples = 0
     t0 = time.process_time()
-    for i in range(0, pcm.size - FRAME + 1, FRAME):
-        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME)
-        frame.planes[0].update(pcm[i:i + FRAME].tobytes())
+    for i in range(0, pcm.size - frame_samples + 1, frame_samples):
+        frame = av.AudioFrame(format="s16", layout="mono", samples=frame_samples)
+        frame.planes[0].update(pcm[i:i + frame_samples].tobytes())
         frame.sample_rate, frame.time_base, frame.pts = RATE, codec.time_base, i
         packets += [bytes(p) for p in codec.encode(frame)]
-        frames += 1
-    return packets, (time.process_time() - t0) / max(1, frames) * 1e6
+        samples += frame_samples
+    return packets, (time.process_time() - t0) / max(1, samples / UNIT) * 1e6
 
 
 def decode(packets: list[bytes]) -> np.ndarray:
@@ -74,12 +78,13 @@ def pesq_wb(reference: np.ndarray, decoded48: np.ndarray) -> float | None:
 
 def main() -> None:
     pcm = reply_pcm()
-    print(f"reply: {pcm.size / RATE:.1f} s of Piper speech; 32 kbit/s, voip, 20 ms frames")
-    print("| complexity | encoder CPU per 20 ms frame | PESQ-WB |\n|---|---|---|")
+    print(f"reply: {pcm.size / RATE:.1f} s of Piper speech; 32 kbit/s, voip")
+    print("| complexity | packet | encoder CPU per 20 ms of audio | PESQ-WB |\n|---|---|---|---|")
     for level in LEVELS:
-        packets, us = encode(pcm, level)
-        q = pesq_wb(pcm, decode(packets))
-        print(f"| {level} | {us:.0f} us | {'-' if q is None else f'{q:.3f}'} |")
+        for packet_ms in PACKETS_MS:
+            packets, us = encode(pcm, level, packet_ms)
+            q = pesq_wb(pcm, decode(packets))
+            print(f"| {level} | {packet_ms} ms | {us:.0f} us | {'-' if q is None else f'{q:.3f}'} |")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from core.audio_frames import reply_frame
 from core.openai_events import validation_error
 from core.transport import ChannelClosed
 from gateway.realtime.webrtc.channel import WebRTCChannel, event_type
-from gateway.realtime.webrtc.playback import FRAME_MS, FRAME_SAMPLES, Playback
+from gateway.realtime.webrtc.playback import FRAME_MS, OUTPUT_RATE, Playback
 from gateway.realtime.webrtc.sdp import parse_offer
 from gateway.realtime.webrtc.tracks import AUDIO_EXECUTOR, OpusFramer
 from gateway.realtime.webrtc.session import interrupts, pin_formats, pin_update
@@ -145,7 +145,7 @@ def test_the_audio_threads_frames_wake_the_loop_only_when_nothing_is_queued():
     p.push_encoded(loop, "resp_1", "item_1", [b"a3"])
     assert len(loop.woken) == 1  # already on its way
     loop.woken[0]()  # the loop runs the wake-up: the frames are queued for the track
-    assert p.buffered == 3 * FRAME_SAMPLES
+    assert p.buffered == 3 * OUTPUT_RATE * FRAME_MS // 1000
     p.push_encoded(loop, "resp_1", "item_1", [b"a4"])  # while the track plays: no wake-up ...
     assert len(loop.woken) == 1
     p.push("resp_1", "", [b"tail"])  # ... taken in, in order, by whatever the loop does next

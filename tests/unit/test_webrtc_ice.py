@@ -96,7 +96,8 @@ def test_bad_webrtc_settings_are_named(tmp_path):
                        ({"udp_port_min": 41010, "udp_port_max": 41000}, "is above udp_port_max"),
                        ({"public_ip": "gateway.example.org"}, "webrtc.public_ip"),
                        ({"ice_servers": [{"urls": "turn:turn.example.org:3478"}]}, "needs username and credential"),
-                       ({"ice_servers": [{"urls": ["https://stun.example.org"]}]}, "is not a stun:, turn: or turns: URL")]:
+                       ({"ice_servers": [{"urls": ["https://stun.example.org"]}]}, "is not a stun:, turn: or turns: URL"),
+                       ({"reply_packet_ms": 30}, "webrtc.reply_packet_ms")]:
         with pytest.raises(ConfigError, match=re.escape(words)):
             path = tmp_path / "config.json"
             path.write_text(json.dumps({"webrtc": bad}))

@@ -32,7 +32,7 @@ from core.json_limits import BINARY_REFUSED, parse_client_json
 from core.protocol import ProtocolError, error_event
 from core.transport import ChannelClosed, EventChannel, Message
 from gateway.realtime.budget import CLOSE_POLICY, InboundBudget
-from gateway.realtime.webrtc.playback import GATEWAY_EVENT_PREFIX, Playback
+from gateway.realtime.webrtc.playback import FRAME_MS, GATEWAY_EVENT_PREFIX, Playback
 from gateway.realtime.webrtc.session import interrupts, pin_update
 from gateway.realtime.webrtc.tracks import AUDIO_EXECUTOR, OpusFramer
 
@@ -101,7 +101,7 @@ class WebRTCChannel(EventChannel):
     binary_audio = True  # the microphone and the reply cross to the worker as binary frames
 
     def __init__(self, beta: bool = False, framer: OpusFramer | None = None,
-                 budget: InboundBudget | None = None) -> None:
+                 budget: InboundBudget | None = None, frame_ms: int = FRAME_MS) -> None:
         self.beta = beta
         # The session's one byte budget (``budget.py``): the proxy counts what it holds while queued
         # against it too.
@@ -114,8 +114,9 @@ class WebRTCChannel(EventChannel):
         self.on_close: Callable[[], Awaitable[None]] | None = None  # ends the call (``Call.close``)
         self.live = False  # the worker's session.created has passed: media flows to it
         self.interrupts = True
-        self.playback = Playback(self._to_client, self._to_worker)
-        self.framer = framer or OpusFramer()
+        # The reply's packet length (``webrtc.reply_packet_ms``): the queue's frames and the encoder's.
+        self.playback = Playback(self._to_client, self._to_worker, frame_ms)
+        self.framer = framer or OpusFramer(frame_ms)
         self._encode_failed: Exception | None = None
         self._dropped = 0
         # Sideband connections (``sideband.py``): each gets a copy of every event for the client,

@@ -2,8 +2,8 @@
 WebRTC because only there does the server play the audio itself.
 
 Reply audio reaches the call as binary frames from the worker (what ``response.output_audio.delta``
-events would carry, ``core/audio_frames.py``); instead of passing them on, the channel encodes their PCM into 40 ms Opus frames (``tracks.OpusFramer``, off
-the event loop) and queues the frames here, and the outbound track takes one frame every 40 ms in
+events would carry, ``core/audio_frames.py``); instead of passing them on, the channel encodes their PCM into 40 ms Opus frames (or 20: ``webrtc.reply_packet_ms``) (``tracks.OpusFramer``, off
+the event loop) and queues the frames here, and the outbound track takes one frame a frame's length in
 real time (``pull``). So the gateway knows, per response, how much was received and how much was
 actually played, and says so as OpenAI does:
 
@@ -21,7 +21,7 @@ reply is cancelled unless the client did so itself (OpenAI: the clear "stops gen
 
 Bookkeeping on the event loop, no I/O: the channel passes events in and sends what comes out. The
 one door from another thread is ``push_encoded``: the calls' audio thread queues a reply's encoded
-frames there without waking the loop while the track plays (it takes them at its next 40 ms tick);
+frames there without waking the loop while the track plays (it takes them at its next tick);
 every method on the loop takes them in first, so what it sees is as if they had been pushed.
 """
 
@@ -37,12 +37,13 @@ from core.ids import new_id
 from core.protocol import server_event
 
 OUTPUT_RATE = 24000  # PCM16 mono, what the worker's audio deltas carry
-# One queued frame, one RTP packet: 40 ms, the length the call's answer asks of the browser's
-# microphone too (``microphone.MIC_PTIME_MS``). Half the packets of 20 ms ones to pace, packetise,
-# protect and send (-22 % of a 1-call gateway's CPU, side by side); the first packet leaves as soon
-# as a reply's first 100 ms piece arrives, as before, and a cut reply plays at most 20 ms more.
+# One queued frame, one RTP packet: 40 ms by default (``webrtc.reply_packet_ms``), the length the
+# call's answer asks of the browser's microphone too (``microphone.MIC_PTIME_MS``). Half the packets
+# of 20 ms ones to pace, packetise, protect and send (-22 % of a 1-call gateway's CPU, side by
+# side); the first packet leaves as soon as a reply's first 100 ms piece arrives, as before, and a
+# cut reply plays at most 20 ms more.
 FRAME_MS = 40
-FRAME_SAMPLES = OUTPUT_RATE * FRAME_MS // 1000
+PACKET_MS = (20, 40)  # the lengths a call's reply may use
 GATEWAY_EVENT_PREFIX = "gw_"  # event ids of what the gateway itself sends the worker
 KEEP_RESPONSES = 16
 
@@ -56,7 +57,7 @@ def gateway_event_id() -> str:
 
 @dataclass(slots=True)
 class ResponseAudio:
-    """One response's audio at the gateway; sample counts at 24 kHz (40 ms frames of 960)."""
+    """One response's audio at the gateway; sample counts at 24 kHz."""
 
     response_id: str
     item_id: str
@@ -78,9 +79,13 @@ class Playback:
     """The outbound audio queue of one call and its ``output_audio_buffer.*`` events.
 
     ``to_client`` sends an event on the data channel; ``to_worker`` sends a client event to the
-    worker (as if the client had sent it)."""
+    worker (as if the client had sent it); each queued frame holds ``frame_ms`` of audio."""
 
-    def __init__(self, to_client: Emit, to_worker: Emit) -> None:
+    def __init__(self, to_client: Emit, to_worker: Emit, frame_ms: int = FRAME_MS) -> None:
+        if frame_ms not in PACKET_MS:
+            raise ValueError(f"a reply frame is 20 or 40 ms, not {frame_ms}")
+        self.frame_ms = frame_ms
+        self.frame_samples = OUTPUT_RATE * frame_ms // 1000
         self._to_client = to_client
         self._to_worker = to_worker
         self._queue: collections.deque[tuple[ResponseAudio, bytes]] = collections.deque()  # one frame each
@@ -119,10 +124,10 @@ class Playback:
     def buffered(self) -> int:
         """Samples queued, not yet played."""
         self._take_encoded()
-        return len(self._queue) * FRAME_SAMPLES
+        return len(self._queue) * self.frame_samples
 
     def push(self, response_id: str, item_id: str, frames: list[bytes]) -> None:
-        """Encoded 40 ms frames of a response, queued behind what is there (on the loop)."""
+        """Encoded frames of a response, queued behind what is there (on the loop)."""
         self._take_encoded()  # what the audio thread queued came first
         self._push(response_id, item_id, frames)
 
@@ -130,7 +135,7 @@ class Playback:
         r = self.response(response_id, item_id)
         if r.ended or not frames:
             return  # cleared: its late audio is not played
-        r.received += len(frames) * FRAME_SAMPLES
+        r.received += len(frames) * self.frame_samples
         self._queue.extend((r, frame) for frame in frames)
         if self.on_push is not None:
             self.on_push()
@@ -192,7 +197,7 @@ class Playback:
     # ------------------------------------------------------------------ to the track
 
     def pull(self) -> bytes | None:
-        """The next 40 ms frame to play, or None when the queue is dry (the track sends silence)."""
+        """The next frame to play, or None when the queue is dry (the track sends silence)."""
         self._take_encoded()
         if not self._queue:
             return None
@@ -200,7 +205,7 @@ class Playback:
         if not r.started:
             r.started = True
             self._to_client(server_event("output_audio_buffer.started", response_id=r.response_id))
-        r.played += FRAME_SAMPLES
+        r.played += self.frame_samples
         self._maybe_stopped(r)
         return frame
 

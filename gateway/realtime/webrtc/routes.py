@@ -184,7 +184,8 @@ async def _create(request: Request, registry: CallRegistry, admission: Admission
     call_id = new_id("rtc")
     try:
         media = await load_media()
-        channel = media.WebRTCChannel(beta=req.beta, budget=InboundBudget(config.limits.queued_bytes))
+        channel = media.WebRTCChannel(beta=req.beta, budget=InboundBudget(config.limits.queued_bytes),
+                                      frame_ms=config.webrtc.reply_packet_ms)
         answer = await place_call(media, registry, call_id, channel, offer, req, admitted, config, resume, token)
     except BaseException:
         if resume is not None:  # not brought back after all: held again for another try

@@ -7,7 +7,7 @@
   ``input_image_buffer.append`` events the WebSocket pages send.
 - Out: the reply's PCM is encoded to Opus (24 kHz mono, 32 kbit/s: speech) by ``OpusFramer`` in
   that executor as its deltas arrive, and ``OutboundAudioTrack`` hands aiortc one encoded 40 ms
-  frame (``playback.FRAME_MS``) every 40 ms, taken from ``Playback``, or a constant silence frame when nothing is queued
+  frame (``webrtc.reply_packet_ms``: 40 or 20) every 40 ms, taken from ``Playback``, or a constant silence frame when nothing is queued
   (a reply's first frame leaves as soon as it is queued, and the ticks go on from it). aiortc only
   packetises encoded frames (no executor hop, no level metering per frame on the loop, no encoding
   at all while silent): what the track took is what was played.
@@ -31,7 +31,7 @@ import av
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
-from gateway.realtime.webrtc.playback import FRAME_MS, FRAME_SAMPLES, OUTPUT_RATE, Playback
+from gateway.realtime.webrtc.playback import FRAME_MS, OUTPUT_RATE, Playback
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +44,17 @@ OPUS_BITRATE = 32000
 # phones: on a Piper reply at 32 kbit/s it costs ~155 us a 20 ms frame against ~200 us, PESQ-WB 4.49
 # against 4.52 (``python -m bench.calls.opus_quality``); encoding was a fifth of a playing call's CPU at 20 calls.
 OPUS_COMPLEXITY = 5
-FRAME_S = FRAME_MS / 1000
-# A 40 ms Opus packet of silence: two 20 ms CELT frames of equal size (TOC 0xf8 with code 1, then
-# each frame's two bytes), what the track sends while nothing plays, without encoding anything.
-OPUS_SILENCE = bytes([0xF8 | 1]) + b"\xff\xfe" * 2
+
+
+def opus_silence(frame_ms: int) -> bytes:
+    """A packet of ``frame_ms`` (20 or 40) of silence, what the track sends while nothing plays,
+    without encoding anything: one 20 ms CELT frame (TOC 0xf8, two bytes of payload), or two of
+    equal size (code 1 in the TOC, then each frame's two bytes)."""
+    return b"\xf8\xff\xfe" if frame_ms == 20 else bytes([0xF8 | 1]) + b"\xff\xfe" * 2
+
+
+OPUS_SILENCE = opus_silence(FRAME_MS)
+IDLE_PACKETS = frozenset(opus_silence(ms) for ms in (20, 40))  # what a listener can tell apart
 
 # Codec work of every call, off the event loop. The audio (the microphone's Opus decoding and
 # resampling, the reply's Opus encoding: ~1 % of a core a call) runs on one thread: one that stays
@@ -62,18 +69,19 @@ Live = Callable[[], bool]
 
 
 class OpusFramer:
-    """A reply's PCM16 (24 kHz mono) -> 40 ms Opus frames, one encoder per call so the stream is
+    """A reply's PCM16 (24 kHz mono) -> Opus frames of ``frame_ms``, one encoder per call so the stream is
     continuous. Blocking: called in ``AUDIO_EXECUTOR``, in the order the channel submits them (the
     one audio thread: a call's pieces never run at once). A partial frame waits for the next delta
     of the same response, and is padded with silence at the response's end (``flush``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, frame_ms: int = FRAME_MS) -> None:
+        self.frame_samples = OUTPUT_RATE * frame_ms // 1000
         codec = av.CodecContext.create("libopus", "w")
         codec.bit_rate = OPUS_BITRATE
         codec.format, codec.layout, codec.sample_rate = "s16", "mono", OUTPUT_RATE
         codec.time_base = fractions.Fraction(1, OUTPUT_RATE)
         codec.options = {"application": "voip", "compression_level": str(OPUS_COMPLEXITY),
-                         "frame_duration": str(FRAME_MS)}
+                         "frame_duration": str(frame_ms)}
         self.codec = codec
         self._rest = b""
         self._response = ""
@@ -83,7 +91,7 @@ class OpusFramer:
         if response_id != self._response:
             self._response, self._rest = response_id, b""  # a cut reply's tail is not played
         data = self._rest + pcm
-        whole = len(data) // (FRAME_SAMPLES * 2) * FRAME_SAMPLES * 2
+        whole = len(data) // (self.frame_samples * 2) * self.frame_samples * 2
         self._rest = data[whole:]
         return self._frames(data[:whole])
 
@@ -91,24 +99,24 @@ class OpusFramer:
         if response_id != self._response or not self._rest:
             return []
         data, self._rest = self._rest, b""
-        return self._frames(data + bytes(FRAME_SAMPLES * 2 - len(data)))
+        return self._frames(data + bytes(self.frame_samples * 2 - len(data)))
 
     def _frames(self, pcm: bytes) -> list[bytes]:
         out: list[bytes] = []
-        step = FRAME_SAMPLES * 2
+        step = self.frame_samples * 2
         for start in range(0, len(pcm), step):
-            frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+            frame = av.AudioFrame(format="s16", layout="mono", samples=self.frame_samples)
             frame.planes[0].update(pcm[start:start + step])
             frame.sample_rate, frame.time_base, frame.pts = OUTPUT_RATE, self.codec.time_base, self._pts
-            self._pts += FRAME_SAMPLES
+            self._pts += self.frame_samples
             out += [bytes(packet) for packet in self.codec.encode(frame)]
         return out
 
 
 class OutboundAudioTrack(MediaStreamTrack):
-    """The reply's audio, paced in real time: one encoded 40 ms Opus frame a tick, silence when idle.
-    While idle, a reply's first frame does not wait for the next tick: it leaves as soon as it is
-    queued, and the ticks go on from there (the RTP timestamps still step 40 ms a frame)."""
+    """The reply's audio, paced in real time: one encoded Opus frame a tick (``Playback.frame_ms``),
+    silence when idle. While idle, a reply's first frame does not wait for the next tick: it leaves
+    as soon as it is queued, and the ticks go on from there (the RTP timestamps still step a frame)."""
 
     kind = "audio"
 
@@ -116,6 +124,9 @@ class OutboundAudioTrack(MediaStreamTrack):
         super().__init__()
         self.playback = playback
         playback.on_push = self._wake
+        self.frame_s = playback.frame_ms / 1000
+        self._silence = opus_silence(playback.frame_ms)
+        self._rtp_step = OPUS_RATE * playback.frame_ms // 1000
         self._start: float | None = None
         self._ticks = 0
         self._waiter: asyncio.Future[bool] | None = None
@@ -143,16 +154,16 @@ class OutboundAudioTrack(MediaStreamTrack):
             self._start = now
         else:
             self._ticks += 1
-            wait = self._start + self._ticks * FRAME_S - now
+            wait = self._start + self._ticks * self.frame_s - now
             if wait > 0:
                 if self.playback.buffered:
                     await asyncio.sleep(wait)
                 elif await self._idle_wait(wait):
-                    self._start = time.monotonic() - self._ticks * FRAME_S  # this frame's tick is now
+                    self._start = time.monotonic() - self._ticks * self.frame_s  # this frame's tick is now
             elif wait < -RESYNC_S:
-                self._start = now - self._ticks * FRAME_S
-        packet = av.Packet(self.playback.pull() or OPUS_SILENCE)
-        packet.pts = self._ticks * (OPUS_RATE * FRAME_MS // 1000)
+                self._start = now - self._ticks * self.frame_s
+        packet = av.Packet(self.playback.pull() or self._silence)
+        packet.pts = self._ticks * self._rtp_step
         packet.time_base = OPUS_TIME_BASE
         return packet
 
