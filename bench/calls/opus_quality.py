@@ -6,7 +6,7 @@ the decoded reply against the original. How ``tracks.OPUS_COMPLEXITY`` was chose
     python -m bench.calls.opus_quality
 
 The reply is the pipeline's Piper voice (deterministic) reading a weather forecast, 24 kHz mono,
-encoded as the gateway encodes it (32 kbit/s, voip), decoded at 48 kHz as a browser
+encoded as the gateway encodes it (voip; 32 kbit/s at 20 ms, 40 at 40 ms), decoded at 48 kHz as a browser
 decodes it, both resampled to 16 kHz for PESQ (which aligns the codec's delay itself).
 """
 
@@ -23,7 +23,7 @@ TEXT = ("The weather today will be mild with a light breeze from the west. In th
 RATE = 24000
 UNIT = 480  # 20 ms: the CPU is given per this much audio, whatever the packet length
 LEVELS = (10, 9, 7, 5, 3, 1, 0)
-PACKETS_MS = (20, 40)
+PACKETS = ((20, 32000), (40, 32000), (40, 40000))  # (ms, target bit/s): before, and now (tracks.OPUS_BITRATE)
 
 
 def reply_pcm() -> np.ndarray:
@@ -32,14 +32,14 @@ def reply_pcm() -> np.ndarray:
     return np.frombuffer(b"".join(PiperTts().synthesize(TEXT, deterministic=True)), dtype=np.int16)
 
 
-def encode(pcm: np.ndarray, level: int, packet_ms: int = 20) -> tuple[list[bytes], float]:
+def encode(pcm: np.ndarray, level: int, packet_ms: int = 20, bitrate: int = 32000) -> tuple[list[bytes], float]:
     """``packet_ms`` Opus packets at ``level``, and the encoder's CPU in microseconds per 20 ms."""
     import av
 
     frame_samples = RATE * packet_ms // 1000
 
     codec = av.CodecContext.create("libopus", "w")
-    codec.bit_rate, codec.format, codec.layout, codec.sample_rate = 32000, "s16", "mono", RATE
+    codec.bit_rate, codec.format, codec.layout, codec.sample_rate = bitrate, "s16", "mono", RATE
     codec.time_base = fractions.Fraction(1, RATE)
     codec.options = {"application": "voip", "compression_level": str(level), "frame_duration": str(packet_ms)}
     packets: list[bytes] = []
@@ -78,13 +78,15 @@ def pesq_wb(reference: np.ndarray, decoded48: np.ndarray) -> float | None:
 
 def main() -> None:
     pcm = reply_pcm()
-    print(f"reply: {pcm.size / RATE:.1f} s of Piper speech; 32 kbit/s, voip")
-    print("| complexity | packet | encoder CPU per 20 ms of audio | PESQ-WB |\n|---|---|---|---|")
+    seconds = pcm.size / RATE
+    print(f"reply: {seconds:.1f} s of Piper speech; voip")
+    print("| complexity | packet, target | kbit/s sent | encoder CPU per 20 ms of audio | PESQ-WB |\n|---|---|---|---|---|")
     for level in LEVELS:
-        for packet_ms in PACKETS_MS:
-            packets, us = encode(pcm, level, packet_ms)
+        for packet_ms, bitrate in PACKETS:
+            packets, us = encode(pcm, level, packet_ms, bitrate)
             q = pesq_wb(pcm, decode(packets))
-            print(f"| {level} | {packet_ms} ms | {us:.0f} us | {'-' if q is None else f'{q:.3f}'} |")
+            sent = sum(map(len, packets)) * 8 / seconds / 1000
+            print(f"| {level} | {packet_ms} ms, {bitrate // 1000}k | {sent:.1f} | {us:.0f} us | {'-' if q is None else f'{q:.3f}'} |")
 
 
 if __name__ == "__main__":
