@@ -2,10 +2,11 @@
 WebRTC because only there does the server play the audio itself.
 
 Reply audio reaches the call as binary frames from the worker (what ``response.output_audio.delta``
-events would carry, ``core/audio_frames.py``); instead of passing them on, the channel encodes their PCM into 40 ms Opus frames (or 20: ``webrtc.reply_packet_ms``) (``tracks.OpusFramer``, off
-the event loop) and queues the frames here, and the outbound track takes one frame a frame's length in
-real time (``pull``). So the gateway knows, per response, how much was received and how much was
-actually played, and says so as OpenAI does:
+events would carry, ``core/audio_frames.py``); instead of passing them on, the channel encodes
+their PCM into 40 ms Opus frames (20 if ``webrtc.reply_packet_ms`` says so; ``tracks.OpusFramer``,
+off the event loop) and queues the frames here, and the outbound track takes one frame every 40
+(or 20) ms in real time (``pull``). So the gateway knows, per response, how much was received
+and how much was actually played, and says so as OpenAI does:
 
 - ``output_audio_buffer.started``: the first audio of a response goes out;
 - ``output_audio_buffer.stopped``: the response is done (``response.done``) and all of its audio
@@ -39,7 +40,7 @@ from core.protocol import server_event
 OUTPUT_RATE = 24000  # PCM16 mono, what the worker's audio deltas carry
 # One queued frame, one RTP packet: 40 ms by default (``webrtc.reply_packet_ms``), the length the
 # call's answer asks of the browser's microphone too (``microphone.MIC_PTIME_MS``). Half the packets
-# of 20 ms ones to pace, packetise, protect and send (-22 % of a 1-call gateway's CPU, side by
+# of 20 ms ones to pace, packetise, protect and send (-24 % of a 1-call gateway's CPU, side by
 # side); the first packet leaves as soon as a reply's first 100 ms piece arrives, as before, and a
 # cut reply plays at most 20 ms more.
 FRAME_MS = 40

@@ -7,7 +7,8 @@
   ``input_image_buffer.append`` events the WebSocket pages send.
 - Out: the reply's PCM is encoded to Opus (24 kHz mono, 40 kbit/s: speech) by ``OpusFramer`` in
   that executor as its deltas arrive, and ``OutboundAudioTrack`` hands aiortc one encoded 40 ms
-  frame (``webrtc.reply_packet_ms``: 40 or 20) every 40 ms, taken from ``Playback``, or a constant silence frame when nothing is queued
+  frame every 40 ms (``webrtc.reply_packet_ms``: 40 or 20), taken from ``Playback``, or a constant
+  silence frame when nothing is queued
   (a reply's first frame leaves as soon as it is queued, and the ticks go on from it). aiortc only
   packetises encoded frames (no executor hop, no level metering per frame on the loop, no encoding
   at all while silent): what the track took is what was played.
@@ -31,7 +32,7 @@ import av
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
-from gateway.realtime.webrtc.playback import FRAME_MS, OUTPUT_RATE, Playback
+from gateway.realtime.webrtc.playback import FRAME_MS, OUTPUT_RATE, PACKET_MS, Playback
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def opus_silence(frame_ms: int) -> bytes:
 
 
 OPUS_SILENCE = opus_silence(FRAME_MS)
-IDLE_PACKETS = frozenset(opus_silence(ms) for ms in (20, 40))  # what a listener can tell apart
+IDLE_PACKETS = frozenset(opus_silence(ms) for ms in PACKET_MS)  # a listener tells them from a reply
 
 # Codec work of every call, off the event loop. The audio (the microphone's Opus decoding and
 # resampling, the reply's Opus encoding: ~1 % of a core a call) runs on one thread: one that stays
@@ -72,8 +73,8 @@ Live = Callable[[], bool]
 
 
 class OpusFramer:
-    """A reply's PCM16 (24 kHz mono) -> Opus frames of ``frame_ms``, one encoder per call so the stream is
-    continuous. Blocking: called in ``AUDIO_EXECUTOR``, in the order the channel submits them (the
+    """A reply's PCM16 (24 kHz mono) -> Opus frames of ``frame_ms``, one encoder per call so the
+    stream is continuous. Blocking: called in ``AUDIO_EXECUTOR``, in the order the channel submits them (the
     one audio thread: a call's pieces never run at once). A partial frame waits for the next delta
     of the same response, and is padded with silence at the response's end (``flush``)."""
 
