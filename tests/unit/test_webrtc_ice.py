@@ -97,7 +97,7 @@ def test_bad_webrtc_settings_are_named(tmp_path):
                        ({"public_ip": "gateway.example.org"}, "webrtc.public_ip"),
                        ({"ice_servers": [{"urls": "turn:turn.example.org:3478"}]}, "needs username and credential"),
                        ({"ice_servers": [{"urls": ["https://stun.example.org"]}]}, "is not a stun:, turn: or turns: URL"),
-                       ({"reply_packet_ms": 30}, "webrtc.reply_packet_ms")]:
+                       ({"reply_packet_ms": 30}, "webrtc.reply_packet_ms: Input should be 20 or 40")]:
         with pytest.raises(ConfigError, match=re.escape(words)):
             path = tmp_path / "config.json"
             path.write_text(json.dumps({"webrtc": bad}))
