@@ -45,8 +45,9 @@ OPUS_TIME_BASE = fractions.Fraction(1, OPUS_RATE)
 # kbit/s and 4.46 (``python -m bench.calls.opus_quality``).
 OPUS_BITRATE = {20: 32000, 40: 40000}
 # libopus's complexity for the reply (FFmpeg's default is 10). 5 is what WebRTC's own encoder uses on
-# phones: on a Piper reply at 32 kbit/s it costs ~155 us a 20 ms frame against ~200 us, PESQ-WB 4.49
-# against 4.52 (``python -m bench.calls.opus_quality``); encoding was a fifth of a playing call's CPU at 20 calls.
+# phones. Chosen with 20 ms packets at 32 kbit/s (~155 us a frame against ~200 us, PESQ-WB 4.49
+# against 4.52), when encoding was a fifth of a playing call's CPU at 20 calls; with 40 ms packets
+# at 40 kbit/s: 185 against 231 us per 20 ms of audio, 4.46 against 4.47 (``bench.calls.opus_quality``).
 OPUS_COMPLEXITY = 5
 
 
